@@ -1,0 +1,54 @@
+# Two commands on a fresh machine: `make demo` (the main job) and `make test` (the tests).
+# Both create and reuse .venv in the repo root with pinned dependencies.
+
+PYTHON     ?= python3
+VENV       ?= .venv
+# The torch wheel to install. The default is the CPU build; a GPU user sets e.g.
+#   make TORCH_SPEC="torch==2.13.0 --index-url <their CUDA index>" demo
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.optimusnic-deps
+
+.PHONY: all deps deps-icarus deps-yosys demo test test-full lint bench clean
+
+all: test
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+deps: $(STAMP)
+
+# Optional second simulator (Debian's Icarus Verilog 11); tests marked `icarus` skip without it.
+deps-icarus:
+	command -v iverilog >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq iverilog; }
+
+# Open-source synthesis for `optimusnic synth` (resource estimates).
+deps-yosys:
+	command -v yosys >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq yosys; }
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+demo: deps
+	$(BIN)/optimusnic demo
+
+test: deps
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The long sweeps: 200,000 vectors per FP unit, every kernel variant.
+test-full: deps
+	$(BIN)/python -m pytest -q --full $(PYTEST_ARGS)
+
+lint: deps
+	$(BIN)/ruff check hls pynq_driver tests sim
+
+bench: deps
+	$(BIN)/optimusnic bench all
+
+clean:
+	rm -rf build sim_build .pytest_cache

@@ -1,0 +1,112 @@
+"""Options and output helpers shared by the verbs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from hls.errors import UserError
+from hls.spec import GRAD_DTYPES, GRAD_SOURCES, OPTIMIZERS, OUT_DTYPES, KernelSpec, default_name
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+
+
+def add_targets_file(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--targets-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="JSON or TOML file adding or overriding catalog targets (repeatable; later files win)",
+    )
+
+
+def add_spec_options(parser: argparse.ArgumentParser, *, target_required: bool = True) -> None:
+    parser.add_argument("--target", required=target_required, default=None if target_required else "u55c",
+                        help="catalog target key, e.g. u55c (see `optimusnic targets`)")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    parser.add_argument("--lanes", type=int, default=None, help="fp32 lanes per beat (power of two, <= 16)")
+    parser.add_argument("--compute-units", type=int, default=1)
+    parser.add_argument("--grad-dtype", choices=GRAD_DTYPES, default="fp32")
+    parser.add_argument("--out-dtype", choices=OUT_DTYPES, default="fp32")
+    parser.add_argument("--grad-source", choices=GRAD_SOURCES, default="memory")
+    parser.add_argument("--name", default=None, help="kernel name (a C identifier); default optimusnic_<optimizer>")
+    parser.add_argument("--clock", type=float, default=None, help="kernel clock in MHz (default: the target's)")
+    add_targets_file(parser)
+
+
+def spec_from_args(args: argparse.Namespace, default_lanes: int = 16) -> KernelSpec:
+    return KernelSpec(
+        target=args.target,
+        optimizer=args.optimizer,
+        grad_dtype=args.grad_dtype,
+        out_dtype=args.out_dtype,
+        lanes=args.lanes if args.lanes is not None else default_lanes,
+        compute_units=args.compute_units,
+        grad_source=args.grad_source,
+        name=args.name or default_name(args.optimizer),
+        clock_mhz=args.clock,
+    )
+
+
+def parse_count(text: str) -> int:
+    """Accept 7e9, 7_000_000_000, 7B, 70M, 1.5G as a positive whole count."""
+    t = text.strip().replace("_", "").replace(",", "")
+    scale = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+    mult = 1.0
+    if t and t[-1].lower() in scale:
+        mult = scale[t[-1].lower()]
+        t = t[:-1]
+    try:
+        value = float(t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 7e9, 7B, 350M)") from None
+    if not math.isfinite(value) or value < 1 or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
+    return int(value)
+
+
+def emit_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n} B"
+
+
+def human_count(n: float) -> str:
+    for unit, div in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise UserError(message)

@@ -1,0 +1,80 @@
+"""`optimusnic size`: will the optimizer state fit on the card, and will the card keep up?"""
+
+from __future__ import annotations
+
+import argparse
+
+from hls.commands.common import (
+    add_json,
+    add_targets_file,
+    emit_json,
+    human_bytes,
+    human_count,
+    parse_count,
+)
+from hls.sizing import SizingReport, size
+from hls.spec import GRAD_DTYPES, GRAD_SOURCES, OUT_DTYPES
+from hls.targets import get_target
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("size", help="size a kernel for a target: capacity, bandwidth, line rate, verdict")
+    p.add_argument("--target", required=True, help="catalog target key, e.g. u55c")
+    p.add_argument("--params", required=True, type=parse_count, help="model parameters, e.g. 7e9 or 7B")
+    p.add_argument("--cards", type=int, default=1, help="cards the optimizer state is sharded over")
+    p.add_argument("--grad-dtype", choices=GRAD_DTYPES, default="fp32")
+    p.add_argument("--out-dtype", choices=OUT_DTYPES, default="fp32")
+    p.add_argument("--grad-source", choices=GRAD_SOURCES, default="memory")
+    p.add_argument("--lanes", type=int, default=None, help="fixed lanes (default: what line rate needs)")
+    p.add_argument("--compute-units", type=int, default=None, help="fixed compute units (default: as needed)")
+    p.add_argument("--clock", type=float, default=None, help="kernel clock in MHz (default: the target's)")
+    add_json(p)
+    add_targets_file(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = get_target(args.target, args.targets_file)
+    report = size(
+        target,
+        args.params,
+        grad_dtype=args.grad_dtype,
+        out_dtype=args.out_dtype,
+        grad_source=args.grad_source,
+        cards=args.cards,
+        lanes=args.lanes,
+        compute_units=args.compute_units,
+        clock_mhz=args.clock,
+    )
+    if args.json:
+        emit_json(report.to_dict())
+    else:
+        print(format_report(report))
+    return 0
+
+
+def format_report(r: SizingReport) -> str:
+    gps = lambda x: f"{x / 1e9:.2f} G params/s"  # noqa: E731
+    lines = [
+        f"{r.target_name} ({r.target}): {human_count(r.params)} parameters over {r.cards} card(s), "
+        f"shard {human_count(r.shard_params)}",
+        f"  gradients {r.grad_dtype} from {r.grad_source}, output {r.out_dtype}",
+        f"  bytes/param resident        {r.state_bytes_per_param} (fp32 p + m + v)"
+        f" -> shard state {human_bytes(r.shard_state_bytes)}",
+        f"  bytes/param moved per step  {r.moved_bytes_per_param}",
+        f"  max params per card         {human_count(r.max_params_per_card)}",
+        f"  line rate                   {r.line_rate_gbps:g} Gb/s -> {gps(r.line_rate_params_per_s)}"
+        f" ({r.elements_per_clock_needed:.1f} elements/clock at {r.clock_mhz:g} MHz)",
+        f"  memory allows               {gps(r.memory_params_per_s)} (at {r.memory_efficiency:.0%} of peak)",
+        f"  kernel computes             {gps(r.kernel_params_per_s)} "
+        f"({r.lanes} lanes x {r.compute_units} CU x {r.clock_mhz:g} MHz)",
+        f"  needed to keep up           {r.lanes_needed} lanes x {r.compute_units_needed} CU",
+        f"  optimizer step on the shard {r.step_time_s * 1e3:.1f} ms",
+    ]
+    for a in r.assignments:
+        banks = ", ".join(f"{k}={v}" for k, v in a.banks.items()) if any(a.banks.values()) else \
+            ", ".join(f"{k}=ch{v[0]}..{v[-1]}" for k, v in a.channels.items())
+        lines.append(f"  CU {a.cu} (SLR {a.slr}): {banks}")
+    lines += [f"  note: {n}" for n in r.notes]
+    lines.append(f"verdict: {r.verdict}")
+    return "\n".join(lines)

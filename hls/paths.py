@@ -1,0 +1,15 @@
+"""Where the toolkit's non-Python parts live: templates, RTL, testbenches, the bitstream registry.
+
+The toolkit runs from a checkout (editable install), so these are found next to the package.
+"""
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = REPO_ROOT / "templates"
+SIM_DIR = REPO_ROOT / "sim"
+RTL_DIR = SIM_DIR / "rtl"
+TB_DIR = SIM_DIR / "tb"
+BITSTREAMS_DIR = REPO_ROOT / "bitstreams"
+HLS_INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+BUILD_DIR = REPO_ROOT / "build"

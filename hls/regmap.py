@@ -1,0 +1,103 @@
+"""The kernel's AXI4-Lite register map, computed once from the spec (design.md section 4).
+
+Vitis HLS `ap_ctrl_hs` layout: control words at 0x00-0x0C, then the arguments from 0x10 in
+declaration order, a 64-bit pointer taking 12 bytes (low, high, reserved) and a 32-bit scalar
+8 bytes (value, reserved). The manifest carries this map; the HLS C++, the RTL control block,
+kernel.xml and the driver all read it from there, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from hls.golden import scalar_names
+from hls.spec import KernelSpec
+
+CTRL = 0x00
+GIE = 0x04
+IER = 0x08
+ISR = 0x0C
+ARGS_BASE = 0x10
+
+CTRL_START = 1 << 0
+CTRL_DONE = 1 << 1
+CTRL_IDLE = 1 << 2
+CTRL_READY = 1 << 3
+CTRL_AUTO_RESTART = 1 << 7
+
+POINTER_STRIDE = 12
+SCALAR_STRIDE = 8
+
+# The AXI4 master arguments, in order. `grad` is absent when gradients arrive on a stream.
+POINTER_ARGS = ("grad", "p", "m", "v", "out")
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: str  # "pointer" | "scalar" | "stream"
+    offset: int | None  # register offset (None for a stream)
+    size: int  # bytes of register space (12, 8, or 0 for a stream)
+    direction: str  # "in" | "out" | "inout"
+    description: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+_DESCRIPTIONS = {
+    "grad": "gradient shard (read)",
+    "p": "fp32 master parameters (read, written back)",
+    "m": "fp32 first moment (read, written back)",
+    "v": "fp32 second moment (read, written back)",
+    "out": "updated parameters in the output dtype (written)",
+    "n": "number of elements in the shard",
+    "step_size": "f32(lr / bc1)",
+    "rbc2": "f32(1 / sqrt(bc2))",
+    "decay": "f32(1 - lr * weight_decay) (AdamW)",
+    "l2": "f32(weight_decay) (Adam L2 term)",
+    "b1": "f32(beta1)",
+    "omb1": "f32(1 - beta1)",
+    "b2": "f32(beta2)",
+    "omb2": "f32(1 - beta2)",
+    "eps": "f32(eps)",
+    "gs": "f32(grad_scale)",
+}
+_DIRECTIONS = {"grad": "in", "p": "inout", "m": "inout", "v": "inout", "out": "out"}
+
+
+def register_map(spec: KernelSpec) -> list[Arg]:
+    """The arguments of `spec`'s kernel in declaration order, with their register offsets."""
+    args: list[Arg] = []
+    offset = ARGS_BASE
+    if spec.grad_source == "stream":
+        args.append(Arg("grad", "stream", None, 0, "in", "gradient AXI4-Stream (tlast ends a shard)"))
+    for name in POINTER_ARGS:
+        if name == "grad" and spec.grad_source == "stream":
+            continue
+        args.append(Arg(name, "pointer", offset, POINTER_STRIDE, _DIRECTIONS[name], _DESCRIPTIONS[name]))
+        offset += POINTER_STRIDE
+    for name in ("n", *scalar_names(spec.optimizer)):
+        args.append(Arg(name, "scalar", offset, SCALAR_STRIDE, "in", _DESCRIPTIONS[name]))
+        offset += SCALAR_STRIDE
+    return args
+
+
+def address_range(args: list[Arg]) -> int:
+    """Size of the AXI4-Lite address space, a power of two (at least 0x1000 as XRT expects)."""
+    end = max((a.offset + a.size for a in args if a.offset is not None), default=ARGS_BASE)
+    size = 0x1000
+    while size < end:
+        size *= 2
+    return size
+
+
+def to_manifest(spec: KernelSpec) -> dict[str, object]:
+    args = register_map(spec)
+    return {
+        "protocol": "ap_ctrl_hs",
+        "control": {"CTRL": CTRL, "GIE": GIE, "IER": IER, "ISR": ISR},
+        "ctrl_bits": {"ap_start": 0, "ap_done": 1, "ap_idle": 2, "ap_ready": 3, "auto_restart": 7},
+        "address_bits": (address_range(args) - 1).bit_length(),
+        "args": [a.to_dict() for a in args],
+    }

@@ -1,0 +1,128 @@
+"""The kernel spec: everything that decides what gets generated, validated once, here.
+
+A `KernelSpec` is frozen: sizing, templates, manifest and driver all read the same values.
+Every name a user gives flows into C++, Tcl, cfg files and paths, so it is checked here
+before anything is rendered.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import asdict, dataclass, fields
+
+from hls.errors import UserError
+
+OPTIMIZERS = ("adam", "adamw")
+GRAD_DTYPES = ("fp32", "bf16", "fp16")
+OUT_DTYPES = ("fp32", "bf16")
+GRAD_SOURCES = ("memory", "stream")
+STATE_DTYPE = "fp32"  # master parameters and both moments: fixed by design.md section 3
+BEAT_BITS = 512
+MAX_LANES = BEAT_BITS // 32  # 16 fp32 values per 512-bit beat
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+# C and C++ keywords (and a few names that would collide in generated HLS/Tcl/XRT code).
+_RESERVED = frozenset(
+    """
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+    char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
+    co_return co_yield decltype default delete do double dynamic_cast else enum explicit export
+    extern false float for friend goto if inline int long mutable namespace new noexcept not
+    not_eq nullptr operator or or_eq private protected public register reinterpret_cast requires
+    restrict return short signed sizeof static static_assert static_cast struct switch template
+    this thread_local throw true try typedef typeid typename union unsigned using virtual void
+    volatile wchar_t while xor xor_eq _Alignas _Alignof _Atomic _Bool _Complex _Generic
+    _Imaginary _Noreturn _Static_assert _Thread_local main module endmodule input output wire reg
+    """.split()
+)
+_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+MAX_NAME_LEN = 64
+
+
+class SpecError(UserError):
+    """A kernel spec value is not allowed; the message names the field and what is allowed."""
+
+
+def validate_identifier(value: object, field: str = "name") -> str:
+    """Accept only a plain ASCII C identifier that is not a C/C++ (or Verilog) keyword."""
+    if not isinstance(value, str):
+        raise SpecError(f"{field}: expected a C identifier string, got {type(value).__name__}")
+    if not value.isascii() or not _IDENT.match(value):
+        raise SpecError(
+            f"{field}: {value!r} is not a C identifier (ASCII letter first, then letters, digits, '_')"
+        )
+    if len(value) > MAX_NAME_LEN:
+        raise SpecError(f"{field}: {value!r} is longer than {MAX_NAME_LEN} characters")
+    if value in _RESERVED or keyword.iskeyword(value) or value.startswith("__"):
+        raise SpecError(f"{field}: {value!r} is a reserved word in C, C++ or Verilog")
+    return value
+
+
+def _choice(field: str, value: object, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise SpecError(f"{field}: {value!r} is not allowed; choose one of {', '.join(allowed)}")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One Adam/AdamW update kernel: what it computes and how wide it is."""
+
+    target: str = "u55c"
+    optimizer: str = "adamw"
+    grad_dtype: str = "fp32"
+    out_dtype: str = "fp32"
+    lanes: int = 16
+    compute_units: int = 1
+    grad_source: str = "memory"
+    name: str = "optimusnic_adamw"
+    clock_mhz: float | None = None  # None: the target's default kernel clock
+
+    def __post_init__(self) -> None:
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("grad_dtype", self.grad_dtype, GRAD_DTYPES)
+        _choice("out_dtype", self.out_dtype, OUT_DTYPES)
+        _choice("grad_source", self.grad_source, GRAD_SOURCES)
+        validate_identifier(self.name, "name")
+        validate_identifier(self.target, "target")
+        lanes = self.lanes
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
+            raise SpecError(f"lanes: {lanes!r} must be a power of two from 1 to {MAX_LANES}")
+        if lanes > MAX_LANES:
+            raise SpecError(f"lanes: {lanes} exceeds {MAX_LANES} fp32 values per {BEAT_BITS}-bit beat")
+        cus = self.compute_units
+        if isinstance(cus, bool) or not isinstance(cus, int) or not 1 <= cus <= 16:
+            raise SpecError(f"compute_units: {cus!r} must be an integer from 1 to 16")
+        if self.clock_mhz is not None:
+            clk = self.clock_mhz
+            if isinstance(clk, bool) or not isinstance(clk, (int, float)) or not 50 <= clk <= 700:
+                raise SpecError(f"clock_mhz: {clk!r} must be a number from 50 to 700 (MHz)")
+
+    @property
+    def grad_bytes(self) -> int:
+        return DTYPE_BYTES[self.grad_dtype]
+
+    @property
+    def out_bytes(self) -> int:
+        return DTYPE_BYTES[self.out_dtype]
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> KernelSpec:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"unknown spec field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data)  # type: ignore[arg-type]
+
+    def with_(self, **changes: object) -> KernelSpec:
+        data = self.to_dict()
+        data.update(changes)
+        return KernelSpec.from_dict(data)
+
+
+def default_name(optimizer: str) -> str:
+    return f"optimusnic_{optimizer}"
