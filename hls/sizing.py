@@ -86,11 +86,17 @@ def assign_channels(target: Target, compute_units: int, grad_source: str) -> lis
         chans: dict[str, list[int]] = {}
         if per_cu >= len(args):
             small = [a for a in args if a not in STATE_ARGS]
-            for i, a in enumerate(small):
-                chans[a] = [base + per_cu - len(small) + i]
             share = (per_cu - len(small)) // len(STATE_ARGS)
             for i, a in enumerate(STATE_ARGS):
                 chans[a] = list(range(base + i * share, base + (i + 1) * share))
+            # Channels p, m, v cannot split equally go to the streaming arguments (more bandwidth).
+            rest = list(range(base + len(STATE_ARGS) * share, base + per_cu))
+            # (contiguous blocks, since a v++ sp= range names consecutive channels)
+            start = 0
+            for i, a in enumerate(small):
+                count = len(rest) // len(small) + (1 if i < len(rest) % len(small) else 0)
+                chans[a] = rest[start : start + count]
+                start += count
         else:
             # State arguments first, so p, m and v land on different banks when they can.
             ordered = [a for a in STATE_ARGS] + [a for a in args if a not in STATE_ARGS]
