@@ -1,0 +1,10 @@
+fp_delay.v
+fp_lzc.v
+fp_divsqrt_lzc24.v
+fp32_add.v
+fp32_mul.v
+fp32_div.v
+fp32_sqrt.v
+bf16_to_fp32.v
+fp16_to_fp32.v
+fp32_to_bf16.v
