@@ -1,0 +1,54 @@
+"""Errors the driver raises on purpose; each says what went wrong and what to do."""
+
+from __future__ import annotations
+
+from hls.errors import OptimusError, ToolMissing, UserError
+
+__all__ = [
+    "BadGradient",
+    "BitstreamMismatch",
+    "DeviceClosed",
+    "DeviceError",
+    "KernelTimeout",
+    "NonFiniteGradient",
+    "ShardTooLarge",
+    "StateError",
+    "StateFileError",
+    "ToolMissing",
+]
+
+
+class DeviceError(OptimusError, RuntimeError):
+    """The device (card or simulator) failed: it died, hung, or refused an operation."""
+
+
+class KernelTimeout(DeviceError):
+    """The kernel did not raise ap_done within the timeout. Card memory is still readable."""
+
+
+class DeviceClosed(DeviceError):
+    """An operation on a device (or shard) that was already closed."""
+
+
+class StateError(DeviceError):
+    """The shard's state on the device is not consistent (a step stopped half-way)."""
+
+
+class BadGradient(UserError):
+    """A gradient (or output) array with the wrong dtype, length, layout or device."""
+
+
+class NonFiniteGradient(UserError):
+    """The gradient holds inf or NaN and the policy is to raise (default: skip the step)."""
+
+
+class ShardTooLarge(UserError):
+    """The shard's optimizer state does not fit in the card memory."""
+
+
+class BitstreamMismatch(UserError):
+    """The xclbin is not the one its manifest describes (hash, kernel name or register offsets)."""
+
+
+class StateFileError(UserError):
+    """A saved state file is truncated, corrupt, or was saved for another kernel spec."""
