@@ -129,6 +129,8 @@ def run_cocotb(
         seed=seed,
         waves=waves,
         log_file=log_file,
+        # Absolute, inside the build dir: otherwise cocotb writes results next to the testbench sources.
+        results_xml=str(Path(build_dir).resolve() / "results.xml"),
     )
 
 
