@@ -39,8 +39,8 @@ module fp32_div #(
 
     // quotient bits produced by the recurrence (1 integer + 23 fraction + guard + 1 extra)
     localparam integer QBITS = 26;
-    // enabled clocks from in_* to out_*
-    localparam integer LATENCY = QBITS + 5;
+    // enabled clocks from in_* to out_* (a plain number: the test harness reads it from this file)
+    localparam integer LATENCY = 31;
 
     // what the final stage emits: the computed quotient or a special value
     localparam [1:0] KIND_FINITE = 2'd0;
@@ -49,6 +49,10 @@ module fp32_div #(
     localparam [1:0] KIND_NAN    = 2'd3;
 
     initial begin
+        if (LATENCY != QBITS + 5) begin
+            $error("Error: LATENCY must equal QBITS + 5, the stage count (instance %m)");
+            $finish;
+        end
         if (TAG_WIDTH < 1) begin
             $error("Error: TAG_WIDTH must be at least 1 (instance %m)");
             $finish;

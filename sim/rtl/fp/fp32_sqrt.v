@@ -37,8 +37,8 @@ module fp32_sqrt #(
 
     // root bits produced by the recurrence (1 integer + 23 fraction + guard + 1 extra)
     localparam integer QBITS = 26;
-    // enabled clocks from in_* to out_*
-    localparam integer LATENCY = QBITS + 3;
+    // enabled clocks from in_* to out_* (a plain number: the test harness reads it from this file)
+    localparam integer LATENCY = 29;
 
     // what the final stage emits: the computed root or a special value
     localparam [1:0] KIND_FINITE = 2'd0;
@@ -47,6 +47,10 @@ module fp32_sqrt #(
     localparam [1:0] KIND_NAN    = 2'd3;
 
     initial begin
+        if (LATENCY != QBITS + 3) begin
+            $error("Error: LATENCY must equal QBITS + 3, the stage count (instance %m)");
+            $finish;
+        end
         if (TAG_WIDTH < 1) begin
             $error("Error: TAG_WIDTH must be at least 1 (instance %m)");
             $finish;
