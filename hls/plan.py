@@ -564,8 +564,8 @@ def plan(
         best = min(results, key=lambda r: r.memory["total"])
         raise PlanError(
             f"{name} fits under no scheme on {n} x {gpu.name}: the smallest need is {best.name} at "
-            f"{best.memory['total'] / 1e9:.1f} GB per GPU ({best.why_not}); use more GPUs, a larger GPU, "
-            f"a shorter --seq or --micro-batch, or --recompute full")
+            f"{best.memory['total'] / 1e9:.1f} GB per GPU ({best.why_not}); use more GPUs, a larger GPU"
+            + (", a shorter --seq or --micro-batch, or --recompute full" if a.recompute != "full" else ""))
 
     notes = [
         f"data parallelism only over {n} GPUs ({nodes} node(s) x {per_node} of {cluster.name}); no tensor or "
