@@ -1,0 +1,375 @@
+"""The bitstream build flow: generated project -> .xo -> v++ link -> bitstreams/<target>/.
+
+One run folder per build (FINN-style), so a build can be inspected and reproduced from its
+own outputs:
+    <run>/project/   the generated project (optimusnic generate), unless --project is given
+    <run>/logs/      one log per step (the tool's stdout and stderr)
+    <run>/link/      v++ output: <name>.xclbin, _x/ (temp), reports/, logs/
+    <run>/report/    summary.json: the parsed vendor reports
+The result is copied into the registry (hls/registry.py): bitstreams/<target>/<name>.xclbin
+with <name>.manifest.json.
+
+Steps for the XRT targets:
+    hls:  vitis_hls -f run_hls.tcl          (csynth, export_design -format xo)  -> hls/<name>.xo
+    rtl:  vivado -mode batch -source package_xo.tcl (package_xo from kernel.xml) -> rtl/<name>.xo
+    link: v++ -l -t hw --platform <xpfm> --config hls/link.cfg -o <name>.xclbin <name>.xo
+V80 (flow "versal") has no XRT platform and no v++ link: the build renders the Vivado
+IP-catalog export and says what to run with AMD's V80 flow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hls import generate, registry, reports
+from hls.errors import OptimusError, ToolMissing, UserError
+from hls.paths import BITSTREAMS_DIR
+from hls.spec import KernelSpec
+from hls.targets import Target
+
+KERNELS = ("hls", "rtl")
+PLATFORM_DIRS = (Path("/opt/xilinx/platforms"),)
+
+# What to do when a tool is missing; one line each.
+TOOL_HINTS = {
+    "vitis_hls": "install AMD Vitis (2022.1 or later) and `source <Vitis>/settings64.sh`",
+    "vivado": "install AMD Vivado (with Vitis, 2022.1 or later) and `source <Vivado>/settings64.sh`",
+    "v++": "install AMD Vitis (2022.1 or later) and `source <Vitis>/settings64.sh`",
+}
+
+
+class BuildFailed(OptimusError, RuntimeError):
+    """A vendor tool failed or did not write what the next step needs; the message names the log."""
+
+
+@dataclass
+class Step:
+    """One tool invocation: what it runs, where, what it reads and must write, where it logs."""
+
+    name: str
+    title: str
+    argv: list[str]
+    cwd: Path
+    inputs: list[Path]
+    outputs: list[Path]
+    log: Path
+
+    @property
+    def tool(self) -> str:
+        return self.argv[0]
+
+    def shell(self) -> str:
+        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self.argv)} > {shlex.quote(str(self.log))} 2>&1"
+
+
+@dataclass
+class BuildPlan:
+    spec: KernelSpec
+    target: Target
+    kernel: str
+    platform: str | None  # the platform name or .xpfm path given to v++
+    platform_path: Path | None  # the installed .xpfm, when found
+    project_dir: Path
+    run_dir: Path
+    generate_project: bool  # the build renders the project itself
+    project_files: list[str]
+    steps: list[Step]
+    xclbin: Path | None
+    registry_xclbin: Path | None
+    registry_manifest: Path | None
+    link_cfg_text: str | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tools(self) -> list[str]:
+        seen: list[str] = []
+        for s in self.steps:
+            if s.tool not in seen:
+                seen.append(s.tool)
+        return seen
+
+
+def find_platform(platform: str) -> Path | None:
+    """The installed .xpfm for a platform name (or the path itself if one is given).
+
+    v++ looks in $PLATFORM_REPO_PATHS and /opt/xilinx/platforms for <name>/<name>.xpfm;
+    we look in the same places so a missing platform is caught before an hour of synthesis.
+    """
+    p = Path(platform)
+    if p.suffix == ".xpfm":
+        return p if p.is_file() else None
+    dirs = [Path(d) for d in os.environ.get("PLATFORM_REPO_PATHS", "").split(":") if d]
+    for base in [*dirs, *PLATFORM_DIRS]:
+        for candidate in (base / platform / f"{platform}.xpfm", base / f"{platform}.xpfm"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def default_run_dir(spec: KernelSpec, kernel: str) -> Path:
+    from hls.paths import BUILD_DIR
+
+    return BUILD_DIR / "runs" / f"{spec.target}-{spec.name}-{kernel}"
+
+
+def plan_build(
+    spec: KernelSpec,
+    target: Target,
+    *,
+    kernel: str = "hls",
+    run_dir: Path | None = None,
+    project_dir: Path | None = None,
+    platform: str | None = None,
+    bitstreams_dir: Path = BITSTREAMS_DIR,
+) -> BuildPlan:
+    """Every command and file of a build, decided before anything runs (the --dry-run output)."""
+    if kernel not in KERNELS:
+        raise UserError(f"--kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    run_dir = Path(run_dir or default_run_dir(spec, kernel)).resolve()
+    generate_project = project_dir is None
+    project = Path(project_dir).resolve() if project_dir else run_dir / "project"
+    if generate_project:
+        files, _ = generate.render(spec, target)
+        project_files = ["manifest.json", *sorted(files)]
+    else:
+        manifest = generate.load_manifest(project)
+        project_files = ["manifest.json", *sorted(manifest.get("files", {}))]
+    name = spec.name
+    logs = run_dir / "logs"
+    link_cfg = project / "hls" / "link.cfg"
+    link_cfg_text = None
+    if generate_project:
+        data = files.get("hls/link.cfg")
+        link_cfg_text = data.decode() if data is not None else None
+    elif link_cfg.is_file():
+        link_cfg_text = link_cfg.read_text()
+
+    if not target.has_xrt_flow:
+        return BuildPlan(
+            spec=spec, target=target, kernel=kernel, platform=None, platform_path=None, project_dir=project,
+            run_dir=run_dir, generate_project=generate_project, project_files=project_files, steps=[],
+            xclbin=None, registry_xclbin=None, registry_manifest=None, link_cfg_text=None,
+            notes=versal_notes(target, project, project_files),
+        )
+
+    platform = platform or target.platform
+    if not platform:
+        raise UserError(f"{target.name} has no XRT platform in the catalog; pass --platform NAME or PATH.xpfm")
+    platform_path = find_platform(platform)
+    steps: list[Step] = []
+    if kernel == "hls":
+        hls_dir = project / "hls"
+        xo = hls_dir / f"{name}.xo"
+        steps.append(Step(
+            name="hls", title="Vitis HLS: C synthesis and export of the kernel as a Vitis .xo",
+            argv=["vitis_hls", "-f", "run_hls.tcl", "-tclargs", "export"],
+            cwd=hls_dir, inputs=[hls_dir / f"{name}.cpp", hls_dir / "run_hls.tcl"], outputs=[xo],
+            log=logs / "1-vitis_hls.log",
+        ))
+    else:
+        rtl_dir = project / "rtl"
+        xo = rtl_dir / f"{name}.xo"
+        steps.append(Step(
+            name="package_xo", title="Vivado batch: package the RTL kernel (kernel.xml + Verilog) as a Vitis .xo",
+            argv=["vivado", "-mode", "batch", "-notrace", "-source", "package_xo.tcl",
+                  "-log", str(logs / "vivado.log"), "-journal", str(logs / "vivado.jou")],
+            cwd=rtl_dir, inputs=[rtl_dir / f"{name}.v", rtl_dir / "kernel.xml", rtl_dir / "package_xo.tcl"],
+            outputs=[xo], log=logs / "1-package_xo.log",
+        ))
+    link_dir = run_dir / "link"
+    xclbin = link_dir / f"{name}.xclbin"
+    steps.append(Step(
+        name="link", title="v++ link: place and route the kernel into the platform shell (hours)",
+        argv=["v++", "-l", "-t", "hw", "--platform", str(platform_path or platform), "--config", str(link_cfg),
+              "--save-temps", "--temp_dir", str(link_dir / "_x"), "--report_dir", str(link_dir / "reports"),
+              "--log_dir", str(link_dir / "logs"), "-o", str(xclbin), str(xo)],
+        cwd=link_dir, inputs=[xo, link_cfg], outputs=[xclbin], log=logs / "2-v++_link.log",
+    ))
+    reg_xclbin, reg_manifest = registry.entry_paths(target.key, name, bitstreams_dir)
+    notes = []
+    if target.unconfirmed:
+        notes.append(f"catalog facts for {target.name} marked unconfirmed: see `optimusnic targets --json`")
+    return BuildPlan(
+        spec=spec, target=target, kernel=kernel, platform=platform, platform_path=platform_path, project_dir=project,
+        run_dir=run_dir, generate_project=generate_project, project_files=project_files, steps=steps, xclbin=xclbin,
+        registry_xclbin=reg_xclbin, registry_manifest=reg_manifest, link_cfg_text=link_cfg_text, notes=notes,
+    )
+
+
+def versal_notes(target: Target, project: Path, files: list[str]) -> list[str]:
+    versal = [f for f in files if f.startswith("versal/")]
+    lines = [
+        f"{target.name} uses AMD's Versal flow, not XRT/v++: this toolkit renders the kernel and its Vivado "
+        "IP-catalog export but does not build or load a V80 image.",
+        "Vivado IP-catalog export: "
+        + (", ".join(str(project / f) for f in versal) if versal else "(no versal/ files rendered yet)"),
+        "What you run with AMD's V80 flow (AVED / SLASH, Vivado 2024.1 or later):",
+        "  1. add the packaged IP's folder to your Vivado project's IP repository (set_property ip_repo_paths ...; "
+        "update_ip_catalog)",
+        "  2. instantiate the kernel in the V80 base design's block design, connect its AXI4 masters to the HBM "
+        "NoC ports and its AXI4-Lite slave to the host-visible control network, and its clock/reset",
+        "  3. implement and write the device image (PDI) with the AVED/SLASH scripts; load it with their runtime (VRT)",
+        f"The register map in {project / 'manifest.json'} is what the host must program (ap_ctrl_hs at 0x00).",
+    ]
+    if target.flow_note:
+        lines.append(f"catalog: {target.flow_note}")
+    return lines
+
+
+def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
+    """The dry-run text: every command and file, in order."""
+    s, t = plan.spec, plan.target
+    lines = [
+        f"optimusnic build (dry run): {t.name} ({t.key}), {plan.kernel.upper()} kernel {s.name}: "
+        f"{s.optimizer}, {s.lanes} lanes x {s.compute_units} CU, grad {s.grad_dtype}/{s.grad_source}, "
+        f"out {s.out_dtype}, clock {s.clock_mhz or t.kernel_clock_mhz:g} MHz",
+        f"run folder: {plan.run_dir}",
+    ]
+    n = 0
+    if plan.generate_project:
+        lines.append(f"[{n}] generate the project (optimusnic generate) into {plan.project_dir}:")
+    else:
+        lines.append(f"[{n}] use the generated project {plan.project_dir}:")
+    lines += [f"      {plan.project_dir / f}" for f in plan.project_files]
+    if not plan.steps:
+        lines += ["", *plan.notes]
+        return "\n".join(lines)
+    for step in plan.steps:
+        n += 1
+        lines.append(f"[{n}] {step.name}: {step.title}")
+        lines.append(f"      $ {step.shell()}")
+        lines.append(f"      reads:  {', '.join(str(p) for p in step.inputs)}")
+        lines.append(f"      writes: {', '.join(str(p) for p in step.outputs)}")
+    n += 1
+    lines.append(f"[{n}] report: parse the vendor reports into {plan.run_dir / 'report' / 'summary.json'}")
+    lines.append(f"      {plan.run_dir / 'link' / 'reports'}/**/impl_1_*timing_summary*routed*.rpt (timing met, "
+                 "achieved kernel clock)")
+    lines.append(f"      {plan.run_dir / 'link' / 'reports'}/**/impl_1_kernel_util_routed.rpt (kernel resources)")
+    if plan.kernel == "hls":
+        lines.append(f"      {plan.project_dir / 'hls'}/**/syn/report/csynth.xml (HLS estimate)")
+    n += 1
+    lines.append(f"[{n}] register: copy {plan.xclbin} -> {plan.registry_xclbin}")
+    lines.append(f"      write {plan.registry_manifest} (spec, sizing, register map, banks, xclbin sha256, "
+                 "report summary)")
+    if plan.link_cfg_text is not None:
+        lines.append(f"link config ({plan.project_dir / 'hls' / 'link.cfg'}):")
+        lines += [f"      {ln}" for ln in plan.link_cfg_text.rstrip().splitlines()]
+    else:
+        lines.append("link config: hls/link.cfg is not rendered by the templates yet")
+    if check:
+        lines.append("tools (checked before a real run):")
+        for tool in plan.tools:
+            found = shutil.which(tool)
+            lines.append(f"      {tool}: {found or 'NOT FOUND (' + TOOL_HINTS.get(tool, 'install it') + ')'}")
+        lines.append(f"      platform {plan.platform}: "
+                     f"{plan.platform_path or 'NOT INSTALLED (' + platform_hint(plan) + ')'}")
+    lines += [f"note: {x}" for x in plan.notes]
+    return "\n".join(lines)
+
+
+def platform_hint(plan: BuildPlan) -> str:
+    where = ", ".join([*[d for d in os.environ.get("PLATFORM_REPO_PATHS", "").split(":") if d],
+                       *map(str, PLATFORM_DIRS)])
+    return (f"looked for <name>/<name>.xpfm in {where}; install the {plan.target.name} development platform "
+            "from AMD or pass --platform PATH.xpfm")
+
+
+def check_tools(plan: BuildPlan) -> None:
+    """Stop with one line naming the first missing tool, then a missing platform."""
+    for tool in plan.tools:
+        if shutil.which(tool) is None:
+            raise ToolMissing(f"{tool} not found on PATH: {TOOL_HINTS.get(tool, 'install it')} "
+                              "(`optimusnic build --dry-run` shows the flow without it)")
+    if plan.steps and plan.platform_path is None:
+        raise ToolMissing(f"platform {plan.platform} is not installed: {platform_hint(plan)}")
+
+
+def _tail(path: Path, n: int = 1) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])
+
+
+def run_step(step: Step) -> None:
+    missing = [p for p in step.inputs if not p.exists()]
+    if missing:
+        raise BuildFailed(f"{step.name}: missing input {missing[0]} (is the project fully generated?)")
+    step.cwd.mkdir(parents=True, exist_ok=True)
+    step.log.parent.mkdir(parents=True, exist_ok=True)
+    with step.log.open("w") as log:
+        log.write(f"# {step.shell()}\n")
+        log.flush()
+        proc = subprocess.run(step.argv, cwd=step.cwd, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        raise BuildFailed(f"{step.name}: {step.tool} exited with status {proc.returncode}; see {step.log}"
+                          f" (last line: {_tail(step.log) or 'empty'})")
+    for out in step.outputs:
+        if not out.exists():
+            raise BuildFailed(f"{step.name}: {step.tool} finished but did not write {out}; see {step.log}")
+
+
+def summarize(plan: BuildPlan) -> dict[str, Any]:
+    """Parse what the tools wrote into the summary the registry keeps."""
+    spec = plan.spec
+    clock = float(spec.clock_mhz or plan.target.kernel_clock_mhz)
+    link = reports.summarize_link(plan.run_dir / "link", spec.name, clock)
+    summary: dict[str, Any] = {
+        "kernel": plan.kernel,
+        "requested_mhz": clock,
+        "timing_met": link["timing"]["timing_met"] if link["timing"] else None,
+        "achieved_mhz": link["timing"]["achieved_mhz"] if link["timing"] else None,
+        "wns_ns": link["timing"]["wns_ns"] if link["timing"] else None,
+        "resources": link["resources"]["kernel"] if link["resources"] else None,
+        "link": link,
+        "hls": None,
+    }
+    if plan.kernel == "hls":
+        csynth = reports.find_csynth_xml(plan.project_dir / "hls", spec.name)
+        if csynth:
+            summary["hls"] = reports.parse_csynth_xml(csynth)
+    missing = [k for k in ("timing", "resources") if link[k] is None]
+    summary["missing_reports"] = missing
+    return summary
+
+
+def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: Any = print) -> dict[str, Any]:
+    """Run the plan: generate, check tools, run each step with its log, parse reports, register."""
+    if not plan.steps:
+        raise UserError(f"{plan.target.name}: no build steps for the {plan.target.flow} flow")
+    check_tools(plan)
+    if plan.generate_project:
+        echo(f"[0] generate: {plan.project_dir}")
+        generate.write_project(plan.spec, plan.project_dir, plan.target)
+    manifest = generate.load_manifest(plan.project_dir)
+    for i, step in enumerate(plan.steps, 1):
+        echo(f"[{i}] {step.name}: {shlex.join(step.argv)}  (log: {step.log})")
+        run_step(step)
+    summary = summarize(plan)
+    report_dir = plan.run_dir / "report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    assert plan.xclbin is not None
+    build_info = {
+        "kernel": plan.kernel,
+        "platform": plan.platform,
+        "platform_path": str(plan.platform_path) if plan.platform_path else None,
+        "run_dir": str(plan.run_dir),
+        "commands": [{"step": s.name, "cwd": str(s.cwd), "argv": s.argv, "log": str(s.log)} for s in plan.steps],
+        "tools": {tool: shutil.which(tool) for tool in plan.tools},
+    }
+    extra = [p for p in (plan.xclbin.with_name(plan.xclbin.name + ".info"),) if p.is_file()]
+    extra += [Path(p) for p in summary["link"]["reports"].values()]
+    if summary["hls"]:
+        extra.append(Path(summary["hls"]["report"]))
+    entry = registry.register(plan.xclbin, manifest, build_info, summary, root=bitstreams_dir, extra_files=extra)
+    echo(f"registered {entry['paths']['xclbin']} ({entry['xclbin']['sha256'][:12]}...)")
+    return entry

@@ -1,0 +1,47 @@
+"""`optimusnic build`: generated project -> .xo -> v++ link -> bitstreams/<target>/<name>.xclbin."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hls import build
+from hls.commands.common import add_spec_options, spec_from_args
+from hls.generate import load_manifest, spec_from_manifest
+from hls.targets import get_target
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "build",
+        help="build a bitstream with Vitis (vitis_hls or Vivado package_xo, then v++ link) into bitstreams/",
+        description="Runs the vendor flow for a kernel and registers the xclbin in bitstreams/<target>/. "
+        "--dry-run prints every command and file without running anything.",
+    )
+    add_spec_options(p)
+    p.add_argument("--kernel", choices=build.KERNELS, default="hls", help="which kernel to build (default: hls)")
+    p.add_argument("--platform", default=None, help="XRT platform name or PATH.xpfm (default: the catalog's)")
+    p.add_argument("--project", type=Path, default=None,
+                   help="an already generated project folder (default: generate into <run>/project)")
+    p.add_argument("-o", "--output", type=Path, default=None,
+                   help="run folder (default: build/runs/<target>-<name>-<kernel>)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and files; run nothing")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.project is not None:
+        spec = spec_from_manifest(load_manifest(args.project))
+        if spec.target != args.target:
+            spec = spec.with_(target=args.target)
+            print(f"note: {args.project} was generated for another target; its spec is re-targeted to {args.target}")
+    else:
+        spec = spec_from_args(args)
+    target = get_target(spec.target, args.targets_file)
+    plan = build.plan_build(spec, target, kernel=args.kernel, run_dir=args.output, project_dir=args.project,
+                            platform=args.platform)
+    if args.dry_run or not plan.steps:
+        print(build.format_plan(plan))
+        return 0
+    build.run_build(plan)
+    return 0

@@ -1,0 +1,55 @@
+"""Shared by the stand-in tools (TEST DOUBLES for vitis_hls, vivado and v++).
+
+The AMD tools cannot exist on this machine. These scripts take their place on PATH in
+tests/test_build_flow.py only: each records its arguments, working directory and the sha256
+of its inputs (one JSON line per call in $OPTIMUSNIC_STANDIN_LOG), checks the inputs a real
+run would need, and writes files with the names and layouts the real tool writes. Nothing
+they write is a bitstream: the ".xclbin" is a text file that says so and lacks the AXLF magic,
+which the registry reports as "not-axlf".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+BANNER = "OPTIMUSNIC TEST STAND-IN (test double, not an AMD tool): "
+
+
+def sha(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def record(tool: str, inputs: dict[str, str], **extra: object) -> None:
+    log = os.environ.get("OPTIMUSNIC_STANDIN_LOG")
+    entry = {"tool": tool, "argv": sys.argv[1:], "cwd": os.getcwd(),
+             "inputs": {name: sha(Path(p)) for name, p in inputs.items()}, **extra}
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+    print(BANNER + f"{tool} {' '.join(sys.argv[1:])}")
+
+
+def fail_if_asked(tool: str) -> None:
+    if os.environ.get("OPTIMUSNIC_STANDIN_FAIL") == tool:
+        print(f"ERROR: [{tool} stand-in] failing on request (OPTIMUSNIC_STANDIN_FAIL)", file=sys.stderr)
+        sys.exit(1)
+
+
+def die(tool: str, message: str) -> None:
+    print(f"ERROR: [{tool} stand-in] {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def write_xo(path: Path, kernel: str, tool: str) -> None:
+    """A .xo is a zip archive; this one holds only a note saying it is a stand-in's."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("STANDIN.txt", BANNER + f"{tool} output for kernel {kernel}; not a Vitis object\n")
