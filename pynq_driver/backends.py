@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -16,14 +18,23 @@ from pynq_driver.device import Device
 BACKENDS = ("golden", "csim", "rtlsim", "alveo")
 
 
+@functools.lru_cache(maxsize=32)
+def _rendered(spec: KernelSpec) -> dict[str, Any]:
+    return render(spec)[1]
+
+
+def rendered_manifest(spec: KernelSpec) -> dict[str, Any]:
+    """The manifest `spec`'s project would have (rendered in memory once per spec)."""
+    return copy.deepcopy(_rendered(spec))
+
+
 def project_for(spec: KernelSpec, project_dir: str | Path | None) -> tuple[Path, dict[str, Any]]:
     """The generated project of `spec`: the given folder (checked against the spec) or one in build/."""
     if project_dir is None:
         key = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
         project_dir = BUILD_DIR / "driver" / f"{spec.name}-{key}"
-        _, fresh = render(spec)
         current = project_dir / MANIFEST
-        if not current.exists() or json.loads(current.read_text()).get("files") != fresh["files"]:
+        if not current.exists() or json.loads(current.read_text()).get("files") != _rendered(spec)["files"]:
             write_project(spec, project_dir)
     project_dir = Path(project_dir)
     manifest = load_manifest(project_dir)
@@ -59,7 +70,7 @@ def open_device(
     if backend == "golden":
         from pynq_driver.soft import SoftDevice, golden_executor
 
-        manifest = load_manifest(Path(project_dir)) if project_dir is not None else render(spec)[1]
+        manifest = load_manifest(Path(project_dir)) if project_dir is not None else rendered_manifest(spec)
         if manifest["spec"] != spec.to_dict():
             raise UserError(f"{project_dir}: generated for spec {manifest['spec']}, not {spec.to_dict()}")
         return SoftDevice(manifest, golden_executor(spec), backend="golden", timeout_s=timeout_s, **options)
