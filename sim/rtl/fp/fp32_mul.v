@@ -1,0 +1,187 @@
+/*
+ * OptimusNIC floating-point units: IEEE-754 binary32 multiplier
+ *
+ * Round to nearest even, subnormal inputs and results kept:
+ *   1. unpack, normalise subnormal mantissas (leading-zero count, left shift,
+ *      exponent goes below 1), add exponents, special cases
+ *   2. 24 x 24 -> 48-bit mantissa product (DSP)
+ *   3. normalise the product (its top bit is 46 or 47), find the right shift
+ *      that a subnormal result needs
+ *   4. right shift with sticky bit
+ *   5. round to nearest even and pack (the rounding carry runs into the
+ *      exponent: subnormal -> normal and largest finite -> infinity)
+ * Exponents are 11-bit two's complement: they range from -171 to 382.
+ */
+
+// Language: Verilog 2001
+
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+module fp32_mul #(
+    // width of the pass-through tag that travels with each operand
+    parameter integer TAG_WIDTH = 1
+) (
+    input  wire                 clk,
+    input  wire                 rst,        // synchronous, active high: clears the valid pipeline only
+    input  wire                 ce,         // clock enable: 0 freezes the whole pipeline
+
+    input  wire                 in_valid,
+    input  wire [31:0]          in_a,
+    input  wire [31:0]          in_b,
+    input  wire [TAG_WIDTH-1:0] in_tag,
+
+    output wire                 out_valid,
+    output wire [31:0]          out_y,
+    output wire [TAG_WIDTH-1:0] out_tag
+);
+
+localparam integer LATENCY = 5;
+
+/* stage 1: unpack, normalise subnormal inputs, exponent sum, special cases */
+wire [7:0]  a_exp = in_a[30:23];
+wire [7:0]  b_exp = in_b[30:23];
+wire        a_nan = (a_exp == 8'hff) && (in_a[22:0] != 23'd0);
+wire        b_nan = (b_exp == 8'hff) && (in_b[22:0] != 23'd0);
+wire        a_inf = (a_exp == 8'hff) && (in_a[22:0] == 23'd0);
+wire        b_inf = (b_exp == 8'hff) && (in_b[22:0] == 23'd0);
+wire        a_zero = in_a[30:0] == 31'd0;
+wire        b_zero = in_b[30:0] == 31'd0;
+wire        sign = in_a[31] ^ in_b[31];
+
+wire [23:0] a_mant = {a_exp != 8'd0, in_a[22:0]};
+wire [23:0] b_mant = {b_exp != 8'd0, in_b[22:0]};
+wire [4:0]  a_lz;
+wire [4:0]  b_lz;
+
+fp_lzc #(
+    .WIDTH(24),
+    .COUNT_WIDTH(5)
+) lzc_a_inst (
+    .in_data(a_mant),
+    .out_count(a_lz)
+);
+
+fp_lzc #(
+    .WIDTH(24),
+    .COUNT_WIDTH(5)
+) lzc_b_inst (
+    .in_data(b_mant),
+    .out_count(b_lz)
+);
+
+// effective exponent (subnormals: 1) minus the normalising shift, then the sum minus the bias
+wire [10:0] a_exp_n = {3'd0, (a_exp == 8'd0) ? 8'd1 : a_exp} - {6'd0, a_lz};
+wire [10:0] b_exp_n = {3'd0, (b_exp == 8'd0) ? 8'd1 : b_exp} - {6'd0, b_lz};
+wire [10:0] prod_exp = a_exp_n + b_exp_n - 11'd127;
+
+wire        spec = a_nan || b_nan || a_inf || b_inf || a_zero || b_zero;
+wire [31:0] spec_y = (a_nan || b_nan || ((a_inf || b_inf) && (a_zero || b_zero))) ? 32'h7fc00000 :
+                     (a_inf || b_inf) ? {sign, 8'hff, 23'd0} : {sign, 31'd0};
+
+reg         s1_sign, s1_spec;
+reg  [31:0] s1_spec_y;
+reg  [10:0] s1_exp;
+reg  [23:0] s1_a, s1_b;
+
+/* stage 2: mantissa product */
+wire [47:0] product = s1_a * s1_b;
+
+reg         s2_sign, s2_spec;
+reg  [31:0] s2_spec_y;
+reg  [10:0] s2_exp;
+reg  [47:0] s2_prod;
+
+/* stage 3: normalise to a leading one at bit 47; right shift for a subnormal result */
+wire        prod_top = s2_prod[47];
+wire [46:0] prod_norm = prod_top ? s2_prod[46:0] : {s2_prod[45:0], 1'b0};  // below the leading one
+wire [10:0] res_exp = s2_exp + {10'd0, prod_top};
+wire        res_tiny = res_exp[10] || (res_exp == 11'd0);  // biased exponent < 1
+wire        res_huge = !res_exp[10] && (res_exp >= 11'd255);
+wire [10:0] tiny_shift = 11'd1 - res_exp;
+// 25 or more places leave nothing above the sticky bit: the result rounds to zero
+wire [4:0]  sub_shift = !res_tiny ? 5'd0 : (tiny_shift > 11'd25) ? 5'd25 : tiny_shift[4:0];
+
+reg         s3_sign, s3_spec, s3_huge;
+reg  [31:0] s3_spec_y;
+reg  [7:0]  s3_exp;
+reg  [4:0]  s3_shift;
+reg  [47:0] s3_mant;
+
+/* stage 4: right shift with sticky */
+wire [73:0] shift_wide = {s3_mant, 26'd0} >> s3_shift;
+wire [23:0] shifted_mant = shift_wide[73:50];
+wire        guard = shift_wide[49];
+wire        sticky = shift_wide[48:0] != 49'd0;
+
+reg         s4_sign, s4_spec, s4_huge, s4_guard, s4_sticky;
+reg  [31:0] s4_spec_y;
+reg  [7:0]  s4_exp;
+reg  [22:0] s4_frac;
+
+/* stage 5: round to nearest even and pack */
+wire        round_up = s4_guard && (s4_sticky || s4_frac[0]);
+wire [30:0] rounded = {s4_exp, s4_frac} + {30'd0, round_up};
+wire [31:0] result = s4_spec ? s4_spec_y :
+                     s4_huge ? {s4_sign, 8'hff, 23'd0} :
+                     {s4_sign, rounded};
+
+reg  [31:0] y_reg;
+
+always @(posedge clk) begin
+    if (ce) begin
+        s1_sign <= sign;
+        s1_spec <= spec;
+        s1_spec_y <= spec_y;
+        s1_exp <= prod_exp;
+        s1_a <= a_mant << a_lz;
+        s1_b <= b_mant << b_lz;
+
+        s2_sign <= s1_sign;
+        s2_spec <= s1_spec;
+        s2_spec_y <= s1_spec_y;
+        s2_exp <= s1_exp;
+        s2_prod <= product;
+
+        s3_sign <= s2_sign;
+        s3_spec <= s2_spec;
+        s3_spec_y <= s2_spec_y;
+        s3_huge <= res_huge;
+        // subnormal results are encoded with exponent field 0
+        s3_exp <= res_tiny ? 8'd0 : res_exp[7:0];
+        s3_shift <= sub_shift;
+        s3_mant <= {1'b1, prod_norm};
+
+        s4_sign <= s3_sign;
+        s4_spec <= s3_spec;
+        s4_spec_y <= s3_spec_y;
+        s4_huge <= s3_huge;
+        // (the shifted-out hidden bit of a subnormal result already implies exponent field 0)
+        s4_exp <= shifted_mant[23] ? s3_exp : 8'd0;
+        s4_frac <= shifted_mant[22:0];
+        s4_guard <= guard;
+        s4_sticky <= sticky;
+
+        y_reg <= result;
+    end
+end
+
+assign out_y = y_reg;
+
+fp_delay #(
+    .TAG_WIDTH(TAG_WIDTH),
+    .DEPTH(LATENCY)
+) ctl_inst (
+    .clk(clk),
+    .rst(rst),
+    .ce(ce),
+    .in_valid(in_valid),
+    .in_tag(in_tag),
+    .out_valid(out_valid),
+    .out_tag(out_tag)
+);
+
+endmodule
+
+`resetall
