@@ -1,0 +1,9 @@
+onic_fifo.v
+onic_axi_rd.v
+onic_axi_wr.v
+onic_axis_rd.v
+onic_unpack.v
+onic_pack.v
+onic_adam_lane.v
+onic_adam_core.v
+onic_run_ctrl.v
