@@ -64,6 +64,8 @@ def register(
     shutil.copyfile(xclbin, dest)
     reports_dir = dest.with_suffix(".reports")
     copied = []
+    if reports_dir.is_dir():  # reports of an earlier build of this name must not mix with this one's
+        shutil.rmtree(reports_dir)
     if extra_files:
         reports_dir.mkdir(exist_ok=True)
         for f in extra_files:

@@ -194,6 +194,7 @@ def size(
     lanes: int | None = None,
     compute_units: int | None = None,
     clock_mhz: float | None = None,
+    optimizer: str = "adamw",
 ) -> SizingReport:
     """Size a shard of `params / cards` parameters on `target` (lanes/CUs chosen if not given)."""
     if isinstance(params, bool) or not isinstance(params, int) or params < 1:
@@ -238,6 +239,7 @@ def size(
         notes.append("gradients arrive on the AXI4-Stream network path; no gradient buffer in card memory")
     if not target.has_xrt_flow:
         notes.append(f"{target.name}: {target.flow_note}")
+    notes += _synth_notes(target, optimizer, grad_dtype, out_dtype, grad_source, lanes, cus)
     return SizingReport(
         target=target.key,
         target_name=target.name,
@@ -273,6 +275,19 @@ def size(
     )
 
 
+def _synth_notes(target: Target, optimizer: str, grad_dtype: str, out_dtype: str, grad_source: str, lanes: int,
+                 cus: int) -> list[str]:
+    """A warning from cached yosys figures (`optimusnic synth`) when this width cannot fit; never runs yosys."""
+    from hls.synth import fit_note  # lazy: hls.synth imports modules that import this one
+
+    if not (1 <= cus <= 16 and 1 <= lanes <= MAX_LANES):
+        return []
+    spec = KernelSpec(target=target.key, optimizer=optimizer, grad_dtype=grad_dtype, out_dtype=out_dtype,
+                      grad_source=grad_source, lanes=lanes, compute_units=cus)
+    note = fit_note(spec, target)
+    return [note] if note else []
+
+
 def size_spec(spec: KernelSpec, target: Target, params: int = 1 << 30) -> SizingReport:
     """Sizing for an exact spec (lanes and CUs as the spec says)."""
     return size(
@@ -284,4 +299,5 @@ def size_spec(spec: KernelSpec, target: Target, params: int = 1 << 30) -> Sizing
         lanes=spec.lanes,
         compute_units=spec.compute_units,
         clock_mhz=spec.clock_mhz,
+        optimizer=spec.optimizer,
     )

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from hls import build
 from hls.commands.common import add_spec_options, spec_from_args
-from hls.generate import load_manifest, spec_from_manifest
+from hls.generate import load_manifest, spec_from_manifest, write_project
+from hls.paths import BITSTREAMS_DIR
 from hls.targets import get_target
 
 
@@ -25,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="an already generated project folder (default: generate into <run>/project)")
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="run folder (default: build/runs/<target>-<name>-<kernel>)")
+    p.add_argument("--registry", type=Path, default=BITSTREAMS_DIR,
+                   help="bitstream registry folder (default: bitstreams/)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and files; run nothing")
     p.set_defaults(func=run)
 
@@ -39,9 +42,16 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
     plan = build.plan_build(spec, target, kernel=args.kernel, run_dir=args.output, project_dir=args.project,
-                            platform=args.platform)
-    if args.dry_run or not plan.steps:
+                            platform=args.platform, bitstreams_dir=args.registry)
+    if args.dry_run:
         print(build.format_plan(plan))
         return 0
-    build.run_build(plan)
+    if not plan.steps:
+        # V80: no XRT link; write the project (with its Vivado IP-catalog export) and say what to run.
+        if plan.generate_project:
+            write_project(spec, plan.project_dir, target)
+            print(f"generated {plan.project_dir}")
+        print("\n".join(plan.notes))
+        return 0
+    build.run_build(plan, bitstreams_dir=args.registry)
     return 0

@@ -1,0 +1,74 @@
+"""`optimusnic synth`: resource estimate of the generated RTL kernel with Debian's yosys."""
+
+from __future__ import annotations
+
+import argparse
+
+from hls import synth
+from hls.commands.common import add_json, add_spec_options, emit_json, spec_from_args, table
+from hls.targets import get_target
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "synth",
+        help="estimate LUT/FF/DSP/BRAM/URAM of the RTL kernel with yosys (synth_xilinx, UltraScale+)",
+        description="Synthesizes the generated RTL kernel with yosys synth_xilinx -family xcup and reports "
+        "resources per lane and in total against the target's usable resources. Results are cached in "
+        "build/synth/ and used by `optimusnic size` to warn when a configuration cannot fit.",
+    )
+    add_spec_options(p)
+    p.add_argument("--mode", choices=("scaled", "full"), default="scaled",
+                   help="scaled (default): one lane + the top at 1 lane, scaled to the lanes asked; "
+                   "full: synthesize the top at the lanes asked (slow at 16 lanes)")
+    p.add_argument("--no-cache", action="store_true", help="run yosys even when a cached result exists")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    target = get_target(spec.target, args.targets_file)
+    result = synth.estimate(spec, target, mode=args.mode, use_cache=not args.no_cache)
+    result["cache"] = str(synth.save_estimate(result))
+    if args.json:
+        emit_json(result)
+    else:
+        print(format_estimate(result, target.name))
+    return 0
+
+
+def _fmt(x: object) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.1f}" if isinstance(x, float) and not float(x).is_integer() else f"{int(x):,}"
+
+
+def format_estimate(r: dict, target_name: str) -> str:
+    s = r["spec"]
+    cols = synth.RESOURCES
+    rows = [
+        ["per lane", *[_fmt(r["lane"][c]) for c in cols]],
+        ["infrastructure", *[_fmt(r["infrastructure"][c]) for c in cols]],
+        [f"per CU ({s['lanes']} lanes)", *[_fmt(r["per_cu"][c]) for c in cols]],
+        [f"total ({s['compute_units']} CU)", *[_fmt(r["total"][c]) for c in cols]],
+        [f"usable ({r['usable_fraction']:.0%} of device)", *[_fmt(r["usable"][c]) for c in cols]],
+        ["utilization", *[("-" if r["utilization_pct"][c] is None else f"{r['utilization_pct'][c]:.2f}%")
+                          for c in cols]],
+    ]
+    lines = [
+        f"{target_name} ({r['target']}, {r['part']}): {s['name']}, {s['optimizer']}, grad {s['grad_dtype']} "
+        f"from {s['grad_source']}, out {s['out_dtype']}, {s['lanes']} lanes x {s['compute_units']} CU",
+        f"{r['yosys']}: synth_xilinx -family xcup -flatten -noiopad ({r['caveat']})",
+        "",
+        table(rows, ["", "LUT", "FF", "DSP", "BRAM36", "URAM"]),
+        "",
+        f"method: {r['method']}",
+        f"fits: {'yes' if r['fits'] else 'NO'} (limiting resource: {r['limiting_resource']}); "
+        f"largest lane count that fits: {r['max_lanes_that_fit'] or 'none'}"
+        f"{' x ' + str(s['compute_units']) + ' CU' if s['compute_units'] > 1 else ''}; "
+        f"CUs of this width that fit: {r['max_compute_units_that_fit']}",
+        "yosys runs: " + ", ".join(f"{u['unit']} {u['seconds']} s{' (cached)' if u['cached'] else ''}"
+                                   for u in r["runs"]),
+    ]
+    return "\n".join(lines)
