@@ -294,9 +294,9 @@ def spec_key(spec: KernelSpec) -> str:
     return _key({"spec": fields, "script": SCRIPT_VERSION})
 
 
-def cached_estimate(spec: KernelSpec, target: Target, cache_dir: Path = SYNTH_DIR) -> dict[str, Any] | None:
+def cached_estimate(spec: KernelSpec, target: Target, cache_dir: Path | None = None) -> dict[str, Any] | None:
     """The cached figures scaled to `spec`'s lanes and CUs and judged against `target` (None if none)."""
-    path = Path(cache_dir) / f"{spec_key(spec)}.json"
+    path = Path(cache_dir or SYNTH_DIR) / f"{spec_key(spec)}.json"
     if not path.is_file():
         return None
     try:
@@ -308,9 +308,9 @@ def cached_estimate(spec: KernelSpec, target: Target, cache_dir: Path = SYNTH_DI
     return rescore(data | {"spec": spec.to_dict(), "per_cu": per_cu, "total": total}, target)
 
 
-def save_estimate(result: dict[str, Any], cache_dir: Path = SYNTH_DIR) -> Path:
+def save_estimate(result: dict[str, Any], cache_dir: Path | None = None) -> Path:
     spec = KernelSpec.from_dict(dict(result["spec"]))
-    path = Path(cache_dir) / f"{spec_key(spec)}.json"
+    path = Path(cache_dir or SYNTH_DIR) / f"{spec_key(spec)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return path
@@ -328,7 +328,7 @@ def rescore(result: dict[str, Any], target: Target) -> dict[str, Any]:
     }
 
 
-def fit_note(spec: KernelSpec, target: Target, cache_dir: Path = SYNTH_DIR) -> str | None:
+def fit_note(spec: KernelSpec, target: Target, cache_dir: Path | None = None) -> str | None:
     """A sizing note when cached yosys figures say the configuration cannot fit (never runs yosys)."""
     est = cached_estimate(spec, target, cache_dir)
     if est is None or est["fits"]:
