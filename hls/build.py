@@ -152,9 +152,24 @@ def plan_build(
         link_cfg_text = link_cfg.read_text()
 
     if not target.has_xrt_flow:
+        if kernel != "hls":
+            raise UserError(f"{target.name}: the Vivado IP-catalog export packages the HLS kernel; use --kernel hls "
+                            "(the RTL kernel is in the project's rtl/ folder for manual integration)")
+        hls_dir, versal_dir = project / "hls", project / "versal"
+        steps = [
+            Step(name="hls", title="Vitis HLS: C synthesis and export of the kernel as a Vivado IP-catalog zip",
+                 argv=["vitis_hls", "-f", "run_hls.tcl", "-tclargs", "csynth", "export"], cwd=hls_dir,
+                 inputs=[hls_dir / f"{name}.cpp", hls_dir / "run_hls.tcl"], outputs=[hls_dir / f"{name}_ip.zip"],
+                 log=logs / "1-vitis_hls.log"),
+            Step(name="export_ip", title="Vivado batch: add the IP to the catalog of a project for the part and "
+                 "instantiate it in a block design", argv=["vivado", "-mode", "batch", "-notrace", "-source",
+                 "export_ip.tcl", "-log", str(logs / "vivado.log"), "-journal", str(logs / "vivado.jou")],
+                 cwd=versal_dir, inputs=[hls_dir / f"{name}_ip.zip", versal_dir / "export_ip.tcl"],
+                 outputs=[versal_dir / f"{name}_bd"], log=logs / "2-export_ip.log"),
+        ]
         return BuildPlan(
             spec=spec, target=target, kernel=kernel, platform=None, platform_path=None, project_dir=project,
-            run_dir=run_dir, generate_project=generate_project, project_files=project_files, steps=[],
+            run_dir=run_dir, generate_project=generate_project, project_files=project_files, steps=steps,
             xclbin=None, registry_xclbin=None, registry_manifest=None, link_cfg_text=None,
             notes=versal_notes(target, project, project_files),
         )
@@ -169,7 +184,7 @@ def plan_build(
         xo = hls_dir / f"{name}.xo"
         steps.append(Step(
             name="hls", title="Vitis HLS: C synthesis and export of the kernel as a Vitis .xo",
-            argv=["vitis_hls", "-f", "run_hls.tcl", "-tclargs", "export"],
+            argv=["vitis_hls", "-f", "run_hls.tcl", "-tclargs", "csynth", "export"],
             cwd=hls_dir, inputs=[hls_dir / f"{name}.cpp", hls_dir / "run_hls.tcl"], outputs=[xo],
             log=logs / "1-vitis_hls.log",
         ))
@@ -206,20 +221,19 @@ def plan_build(
 def versal_notes(target: Target, project: Path, files: list[str]) -> list[str]:
     versal = [f for f in files if f.startswith("versal/")]
     lines = [
-        f"{target.name} uses AMD's Versal flow, not XRT/v++: this toolkit renders the kernel and its Vivado "
-        "IP-catalog export but does not build or load a V80 image.",
-        "Vivado IP-catalog export: "
-        + (", ".join(str(project / f) for f in versal) if versal else "(no versal/ files rendered yet)"),
-        "What you run with AMD's V80 flow (AVED / SLASH, Vivado 2024.1 or later):",
-        "  1. add the packaged IP's folder to your Vivado project's IP repository (set_property ip_repo_paths ...; "
-        "update_ip_catalog)",
-        "  2. instantiate the kernel in the V80 base design's block design, connect its AXI4 masters to the HBM "
-        "NoC ports and its AXI4-Lite slave to the host-visible control network, and its clock/reset",
-        "  3. implement and write the device image (PDI) with the AVED/SLASH scripts; load it with their runtime (VRT)",
-        f"The register map in {project / 'manifest.json'} is what the host must program (ap_ctrl_hs at 0x00).",
+        f"{target.name} uses AMD's Versal flow, not XRT/v++: the toolkit exports the HLS kernel as Vivado "
+        "IP (steps above: hls/<name>_ip.zip, then a Vivado project with the IP in its catalog and a block "
+        "design in versal/<name>_bd/). It does not build, load or run a V80 image.",
+        "Vivado IP-catalog export files: "
+        + (", ".join(str(project / f) for f in versal) if versal else "(no versal/ files rendered)"),
+        "What you must then run with AMD's V80 flow (AVED / SLASH):",
+        "  1. in the V80 base design, connect the kernel's m_axi ports to the NoC / HBM channels listed in "
+        "versal/NOTE.md (from sizing), its s_axilite port to the host control path, ap_clk/ap_rst_n to the "
+        "user clock and reset",
+        "  2. build the device image (PDI / vrtbin) with AMD's Vivado + slashkit flow and load it with VRT / v80-smi",
+        "  3. program the kernel through the register map in manifest.json (ap_ctrl_hs at 0x00); the toolkit's "
+        "driver has no VRT backend, so nothing here runs on a V80 card",
     ]
-    if target.flow_note:
-        lines.append(f"catalog: {target.flow_note}")
     return lines
 
 
@@ -238,15 +252,19 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
     else:
         lines.append(f"[{n}] use the generated project {plan.project_dir}:")
     lines += [f"      {plan.project_dir / f}" for f in plan.project_files]
-    if not plan.steps:
-        lines += ["", *plan.notes]
-        return "\n".join(lines)
     for step in plan.steps:
         n += 1
         lines.append(f"[{n}] {step.name}: {step.title}")
         lines.append(f"      $ {step.shell()}")
         lines.append(f"      reads:  {', '.join(str(p) for p in step.inputs)}")
         lines.append(f"      writes: {', '.join(str(p) for p in step.outputs)}")
+    if plan.xclbin is None:
+        if check:
+            lines.append("tools (checked before a real run):")
+            lines += [f"      {tool}: {shutil.which(tool) or 'NOT FOUND (' + TOOL_HINTS.get(tool, 'install it') + ')'}"
+                      for tool in plan.tools]
+        lines += ["", *plan.notes]
+        return "\n".join(lines)
     n += 1
     lines.append(f"[{n}] report: parse the vendor reports into {plan.run_dir / 'report' / 'summary.json'}")
     lines.append(f"      {plan.run_dir / 'link' / 'reports'}/**/impl_1_*timing_summary*routed*.rpt (timing met, "
@@ -287,7 +305,7 @@ def check_tools(plan: BuildPlan) -> None:
         if shutil.which(tool) is None:
             raise ToolMissing(f"{tool} not found on PATH: {TOOL_HINTS.get(tool, 'install it')} "
                               "(`optimusnic build --dry-run` shows the flow without it)")
-    if plan.steps and plan.platform_path is None:
+    if plan.xclbin is not None and plan.platform_path is None:
         raise ToolMissing(f"platform {plan.platform} is not installed: {platform_hint(plan)}")
 
 
@@ -341,10 +359,11 @@ def summarize(plan: BuildPlan) -> dict[str, Any]:
     return summary
 
 
-def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: Any = print) -> dict[str, Any]:
-    """Run the plan: generate, check tools, run each step with its log, parse reports, register."""
-    if not plan.steps:
-        raise UserError(f"{plan.target.name}: no build steps for the {plan.target.flow} flow")
+def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: Any = print) -> dict[str, Any] | None:
+    """Run the plan: generate, check tools, run each step with its log, parse reports, register.
+
+    Returns the registry entry, or None for the Versal flow (IP export only, nothing to register).
+    """
     check_tools(plan)
     if plan.generate_project:
         echo(f"[0] generate: {plan.project_dir}")
@@ -353,11 +372,13 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     for i, step in enumerate(plan.steps, 1):
         echo(f"[{i}] {step.name}: {shlex.join(step.argv)}  (log: {step.log})")
         run_step(step)
+    if plan.xclbin is None:
+        echo("\n".join(plan.notes))
+        return None
     summary = summarize(plan)
     report_dir = plan.run_dir / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    assert plan.xclbin is not None
     build_info = {
         "kernel": plan.kernel,
         "platform": plan.platform,

@@ -71,7 +71,8 @@ def test_dry_run_prints_whole_flow_and_writes_nothing(target: str, kernel: str, 
                  "--registry", str(tmp_path / "reg")]) == 0
     out = capsys.readouterr().out
     t = get_target(target)
-    first = "vitis_hls -f run_hls.tcl" if kernel == "hls" else "vivado -mode batch -notrace -source package_xo.tcl"
+    first = ("vitis_hls -f run_hls.tcl -tclargs csynth export" if kernel == "hls"
+             else "vivado -mode batch -notrace -source package_xo.tcl")
     assert first in out
     link = f"v++ -l -t hw --platform {t.platform} --config {run / 'project' / 'hls' / 'link.cfg'}"
     assert link in out
@@ -89,6 +90,8 @@ def test_dry_run_v80_says_what_to_run_with_amds_flow(tmp_path: Path, capsys: pyt
     out = capsys.readouterr().out
     assert "v++" not in out.replace("XRT/v++", "")
     assert "AMD's Versal flow" in out and "IP-catalog" in out and "AVED" in out
+    assert "vitis_hls -f run_hls.tcl -tclargs csynth export" in out
+    assert "vivado -mode batch -notrace -source export_ip.tcl" in out
     assert not (tmp_path / "run").exists()
 
 
@@ -147,7 +150,8 @@ def test_hls_flow_with_standins(standins: dict[str, Path], capsys: pytest.Captur
     calls = _calls(standins["log"])
     assert [c["tool"] for c in calls] == ["vitis_hls", "v++"]
     hls_call, link = calls
-    assert hls_call["argv"][:2] == ["-f", "run_hls.tcl"] and Path(hls_call["cwd"]) == project / "hls"
+    assert hls_call["argv"] == ["-f", "run_hls.tcl", "-tclargs", "csynth", "export"]
+    assert Path(hls_call["cwd"]) == project / "hls"
     assert hls_call["inputs"]["optimusnic_adamw.cpp"] == manifest["files"]["hls/optimusnic_adamw.cpp"]
     assert hls_call["inputs"]["script"] == manifest["files"]["hls/run_hls.tcl"]
 
@@ -212,6 +216,25 @@ def test_rtl_flow_with_standins(standins: dict[str, Path], capsys: pytest.Captur
     entry = json.loads((reg / "u250" / "optimusnic_adamw.manifest.json").read_text())
     assert entry["build"]["kernel"] == "rtl" and entry["summary"]["hls"] is None
     assert entry["register_map"] == manifest["register_map"]
+
+
+def test_v80_exports_ip_with_standins_and_registers_nothing(standins: dict[str, Path],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    files, _ = render(KernelSpec(target="v80"), get_target("v80"))
+    if "versal/export_ip.tcl" not in files:
+        pytest.skip("templates do not render versal/export_ip.tcl yet")
+    run = standins["run"]
+    assert main(["build", "--target", "v80", "-o", str(run), "--registry", str(standins["registry"])]) == 0
+    out = capsys.readouterr().out
+    calls = _calls(standins["log"])
+    assert [c["tool"] for c in calls] == ["vitis_hls", "vivado"]
+    assert calls[0]["tclargs"] == ["csynth", "export"]
+    assert Path(calls[1]["cwd"]) == run / "project" / "versal"
+    assert (run / "project" / "hls" / "optimusnic_adamw_ip.zip").is_file()
+    assert (run / "project" / "versal" / "optimusnic_adamw_bd").is_dir()
+    assert "What you must then run with AMD's V80 flow" in out
+    assert not standins["registry"].exists()
+    assert main(["build", "--target", "v80", "--kernel", "rtl", "--dry-run"]) == 2
 
 
 def test_failed_step_names_its_log_and_registers_nothing(standins: dict[str, Path], monkeypatch: pytest.MonkeyPatch,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hls import build
 from hls.commands.common import add_spec_options, spec_from_args
-from hls.generate import load_manifest, spec_from_manifest, write_project
+from hls.generate import load_manifest, spec_from_manifest
 from hls.paths import BITSTREAMS_DIR
 from hls.targets import get_target
 
@@ -45,13 +45,6 @@ def run(args: argparse.Namespace) -> int:
                             platform=args.platform, bitstreams_dir=args.registry)
     if args.dry_run:
         print(build.format_plan(plan))
-        return 0
-    if not plan.steps:
-        # V80: no XRT link; write the project (with its Vivado IP-catalog export) and say what to run.
-        if plan.generate_project:
-            write_project(spec, plan.project_dir, target)
-            print(f"generated {plan.project_dir}")
-        print("\n".join(plan.notes))
         return 0
     build.run_build(plan, bitstreams_dir=args.registry)
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -46,6 +47,18 @@ def fail_if_asked(tool: str) -> None:
 def die(tool: str, message: str) -> None:
     print(f"ERROR: [{tool} stand-in] {message}", file=sys.stderr)
     sys.exit(1)
+
+
+def tcl_vars(text: str) -> dict[str, str]:
+    """Plain `set name value` lines of a Tcl script (enough to follow the generated scripts)."""
+    out: dict[str, str] = {}
+    for m in re.finditer(r"^\s*set\s+(\w+)\s+([^\s\[\]{}]+)\s*$", text, re.M):
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def tcl_subst(value: str, variables: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), value)
 
 
 def write_xo(path: Path, kernel: str, tool: str) -> None:
