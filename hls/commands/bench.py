@@ -1,0 +1,44 @@
+"""`optimusnic bench WHICH`: throughput benchmarks (csim here; rtl and driver live with their owners)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from hls.commands.common import add_json, parse_count
+from hls.errors import ToolMissing
+
+# which -> module providing `run(args) -> int`; imported lazily so a missing one only affects itself.
+BENCHES = {"csim": "hls.bench_csim", "rtl": "hls.bench_rtl", "driver": "pynq_driver.bench"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark a backend: csim (vs torch AdamW), rtl, driver, or all")
+    p.add_argument("which", choices=[*BENCHES, "all"])
+    p.add_argument("--params", type=parse_count, default=16 * 1024 * 1024, help="parameters (default 16M)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
+    p.add_argument("--threads", type=int, default=None, help="csim threads (default: every core)")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def _load(which: str):  # noqa: ANN202 - returns the module's run function
+    try:
+        module = importlib.import_module(BENCHES[which])
+    except ModuleNotFoundError as exc:
+        raise ToolMissing(f"bench {which}: {BENCHES[which]} is not available ({exc.name} missing)") from exc
+    if not hasattr(module, "run"):
+        raise ToolMissing(f"bench {which}: {BENCHES[which]} has no run(args)")
+    return module.run
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.which != "all":
+        return int(_load(args.which)(args) or 0)
+    status = 0
+    for which in BENCHES:
+        try:
+            status |= int(_load(which)(args) or 0)
+        except ToolMissing as exc:
+            print(f"bench {which}: skipped: {exc}")
+    return status
