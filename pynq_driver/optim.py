@@ -162,7 +162,7 @@ def flat_to_host(x: torch.Tensor) -> np.ndarray:
     return x.view(torch.int16).numpy().view(np.uint16) if x.dtype == torch.bfloat16 else x.numpy()
 
 
-def hyper_for(group: dict[str, Any], step: int, *, adamw: bool) -> Hyper:
+def hyper_for(group: dict[str, Any], step: int) -> Hyper:
     beta1, beta2 = group["betas"]
     return Hyper(lr=float(group["lr"]), beta1=float(beta1), beta2=float(beta2), eps=float(group["eps"]),
                  weight_decay=float(group["weight_decay"]), step=step)
@@ -181,15 +181,25 @@ def check_group(group: dict[str, Any], *, adamw: bool, who: str) -> None:
             raise UserError(f"{who}: {name}={group[name]!r} must be a finite number >= 0")
 
 
-def torch_defaults(lr: float, betas: tuple[float, float], eps: float, weight_decay: float, *,
-                   adamw: bool) -> dict[str, Any]:
-    """The param-group keys of torch.optim.AdamW / Adam (2.13), so state_dicts interchange."""
+def torch_defaults(lr: float, betas: tuple[float, float], eps: float, weight_decay: float, *, adamw: bool,
+                   amsgrad: bool = False, maximize: bool = False, foreach: bool | None = None,
+                   capturable: bool = False, differentiable: bool = False, fused: bool | None = None
+                   ) -> dict[str, Any]:
+    """The param-group keys of torch.optim.AdamW / Adam (2.13), so state_dicts interchange.
+
+    `foreach` and `fused` pick one of torch's host implementations: kept for the state dict,
+    meaningless for the card. `capturable` and `differentiable` have no card equivalent.
+    """
     if not 0.0 <= lr or not 0.0 <= eps or not 0.0 <= weight_decay:
         raise ValueError(f"lr={lr}, eps={eps}, weight_decay={weight_decay} must be >= 0")
     if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
         raise ValueError(f"betas={betas} must each be in [0, 1)")
-    return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=False, maximize=False,
-                foreach=None, capturable=False, differentiable=False, fused=None, decoupled_weight_decay=adamw)
+    if capturable or differentiable:
+        raise UserError("capturable / differentiable: CUDA-graph capture and differentiating through the step "
+                        "do not apply to an update that runs on the card")
+    return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=bool(amsgrad),
+                maximize=bool(maximize), foreach=foreach, capturable=False, differentiable=False, fused=fused,
+                decoupled_weight_decay=adamw)
 
 
 def torch_param_state(step: int, exp_avg: np.ndarray, exp_avg_sq: np.ndarray, p: torch.Tensor,
@@ -247,10 +257,14 @@ class _NicAdamBase(torch.optim.Optimizer):
     _adamw = True
 
     def __init__(self, params: Iterable[Any], lr: float, betas: tuple[float, float], eps: float,
-                 weight_decay: float, *, backend: str = DEFAULT_BACKEND, target: str = DEFAULT_TARGET,
+                 weight_decay: float, *, amsgrad: bool = False, maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,
+                 fused: bool | None = None, backend: str = DEFAULT_BACKEND, target: str = DEFAULT_TARGET,
                  lanes: int | None = None, skip_nonfinite: bool = True, chunk_elems: int | None = None,
                  **device_options: Any) -> None:
-        defaults = torch_defaults(lr, betas, eps, weight_decay, adamw=self._adamw)
+        defaults = torch_defaults(lr, betas, eps, weight_decay, adamw=self._adamw, amsgrad=amsgrad,
+                                  maximize=maximize, foreach=foreach, capturable=capturable,
+                                  differentiable=differentiable, fused=fused)
         super().__init__(params, defaults)
         self.kind = "adamw" if self._adamw else "adam"
         self.skip_nonfinite = bool(skip_nonfinite)
@@ -336,7 +350,7 @@ class _NicAdamBase(torch.optim.Optimizer):
                 if bucket.changed_outside():
                     self._reload_masters(bucket, shard)
                 grad = bucket.flat_grads(negate=bool(group.get("maximize", False)))
-                hyper = hyper_for(group, shard.step_count + 1, adamw=self._adamw)
+                hyper = hyper_for(group, shard.step_count + 1)
                 out = torch.empty(bucket.n, dtype=bucket.dtype)
                 result = shard.step(grad, hyper, out=out, apply_nonfinite=not self.skip_nonfinite)
                 if result is None:
