@@ -15,7 +15,9 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import re
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,8 @@ def entries(root: Path = BITSTREAMS_DIR) -> list[dict[str, Any]]:
             out.append(row | {"status": "modified", "detail": detail})
         elif not is_axlf(xclbin):
             out.append(row | {"status": "not-axlf", "detail": "matches its manifest but is not an xclbin container"})
+        elif not {SECTION_BITSTREAM, SECTION_PDI} & set(section_kinds(xclbin)):
+            out.append(row | {"status": "no-bitstream", "detail": "an xclbin container without a bitstream section"})
         else:
             out.append(row | {"status": "ok", "detail": "matches its manifest"})
     for xclbin in sorted(root.glob("*/*.xclbin")):
@@ -141,3 +145,127 @@ def entries(root: Path = BITSTREAMS_DIR) -> list[dict[str, Any]]:
             out.append({"target": xclbin.parent.name, "name": xclbin.stem, "xclbin": str(xclbin), "manifest": None,
                         "status": "no-manifest", "detail": "xclbin without a manifest: provenance unknown"})
     return out
+
+
+# --- a metadata-only xclbin container ---------------------------------------------------------
+# XRT's AXLF layout (xclbin.h): the file header, then section headers, then section payloads.
+# v++ writes these sections from kernel.xml and the link; here they are assembled from the
+# manifest so a host parser (PYNQ's) can be checked against what we generate. The container
+# has no BITSTREAM section: it programs nothing and entries() reports it as "no-bitstream".
+
+SECTION_BITSTREAM = 0
+SECTION_EMBEDDED_METADATA = 2
+SECTION_MEM_TOPOLOGY = 6
+SECTION_CONNECTIVITY = 7
+SECTION_IP_LAYOUT = 8
+SECTION_PDI = 18
+_MEM_TYPES = {"HBM": 6, "DDR": 1, "PLRAM": 7, "HOST": 2}
+_HEADER_SIZE = 8 + 32 + 256 + 8 + 152  # magic, signature, key block, unique id, axlf_header
+_SECTION_HEADER = struct.Struct("<I16s4xQQ")  # kind, name, (pad), offset, size
+CU_BASE = 0x1800000  # address of the first CU's control registers in this container
+CU_STRIDE = 0x10000
+
+
+def expand_banks(expr: str) -> list[str]:
+    """'HBM[0:9]' -> ['HBM[0]', ..., 'HBM[9]']; 'DDR[1]' -> ['DDR[1]']."""
+    m = re.fullmatch(r"(\w+)\[(\d+)(?::(\d+))?\]", expr)
+    if not m:
+        raise UserError(f"bank expression {expr!r} is not PREFIX[i] or PREFIX[i:j]")
+    lo, hi = int(m.group(2)), int(m.group(3) or m.group(2))
+    return [f"{m.group(1)}[{i}]" for i in range(lo, hi + 1)]
+
+
+def kernel_metadata_xml(manifest: dict[str, Any]) -> str:
+    """EMBEDDED_METADATA as v++ writes it from kernel.xml: ports, args (offsets from the register
+    map), one instance per CU with its control base address."""
+    spec = manifest["spec"]
+    name = spec["name"]
+    regmap = manifest["register_map"]
+    span = 1 << regmap["address_bits"]
+    lines = [f'<project name="{name}">',
+             f'  <platform vendor="xilinx" boardid="{manifest["target"]["key"]}" '
+             f'name="{manifest["target"]["platform"] or ""}" featureRomTime="0">',
+             f'    <device name="fpga0" fpgaDevice="{manifest["target"]["part"]}" addrWidth="0">',
+             f'      <core name="OCL_REGION_0" target="bitstream" type="clc_region" clockFreq="0" '
+             f'numComputeUnits="{spec["compute_units"]}">',
+             f'        <kernel name="{name}" language="c" vlnv="xilinx.com:hls:{name}:1.0" '
+             'preferredWorkGroupSizeMultiple="0" workGroupSize="1" interrupt="true" hwControlProtocol="ap_ctrl_hs">',
+             f'          <port name="S_AXI_CONTROL" mode="slave" range="{span:#x}" dataWidth="32" '
+             'portType="addressable" base="0x0"/>']
+    args = regmap["args"]
+    for a in args:
+        if a["kind"] == "pointer":
+            lines.append(f'          <port name="M_AXI_{a["name"].upper()}" mode="master" range="0xFFFFFFFFFFFFFFFF" '
+                         'dataWidth="512" portType="addressable" base="0x0"/>')
+        elif a["kind"] == "stream":
+            lines.append(f'          <port name="{a["name"]}" mode="read_only" dataWidth="512" portType="stream"/>')
+    for i, a in enumerate(args):
+        if a["kind"] == "pointer":
+            lines.append(f'          <arg name="{a["name"]}" addressQualifier="1" id="{i}" '
+                         f'port="M_AXI_{a["name"].upper()}" size="0x8" offset="{a["offset"]:#x}" hostOffset="0x0" '
+                         'hostSize="0x8" type="void*"/>')
+        elif a["kind"] == "scalar":
+            ctype = "unsigned int" if a["name"] == "n" else "float"
+            lines.append(f'          <arg name="{a["name"]}" addressQualifier="0" id="{i}" port="S_AXI_CONTROL" '
+                         f'size="0x4" offset="{a["offset"]:#x}" hostOffset="0x0" hostSize="0x4" type="{ctype}"/>')
+        else:
+            lines.append(f'          <arg name="{a["name"]}" addressQualifier="4" id="{i}" port="{a["name"]}" '
+                         'size="0x0" offset="0x0" hostOffset="0x0" hostSize="0x40" '
+                         'type="stream&lt;ap_axiu&lt;512, 0, 0, 0&gt;&gt;&amp;"/>')
+    for cu in range(spec["compute_units"]):
+        lines += [f'          <instance name="{name}_{cu + 1}">',
+                  f'            <addrRemap base="{CU_BASE + cu * CU_STRIDE:#x}" port="S_AXI_CONTROL"/>',
+                  "          </instance>"]
+    lines += ["        </kernel>", "      </core>", "    </device>", "  </platform>", "</project>", ""]
+    return "\n".join(lines)
+
+
+def metadata_xclbin(manifest: dict[str, Any], memory: dict[str, Any]) -> bytes:
+    """An AXLF container with EMBEDDED_METADATA, MEM_TOPOLOGY, IP_LAYOUT and CONNECTIVITY built from
+    the manifest (no bitstream). `memory` is the target's memory: kind prefix, channels, bytes each."""
+    spec = manifest["spec"]
+    name = spec["name"]
+    prefix, channels, chan_bytes = memory["bank_prefix"], memory["channels"], memory["channel_capacity_bytes"]
+    tags = [f"{prefix}[{i}]" for i in range(channels)]
+    arg_ids = {a["name"]: i for i, a in enumerate(manifest["register_map"]["args"])}
+    connections = []
+    used = set()
+    for bank in manifest["banks"]:
+        for arg, expr in bank["banks"].items():
+            if expr is None or arg not in arg_ids:
+                continue
+            for tag in expand_banks(expr):
+                connections.append((arg_ids[arg], bank["cu"], tags.index(tag)))
+                used.add(tag)
+    mem = struct.pack("<i4x", len(tags)) + b"".join(
+        struct.pack("<BB6xqq16s", _MEM_TYPES.get(prefix, 2), int(t in used), chan_bytes // 1024, i * chan_bytes,
+                    t.encode()) for i, t in enumerate(tags))
+    ips = struct.pack("<i4x", spec["compute_units"]) + b"".join(
+        struct.pack("<IIQ64s", 1, 1, CU_BASE + cu * CU_STRIDE, f"{name}:{name}_{cu + 1}".encode())
+        for cu in range(spec["compute_units"]))
+    conn = struct.pack("<i", len(connections)) + b"".join(struct.pack("<iii", *c) for c in connections)
+    sections = [(SECTION_EMBEDDED_METADATA, "EMBEDDED_METADATA", kernel_metadata_xml(manifest).encode()),
+                (SECTION_MEM_TOPOLOGY, "MEM_TOPOLOGY", mem), (SECTION_IP_LAYOUT, "IP_LAYOUT", ips),
+                (SECTION_CONNECTIVITY, "CONNECTIVITY", conn)]
+    base = _HEADER_SIZE + _SECTION_HEADER.size * len(sections)
+    headers, payload = b"", b""
+    for kind, title, data in sections:
+        payload += bytes(-(base + len(payload)) % 8)  # 8-byte aligned payloads
+        headers += _SECTION_HEADER.pack(kind, title.encode()[:16], base + len(payload), len(data))
+        payload += data
+    total = _HEADER_SIZE + len(headers) + len(payload)
+    uuid = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).digest()[:16]
+    vbnv = (manifest["target"]["platform"] or manifest["target"]["key"]).encode()[:64]
+    header = struct.pack("<QQQHBBI16s64s16s16sI4x", total, 0, 0, 0, 2, 2, 1, b"", vbnv, uuid, b"", len(sections))
+    file_head = XCLBIN_MAGIC + bytes(32) + bytes(256) + struct.pack("<Q", 0)
+    return file_head + header + headers + payload
+
+
+def section_kinds(path: Path) -> list[int]:
+    """The section kinds listed in an AXLF file's header (empty when it is not one)."""
+    data = Path(path).read_bytes()
+    if not data.startswith(XCLBIN_MAGIC) or len(data) < _HEADER_SIZE:
+        return []
+    (count,) = struct.unpack_from("<I", data, _HEADER_SIZE - 8)
+    return [struct.unpack_from("<I", data, _HEADER_SIZE + i * _SECTION_HEADER.size)[0] for i in range(count)
+            if _HEADER_SIZE + (i + 1) * _SECTION_HEADER.size <= len(data)]

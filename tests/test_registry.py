@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,10 @@ from hls.generate import render
 from hls.spec import KernelSpec
 from hls.targets import get_target
 
-# A file that starts with the AXLF magic, so the registry's container check passes. It is a
-# made-up header for these tests, not a bitstream.
-FAKE_CONTAINER = registry.XCLBIN_MAGIC + bytes(56) + b"fake container for registry tests"
+# An AXLF header listing one BITSTREAM section, so the registry's container checks pass. It is
+# made up for these tests: the "bitstream" is 8 bytes of text and programs nothing.
+FAKE_CONTAINER = (registry.XCLBIN_MAGIC + bytes(32 + 256 + 8 + 144) + struct.pack("<I4x", 1)
+                  + struct.pack("<I16s4xQQ", registry.SECTION_BITSTREAM, b"BITSTREAM", 496, 8) + b"not bits")
 
 
 def _manifest(target: str = "u280", lanes: int = 8) -> dict:
@@ -91,3 +93,48 @@ def test_register_replaces_old_reports(tmp_path: Path) -> None:
     (folder / "stale.rpt").write_text("from an earlier build\n")
     _register(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == ["impl_1_kernel_util_routed.rpt"]
+
+
+# --- item 5: a metadata-only xclbin read back by PYNQ 3.0.1's parser -------------------------
+
+@pytest.mark.parametrize("spec", [
+    KernelSpec(target="u55c"),
+    KernelSpec(target="u250", optimizer="adam", compute_units=2, grad_dtype="bf16"),
+    KernelSpec(target="u280", grad_source="stream", compute_units=3, out_dtype="bf16"),
+], ids=["u55c", "u250-adam-2cu", "u280-stream-3cu"])
+def test_pynq_reads_manifest_regmap_and_banks_from_metadata_xclbin(spec: KernelSpec, tmp_path: Path) -> None:
+    import dataclasses
+
+    from pynq.pl_server.xclbin_parser import XclBin
+
+    target = get_target(spec.target)
+    _, manifest = render(spec, target)
+    data = registry.metadata_xclbin(manifest, dataclasses.asdict(target.memory))
+    parsed = XclBin(xclbin_data=bytearray(data))
+    name = spec.name
+    assert sorted(parsed.ip_dict) == [f"{name}_{cu + 1}" for cu in range(spec.compute_units)]
+    banks = {b["cu"]: b["banks"] for b in manifest["banks"]}
+    for cu in range(spec.compute_units):
+        ip = parsed.ip_dict[f"{name}_{cu + 1}"]
+        assert ip["hw_control_protocol"] == "ap_ctrl_hs"
+        assert ip["addr_range"] == 1 << manifest["register_map"]["address_bits"]
+        regs = {k: v for k, v in ip["registers"].items() if k != "CTRL"}
+        args = manifest["register_map"]["args"]
+        assert {a["name"]: a["offset"] for a in args if a["kind"] != "stream"} == \
+            {k: v["address_offset"] for k, v in regs.items()}
+        for a in args:
+            if a["kind"] == "pointer":
+                assert regs[a["name"]]["size"] == 64
+                mems = regs[a["name"]].get("MBG", [regs[a["name"]]["memory"]])
+                assert mems == registry.expand_banks(banks[cu][a["name"]]), a["name"]
+            elif a["kind"] == "scalar":
+                assert regs[a["name"]]["size"] == 32
+        assert set(ip["streams"]) == {a["name"] for a in args if a["kind"] == "stream"}
+    used = {t for b in banks.values() for e in b.values() if e for t in registry.expand_banks(e)}
+    assert {tag for tag, m in parsed.mem_dict.items() if m["used"]} == used
+    assert all(m["size"] == target.memory.channel_capacity_bytes for m in parsed.mem_dict.values())
+    # Registered, the container is recognized as an xclbin without a bitstream.
+    src = tmp_path / "meta.xclbin"
+    src.write_bytes(data)
+    registry.register(src, manifest, {"kernel": "metadata-only"}, {}, root=tmp_path / "reg")
+    assert registry.entries(tmp_path / "reg")[0]["status"] == "no-bitstream"
