@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.optimusnic-deps
 
-.PHONY: all deps deps-icarus deps-yosys demo test test-full lint bench clean
+.PHONY: all deps deps-icarus deps-yosys demo test test-full synth lint bench clean
 
 all: test
 
@@ -37,12 +37,18 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: deps
 	$(BIN)/optimusnic demo
 
-test: deps
+# yosys: the synth tests run real synthesis (they skip only where it cannot be installed).
+test: deps deps-yosys
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The long sweeps: 200,000 vectors per FP unit, every kernel variant.
-test-full: deps
+test-full: deps deps-yosys
 	$(BIN)/python -m pytest -q --full $(PYTEST_ARGS)
+
+# Resource estimate of the RTL kernel with yosys: make synth SYNTH_ARGS="--target u55c --lanes 16"
+SYNTH_ARGS ?= --target u55c
+synth: deps deps-yosys
+	$(BIN)/optimusnic synth $(SYNTH_ARGS)
 
 lint: deps
 	$(BIN)/ruff check hls pynq_driver tests sim
