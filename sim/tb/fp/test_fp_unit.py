@@ -77,6 +77,9 @@ async def run_test_stream(dut: object) -> None:
 
     rng = np.random.default_rng(seed + 7)
     ce_seq, valid_seq = _schedule(rng, int(n * 1.3) + 1000)
+    junk_mask = 4095
+    junk = rng.integers(0, 1 << 63, junk_mask + 1, dtype=np.uint64).tolist()
+    a_mask = (1 << spec.in_bits) - 1
 
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     clk_fall = FallingEdge(dut.clk)
@@ -121,16 +124,25 @@ async def run_test_stream(dut: object) -> None:
         if ce != cur_ce:
             h_ce.value = ce
             cur_ce = ce
-        if send != cur_valid:
-            h_valid.value = send
-            cur_valid = send
-        if send:
+        # during a stall in_valid is random too: ce=0 must ignore it
+        valid = send if ce else junk[cycle & junk_mask] & 1
+        if valid != cur_valid:
+            h_valid.value = valid
+            cur_valid = valid
+        if send and ce:
             h_a.value = a_list[idx]
             if h_b is not None:
                 h_b.value = b_list[idx]
             if h_sub is not None:
                 h_sub.value = sub_list[idx]
             h_tag.value = idx & tag_mask
+        elif cycle < len(ce_seq):
+            # idle or stalled: junk on the data inputs must not reach any output
+            j = junk[cycle & junk_mask]
+            h_a.value = j & a_mask
+            if h_b is not None:
+                h_b.value = j >> 32
+            h_tag.value = (j >> 7) & tag_mask
         await clk_fall
         if ce:
             edge += 1
