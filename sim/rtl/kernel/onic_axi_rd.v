@@ -84,7 +84,7 @@ module onic_axi_rd #(
     wire [6:0]  page_left  = 7'd64 - {1'b0, ar_addr_reg[11:6]};
     wire [31:0] len_a      = (ar_left_reg < MAX_BURST) ? ar_left_reg : MAX_BURST;
     wire [31:0] burst_len  = (len_a < {25'd0, page_left}) ? len_a : {25'd0, page_left};
-    localparam [FIFO_LOG2+1:0] DEPTH_W = DEPTH;
+    localparam [FIFO_LOG2+1:0] DEPTH_W = {2'b01, {FIFO_LOG2{1'b0}}};
     wire [FIFO_LOG2+1:0] room = DEPTH_W - {1'b0, fifo_count} - {1'b0, outstanding_reg};
     wire        issue      = !ar_valid_reg && ar_left_reg != 0 && burst_len <= room;
     wire        r_beat     = m_axi_rvalid && m_axi_rready;

@@ -62,8 +62,8 @@ module onic_pack #(
             localparam integer IDX_BITS = $clog2(RATIO);
             reg [IDX_BITS-1:0]       idx_reg;
             reg [512-IN_WIDTH-1:0]   acc_reg;   // vectors 0 .. RATIO-2 of the beat being built
-            localparam [IDX_BITS-1:0] LAST_IDX = RATIO - 1;
-            wire close = s_last || idx_reg == LAST_IDX;
+            // RATIO is a power of two: the last index is all ones
+            wire close = s_last || &idx_reg;
             wire fire  = s_valid && s_ready;
             // the beat as it will be, if this vector closes it
             wire [511:0] beat = ({{IN_WIDTH{1'b0}}, acc_reg} & ~({512{1'b1}} << (idx_reg * IN_WIDTH))) |

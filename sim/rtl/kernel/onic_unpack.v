@@ -45,8 +45,8 @@ module onic_unpack #(
         end else begin : g_split
             localparam integer IDX_BITS = $clog2(RATIO);
             reg [IDX_BITS-1:0] idx_reg;
-            localparam [IDX_BITS-1:0] LAST_IDX = RATIO - 1;
-            wire last = idx_reg == LAST_IDX;
+            // RATIO is a power of two: the last index is all ones
+            wire last = &idx_reg;
             always @(posedge clk) begin
                 if (rst || clear) begin
                     idx_reg <= {IDX_BITS{1'b0}};

@@ -1,0 +1,341 @@
+"""cocotb tests of a generated RTL Adam/AdamW kernel (the top rendered from templates/rtl).
+
+Configuration comes from the environment (hls/rtlsim.py sets it):
+ONIC_MANIFEST   path of the generated project's manifest.json (spec and register map)
+ONIC_ELEMENTS   comma-separated element counts for test_update (default "0,5,100")
+ONIC_RUNS       consecutive kernel runs per element count, state left in memory (default 3)
+ONIC_SEED       data and stall seed (default 1)
+ONIC_STALLS     probability of a random ready/valid pause per clock on every channel (default 0.2)
+ONIC_LATENCY    memory read latency in clocks (default 64)
+ONIC_RESULT     where to write a JSON summary (cycles per run, simulated clocks per second)
+ONIC_BENCH_ELEMENTS  element count of test_throughput (default: the largest of ONIC_ELEMENTS)
+
+test_update      bit-exact against hls/golden.py for every element count and run; memory past
+                 each buffer's n elements must be untouched
+test_control     ap_ctrl_hs: idle after reset, argument read-back, ap_done clear-on-read,
+                 interrupt only when enabled, a start written while busy is ignored
+test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles, RisingEdge
+from kernel_tb import AP_DONE, AP_IDLE, AP_READY, AP_START, CTRL, GIE, IER, ISR, KernelTB, run_kernel
+
+from hls import golden
+
+F32 = np.float32
+PAGE = 4096
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def load_config() -> dict[str, Any]:
+    manifest = json.loads(Path(os.environ["ONIC_MANIFEST"]).read_text())
+    return {
+        "manifest": manifest,
+        "spec": manifest["spec"],
+        "elements": [int(x) for x in _env("ONIC_ELEMENTS", "0,5,100").split(",") if x.strip()],
+        "runs": int(_env("ONIC_RUNS", "3")),
+        "seed": int(_env("ONIC_SEED", "1")),
+        "stalls": float(_env("ONIC_STALLS", "0.2")),
+        "latency": int(_env("ONIC_LATENCY", "64")),
+    }
+
+
+def record(key: str, value: Any) -> None:
+    path = os.environ.get("ONIC_RESULT")
+    if not path:
+        return
+    p = Path(path)
+    data = json.loads(p.read_text()) if p.exists() else {}
+    data[key] = value
+    p.write_text(json.dumps(data, indent=2))
+
+
+class Layout:
+    """Where each buffer lives in card memory: page-spaced regions, bases off the page start
+    by `skew` bytes (64-byte aligned) so bursts have to split at 4 KiB boundaries."""
+
+    def __init__(self, spec: dict[str, Any], n: int, skew: int) -> None:
+        gb = 4 if spec["grad_dtype"] == "fp32" else 2
+        ob = 4 if spec["out_dtype"] == "fp32" else 2
+        self.bytes = {"grad": n * gb, "p": 4 * n, "m": 4 * n, "v": 4 * n, "out": n * ob}
+        self.base: dict[str, int] = {}
+        self.end: dict[str, int] = {}  # end of the region (guard bytes up to here)
+        addr = PAGE
+        for name, size in self.bytes.items():
+            region = ((size + skew + 2 * PAGE - 1) // PAGE) * PAGE
+            self.base[name] = addr + skew
+            self.end[name] = addr + region
+            addr += region
+        self.size = 1 << max(20, (addr + PAGE - 1).bit_length())
+
+
+def make_state(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    p = rng.standard_normal(n).astype(F32)
+    m = (rng.standard_normal(n) * 0.1).astype(F32)
+    v = (np.abs(rng.standard_normal(n)) * 0.01).astype(F32)
+    specials = np.array([0.0, -0.0, 1e-40, -1e-45, np.inf, np.nan, 1e-30, -3e38], F32)
+    idx = np.arange(n)
+    sel = idx % 29 == 7
+    p[sel] = specials[idx[sel] // 29 % len(specials)]
+    return p, m, v
+
+
+def make_grad(rng: np.random.Generator, n: int, grad_dtype: str, run: int) -> np.ndarray:
+    g = (rng.standard_normal(n) * (10.0 ** rng.integers(-3, 1))).astype(F32)
+    specials = np.array([0.0, -0.0, 1e-40, -1e-42, 3e38, -np.inf, np.inf, np.nan, 6e-8, 65504.0], F32)
+    idx = np.arange(n)
+    sel = idx % 13 == (3 + run) % 13
+    g[sel] = specials[idx[sel] // 13 % len(specials)]
+    if grad_dtype == "bf16":
+        return golden.to_bf16_bits(g)
+    if grad_dtype == "fp16":
+        with np.errstate(over="ignore"):
+            return g.astype(np.float16)
+    return g
+
+
+def describe_mismatch(name: str, got: np.ndarray, want: np.ndarray) -> str:
+    i = golden.first_mismatch(got, want)
+    if i is None:
+        return ""
+    bad = int(np.count_nonzero(~golden.bits_equal(got, want)))
+    view = np.uint16 if got.dtype == np.uint16 else np.uint32
+    return (f"{name}: {bad} of {got.size} elements differ; first at {i}: "
+            f"got {int(got.view(view)[i]):#x} want {int(want.view(view)[i]):#x}")
+
+
+async def update_session(tb: KernelTB, cfg: dict[str, Any], n: int, rng: np.random.Generator,
+                         layout: Layout) -> list[int]:
+    """`runs` consecutive steps on one shard; state stays in card memory between runs."""
+    spec = cfg["spec"]
+    mem = tb.mem
+    # garbage everywhere first: whatever the kernel must not touch keeps its value
+    for name in layout.base:
+        start = layout.base[name] - (layout.base[name] % PAGE)
+        mem.write(start, rng.integers(0, 256, layout.end[name] - start, dtype=np.uint8).tobytes())
+    p, m, v = make_state(rng, n)
+    for name, arr in (("p", p), ("m", m), ("v", v)):
+        mem.write(layout.base[name], arr.tobytes())
+    guard = {name: mem.read(layout.base[name] + layout.bytes[name],
+                            layout.end[name] - layout.base[name] - layout.bytes[name])
+             for name in layout.base}
+    cycles = []
+    for run in range(cfg["runs"]):
+        grad = make_grad(rng, n, spec["grad_dtype"], run)
+        hyper = golden.Hyper(lr=float(rng.choice([1e-3, 3e-4, 1e-2])), weight_decay=0.01, step=run + 1,
+                             grad_scale=float(rng.choice([1.0, 0.5, 0.0625])))
+        scalars = golden.prepare_scalars(hyper, spec["optimizer"])
+        regs: dict[str, int] = {"n": n, **scalars.registers(spec["optimizer"])}
+        for name, arg in tb.args.items():
+            if arg["kind"] == "pointer":
+                regs[name] = layout.base[name]
+        if spec["grad_source"] == "stream":
+            tb.send_stream(grad.tobytes())
+        else:
+            mem.write(layout.base["grad"], grad.tobytes())
+        want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
+                                      grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
+        cycles.append(await run_kernel(tb, regs, timeout_cycles=200 * n + 20_000))
+        out_dtype = np.uint16 if spec["out_dtype"] == "bf16" else F32
+        got = {
+            "p": np.frombuffer(mem.read(layout.base["p"], 4 * n), F32),
+            "m": np.frombuffer(mem.read(layout.base["m"], 4 * n), F32),
+            "v": np.frombuffer(mem.read(layout.base["v"], 4 * n), F32),
+            "out": np.frombuffer(mem.read(layout.base["out"], layout.bytes["out"]), out_dtype),
+        }
+        errors = [describe_mismatch(k, got[k], w) for k, w in (("p", p), ("m", m), ("v", v), ("out", want_out))]
+        errors = [e for e in errors if e]
+        for name in layout.base:
+            after = mem.read(layout.base[name] + layout.bytes[name], len(guard[name]))
+            if after != guard[name]:
+                errors.append(f"{name}: memory past the buffer's {n} elements was written")
+        assert not errors, f"n={n} run {run + 1}: " + "; ".join(errors)
+        if spec["grad_source"] == "stream":
+            assert not tb.stream.count(), f"n={n} run {run + 1}: the kernel left stream beats unread"
+    return cycles
+
+
+@cocotb.test()
+async def test_update(dut: Any) -> None:
+    cfg = load_config()
+    seed = cfg["seed"]
+    rng = np.random.default_rng(seed)
+    biggest = Layout(cfg["spec"], max(cfg["elements"] + [1]), skew=3 * 64)
+    tb = KernelTB(dut, regmap=cfg["manifest"]["register_map"], mem_size=biggest.size,
+                  read_latency=cfg["latency"], stall_probability=cfg["stalls"], seed=seed)
+    await tb.reset()
+    assert await tb.read_reg(CTRL) & AP_IDLE, "ap_idle must be set after reset"
+    summary = {}
+    wall = time.perf_counter()
+    clocks = 0
+    for k, n in enumerate(cfg["elements"]):
+        layout = Layout(cfg["spec"], n, skew=(k * 5 % 64) * 64)
+        cycles = await update_session(tb, cfg, n, rng, layout)
+        summary[str(n)] = cycles
+        clocks += sum(cycles)
+        dut._log.info("n=%d: %d runs bit-exact, clocks per run %s", n, cfg["runs"], cycles)
+    record("update", {"cycles": summary, "wall_s": time.perf_counter() - wall, "clocks": clocks})
+
+
+@cocotb.test()
+async def test_throughput(dut: Any) -> None:
+    """One run, no stalls: the clocks a shard of n elements takes (the efficiency benchmark)."""
+    cfg = load_config()
+    spec = cfg["spec"]
+    n = int(_env("ONIC_BENCH_ELEMENTS", str(max(cfg["elements"]))))
+    rng = np.random.default_rng(cfg["seed"])
+    layout = Layout(spec, n, skew=0)
+    tb = KernelTB(dut, regmap=cfg["manifest"]["register_map"], mem_size=layout.size,
+                  read_latency=cfg["latency"], stall_probability=0.0)
+    await tb.reset()
+    p, m, v = make_state(rng, n)
+    grad = make_grad(rng, n, spec["grad_dtype"], 0)
+    for name, arr in (("p", p), ("m", m), ("v", v)):
+        tb.mem.write(layout.base[name], arr.tobytes())
+    scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
+    regs: dict[str, int] = {"n": n, **scalars.registers(spec["optimizer"])}
+    for name, arg in tb.args.items():
+        if arg["kind"] == "pointer":
+            regs[name] = layout.base[name]
+    if spec["grad_source"] == "stream":
+        tb.send_stream(grad.tobytes())
+    else:
+        tb.mem.write(layout.base["grad"], grad.tobytes())
+    wall = time.perf_counter()
+    cycles = await run_kernel(tb, regs, timeout_cycles=100 * n + 20_000, use_interrupt=False)
+    wall = time.perf_counter() - wall
+    want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
+                                  grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
+    out_dtype = np.uint16 if spec["out_dtype"] == "bf16" else F32
+    got = np.frombuffer(tb.mem.read(layout.base["out"], layout.bytes["out"]), out_dtype)
+    error = describe_mismatch("out", got, want_out)
+    assert not error, error
+    result = {
+        "elements": n,
+        "cycles": cycles,
+        "elements_per_cycle": n / cycles if cycles else 0.0,
+        "lanes": spec["lanes"],
+        "fraction_of_ideal": (n / cycles) / spec["lanes"] if cycles else 0.0,
+        "latency": cfg["latency"],
+        "wall_s": wall,
+        "sim_clocks_per_s": cycles / wall if wall > 0 else 0.0,
+    }
+    dut._log.info("throughput: %s", result)
+    record("throughput", result)
+
+
+@cocotb.test()
+async def test_control(dut: Any) -> None:
+    cfg = load_config()
+    spec = cfg["spec"]
+    rng = np.random.default_rng(cfg["seed"] + 100)
+    n = 600
+    layout = Layout(spec, n, skew=64)
+    tb = KernelTB(dut, regmap=cfg["manifest"]["register_map"], mem_size=layout.size,
+                  read_latency=cfg["latency"], stall_probability=0.0)
+    await tb.reset()
+    ctrl = await tb.read_reg(CTRL)
+    assert ctrl & AP_IDLE and not ctrl & (AP_START | AP_DONE | AP_READY), f"after reset CTRL={ctrl:#x}"
+    assert not int(dut.interrupt.value)
+
+    # arguments read back, reserved words read 0
+    pattern = random.Random(cfg["seed"])
+    regs: dict[str, int] = {}
+    for name, arg in tb.args.items():
+        if arg["kind"] == "pointer":
+            regs[name] = pattern.getrandbits(64) & ~0x3F
+        elif arg["kind"] == "scalar":
+            regs[name] = pattern.getrandbits(32)
+    await tb.write_args(regs)
+    for name, value in regs.items():
+        got = await tb.read_arg(name)
+        assert got == value, f"{name}: wrote {value:#x}, read back {got:#x}"
+        arg = tb.args[name]
+        reserved = arg["offset"] + (8 if arg["kind"] == "pointer" else 4)
+        assert await tb.read_reg(reserved) == 0, f"{name}: reserved word at {reserved:#x} is not 0"
+
+    # one real run, interrupts disabled: no interrupt; a second start while busy is ignored
+    p, m, v = make_state(rng, n)
+    for name, arr in (("p", p), ("m", m), ("v", v)):
+        tb.mem.write(layout.base[name], arr.tobytes())
+    grad = make_grad(rng, n, spec["grad_dtype"], 0)
+    scalars = golden.prepare_scalars(golden.Hyper(step=1), spec["optimizer"])
+    regs = {"n": n, **scalars.registers(spec["optimizer"])}
+    for name, arg in tb.args.items():
+        if arg["kind"] == "pointer":
+            regs[name] = layout.base[name]
+    if spec["grad_source"] == "stream":
+        tb.send_stream(grad.tobytes())
+    else:
+        tb.mem.write(layout.base["grad"], grad.tobytes())
+    want = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
+                              grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
+    await tb.write_args(regs)
+    await tb.write_reg(CTRL, AP_START)
+    ctrl = await tb.read_reg(CTRL)
+    assert ctrl & AP_START and not ctrl & AP_IDLE, f"running: CTRL={ctrl:#x}"
+    await tb.write_reg(CTRL, AP_START)  # second start while busy
+    seen_irq = False
+    for _ in range(200 * n):
+        await RisingEdge(dut.ap_clk)
+        seen_irq |= bool(int(dut.interrupt.value))
+        if int(dut.control_inst.int_ap_done_reg.value):
+            break
+    await ClockCycles(dut.ap_clk, 50)
+    assert not seen_irq and not int(dut.interrupt.value), "interrupt fired with GIE/IER off"
+    ctrl = await tb.read_reg(CTRL)
+    assert ctrl & AP_DONE and ctrl & AP_IDLE and ctrl & AP_READY and not ctrl & AP_START, \
+        f"after the run CTRL={ctrl:#x} (expected done, idle, ready; no start pending)"
+    ctrl = await tb.read_reg(CTRL)
+    assert not ctrl & AP_DONE and not ctrl & AP_READY, f"ap_done/ap_ready must clear on read: CTRL={ctrl:#x}"
+    await ClockCycles(dut.ap_clk, 200)
+    assert await tb.read_reg(CTRL) & AP_IDLE, "a start written while busy started a second run"
+    out_dtype = np.uint16 if spec["out_dtype"] == "bf16" else F32
+    got = np.frombuffer(tb.mem.read(layout.base["out"], layout.bytes["out"]), out_dtype)
+    error = describe_mismatch("out", got, want)
+    assert not error, error
+    got_p = np.frombuffer(tb.mem.read(layout.base["p"], 4 * n), F32)
+    assert not describe_mismatch("p", got_p, p), "p was updated more than once"
+
+    # interrupt: enabled -> fires on done; ISR toggles on write; drops when cleared
+    await tb.write_reg(GIE, 1)
+    await tb.write_reg(IER, 1)
+    assert await tb.read_reg(GIE) == 1 and await tb.read_reg(IER) == 1
+    regs["n"] = 0
+    cycles = await run_kernel(tb, regs, timeout_cycles=1000, use_interrupt=True)
+    assert cycles < 100, f"a zero-element run took {cycles} clocks"
+    assert not int(dut.interrupt.value), "interrupt still high after ISR was cleared"
+    assert await tb.read_reg(ISR) == 0
+    # ready interrupt (IER bit 1) too, then GIE off masks the pin but not ISR
+    await tb.write_reg(IER, 3)
+    await tb.write_args({"n": 0})
+    await tb.write_reg(CTRL, AP_START)
+    for _ in range(200):
+        await RisingEdge(dut.ap_clk)
+        if int(dut.interrupt.value):
+            break
+    assert int(dut.interrupt.value), "interrupt did not fire with GIE and IER set"
+    assert await tb.read_reg(ISR) == 3, "ISR must show done and ready"
+    await tb.write_reg(GIE, 0)
+    await ClockCycles(dut.ap_clk, 2)
+    assert not int(dut.interrupt.value), "GIE=0 must mask the interrupt pin"
+    await tb.write_reg(ISR, 1)
+    assert await tb.read_reg(ISR) == 2, "writing 1 to ISR bit 0 must toggle only that bit"
+    await tb.write_reg(ISR, 2)
+    assert await tb.read_reg(ISR) == 0
+    await tb.read_reg(CTRL)
+    assert await tb.read_reg(CTRL) & AP_IDLE
