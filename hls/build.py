@@ -30,7 +30,7 @@ from typing import Any
 
 from hls import generate, registry, reports
 from hls.errors import OptimusError, ToolMissing, UserError
-from hls.paths import BITSTREAMS_DIR
+from hls.paths import BITSTREAMS_DIR, RTL_DIR
 from hls.spec import KernelSpec
 from hls.targets import Target
 
@@ -191,11 +191,14 @@ def plan_build(
     else:
         rtl_dir = project / "rtl"
         xo = rtl_dir / f"{name}.xo"
+        # package_xo.tcl takes the static RTL folder (sim/rtl: kernel.f, fp_units.f) and the .xo path.
         steps.append(Step(
             name="package_xo", title="Vivado batch: package the RTL kernel (kernel.xml + Verilog) as a Vitis .xo",
             argv=["vivado", "-mode", "batch", "-notrace", "-source", "package_xo.tcl",
-                  "-log", str(logs / "vivado.log"), "-journal", str(logs / "vivado.jou")],
-            cwd=rtl_dir, inputs=[rtl_dir / f"{name}.v", rtl_dir / "kernel.xml", rtl_dir / "package_xo.tcl"],
+                  "-log", str(logs / "vivado.log"), "-journal", str(logs / "vivado.jou"),
+                  "-tclargs", str(RTL_DIR), str(xo)],
+            cwd=rtl_dir, inputs=[rtl_dir / f"{name}.v", rtl_dir / "kernel.xml", rtl_dir / "package_xo.tcl",
+                                 RTL_DIR / "kernel" / "kernel.f", RTL_DIR / "fp" / "fp_units.f"],
             outputs=[xo], log=logs / "1-package_xo.log",
         ))
     link_dir = run_dir / "link"

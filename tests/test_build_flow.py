@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from hashlib import sha256 as _sha256
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from hls import build, reports
 from hls.cli import main
 from hls.generate import load_manifest, render
+from hls.paths import RTL_DIR
 from hls.spec import KernelSpec
 from hls.targets import get_target, load_catalog
 
@@ -54,6 +56,10 @@ def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]
     monkeypatch.delenv("OPTIMUSNIC_STANDIN_FAIL", raising=False)
     monkeypatch.delenv("OPTIMUSNIC_STANDIN_WNS", raising=False)
     return {"log": log, "platforms": platforms, "registry": tmp_path / "bitstreams", "run": tmp_path / "run"}
+
+
+def sha256(data: bytes) -> str:
+    return _sha256(data).hexdigest()
 
 
 def _calls(log: Path) -> list[dict]:
@@ -206,7 +212,10 @@ def test_rtl_flow_with_standins(standins: dict[str, Path], capsys: pytest.Captur
     assert [c["tool"] for c in calls] == ["vivado", "v++"]
     viv = calls[0]
     assert viv["argv"][:5] == ["-mode", "batch", "-notrace", "-source", "package_xo.tcl"]
+    assert viv["tclargs"] == [str(RTL_DIR), str(project / "rtl" / "optimusnic_adamw.xo")]
     assert Path(viv["cwd"]) == project / "rtl"
+    assert viv["inputs"]["kernel/onic_adam_lane.v"] == sha256((RTL_DIR / "kernel" / "onic_adam_lane.v").read_bytes())
+    assert viv["inputs"]["fp/fp32_mul.v"] == sha256((RTL_DIR / "fp" / "fp32_mul.v").read_bytes())
     assert viv["inputs"]["kernel.xml"] == manifest["files"]["rtl/kernel.xml"]
     assert viv["inputs"]["optimusnic_adamw.v"] == manifest["files"]["rtl/optimusnic_adamw.v"]
     assert calls[1]["argv"][-1] == str(project / "rtl" / "optimusnic_adamw.xo")
