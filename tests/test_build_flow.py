@@ -275,6 +275,8 @@ def test_existing_project_is_used_as_is(standins: dict[str, Path], capsys: pytes
     assert main(["build", "--target", "u55c", "--project", str(project), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert f"use the generated project {project}" in out and "2 lanes" in out
+    assert main(["build", "--target", "u50", "--project", str(project), "--dry-run"]) == 2
+    assert "generated for target u55c, not u50" in capsys.readouterr().err
 
 
 # --- report parsers on samples in the vendor formats --------------------------------------------

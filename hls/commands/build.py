@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hls import build
 from hls.commands.common import add_spec_options, spec_from_args
+from hls.errors import UserError
 from hls.generate import load_manifest, spec_from_manifest
 from hls.paths import BITSTREAMS_DIR
 from hls.targets import get_target
@@ -36,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     if args.project is not None:
         spec = spec_from_manifest(load_manifest(args.project))
         if spec.target != args.target:
-            spec = spec.with_(target=args.target)
-            print(f"note: {args.project} was generated for another target; its spec is re-targeted to {args.target}")
+            raise UserError(f"{args.project} was generated for target {spec.target}, not {args.target}: "
+                            f"build it with --target {spec.target} or generate a project for {args.target}")
     else:
         spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
