@@ -246,44 +246,54 @@ def estimate(spec: KernelSpec, target: Target, *, mode: str = "scaled", cache_di
         per_cu = {r: top1["resources"][r] for r in RESOURCES}
     else:
         per_cu = _scale(infra, lane_r, spec.lanes)
-    cus = spec.compute_units
-    total = {r: _tidy(per_cu[r] * cus) for r in RESOURCES}
-    usable = {r: target.usable(r) for r in RESOURCES}
-    device = {r: target.resources.get(r) for r in RESOURCES}
-    util = {r: (round(100.0 * total[r] / usable[r], 2) if usable[r] else None) for r in RESOURCES}
-    fits = all(usable[r] is None or total[r] <= usable[r] for r in RESOURCES)
-    max_lanes = 0
-    lanes = 1
-    while lanes <= MAX_LANES:
-        need = _scale(infra, lane_r, lanes, cus)
-        if all(usable[r] is None or need[r] <= usable[r] for r in RESOURCES):
-            max_lanes = lanes
-        lanes *= 2
-    max_cus = min((math.floor(usable[r] / per_cu[r]) for r in RESOURCES if usable[r] and per_cu[r]), default=None)
-    limiting = max((r for r in RESOURCES if usable[r]), key=lambda r: total[r] / usable[r])
     return {
         "spec": spec.to_dict(),
-        "target": target.key,
-        "part": target.part,
         "mode": mode,
         "method": ("per CU = (top at 1 lane - lane) + lanes x lane" if mode == "scaled"
                    else "per CU = the kernel top synthesized at the requested lanes"),
         "lane": lane_r,
         "infrastructure": infra,
-        "per_cu": {r: _tidy(v) for r, v in per_cu.items()},
-        "total": total,
-        "usable": usable,
-        "device": device,
-        "usable_fraction": target.usable_fraction,
-        "utilization_pct": util,
-        "limiting_resource": limiting,
-        "fits": fits,
-        "max_lanes_that_fit": max_lanes,
-        "max_compute_units_that_fit": max_cus,
         "runs": [{k: r[k] for k in ("unit", "top", "params", "seconds", "cached", "key", "resources")} for r in runs],
         "yosys": lane["yosys"],
         "caveat": "yosys synth_xilinx estimate before placement; Vivado figures differ",
+    } | judge(infra, lane_r, {r: _tidy(v) for r, v in per_cu.items()}, spec.compute_units, target)
+
+
+def judge(infra: dict[str, Any], lane: dict[str, Any], per_cu: dict[str, Any], cus: int,
+          target: Target) -> dict[str, Any]:
+    """Totals against the target's usable resources: fit, utilization, largest lane count and CU count."""
+    total = {r: _tidy(per_cu[r] * cus) for r in RESOURCES}
+    usable = {r: target.usable(r) for r in RESOURCES}
+    max_lanes = 0
+    lanes = 1
+    while lanes <= MAX_LANES:
+        need = _scale(infra, lane, lanes, cus)
+        if all(usable[r] is None or need[r] <= usable[r] for r in RESOURCES):
+            max_lanes = lanes
+        lanes *= 2
+    return {
+        "target": target.key,
+        "part": target.part,
+        "per_cu": per_cu,
+        "total": total,
+        "usable": usable,
+        "device": {r: target.resources.get(r) for r in RESOURCES},
+        "usable_fraction": target.usable_fraction,
+        "utilization_pct": {r: (round(100.0 * total[r] / usable[r], 2) if usable[r] else None) for r in RESOURCES},
+        "limiting_resource": max((r for r in RESOURCES if usable[r]), key=lambda r: total[r] / usable[r]),
+        "fits": all(usable[r] is None or total[r] <= usable[r] for r in RESOURCES),
+        "max_lanes_that_fit": max_lanes,
+        "max_compute_units_that_fit": min((math.floor(usable[r] / per_cu[r]) for r in RESOURCES
+                                           if usable[r] and per_cu[r]), default=None),
+        "notes": family_notes(target),
     }
+
+
+def family_notes(target: Target) -> list[str]:
+    if "ultrascale_plus" in target.family:
+        return []
+    return [f"{target.name} is {target.family or 'not UltraScale+'}: yosys has no mapping for it, so these are "
+            "UltraScale+ figures (DSP48E2, RAMB36E2) used as a proxy; its DSP58s and memories differ"]
 
 
 def spec_key(spec: KernelSpec) -> str:
@@ -301,11 +311,11 @@ def cached_estimate(spec: KernelSpec, target: Target, cache_dir: Path | None = N
         return None
     try:
         data = json.loads(path.read_text())
-        per_cu = _scale(data["infrastructure"], data["lane"], spec.lanes)
-    except (ValueError, KeyError):
+        per_cu = {r: _tidy(v) for r, v in _scale(data["infrastructure"], data["lane"], spec.lanes).items()}
+        return data | {"spec": spec.to_dict(), "mode": "scaled"} | judge(
+            data["infrastructure"], data["lane"], per_cu, spec.compute_units, target)
+    except (ValueError, KeyError, TypeError):
         return None
-    total = {r: _tidy(per_cu[r] * spec.compute_units) for r in RESOURCES}
-    return rescore(data | {"spec": spec.to_dict(), "per_cu": per_cu, "total": total}, target)
 
 
 def save_estimate(result: dict[str, Any], cache_dir: Path | None = None) -> Path:
@@ -314,18 +324,6 @@ def save_estimate(result: dict[str, Any], cache_dir: Path | None = None) -> Path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return path
-
-
-def rescore(result: dict[str, Any], target: Target) -> dict[str, Any]:
-    """The same synthesis figures judged against another target (yosys maps all UltraScale+ alike)."""
-    usable = {r: target.usable(r) for r in RESOURCES}
-    total = result["total"]
-    return result | {
-        "target": target.key,
-        "usable": usable,
-        "fits": all(usable[r] is None or total[r] <= usable[r] for r in RESOURCES),
-        "utilization_pct": {r: (round(100.0 * total[r] / usable[r], 2) if usable[r] else None) for r in RESOURCES},
-    }
 
 
 def fit_note(spec: KernelSpec, target: Target, cache_dir: Path | None = None) -> str | None:

@@ -68,6 +68,7 @@ def format_estimate(r: dict, target_name: str) -> str:
         f"largest lane count that fits: {r['max_lanes_that_fit'] or 'none'}"
         f"{' x ' + str(s['compute_units']) + ' CU' if s['compute_units'] > 1 else ''}; "
         f"CUs of this width that fit: {r['max_compute_units_that_fit']}",
+        *[f"note: {n}" for n in r.get("notes", [])],
         "yosys runs: " + ", ".join(f"{u['unit']} {u['seconds']} s{' (cached)' if u['cached'] else ''}"
                                    for u in r["runs"]),
     ]
