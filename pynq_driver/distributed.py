@@ -12,8 +12,9 @@ parameter dtype:
 
 That is ZeRO stage 1 optimizer-state sharding with stage 2's communication (reduce-scatter of
 flat gradient buckets instead of an all-reduce). It runs on any process group: gloo on CPU,
-NCCL on GPUs (the card streams host tensors, so NCCL users pass CPU copies of the shard; the
-collectives themselves work on whatever device the bucket lives on).
+NCCL on GPUs. The buckets live on the parameters' device and the collectives run there; only
+the rank's own shard crosses to host memory, which the card reads, and back. (This machine has
+no GPU: the CUDA path is written for, not yet run.)
 
 A step whose reduced gradient holds inf/NaN on any rank is skipped on every rank (one
 all-reduce of a flag), so the shards never drift apart. `state_dict()` is collective: it
@@ -68,10 +69,14 @@ class ShardedBucket:
         self.shard_len = self.padded // world
         self.lo = rank * self.shard_len
         self.hi = self.lo + self.shard_len
-        self.grad = torch.zeros(self.padded, dtype=self.dtype)  # the tail stays zero: padding never moves
-        self.gathered = torch.empty(self.padded, dtype=self.dtype)
-        self.shard_grad = torch.empty(self.shard_len, dtype=self.dtype)
-        self.shard_out = torch.empty(self.shard_len, dtype=self.dtype)
+        # Buckets live where the parameters live (collectives run there: gloo on CPU, NCCL on GPUs);
+        # the card reads and writes host memory, so the shard crosses to the host and back.
+        dev = self.flat.device
+        self.grad = torch.zeros(self.padded, dtype=self.dtype, device=dev)  # the tail stays zero
+        self.gathered = torch.empty(self.padded, dtype=self.dtype, device=dev)
+        self.shard_grad = torch.empty(self.shard_len, dtype=self.dtype, device=dev)
+        self.shard_out = torch.empty(self.shard_len, dtype=self.dtype, device=dev)
+        self.host_out = self.shard_out if dev.type == "cpu" else torch.empty(self.shard_len, dtype=self.dtype)
         self.shard: ShardState | None = None
 
     def masters(self, states: list[dict[str, Any]] | None = None) -> np.ndarray:
@@ -126,18 +131,15 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
             raise
 
     def _make_buckets(self, group: dict[str, Any]) -> list[ShardedBucket]:
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = defaultdict(list)
+        by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = defaultdict(list)
         for p in group["params"]:
             if p.dtype not in KERNEL_DTYPES:
                 raise UserError(f"ShardedNicOptimizer: parameters of dtype {p.dtype} are not supported; use one of "
                                 f"{', '.join(str(d) for d in KERNEL_DTYPES)}")
-            if p.device.type != "cpu":
-                raise UserError(f"ShardedNicOptimizer: a parameter is on {p.device}; this release streams host "
-                                "(CPU) tensors to the card")
             if p.requires_grad:
-                by_dtype[p.dtype].append(p)
+                by_dtype[p.dtype, p.device].append(p)
         out = []
-        for dtype, params in by_dtype.items():
+        for (dtype, _), params in by_dtype.items():
             b = ShardedBucket(params, self.rank, self.world, CHUNK_ALIGN)
             b.shard = ShardState(self.pool.get(*KERNEL_DTYPES[dtype]), b.masters(), self.chunk_elems,
                                  nonfinite="skip")
@@ -204,14 +206,17 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
             return loss
         if self.skip_nonfinite:
             # One flag for all buckets: if any rank's reduced shard is not finite, all skip the step.
-            bad = torch.tensor([float(not all(bool(torch.isfinite(b.shard_grad).all()) for _, b in work))])
+            bad = torch.tensor([float(not all(bool(torch.isfinite(b.shard_grad).all()) for _, b in work))],
+                               device=work[0][1].grad.device)
             dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.group)
             if bad.item():
                 self.skipped_steps += 1
                 return loss
         for group, b in work:
             hyper = hyper_for(group, b.shard.step_count + 1)
-            b.shard.step(b.shard_grad, hyper, out=b.shard_out, apply_nonfinite=True)
+            b.shard.step(b.shard_grad.cpu(), hyper, out=b.host_out, apply_nonfinite=True)
+            if b.host_out is not b.shard_out:
+                b.shard_out.copy_(b.host_out)
             _all_gather(b.gathered, b.shard_out, group=self.group)
             b.flat.write_back(b.gathered)
         return loss
@@ -224,9 +229,10 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
 
     # ---- state_dict: torch.optim.AdamW's format, gathered from every rank (collective) -----------
     def _gather_full(self, b: ShardedBucket, local: np.ndarray) -> torch.Tensor:
-        full = torch.empty(b.padded, dtype=torch.float32)
-        _all_gather(full, torch.from_numpy(np.ascontiguousarray(local)), group=self.group)
-        return full[: b.flat.n]
+        dev = b.grad.device
+        full = torch.empty(b.padded, dtype=torch.float32, device=dev)
+        _all_gather(full, torch.from_numpy(np.ascontiguousarray(local)).to(dev), group=self.group)
+        return full[: b.flat.n].cpu()
 
     def state_dict(self) -> dict[str, Any]:
         """Collective: every rank must call it. Returns the full state in torch.optim.AdamW's format."""
@@ -234,7 +240,7 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
         for buckets in self._buckets:
             for b in buckets:
                 sd = b.shard.state_dict()
-                steps = torch.tensor([float(sd["step"])])
+                steps = torch.tensor([float(sd["step"])], device=b.grad.device)
                 dist.all_reduce(steps, op=dist.ReduceOp.MAX, group=self.group)
                 if steps.item() == 0:
                     continue
@@ -268,7 +274,7 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
                 elif not all(present):
                     raise UserError(f"{who}: the state dict has state for only some parameters of a param group")
                 else:
-                    cat = {k: torch.cat([st[k].detach().to(torch.float32).reshape(-1) for st in states])
+                    cat = {k: torch.cat([st[k].detach().to("cpu", torch.float32).reshape(-1) for st in states])
                            for k in ("exp_avg", "exp_avg_sq")}
                     sd = {"step": saved_step(states, who), "exp_avg": b.slice_of(cat["exp_avg"]),
                           "exp_avg_sq": b.slice_of(cat["exp_avg_sq"]), "params": b.masters(states)}

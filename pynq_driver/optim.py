@@ -105,18 +105,20 @@ class FlatBucket:
     def __init__(self, params: list[torch.Tensor]) -> None:
         self.params = params
         self.dtype = params[0].dtype
+        self.device = params[0].device
         self.numels = [p.numel() for p in params]
         self.offsets = [0, *np.cumsum(self.numels).tolist()]
         self.n = int(self.offsets[-1])
         self.versions: list[tuple[int, int]] = []
 
     def flat_params(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1) for p in self.params])
+        """The parameters end to end, on the host (the card is fed from host memory)."""
+        return torch.cat([p.detach().reshape(-1) for p in self.params]).cpu()
 
     def flat_grads(self, out: torch.Tensor | None = None, *, negate: bool = False) -> torch.Tensor:
         """The gradients end to end (into `out`, which may be longer: the tail is left alone)."""
         if out is None:
-            out = torch.empty(self.n, dtype=self.dtype)
+            out = torch.empty(self.n, dtype=self.dtype, device=self.device)
         for p, lo, hi in zip(self.params, self.offsets, self.offsets[1:], strict=False):
             g = p.grad
             if g.is_sparse:
@@ -129,7 +131,7 @@ class FlatBucket:
         return out
 
     def write_back(self, flat: torch.Tensor) -> None:
-        """Copy the updated flat parameters into the model's tensors; remember their versions."""
+        """Copy the updated flat parameters (host or any device) into the model's tensors."""
         for p, lo, hi in zip(self.params, self.offsets, self.offsets[1:], strict=False):
             p.detach().copy_(flat[lo:hi].view_as(p))
         self.remember()
@@ -217,11 +219,11 @@ def torch_param_state(step: int, exp_avg: np.ndarray, exp_avg_sq: np.ndarray, p:
 def masters_from(bucket: FlatBucket, states: list[dict[str, Any]] | None, lo: int = 0, hi: int | None = None
                  ) -> np.ndarray:
     """fp32 masters for flat range [lo, hi) of the bucket: saved ones if still current, else the model's."""
-    current = bucket.flat_params()[lo:hi]
+    current = bucket.flat_params()[lo:hi]  # on the host
     if bucket.dtype == torch.float32:
         return current.numpy().copy()
     if states and all(MASTER_KEY in st for st in states):
-        saved = torch.cat([st[MASTER_KEY].detach().to(torch.float32).reshape(-1) for st in states])[lo:hi]
+        saved = torch.cat([st[MASTER_KEY].detach().to("cpu", torch.float32).reshape(-1) for st in states])[lo:hi]
         saved_np = saved.numpy()
         if np.array_equal(to_bf16_bits(saved_np), flat_to_host(current.contiguous())):
             return saved_np.copy()
@@ -282,18 +284,15 @@ class _NicAdamBase(torch.optim.Optimizer):
 
     # ---- layout ------------------------------------------------------------------------------
     def _make_buckets(self, group: dict[str, Any]) -> list[tuple[FlatBucket, ShardState]]:
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = defaultdict(list)
+        by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = defaultdict(list)
         for p in group["params"]:
-            if p.device.type != "cpu":
-                raise UserError(f"{type(self).__name__}: a parameter is on {p.device}; this release streams "
-                                "host (CPU) tensors to the card")
             if p.dtype not in KERNEL_DTYPES:
                 raise UserError(f"{type(self).__name__}: parameters of dtype {p.dtype} are not supported; "
                                 f"use one of {', '.join(str(d) for d in KERNEL_DTYPES)}")
             if p.requires_grad:  # frozen parameters never get state, as in torch
-                by_dtype[p.dtype].append(p)
+                by_dtype[p.dtype, p.device].append(p)
         out = []
-        for dtype, params in by_dtype.items():
+        for (dtype, _), params in by_dtype.items():
             bucket = FlatBucket(params)
             dev = self.pool.get(*KERNEL_DTYPES[dtype])
             shard = ShardState(dev, bucket.flat_params().to(torch.float32), self.chunk_elems,
@@ -349,7 +348,8 @@ class _NicAdamBase(torch.optim.Optimizer):
                     continue
                 if bucket.changed_outside():
                     self._reload_masters(bucket, shard)
-                grad = bucket.flat_grads(negate=bool(group.get("maximize", False)))
+                # GPU gradients come to the host in one copy: the card reads host memory over PCIe.
+                grad = bucket.flat_grads(negate=bool(group.get("maximize", False))).cpu()
                 hyper = hyper_for(group, shard.step_count + 1)
                 out = torch.empty(bucket.n, dtype=bucket.dtype)
                 result = shard.step(grad, hyper, out=out, apply_nonfinite=not self.skip_nonfinite)
@@ -402,8 +402,9 @@ class _NicAdamBase(torch.optim.Optimizer):
                 else:
                     sd = {
                         "step": saved_step(states, who),
-                        "exp_avg": torch.cat([st["exp_avg"].detach().to(torch.float32).reshape(-1) for st in states]),
-                        "exp_avg_sq": torch.cat([st["exp_avg_sq"].detach().to(torch.float32).reshape(-1)
+                        "exp_avg": torch.cat([st["exp_avg"].detach().to("cpu", torch.float32).reshape(-1)
+                                              for st in states]),
+                        "exp_avg_sq": torch.cat([st["exp_avg_sq"].detach().to("cpu", torch.float32).reshape(-1)
                                                  for st in states]),
                         "params": masters_from(bucket, states),
                     }
