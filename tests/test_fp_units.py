@@ -62,7 +62,7 @@ def run_unit(unit: str, simulator: str, n_random: int, seed: int = 1) -> None:
     )
     ran, failed = simulators.check_results(xml)
     print(f"{unit} on {simulator}: {n_random} random vectors, {time.perf_counter() - start:.1f} s")
-    assert ran == 1 and failed == 0, f"{unit} on {simulator}: {failed} of {ran} cocotb tests failed; see {xml}"
+    assert ran == 1 and failed == 0, f"{unit} on {simulator}: {failed} of {ran} cocotb tests failed ({xml})"
 
 
 @pytest.mark.parametrize("unit", UNITS)
@@ -87,9 +87,8 @@ def test_bf16_reference_matches_torch() -> None:
     ops = vectors.all_operands("fp32_to_bf16", 200_000, seed=0)
     a = ops["a"]
     ours = vectors.fp32_to_bf16_bits(a)
-    theirs = (
-        torch.from_numpy(a.view(np.float32).copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-    ).astype(np.uint32)
+    as_bf16 = torch.from_numpy(a.view(np.float32).copy()).to(torch.bfloat16)
+    theirs = as_bf16.view(torch.int16).numpy().view(np.uint16).astype(np.uint32)
     assert np.all(vectors.matches("fp32_to_bf16", ours, theirs))
     # and the widening reference is the exact inverse on every non-NaN bf16 pattern
     bf = np.arange(1 << 16, dtype=np.uint32)

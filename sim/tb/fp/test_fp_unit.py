@@ -35,10 +35,10 @@ def expected_latency(dut: object, unit: str) -> int:
         elaborated = None
     if elaborated is None:
         if table is None:
-            raise AssertionError(f"{unit}: LATENCY is not visible in the simulator and vectors.UNITS has none")
+            raise AssertionError(f"{unit}: LATENCY not visible in the simulator, none in vectors.UNITS")
         return table
     if table is not None and table != elaborated:
-        raise AssertionError(f"vectors.UNITS[{unit!r}].latency = {table} but the {unit}.v LATENCY = {elaborated}")
+        raise AssertionError(f"vectors.UNITS[{unit!r}].latency = {table} but {unit}.v LATENCY = {elaborated}")
     return elaborated
 
 
@@ -194,12 +194,12 @@ async def run_test_stream(dut: object) -> None:
         bad = np.flatnonzero(~tags_ok)
         problems.append(f"{len(bad)} tags wrong (first at vector {bad[0]}: {out_tag[bad[0]]:#x})")
     bad = np.flatnonzero(~ok)
-    width = spec.out_bits // 4
+    out_digits = 2 + spec.out_bits // 4
+    in_digits = {"a": 2 + spec.in_bits // 4, "b": 2 + spec.in_bits // 4, "sub": 3}
     for i in bad[:MAX_REPORTED]:
-        operands = " ".join(f"{k}={int(ops[k][i]):#0{2 + (spec.in_bits // 4 if k != 'sub' else 1)}x}" for k in ops)
-        problems.append(
-            f"vector {i}: {operands} -> got {int(got[i]):#0{2 + width}x} expected {int(expected[i]):#0{2 + width}x}"
-        )
+        operands = " ".join(f"{k}={int(ops[k][i]):#0{in_digits[k]}x}" for k in ops)
+        got_s, exp_s = f"{int(got[i]):#0{out_digits}x}", f"{int(expected[i]):#0{out_digits}x}"
+        problems.append(f"vector {i}: {operands} -> got {got_s} expected {exp_s}")
     if len(bad):
         problems.append(f"{len(bad)} of {n} results wrong")
     assert not problems, f"{unit}:\n" + "\n".join(problems)

@@ -23,7 +23,7 @@ class UnitSpec:
     in_bits: int  # width of in_a / in_b
     out_bits: int  # width of out_y
     has_sub: bool  # fp32_add's in_sub port
-    latency: int | None  # mirror of the Verilog `localparam LATENCY` (checked); None: trust the elaborated one
+    latency: int | None  # mirror of the Verilog `localparam LATENCY` (checked); None: use the elaborated one
 
 
 UNITS: dict[str, UnitSpec] = {
