@@ -21,6 +21,11 @@ all-reduce of a flag), so the shards never drift apart. `state_dict()` is collec
 gathers the shards into `torch.optim.AdamW`'s format, identical on every rank, and
 `load_state_dict()` takes that format (from this class, NicAdamW or torch.optim.AdamW) and
 keeps each rank's slice.
+
+Not yet: `torch.amp.GradScaler` with this class (each rank would judge inf from its own local
+gradients before the reduce-scatter, so ranks could disagree on skipping; use bf16 autocast,
+which needs no scaler, and let the all-ranks non-finite skip above catch overflows), and
+overlapping the reduce-scatter with the backward pass (buckets are reduced in `step()`).
 """
 
 from __future__ import annotations

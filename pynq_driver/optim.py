@@ -23,6 +23,10 @@ present and still rounds to the model's current bf16 values, else from the model
 (after a stretch under `torch.optim.AdamW`, whose bf16 state has no masters). torch's own
 `load_state_dict` casts the moments to the parameter dtype; ours keeps them fp32.
 
+`torch.amp.GradScaler` works as with any torch optimizer: `scaler.step(opt)` unscales the
+gradients on the host and skips the step when one is not finite, so the card sees ordinary
+gradients and its grad-scale register stays 1.0.
+
 Semantics differ from torch's only by rounding (the golden model computes
 `sqrt(v) * f32(1/sqrt(bc2)) + eps` and `step_size = f32(lr/bc1)`; torch divides by
 `sqrt(bc2)`), except for two documented choices: a step whose gradient holds inf/NaN is
