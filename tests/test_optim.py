@@ -87,7 +87,9 @@ def test_nic_adam_matches_torch_adam_with_l2():
     nic = NicAdam(task.model.parameters(), lr=3e-3, weight_decay=1e-2)
     assert nic.param_groups[0]["decoupled_weight_decay"] is False
     l_nic = train(task, task.model, nic, 50)
-    l_ref = train(task, ref, torch.optim.Adam(ref.parameters(), lr=3e-3, weight_decay=1e-2), 50)
+    tor = torch.optim.Adam(ref.parameters(), lr=3e-3, weight_decay=1e-2)
+    l_ref = train(task, ref, tor, 50)
+    assert_same_format(nic.state_dict(), tor.state_dict())
     assert rel_loss_diff(l_nic, l_ref) < LOSS_RTOL
     assert max_param_diff(task.model, ref) < PARAM_TOL
 
