@@ -43,7 +43,7 @@ SERVER_DIR = Path(__file__).resolve().parent / "rtlsim_tb"
 KERNEL_TB_DIR = TB_DIR / "kernel"
 MEM_SIZE = 1 << 40  # cocotbext-axi SparseMemory: only touched pages cost memory
 START_TIMEOUT_S = 900.0  # building the kernel with Verilator takes minutes on 2 cores
-WAIT_SLICE_CYCLES = 4096
+WAIT_SLICE_S = 0.25  # wall time the simulator polls ap_done before answering "not yet"
 HEADER_FMT = "<II"
 
 
@@ -230,8 +230,8 @@ class RtlSimDevice(Device):
     def _wait_done(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
-            reply, _ = self._call({"op": "wait_done", "cycles": WAIT_SLICE_CYCLES},
-                                  timeout_s=max(self.timeout_s, timeout_s))
+            reply, _ = self._call({"op": "wait_done", "wall_s": WAIT_SLICE_S},
+                                  timeout_s=max(self.timeout_s, timeout_s, 10 * WAIT_SLICE_S))
             if reply["done"]:
                 return
             if time.monotonic() >= deadline:

@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,10 @@ async def serve(dut: Any) -> None:
                 _send(sock, {"ok": True}, bytes(tb.mem.read(req["address"], req["nbytes"])))
             elif op == "wait_done":
                 # Poll ap_done (clear on read) every 16 clocks, as XRT does, for a bounded slice of
-                # simulated time; the driver repeats until its wall-clock timeout.
+                # wall-clock time; the driver repeats until its own timeout.
                 done = False
-                for _ in range(max(1, req["cycles"] // 16)):
+                until = time.monotonic() + req["wall_s"]
+                while time.monotonic() < until:
                     if await tb.read_reg(CTRL) & AP_DONE:
                         done = True
                         break
