@@ -240,6 +240,29 @@ def versal_notes(target: Target, project: Path, files: list[str]) -> list[str]:
     return lines
 
 
+def plan_to_dict(plan: BuildPlan) -> dict[str, Any]:
+    """The dry run as data: steps with argv, cwd, inputs, outputs and log; registry paths; tool status."""
+    return {
+        "spec": plan.spec.to_dict(),
+        "target": plan.target.key,
+        "kernel": plan.kernel,
+        "platform": plan.platform,
+        "platform_path": str(plan.platform_path) if plan.platform_path else None,
+        "run_dir": str(plan.run_dir),
+        "project_dir": str(plan.project_dir),
+        "generate_project": plan.generate_project,
+        "project_files": plan.project_files,
+        "steps": [{"name": s.name, "title": s.title, "argv": s.argv, "cwd": str(s.cwd), "log": str(s.log),
+                   "inputs": [str(p) for p in s.inputs], "outputs": [str(p) for p in s.outputs]} for s in plan.steps],
+        "xclbin": str(plan.xclbin) if plan.xclbin else None,
+        "registry": {"xclbin": str(plan.registry_xclbin) if plan.registry_xclbin else None,
+                     "manifest": str(plan.registry_manifest) if plan.registry_manifest else None},
+        "link_cfg": plan.link_cfg_text,
+        "tools": {tool: shutil.which(tool) for tool in plan.tools},
+        "notes": plan.notes,
+    }
+
+
 def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
     """The dry-run text: every command and file, in order."""
     s, t = plan.spec, plan.target

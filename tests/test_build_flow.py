@@ -91,6 +91,14 @@ def test_dry_run_prints_whole_flow_and_writes_nothing(target: str, kernel: str, 
     assert not run.exists() and not (tmp_path / "reg").exists()
 
 
+def test_dry_run_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--target", "u200", "--kernel", "rtl", "--dry-run", "--json", "-o", str(tmp_path)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in plan["steps"]] == ["package_xo", "link"]
+    assert plan["steps"][1]["argv"][:5] == ["v++", "-l", "-t", "hw", "--platform"]
+    assert plan["registry"]["xclbin"].endswith("bitstreams/u200/optimusnic_adamw.xclbin")
+
+
 def test_dry_run_v80_says_what_to_run_with_amds_flow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["build", "--target", "v80", "--dry-run", "-o", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from hls import build
-from hls.commands.common import add_spec_options, spec_from_args
+from hls.commands.common import add_json, add_spec_options, emit_json, spec_from_args
 from hls.errors import UserError
 from hls.generate import load_manifest, spec_from_manifest
 from hls.paths import BITSTREAMS_DIR
@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--registry", type=Path, default=BITSTREAMS_DIR,
                    help="bitstream registry folder (default: bitstreams/)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and files; run nothing")
+    add_json(p)
     p.set_defaults(func=run)
 
 
@@ -45,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
     plan = build.plan_build(spec, target, kernel=args.kernel, run_dir=args.output, project_dir=args.project,
                             platform=args.platform, bitstreams_dir=args.registry)
     if args.dry_run:
-        print(build.format_plan(plan))
+        if args.json:
+            emit_json(build.plan_to_dict(plan))
+        else:
+            print(build.format_plan(plan))
         return 0
     build.run_build(plan, bitstreams_dir=args.registry)
     return 0
