@@ -178,8 +178,13 @@ def free_port() -> int:
 
 
 # ---- the side-by-side run ---------------------------------------------------------------------
-TASKS = {"transformer": lm_task, "mlp": regression_task}
-DEFAULT_STEPS = {"golden": 300, "csim": 300, "rtlsim": 20}
+TASKS: dict[str, Callable[[], Task]] = {
+    "transformer": lm_task,
+    "mlp": regression_task,
+    "mlp-small": lambda: regression_task(hidden=16),  # 612 parameters: the RTL simulation moves every beat
+}
+DEFAULT_STEPS = {"golden": 300, "csim": 300, "rtlsim": 40}
+DEFAULT_TASK = {"golden": "transformer", "csim": "transformer", "rtlsim": "mlp-small"}
 LR = 3e-3
 
 
@@ -369,6 +374,10 @@ def _prebuild(backend: str) -> None:
         from pynq_driver.soft import csim_executor
 
         csim_executor(pdir)
+    else:  # opening an rtlsim device builds (or finds) the Verilator model of the kernel
+        from pynq_driver.backends import open_device
+
+        open_device("rtlsim", spec=spec, project_dir=pdir).close()
 
 
 # ---- report -----------------------------------------------------------------------------------

@@ -22,12 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--backend", choices=DEMO_BACKENDS, default="csim",
                    help="csim: the generated HLS kernel compiled for the host (default); golden: the numpy model; "
-                        "rtlsim: the RTL kernel in Verilator (slow: fewer steps, a small MLP)")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default 300; 20 on rtlsim)")
+                        "rtlsim: the RTL kernel in Verilator (slow: fewer steps, a small MLP; the first run builds "
+                        "the simulator, minutes on 2 cores)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 300; 40 on rtlsim)")
     p.add_argument("--world-size", type=int, default=1,
                    help="ranks for the sharded run (ShardedNicOptimizer over gloo, one process per rank)")
-    p.add_argument("--model", choices=("transformer", "mlp"), default=None,
-                   help="what to train (default: transformer; mlp on rtlsim)")
+    p.add_argument("--model", choices=("transformer", "mlp", "mlp-small"), default=None,
+                   help="what to train (default: transformer; mlp-small, 612 parameters, on rtlsim)")
     p.add_argument("--out", type=Path, default=BUILD_DIR / "demo", metavar="DIR",
                    help="where the PNG and summary.json go (default build/demo/)")
     add_json(p)
@@ -43,11 +44,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"the demo needs the torch extras ({exc}); run `make demo`, which installs them") from exc
     if args.backend == "rtlsim":
         _check_rtlsim()
-    model = args.model or ("mlp" if args.backend == "rtlsim" else "transformer")
-    if args.world_size > 1 and model == "transformer":
-        require(16 % args.world_size == 0, f"--world-size {args.world_size}: the batch of 16 must split evenly")
-    if args.world_size > 1 and model == "mlp":
-        require(32 % args.world_size == 0, f"--world-size {args.world_size}: the batch of 32 must split evenly")
+    model = args.model or demo.DEFAULT_TASK[args.backend]
+    batch = 16 if model == "transformer" else 32
+    require(batch % args.world_size == 0,
+            f"--world-size {args.world_size}: the batch of {batch} must split evenly over the ranks")
     result = demo.run_demo(backend=args.backend, steps=args.steps, world_size=args.world_size, out_dir=args.out,
                            task_name=model, progress=not args.json)
     if args.json:
