@@ -78,7 +78,8 @@ def open_device(
         from pynq_driver.soft import SoftDevice, csim_executor
 
         pdir, manifest = project_for(spec, project_dir)
-        return SoftDevice(manifest, csim_executor(pdir), backend="csim", timeout_s=timeout_s, **options)
+        executor = csim_executor(pdir, threads=options.pop("threads", None))
+        return SoftDevice(manifest, executor, backend="csim", timeout_s=timeout_s, **options)
     if backend == "rtlsim":
         from pynq_driver.rtlsim import RtlSimDevice
 

@@ -94,9 +94,14 @@ def host_array(x: object, dtype_name: str, n: int, what: str, *, writable: bool 
     return x.reshape(-1)
 
 
-def _all_finite(chunk: np.ndarray, dtype_name: str, scratch: np.ndarray) -> bool:
+def _all_finite(chunk: np.ndarray, dtype_name: str, scratch: np.ndarray, zeros: np.ndarray | None) -> bool:
     if dtype_name == "bf16":
         return not np.any(np.bitwise_and(chunk, 0x7F80, out=scratch[: 2 * chunk.size].view(np.uint16)) == 0x7F80)
+    if zeros is not None:
+        # fp32: a dot product with zeros is 0 for finite values and NaN as soon as one is inf or
+        # NaN (inf * 0 = NaN, and NaN survives every sum). BLAS reads the chunk at memory speed,
+        # three times faster than np.isfinite, and allocates nothing.
+        return not np.isnan(np.dot(chunk, zeros[: chunk.size]))
     return bool(np.isfinite(chunk, out=scratch[: chunk.size].view(np.bool_)).all())
 
 
@@ -175,7 +180,8 @@ class ShardState:
         self.skipped_steps = 0
         self.inconsistent: str | None = None
         self.closed = False
-        self._scratch = np.empty(4 * chunk, np.uint8)
+        self._scratch = np.empty(2 * chunk, np.uint8)
+        self._zeros = np.zeros(chunk, np.float32) if self.spec.grad_dtype == "fp32" else None
 
     # ---- life cycle ------------------------------------------------------------------------
     def _alloc(self, nbytes: int, bank: str) -> Any:
@@ -231,7 +237,9 @@ class ShardState:
         o = None if out is None else host_array(out, spec.out_dtype, self.n, "out", writable=True)
         chunks = self._chunks()
         self.last_step_skipped = False
-        if not apply_nonfinite and not all(_all_finite(g[lo:hi], spec.grad_dtype, self._scratch) for lo, hi in chunks):
+        finite = apply_nonfinite or all(_all_finite(g[lo:hi], spec.grad_dtype, self._scratch, self._zeros)
+                                        for lo, hi in chunks)
+        if not finite:
             if self.nonfinite == "raise":
                 raise NonFiniteGradient(f"gradient of step {hyper.step} holds inf or NaN; state unchanged")
             self.last_step_skipped = True

@@ -200,13 +200,13 @@ def golden_executor(spec: Any) -> Executor:
     return run
 
 
-def csim_executor(project_dir: Path) -> Executor:
+def csim_executor(project_dir: Path, threads: int | None = None) -> Executor:
     """The generated HLS C++ compiled by hls.csim into a shared library (ctypes, GIL released)."""
     try:
         from hls import csim
     except ImportError as exc:
         raise DeviceError("the csim backend needs hls/csim.py (C simulation of the HLS kernel)") from exc
-    kernel = csim.CsimKernel(project_dir)
+    kernel = csim.CsimKernel(project_dir, threads=threads)
 
     def run(grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray, n: int,
             scalars: dict[str, int]) -> None:

@@ -1,0 +1,126 @@
+"""`optimusnic bench driver`: what the driver costs on top of the kernel (csim backend).
+
+Two figures, on the same data:
+- overhead: median end-to-end `ShardState.step()` (finiteness check, chunked double-buffered copies
+  to and from the card, register programming, ap_done waits) over the median bare kernel call
+  (`CsimKernel.run` on the whole shard in place, no copies). Goal: at most 1.2x.
+- peak extra host memory of one step beyond the resident state (the card's buffers and the
+  caller's gradient and output arrays), measured with tracemalloc, which sees every numpy
+  allocation. Goal: at most two chunks of gradient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import tracemalloc
+from typing import Any
+
+import numpy as np
+
+from hls.golden import Hyper, prepare_scalars
+from hls.spec import KernelSpec
+
+
+def _median_s(fn: Any, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _bare_kernel_s(bare: Any, p0: np.ndarray, grad: np.ndarray, out: np.ndarray, bits: dict[str, int],
+                   repeats: int) -> float:
+    n = p0.size
+    p, m, v = p0.copy(), np.zeros(n, np.float32), np.zeros(n, np.float32)
+    bare.run(grad, p, m, v, out, n, bits)  # warm-up: page faults, thread start
+    return _median_s(lambda: bare.run(grad, p, m, v, out, n, bits), repeats)
+
+
+def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = None,
+            threads: int | None = None, spec: KernelSpec | None = None) -> dict[str, Any]:
+    from hls.csim import CsimKernel
+    from pynq_driver import ShardState, open_device
+    from pynq_driver.backends import project_for
+
+    spec = spec or KernelSpec()
+    rng = np.random.default_rng(0)
+    p0 = rng.standard_normal(params, dtype=np.float32)
+    grad = (rng.standard_normal(params, dtype=np.float32) * np.float32(1e-3)).astype(np.float32)
+    out = np.empty(params, np.float32)
+    hyper = Hyper(step=1, lr=1e-3)
+    bits = prepare_scalars(hyper, spec.optimizer).registers(spec.optimizer)
+
+    project_dir, _ = project_for(spec, None)
+    bare = CsimKernel(project_dir, threads=threads)
+    bare_s = _bare_kernel_s(bare, p0, grad, out, bits, repeats)  # its state copy is freed on return
+
+    with open_device("csim", spec, timeout_s=120.0, threads=threads) as dev, \
+            ShardState(dev, p0, chunk_elems) as shard:
+        shard.step(grad, hyper, out=out)  # warm-up
+        step_s = _median_s(lambda: shard.step(grad, hyper, out=out), repeats)
+        unchecked_s = _median_s(lambda: shard.step(grad, hyper, out=out, apply_nonfinite=True), repeats)
+        chunk = shard.chunk_elems
+        chunks = shard._chunks()
+
+        def copies() -> None:  # what the card's DMA does: every gradient chunk in, every output chunk out
+            for lo, hi in chunks:
+                dev.write(shard.grad_stage[0], grad[lo:hi])
+                dev.read(shard.out_stage[0], out[lo:hi])
+
+        copy_s = _median_s(copies, repeats)
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        shard.step(grad, hyper, out=out)
+        peak_extra = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+    return {
+        "backend": "csim", "spec": spec.to_dict(), "params": params, "repeats": repeats, "chunk_elems": chunk,
+        "chunk_bytes": chunk * spec.grad_bytes, "bare_kernel_s": bare_s, "driver_step_s": step_s,
+        "overhead_ratio": step_s / bare_s, "overhead_goal": 1.2,
+        "step_without_finite_check_s": unchecked_s, "copies_alone_s": copy_s,
+        "peak_extra_host_bytes": peak_extra, "peak_extra_chunks": peak_extra / (chunk * spec.grad_bytes),
+        "peak_goal_chunks": 2.0,
+    }
+
+
+def report(r: dict[str, Any]) -> str:
+    mib = 1 << 20
+    return "\n".join([
+        f"driver bench (csim backend, {r['params']:,} fp32 params, chunk {r['chunk_elems']:,} elements "
+        f"= {r['chunk_bytes'] / mib:.1f} MiB, median of {r['repeats']})",
+        f"  bare kernel call      {r['bare_kernel_s'] * 1e3:9.1f} ms",
+        f"  ShardState.step()     {r['driver_step_s'] * 1e3:9.1f} ms",
+        f"  overhead              {r['overhead_ratio']:9.2f} x   (goal <= {r['overhead_goal']}x)",
+        f"  step, no inf/NaN scan {r['step_without_finite_check_s'] * 1e3:9.1f} ms   (apply_nonfinite=True)",
+        f"  host<->card copies    {r['copies_alone_s'] * 1e3:9.1f} ms   (alone, not overlapped)",
+        f"  peak extra host mem   {r['peak_extra_host_bytes'] / mib:9.2f} MiB = {r['peak_extra_chunks']:.2f} chunks"
+        f"   (goal <= {r['peak_goal_chunks']:.0f} chunks)",
+    ])
+
+
+def run(args: argparse.Namespace) -> int:
+    r = measure(int(getattr(args, "params", 16 << 20)), max(1, int(getattr(args, "repeats", 5))),
+                getattr(args, "chunk", None), getattr(args, "threads", None))
+    print(json.dumps(r, indent=2) if getattr(args, "json", False) else report(r))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", type=int, default=16 << 20)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--chunk", type=int, default=None, help="chunk elements (default: the driver's)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", action="store_true")
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
