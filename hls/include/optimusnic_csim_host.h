@@ -8,6 +8,13 @@
 //     lies inside the caller's arrays (32 = elements of one bf16/fp16 beat = two fp32 beats);
 //   - the last n % 32 elements go through a padded scratch copy, which is where the kernel's own
 //     tail handling (n not a multiple of the beat or of LANES) runs;
+//   - chunks are small (hls/csim.py passes 512 elements, 32 beats), which is how the dataflow
+//     processes stream here: C simulation runs load_grad, compute and store_out one after another,
+//     so per chunk the FIFOs hold 2 KiB each and stay in L1, and the kernel call costs nothing
+//     beyond its loops (hls_stream.h keeps small FIFOs inside the stream objects);
+//   - before each call the harness prefetches the next chunk's gradient and output lines: the
+//     gradient is read by load_grad alone and the output written by store_out alone, so without
+//     it each of those loops would wait on one memory stream at a time;
 //   - chunks are split over threads (each chunk is independent), and each thread runs with
 //     flush-to-zero and denormals-are-zero off and round-to-nearest-even, whatever the host
 //     process set, so the arithmetic is IEEE-754 binary32 as design.md section 3 requires.
@@ -15,7 +22,7 @@
 #ifndef OPTIMUSNIC_CSIM_HOST_H
 #define OPTIMUSNIC_CSIM_HOST_H
 
-#include <xmmintrin.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -108,6 +115,27 @@ unsigned long call(void (*kernel)(hls::stream<A>&, P*, P*, P*, O*, unsigned int,
   return hls::stream_underflows() - before + in.size();
 }
 
+// Element bytes of the output array, from the kernel's signature (memory or stream source).
+template <class G, class P, class O>
+constexpr std::size_t out_bytes(void (*)(const G*, P*, P*, P*, O*, unsigned int, float, float, float, float, float,
+                                         float, float, float, float)) {
+  return element_bytes<O>();
+}
+template <class A, class P, class O>
+constexpr std::size_t out_bytes(void (*)(hls::stream<A>&, P*, P*, P*, O*, unsigned int, float, float, float, float,
+                                         float, float, float, float, float)) {
+  return element_bytes<O>();
+}
+
+// Start loading the gradient lines and owning the output lines of elements [first, first + n)
+// (hints only: they change no data and cannot fault).
+inline void prefetch(const Buffers& b, std::uint64_t first, std::uint64_t n, std::size_t ge, std::size_t oe) {
+  const char* g = reinterpret_cast<const char*>(b.grad + first * ge);
+  for (std::uint64_t i = 0; i < n * ge; i += 64) _mm_prefetch(g + i, _MM_HINT_T0);
+  std::uint8_t* o = b.out + first * oe;
+  for (std::uint64_t i = 0; i < n * oe; i += 64) _m_prefetchw(o + i);
+}
+
 template <class K>
 long run(K kernel, std::size_t grad_bytes, const Buffers& b, std::uint64_t n, const std::uint32_t* bits, int threads,
          std::uint64_t chunk) {
@@ -127,6 +155,7 @@ long run(K kernel, std::size_t grad_bytes, const Buffers& b, std::uint64_t n, co
     const std::uint64_t begin = std::min(main, per * t), end = std::min(main, per * (t + 1));
     for (std::uint64_t c = begin; c < end; c += chunk) {
       std::size_t gb = grad_bytes, ob = 0;
+      if (c + chunk < end) prefetch(b, c + chunk, std::min(chunk, end - c - chunk), grad_bytes, out_bytes(kernel));
       errors[t] += static_cast<long>(call(kernel, b, c, static_cast<unsigned int>(std::min(chunk, end - c)), s, &gb, &ob));
     }
   };
