@@ -62,8 +62,11 @@ def check(result: rtlsim.SimResult) -> None:
                            f"{result.failed} of {result.ran} bench tests failed; see {result.build_dir}/sim.log")
 
 
-@pytest.mark.parametrize("spec", [*DEFAULT, KernelSpec(grad_dtype="fp16", out_dtype="bf16", lanes=1),
-                                  KernelSpec(optimizer="adam", grad_source="stream", lanes=2)], ids=_id)
+LINT_MORE = [KernelSpec(grad_dtype="fp16", out_dtype="bf16", lanes=1),
+             KernelSpec(optimizer="adam", grad_source="stream", lanes=2), KernelSpec(grad_dtype="bf16", lanes=8)]
+
+
+@pytest.mark.parametrize("spec", [*DEFAULT, *[pytest.param(s, marks=pytest.mark.slow) for s in LINT_MORE]], ids=_id)
 def test_lint_and_icarus_compile(spec: KernelSpec) -> None:
     warnings = rtlsim.lint(spec)
     assert not warnings, "verilator --lint-only -Wall:\n" + "\n".join(warnings)
