@@ -4,10 +4,11 @@
  * Round to nearest even, subnormal inputs and results kept:
  *   1. unpack, normalise subnormal mantissas (leading-zero count, left shift,
  *      exponent goes below 1), add exponents, special cases
- *   2. 24 x 24 -> 48-bit mantissa product (DSP)
- *   3. normalise the product (its top bit is 46 or 47), find the right shift
- *      that a subnormal result needs
- *   4. right shift with sticky bit
+ *   2. 24 x 24 -> 48-bit mantissa product, first register (DSP); in parallel the
+ *      result exponent, overflow flag and subnormal right shift for both places
+ *      the product's leading one can land (bit 47 or 46)
+ *   3. second product register (DSP output register)
+ *   4. normalise (pick the bit-47 or bit-46 outcome), right shift with sticky bit
  *   5. round to nearest even and pack (the rounding carry runs into the
  *      exponent: subnormal -> normal and largest finite -> infinity)
  * Exponents are 11-bit two's complement: they range from -171 to 382.
@@ -85,32 +86,41 @@ reg  [31:0] s1_spec_y;
 reg  [10:0] s1_exp;
 reg  [23:0] s1_a, s1_b;
 
-/* stage 2: mantissa product */
+/* stage 2: mantissa product (first DSP register); exponent outcomes for both product ranges */
 wire [47:0] product = s1_a * s1_b;
 
-reg         s2_sign, s2_spec;
+// the product's leading one lands at bit 47 (exponent + 1) or bit 46; both outcomes are
+// prepared here, in parallel with the multiplier, and stage 4 picks one
+wire [10:0] exp_lo = s1_exp;           // leading one at bit 46
+wire [10:0] exp_hi = s1_exp + 11'd1;   // leading one at bit 47
+wire        tiny_lo = exp_lo[10] || (exp_lo == 11'd0);  // biased exponent < 1: subnormal result
+wire        tiny_hi = exp_hi[10] || (exp_hi == 11'd0);
+wire        huge_lo = !exp_lo[10] && (exp_lo >= 11'd255);
+wire        huge_hi = !exp_hi[10] && (exp_hi >= 11'd255);
+wire [10:0] tiny_shift_lo = 11'd1 - exp_lo;
+wire [10:0] tiny_shift_hi = 11'd1 - exp_hi;
+// 25 or more places leave nothing above the sticky bit: the result rounds to zero
+wire [4:0]  shift_lo = !tiny_lo ? 5'd0 : (tiny_shift_lo > 11'd25) ? 5'd25 : tiny_shift_lo[4:0];
+wire [4:0]  shift_hi = !tiny_hi ? 5'd0 : (tiny_shift_hi > 11'd25) ? 5'd25 : tiny_shift_hi[4:0];
+
+reg         s2_sign, s2_spec, s2_huge_lo, s2_huge_hi;
 reg  [31:0] s2_spec_y;
-reg  [10:0] s2_exp;
+reg  [7:0]  s2_exp_lo, s2_exp_hi;  // exponent fields (0 for a subnormal result)
+reg  [4:0]  s2_shift_lo, s2_shift_hi;
 reg  [47:0] s2_prod;
 
-/* stage 3: normalise to a leading one at bit 47; right shift for a subnormal result */
-wire        prod_top = s2_prod[47];
-wire [46:0] prod_norm = prod_top ? s2_prod[46:0] : {s2_prod[45:0], 1'b0};  // below the leading one
-wire [10:0] res_exp = s2_exp + {10'd0, prod_top};
-wire        res_tiny = res_exp[10] || (res_exp == 11'd0);  // biased exponent < 1
-wire        res_huge = !res_exp[10] && (res_exp >= 11'd255);
-wire [10:0] tiny_shift = 11'd1 - res_exp;
-// 25 or more places leave nothing above the sticky bit: the result rounds to zero
-wire [4:0]  sub_shift = !res_tiny ? 5'd0 : (tiny_shift > 11'd25) ? 5'd25 : tiny_shift[4:0];
-
-reg         s3_sign, s3_spec, s3_huge;
+/* stage 3: second product register (DSP output register) */
+reg         s3_sign, s3_spec, s3_huge_lo, s3_huge_hi;
 reg  [31:0] s3_spec_y;
-reg  [7:0]  s3_exp;
-reg  [4:0]  s3_shift;
-reg  [47:0] s3_mant;
+reg  [7:0]  s3_exp_lo, s3_exp_hi;
+reg  [4:0]  s3_shift_lo, s3_shift_hi;
+reg  [47:0] s3_prod;
 
-/* stage 4: right shift with sticky */
-wire [73:0] shift_wide = {s3_mant, 26'd0} >> s3_shift;
+/* stage 4: normalise to a leading one at bit 47, right shift with sticky for a subnormal result */
+wire        prod_top = s3_prod[47];
+wire [47:0] prod_norm = prod_top ? s3_prod : {s3_prod[46:0], 1'b0};
+wire [4:0]  res_shift = prod_top ? s3_shift_hi : s3_shift_lo;
+wire [73:0] shift_wide = {prod_norm, 26'd0} >> res_shift;
 wire [23:0] shifted_mant = shift_wide[73:50];
 wire        guard = shift_wide[49];
 wire        sticky = shift_wide[48:0] != 49'd0;
@@ -141,24 +151,31 @@ always @(posedge clk) begin
         s2_sign <= s1_sign;
         s2_spec <= s1_spec;
         s2_spec_y <= s1_spec_y;
-        s2_exp <= s1_exp;
+        s2_huge_lo <= huge_lo;
+        s2_huge_hi <= huge_hi;
+        s2_exp_lo <= tiny_lo ? 8'd0 : exp_lo[7:0];
+        s2_exp_hi <= tiny_hi ? 8'd0 : exp_hi[7:0];
+        s2_shift_lo <= shift_lo;
+        s2_shift_hi <= shift_hi;
         s2_prod <= product;
 
         s3_sign <= s2_sign;
         s3_spec <= s2_spec;
         s3_spec_y <= s2_spec_y;
-        s3_huge <= res_huge;
-        // subnormal results are encoded with exponent field 0
-        s3_exp <= res_tiny ? 8'd0 : res_exp[7:0];
-        s3_shift <= sub_shift;
-        s3_mant <= {1'b1, prod_norm};
+        s3_huge_lo <= s2_huge_lo;
+        s3_huge_hi <= s2_huge_hi;
+        s3_exp_lo <= s2_exp_lo;
+        s3_exp_hi <= s2_exp_hi;
+        s3_shift_lo <= s2_shift_lo;
+        s3_shift_hi <= s2_shift_hi;
+        s3_prod <= s2_prod;
 
         s4_sign <= s3_sign;
         s4_spec <= s3_spec;
         s4_spec_y <= s3_spec_y;
-        s4_huge <= s3_huge;
-        // (the shifted-out hidden bit of a subnormal result already implies exponent field 0)
-        s4_exp <= shifted_mant[23] ? s3_exp : 8'd0;
+        s4_huge <= prod_top ? s3_huge_hi : s3_huge_lo;
+        // (a subnormal result has shifted its hidden bit away: exponent field 0)
+        s4_exp <= !shifted_mant[23] ? 8'd0 : prod_top ? s3_exp_hi : s3_exp_lo;
         s4_frac <= shifted_mant[22:0];
         s4_guard <= guard;
         s4_sticky <= sticky;
