@@ -13,7 +13,7 @@ BENCHES = {"csim": "hls.bench_csim", "rtl": "hls.bench_rtl", "driver": "pynq_dri
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmark a backend: csim (vs torch AdamW), rtl, driver, or all")
+    p = sub.add_parser("bench", help="benchmark csim (vs torch AdamW), rtl, driver; all writes bench/results.md")
     p.add_argument("which", choices=[*BENCHES, "all"])
     p.add_argument("--params", type=parse_count, default=16 * 1024 * 1024, help="parameters (default 16M)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
@@ -35,10 +35,9 @@ def _load(which: str):  # noqa: ANN202 - returns the module's run function
 def run(args: argparse.Namespace) -> int:
     if args.which != "all":
         return int(_load(args.which)(args) or 0)
-    status = 0
-    for which in BENCHES:
-        try:
-            status |= int(_load(which)(args) or 0)
-        except ToolMissing as exc:
-            print(f"bench {which}: skipped: {exc}")
-    return status
+    from hls.bench_report import run_all
+
+    path = run_all(args.params, max(1, args.repeats), args.threads)
+    print(path.read_text())
+    print(f"written: {path} (and results.png, results.json beside it)")
+    return 0
