@@ -77,8 +77,9 @@ module onic_axi_rd #(
     wire               fifo_s_ready;
 
     // total beats: ceil(n * ELEM_BYTES / 64), in 33 bits so n = 2^32-1 cannot overflow
-    wire [32:0] n_bytes = {1'b0, n} * ELEM_BYTES;
-    wire [32:0] n_beats = (n_bytes + 33'd63) >> 6;
+    // n * ELEM_BYTES takes up to 34 bits (n up to 2^32-1)
+    wire [35:0] n_bytes = {4'd0, n} * ELEM_BYTES;
+    wire [35:0] n_beats = (n_bytes + 36'd63) >> 6;
 
     // next burst: the rest of the buffer, the rest of the 4 KiB page, or MAX_BURST beats
     wire [6:0]  page_left  = 7'd64 - {1'b0, ar_addr_reg[11:6]};
@@ -150,8 +151,8 @@ module onic_axi_rd #(
     assign m_axi_rready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_rid, m_axi_rresp, m_axi_rlast, fifo_s_ready, n_bytes[32],
-                        n_beats[32], addr[5:0], room[FIFO_LOG2+1], 1'b0};
+    wire _unused_ok = &{1'b0, m_axi_rid, m_axi_rresp, m_axi_rlast, fifo_s_ready, n_bytes[35:32],
+                        n_beats[35:32], addr[5:0], room[FIFO_LOG2+1], 1'b0};
 
 endmodule
 

@@ -89,8 +89,9 @@ module onic_axi_wr #(
     wire               lenq_s_ready;
     wire [LENQ_LOG2:0] lenq_count;
 
-    wire [32:0] n_bytes = {1'b0, n} * ELEM_BYTES;
-    wire [32:0] n_beats = (n_bytes + 33'd63) >> 6;
+    // n * ELEM_BYTES takes up to 34 bits (n up to 2^32-1)
+    wire [35:0] n_bytes = {4'd0, n} * ELEM_BYTES;
+    wire [35:0] n_beats = (n_bytes + 36'd63) >> 6;
     wire [6:0]  tail_bytes = (n_bytes[5:0] == 6'd0) ? 7'd64 : {1'b0, n_bytes[5:0]};
 
     wire [6:0]  page_left = 7'd64 - {1'b0, aw_addr_reg[11:6]};
@@ -199,7 +200,7 @@ module onic_axi_wr #(
     assign m_axi_bready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_bid, m_axi_bresp, lenq_s_ready, n_bytes[32], n_beats[32],
+    wire _unused_ok = &{1'b0, m_axi_bid, m_axi_bresp, lenq_s_ready, n_bytes[35:32], n_beats[35:32],
                         addr[5:0], 1'b0};
 
 endmodule

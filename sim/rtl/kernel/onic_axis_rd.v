@@ -52,8 +52,9 @@ module onic_axis_rd #(
     wire        fifo_s_ready;
     wire [FIFO_LOG2:0] fifo_count;
 
-    wire [32:0] n_bytes = {1'b0, n} * ELEM_BYTES;
-    wire [32:0] n_beats = (n_bytes + 33'd63) >> 6;
+    // n * ELEM_BYTES takes up to 34 bits (n up to 2^32-1)
+    wire [35:0] n_bytes = {4'd0, n} * ELEM_BYTES;
+    wire [35:0] n_beats = (n_bytes + 36'd63) >> 6;
 
     wire take = left_reg != 0;
     wire fire = s_axis_tvalid && s_axis_tready;
@@ -96,7 +97,7 @@ module onic_axis_rd #(
         .count(fifo_count)
     );
 
-    wire _unused_ok = &{1'b0, s_axis_tkeep, fifo_count, n_bytes[32], n_beats[32], 1'b0};
+    wire _unused_ok = &{1'b0, s_axis_tkeep, fifo_count, n_bytes[35:32], n_beats[35:32], 1'b0};
 
 endmodule
 
