@@ -58,11 +58,15 @@ wire [30:0] big_mag = swap ? in_b[30:0] : in_a[30:0];
 wire [30:0] small_mag = swap ? in_a[30:0] : in_b[30:0];
 wire        big_sign = swap ? b_sign : a_sign;
 // subnormals have no hidden bit and the exponent of the smallest normal
-wire [7:0]  big_exp = (big_mag[30:23] == 8'd0) ? 8'd1 : big_mag[30:23];
-wire [7:0]  small_exp = (small_mag[30:23] == 8'd0) ? 8'd1 : small_mag[30:23];
+wire [7:0]  a_exp_eff = (a_exp == 8'd0) ? 8'd1 : a_exp;
+wire [7:0]  b_exp_eff = (b_exp == 8'd0) ? 8'd1 : b_exp;
+wire [7:0]  big_exp = swap ? b_exp_eff : a_exp_eff;
 wire [23:0] big_mant = {big_mag[30:23] != 8'd0, big_mag[22:0]};
 wire [23:0] small_mant = {small_mag[30:23] != 8'd0, small_mag[22:0]};
-wire [7:0]  exp_diff = big_exp - small_exp;
+// both differences are formed in parallel with the magnitude compare, which then picks one
+wire [7:0]  diff_ab = a_exp_eff - b_exp_eff;
+wire [7:0]  diff_ba = b_exp_eff - a_exp_eff;
+wire [7:0]  exp_diff = swap ? diff_ba : diff_ab;
 
 wire        spec = a_nan || b_nan || a_inf || b_inf;
 wire [31:0] spec_y = (a_nan || b_nan || (a_inf && b_inf && eff_sub)) ? 32'h7fc00000 :
