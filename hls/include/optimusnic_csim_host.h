@@ -6,8 +6,10 @@
 // caller's buffers:
 //   - chunks are whole multiples of 32 elements, so every 512-bit beat the kernel reads or writes
 //     lies inside the caller's arrays (32 = elements of one bf16/fp16 beat = two fp32 beats);
-//   - the last n % 32 elements go through a padded scratch copy, which is where the kernel's own
-//     tail handling (n not a multiple of the beat or of LANES) runs;
+//   - the elements before p's first 64-byte boundary (numpy buffers are only 16-byte aligned) and
+//     the last (n - head) % 32 go through a padded scratch copy, which is where the kernel's own
+//     tail handling (n not a multiple of the beat or of LANES) runs; so every beat of the main
+//     part is one whole cache line;
 //   - chunks are small (hls/csim.py passes 512 elements, 32 beats), which is how the dataflow
 //     processes stream here: C simulation runs load_grad, compute and store_out one after another,
 //     so per chunk the FIFOs hold 2 KiB each and stay in L1, and the kernel call costs nothing
@@ -136,6 +138,29 @@ inline void prefetch(const Buffers& b, std::uint64_t first, std::uint64_t n, std
   for (std::uint64_t i = 0; i < n * oe; i += 64) _m_prefetchw(o + i);
 }
 
+// Elements [first, first + count), count < kGroup, through padded scratch buffers: the kernel sees
+// whole beats and runs its own tail handling (lanes past `count` keep their old state).
+template <class K>
+unsigned long scratch_call(K kernel, std::size_t grad_bytes, const Buffers& b, std::uint64_t first,
+                           std::uint64_t count, const float* s) {
+  IeeeMode mode;
+  alignas(64) std::uint8_t g[kGroup * 4] = {0}, p[kGroup * 4] = {0}, m[kGroup * 4] = {0}, v[kGroup * 4] = {0},
+                           o[kGroup * 4] = {0};
+  std::size_t gb = grad_bytes, ob = 0;
+  const std::uint64_t pe = 4;
+  std::memcpy(g, b.grad + first * grad_bytes, count * grad_bytes);
+  std::memcpy(p, b.p + first * pe, count * pe);
+  std::memcpy(m, b.m + first * pe, count * pe);
+  std::memcpy(v, b.v + first * pe, count * pe);
+  const Buffers pad{g, p, m, v, o};
+  const unsigned long errors = call(kernel, pad, 0, static_cast<unsigned int>(count), s, &gb, &ob);
+  std::memcpy(b.p + first * pe, p, count * pe);
+  std::memcpy(b.m + first * pe, m, count * pe);
+  std::memcpy(b.v + first * pe, v, count * pe);
+  std::memcpy(b.out + first * ob, o, count * ob);
+  return errors;
+}
+
 template <class K>
 long run(K kernel, std::size_t grad_bytes, const Buffers& b, std::uint64_t n, const std::uint32_t* bits, int threads,
          std::uint64_t chunk) {
@@ -143,16 +168,22 @@ long run(K kernel, std::size_t grad_bytes, const Buffers& b, std::uint64_t n, co
   float s[kScalars];
   std::memcpy(s, bits, sizeof(s));
   chunk = std::max<std::uint64_t>(kGroup, chunk / kGroup * kGroup);
-  const std::uint64_t main = n / kGroup * kGroup;
+  // Head: numpy aligns its buffers to 16 bytes only, so a beat taken from element 0 would straddle
+  // two cache lines (every 512-bit access split in two). The elements before p's first 64-byte
+  // boundary go through the scratch path, so the kernel's beats are whole cache lines (of p, m, v
+  // and whichever other arrays share p's alignment, as numpy's large arrays do).
+  const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(b.p) % 64;
+  const std::uint64_t head = misalign % 4 ? 0 : std::min<std::uint64_t>(n, misalign ? (64 - misalign) / 4 : 0);
+  const std::uint64_t groups = (n - head) / kGroup;
+  const std::uint64_t main = head + groups * kGroup;  // [head, main) runs in place in whole groups
   threads = std::max(1, std::min(threads, 64));
-  const std::uint64_t groups = main / kGroup;
   if (static_cast<std::uint64_t>(threads) > groups) threads = static_cast<int>(std::max<std::uint64_t>(1, groups));
   std::vector<long> errors(static_cast<std::size_t>(threads), 0);
 
   auto work = [&](int t) {
     IeeeMode mode;
     const std::uint64_t per = (groups + threads - 1) / threads * kGroup;
-    const std::uint64_t begin = std::min(main, per * t), end = std::min(main, per * (t + 1));
+    const std::uint64_t begin = std::min(main, head + per * t), end = std::min(main, head + per * (t + 1));
     for (std::uint64_t c = begin; c < end; c += chunk) {
       std::size_t gb = grad_bytes, ob = 0;
       if (c + chunk < end) prefetch(b, c + chunk, std::min(chunk, end - c - chunk), grad_bytes, out_bytes(kernel));
@@ -166,24 +197,8 @@ long run(K kernel, std::size_t grad_bytes, const Buffers& b, std::uint64_t n, co
   long total = 0;
   for (long e : errors) total += e;
 
-  const std::uint64_t tail = n - main;
-  if (tail) {
-    IeeeMode mode;
-    alignas(64) std::uint8_t g[kGroup * 4] = {0}, p[kGroup * 4] = {0}, m[kGroup * 4] = {0}, v[kGroup * 4] = {0},
-                             o[kGroup * 4] = {0};
-    std::size_t gb = grad_bytes, ob = 0;
-    const std::uint64_t pe = 4;
-    std::memcpy(g, b.grad + main * grad_bytes, tail * grad_bytes);
-    std::memcpy(p, b.p + main * pe, tail * pe);
-    std::memcpy(m, b.m + main * pe, tail * pe);
-    std::memcpy(v, b.v + main * pe, tail * pe);
-    const Buffers scratch{g, p, m, v, o};
-    total += static_cast<long>(call(kernel, scratch, 0, static_cast<unsigned int>(tail), s, &gb, &ob));
-    std::memcpy(b.p + main * pe, p, tail * pe);
-    std::memcpy(b.m + main * pe, m, tail * pe);
-    std::memcpy(b.v + main * pe, v, tail * pe);
-    std::memcpy(b.out + main * ob, o, tail * ob);
-  }
+  if (head) total += static_cast<long>(scratch_call(kernel, grad_bytes, b, 0, head, s));
+  if (n > main) total += static_cast<long>(scratch_call(kernel, grad_bytes, b, main, n - main, s));
   return total;
 }
 
