@@ -43,7 +43,7 @@ def measure(simulator: str, elements: int, lanes: int = BENCH_LANES, latency: in
         bench_elements=elements,
     )
     if not result.passed or not result.throughput:
-        raise RuntimeError(f"RTL benchmark on {simulator} failed; see {result.build_dir}/sim.log")
+        raise RuntimeError(f"RTL benchmark on {simulator} failed; see {result.log}")
     t = dict(result.throughput)
     t.update(simulator=simulator, build_s=result.build_s, run_s=result.run_s)
     return t

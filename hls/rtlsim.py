@@ -17,10 +17,13 @@ and reusable by any other cocotb test, e.g. the driver's `rtlsim` backend.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,7 @@ class SimResult:
     latency: int
     build_dir: str
     results_xml: str
+    log: str
     build_s: float
     run_s: float
     cycles: dict[str, list[int]] = field(default_factory=dict)  # element count -> clocks per run
@@ -111,8 +115,26 @@ def _sources_digest(sources: list[Path], extra: str) -> str:
     return h.hexdigest()
 
 
+@contextmanager
+def locked(bdir: Path, *, exclusive: bool) -> Iterator[None]:
+    """Several processes (tests, the CLI, the driver's rtlsim backend) may use one build folder:
+    building takes it exclusively, running a simulation shares it."""
+    bdir.mkdir(parents=True, exist_ok=True)
+    with open(bdir / ".lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def build(spec: KernelSpec, simulator: str = "verilator", *, waves: bool = False) -> tuple[Any, Path, Path]:
     """Build the kernel for `simulator` unless an identical build exists; returns (runner, build dir, project)."""
+    with locked(build_dir_for(spec, simulator), exclusive=True):
+        return _build(spec, simulator, waves)
+
+
+def _build(spec: KernelSpec, simulator: str, waves: bool) -> tuple[Any, Path, Path]:
     from cocotb_tools.runner import get_runner
 
     simulators.apply_env(simulator)
@@ -207,19 +229,21 @@ def simulate(
         "PYTHONPATH": os.pathsep.join([str(KERNEL_TB), str(RTL_DIR.parent.parent), os.environ.get("PYTHONPATH", "")]),
     }
     t1 = time.perf_counter()
-    xml = runner.test(
-        test_module=TEST_MODULE,
-        hdl_toplevel=spec.name,
-        test_dir=KERNEL_TB,
-        build_dir=bdir,
-        extra_env=env,
-        testcase=list(tests),
-        seed=seed,
-        waves=waves,
-        results_xml=str(bdir / f"results-{os.getpid()}.xml"),
-        log_file=bdir / "sim.log",
-        timescale=("1ns", "1ps") if simulator != "verilator" else None,
-    )
+    log = bdir / f"sim-{os.getpid()}.log"
+    with locked(bdir, exclusive=False):
+        xml = runner.test(
+            test_module=TEST_MODULE,
+            hdl_toplevel=spec.name,
+            test_dir=KERNEL_TB,
+            build_dir=bdir,
+            extra_env=env,
+            testcase=list(tests),
+            seed=seed,
+            waves=waves,
+            results_xml=str(bdir / f"results-{os.getpid()}.xml"),
+            log_file=log,
+            timescale=("1ns", "1ps") if simulator != "verilator" else None,
+        )
     run_s = time.perf_counter() - t1
     ran, failed = simulators.check_results(xml)
     summary = json.loads(result_json.read_text()) if result_json.exists() else {}
@@ -234,7 +258,7 @@ def simulate(
     return SimResult(
         spec=spec.to_dict(), simulator=simulator, tests=list(tests), passed=ran == len(tests) and failed == 0,
         ran=ran, failed=failed, elements=elements, runs=runs, seed=seed, stalls=stalls, latency=latency,
-        build_dir=str(bdir), results_xml=str(xml), build_s=build_s, run_s=run_s,
+        build_dir=str(bdir), results_xml=str(xml), log=str(log), build_s=build_s, run_s=run_s,
         cycles=update.get("cycles", {}), throughput=throughput, sim_clocks_per_s=speed,
     )
 
@@ -248,14 +272,15 @@ def lint(spec: KernelSpec, *, own_only: bool = True) -> list[str]:
     import subprocess
 
     bdir = BUILD_DIR / "sim" / "kernel" / f"{spec_hash(spec)}-lint"
-    project = bdir / "project"
-    write_project(spec, project)
-    sources = kernel_sources(spec, project)
     env = {**os.environ, **simulators.simulator_env("verilator")}
-    proc = subprocess.run(
-        [simulators.verilator_bin(), "--lint-only", "-Wall", "--top-module", spec.name, *map(str, sources)],
-        capture_output=True, text=True, env=env, check=False,
-    )
+    with locked(bdir, exclusive=True):
+        project = bdir / "project"
+        write_project(spec, project)
+        sources = kernel_sources(spec, project)
+        proc = subprocess.run(
+            [simulators.verilator_bin(), "--lint-only", "-Wall", "--top-module", spec.name, *map(str, sources)],
+            capture_output=True, text=True, env=env, check=False,
+        )
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("%Warning") or ln.startswith("%Error")]
     lines = [ln for ln in lines if not ln.startswith("%Error: Exiting due to")]
     if own_only:
@@ -269,11 +294,12 @@ def icarus_compile(spec: KernelSpec) -> tuple[bool, str]:
 
     simulators.simulator_env("icarus")
     bdir = BUILD_DIR / "sim" / "kernel" / f"{spec_hash(spec)}-lint"
-    project = bdir / "project"
-    write_project(spec, project)
-    sources = kernel_sources(spec, project)
-    proc = subprocess.run(
-        ["iverilog", "-g2012", "-Wall", "-s", spec.name, "-o", str(bdir / "check.vvp"), *map(str, sources)],
-        capture_output=True, text=True, check=False,
-    )
+    with locked(bdir, exclusive=True):
+        project = bdir / "project"
+        write_project(spec, project)
+        sources = kernel_sources(spec, project)
+        proc = subprocess.run(
+            ["iverilog", "-g2012", "-Wall", "-s", spec.name, "-o", str(bdir / "check.vvp"), *map(str, sources)],
+            capture_output=True, text=True, check=False,
+        )
     return proc.returncode == 0, proc.stdout + proc.stderr

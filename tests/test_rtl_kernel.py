@@ -59,7 +59,7 @@ def full_elements(spec: KernelSpec) -> list[int]:
 
 def check(result: rtlsim.SimResult) -> None:
     assert result.passed, (f"{_id(KernelSpec.from_dict(result.spec))} on {result.simulator}: "
-                           f"{result.failed} of {result.ran} bench tests failed; see {result.build_dir}/sim.log")
+                           f"{result.failed} of {result.ran} bench tests failed; see {result.log}")
 
 
 LINT_MORE = [KernelSpec(grad_dtype="fp16", out_dtype="bf16", lanes=1),

@@ -87,6 +87,6 @@ def format_result(r: rtlsim.SimResult) -> str:
         )
     if r.sim_clocks_per_s:
         lines.append(f"  simulation speed: {r.sim_clocks_per_s:,.0f} clocks/s")
-    lines.append(f"  build {r.build_s:.1f} s, run {r.run_s:.1f} s; logs in {r.build_dir}")
-    lines.append("PASS" if r.passed else f"FAIL: see {r.build_dir}/sim.log")
+    lines.append(f"  build {r.build_s:.1f} s, run {r.run_s:.1f} s; log {r.log}")
+    lines.append("PASS" if r.passed else f"FAIL: see {r.log}")
     return "\n".join(lines)
