@@ -46,7 +46,7 @@ IEEE_FLAGS = (
 WARN_FLAGS = ("-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas")
 BASE_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", *IEEE_FLAGS, *WARN_FLAGS)
 NATIVE_FLAGS = ("-march=native",)
-DEFAULT_CHUNK = 512  # elements per kernel call: 32 beats, the dataflow FIFOs of one call stay in L1
+DEFAULT_CHUNK = 256  # elements per kernel call: 16 beats, so the dataflow FIFOs of one call stay in L1
 MAX_ELEMENTS = (1 << 32) - 33  # the `n` register is 32 bits; the harness keeps a 32-element margin
 
 

@@ -10,9 +10,9 @@
 //     the last (n - head) % 32 go through a padded scratch copy, which is where the kernel's own
 //     tail handling (n not a multiple of the beat or of LANES) runs; so every beat of the main
 //     part is one whole cache line;
-//   - chunks are small (hls/csim.py passes 512 elements, 32 beats), which is how the dataflow
+//   - chunks are small (hls/csim.py passes 256 elements, 16 beats), which is how the dataflow
 //     processes stream here: C simulation runs load_grad, compute and store_out one after another,
-//     so per chunk the FIFOs hold 2 KiB each and stay in L1, and the kernel call costs nothing
+//     so per chunk the FIFOs hold 1 KiB each and stay in L1, and the kernel call costs nothing
 //     beyond its loops (hls_stream.h keeps small FIFOs inside the stream objects);
 //   - before each call the harness prefetches the next chunk's gradient and output lines: the
 //     gradient is read by load_grad alone and the output written by store_out alone, so without
