@@ -22,10 +22,14 @@ gathers the shards into `torch.optim.AdamW`'s format, identical on every rank, a
 `load_state_dict()` takes that format (from this class, NicAdamW or torch.optim.AdamW) and
 keeps each rank's slice.
 
-Not yet: `torch.amp.GradScaler` with this class (each rank would judge inf from its own local
-gradients before the reduce-scatter, so ranks could disagree on skipping; use bf16 autocast,
-which needs no scaler, and let the all-ranks non-finite skip above catch overflows), and
-overlapping the reduce-scatter with the backward pass (buckets are reduced in `step()`).
+Loss scaling: use torch's `ShardedGradScaler` (torch.distributed.fsdp.sharded_grad_scaler,
+`ShardedGradScaler("cpu")` on gloo). It all-reduces the inf flags it finds in the local
+gradients, so every rank skips the same steps and keeps the same scale. A plain
+`torch.amp.GradScaler` judges each rank's local gradients alone: ranks could disagree and one
+would wait in the reduce-scatter until the process group's timeout.
+
+Not yet: overlapping the reduce-scatter with the backward pass (buckets are reduced in `step()`),
+and freeing each rank's full gradients after the reduce-scatter (ZeRO stage 2's memory saving).
 """
 
 from __future__ import annotations

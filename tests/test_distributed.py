@@ -91,21 +91,58 @@ def _groups_worker(rank: int, world_size: int, port: int, out: str) -> None:
         sd = opt.state_dict()
         # The gathered state loads into a plain torch.optim.AdamW (interchangeable format).
         torch.optim.AdamW(_groups(copy.deepcopy(model))).load_state_dict(sd)
-        if rank == 0:
-            Path(out).write_text(json.dumps({"diff": diff, "lrs_equal": lrs, "shards": len(opt.shards()),
-                                             "steps": [s.step_count for s in opt.shards()]}))
+        result = {"diff": diff, "lrs_equal": lrs, "shards": len(opt.shards()),
+                  "steps": [s.step_count for s in opt.shards()]}
         opt.close()
+        result.update(_scaler_phase(rank, world_size))
+        if rank == 0:
+            Path(out).write_text(json.dumps(result))
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def test_sharded_param_groups_scheduler_and_checkpoint(tmp_path):
+def _scaler_phase(rank: int, world_size: int) -> dict:
+    """Loss scaling: torch's ShardedGradScaler all-reduces the inf flags, so every rank skips together."""
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    task = regression_task(seed=13)
+    model, ref_model = task.model, copy.deepcopy(task.model)
+    opt = ShardedNicOptimizer(model.parameters(), lr=3e-3, backend="golden")
+    ref = torch.optim.AdamW(ref_model.parameters(), lr=3e-3)
+    scaler = ShardedGradScaler("cpu", init_scale=2.0**12, growth_interval=4)
+    ref_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=4)
+    scales = []
+    for s in range(16):
+        x, y = task.batch(s)
+        opt.zero_grad()
+        scaler.scale(task.loss(model, x.chunk(world_size)[rank], y.chunk(world_size)[rank])).backward()
+        ref.zero_grad()
+        ref_scaler.scale(task.loss(ref_model, x, y)).backward()
+        if s == 6:  # an overflow on the last rank only (and in the single-process run)
+            if rank == world_size - 1:
+                model[0].weight.grad[0, 0] = float("inf")
+            ref_model[0].weight.grad[0, 0] = float("inf")
+        scaler.step(opt)
+        scaler.update()
+        ref_scaler.step(ref)
+        ref_scaler.update()
+        scales.append((scaler.get_scale(), ref_scaler.get_scale()))
+    diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), ref_model.parameters(), strict=True))
+    result = {"scaler_diff": diff, "scales": scales, "scaler_steps": opt.shards()[0].step_count}
+    opt.close()
+    return result
+
+
+def test_sharded_param_groups_scheduler_checkpoint_and_loss_scaling(tmp_path):
     out = tmp_path / "groups.json"
     run_ranks(_groups_worker, 2, (free_port(), str(out)), timeout_s=240)
     r = json.loads(out.read_text())
     assert r["lrs_equal"] and r["shards"] == 2 and r["steps"] == [20, 20]
     assert r["diff"] < PARAM_TOL
+    assert all(mine == ref for mine, ref in r["scales"]) and r["scales"][6][0] < r["scales"][5][0]
+    assert r["scaler_steps"] == 16 - 1
+    assert r["scaler_diff"] < PARAM_TOL
 
 
 def _failing_worker(rank: int, world_size: int, port: int) -> None:
