@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -294,7 +295,8 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
 # ---- launching ranks on one machine (tests and the demo) ---------------------------------------
 def init_gloo(rank: int, world_size: int, port: int, timeout_s: float = 60.0) -> None:
     """Join a gloo group on 127.0.0.1:port; every collective gives up after `timeout_s`."""
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if sys.platform.startswith("linux"):  # all ranks on this host: talk over loopback, whatever the hostname says
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
 
