@@ -69,12 +69,13 @@ def format_report(report: dict[str, Any]) -> str:
         f"  {v['cycles']:,} clocks -> {v['elements_per_cycle']:.3f} elements/clock = "
         f"{v['fraction_of_ideal']:.1%} of ideal ({v['lanes']}/clock); goal {report['goal_fraction_of_ideal']:.0%}: "
         f"{'met' if report['meets_goal'] else 'NOT met'}",
-        f"  simulation speed, Verilator: {v['sim_clocks_per_s']:,.0f} clocks/s",
+        f"  simulation speed, Verilator: {v['sim_clocks_per_s']:,.0f} clocks/s wall "
+        f"({v.get('sim_clocks_per_cpu_s', 0):,.0f} per CPU second of the simulator)",
     ]
     ic = report.get("icarus")
     if ic:
-        lines.append(f"  simulation speed, Icarus:    {ic['sim_clocks_per_s']:,.0f} clocks/s "
-                     f"({ic['elements']:,}-element shard, {ic['fraction_of_ideal']:.1%} of ideal)")
+        lines.append(f"  simulation speed, Icarus:    {ic['sim_clocks_per_s']:,.1f} clocks/s wall "
+                     f"({ic.get('sim_clocks_per_cpu_s', 0):,.1f} per CPU second; {ic['elements']:,}-element shard)")
     else:
         lines.append("  simulation speed, Icarus:    not installed (make deps-icarus)")
     return "\n".join(lines)
