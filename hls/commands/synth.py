@@ -6,6 +6,7 @@ import argparse
 
 from hls import synth
 from hls.commands.common import add_json, add_spec_options, emit_json, spec_from_args, table
+from hls.errors import UserError
 from hls.targets import get_target
 
 
@@ -22,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="scaled (default): one lane + the top at 1 lane, scaled to the lanes asked; "
                    "full: synthesize the top at the lanes asked (slow at 16 lanes)")
     p.add_argument("--no-cache", action="store_true", help="run yosys even when a cached result exists")
+    p.add_argument("--cached", action="store_true",
+                   help="do not run yosys: scale the last saved lane and infrastructure figures for this "
+                   "optimizer/dtypes to the lanes and CUs asked (fails if there are none)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -29,8 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
-    result = synth.estimate(spec, target, mode=args.mode, use_cache=not args.no_cache)
-    result["cache"] = str(synth.save_estimate(result))
+    if args.cached:
+        result = synth.cached_estimate(spec, target)
+        if result is None:
+            raise UserError(f"no saved yosys figures for {spec.optimizer} {spec.grad_dtype}->{spec.out_dtype} "
+                            f"{spec.grad_source}: run `optimusnic synth` without --cached first")
+        result["runs"] = [u | {"cached": True} for u in result["runs"]]
+    else:
+        result = synth.estimate(spec, target, mode=args.mode, use_cache=not args.no_cache)
+        result["cache"] = str(synth.save_estimate(result))
     if args.json:
         emit_json(result)
     else:
