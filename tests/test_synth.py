@@ -95,3 +95,16 @@ def test_full_top_matches_scaled_estimate(lanes: int) -> None:
     full = synth.estimate(spec, target, mode="full")
     for r in ("lut", "ff", "dsp"):
         assert full["per_cu"][r] == pytest.approx(scaled["per_cu"][r], rel=0.1), r
+
+
+def test_synth_cli_cached_scales_saved_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(synth, "SYNTH_DIR", tmp_path)
+    assert main(["synth", "--target", "u50", "--cached"]) == 2
+    assert "no saved yosys figures" in capsys.readouterr().err
+    est = _fake_estimate(lane_lut=5000) | {"runs": [], "yosys": "Yosys test", "caveat": "c", "method": "m"}
+    synth.save_estimate(est, tmp_path)
+    assert main(["synth", "--target", "u50", "--lanes", "4", "--compute-units", "2", "--cached", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["per_cu"]["lut"] == 1000 + 4 * 5000 and r["total"]["lut"] == 2 * 21000
+    assert r["total"]["bram36"] == 8 and r["fits"] is True and r["spec"]["lanes"] == 4
