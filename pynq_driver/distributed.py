@@ -28,17 +28,22 @@ gradients, so every rank skips the same steps and keeps the same scale. A plain
 `torch.amp.GradScaler` judges each rank's local gradients alone: ranks could disagree and one
 would wait in the reduce-scatter until the process group's timeout.
 
-Not yet: overlapping the reduce-scatter with the backward pass (buckets are reduced in `step()`),
-and freeing each rank's full gradients after the reduce-scatter (ZeRO stage 2's memory saving).
+`overlap=True` launches each bucket's reduce-scatter from the backward pass, as soon as every
+gradient of the bucket is complete (post-accumulate-grad hooks), and `step()` waits for it;
+wrap the backward passes of gradient accumulation but the last in `optimizer.no_sync()`, as with
+DDP. Not yet: freeing each rank's full gradients after the reduce-scatter (ZeRO stage 2's
+memory saving).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
 import os
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -88,6 +93,9 @@ class ShardedBucket:
         self.shard_out = torch.empty(self.shard_len, dtype=self.dtype, device=dev)
         self.host_out = self.shard_out if dev.type == "cpu" else torch.empty(self.shard_len, dtype=self.dtype)
         self.shard: ShardState | None = None
+        self.maximize = False
+        self.ready = 0  # parameters whose gradient is complete in this backward pass (overlap mode)
+        self.work: Any = None  # the reduce-scatter launched from the backward pass, if any
 
     def masters(self, states: list[dict[str, Any]] | None = None) -> np.ndarray:
         """fp32 masters of this rank's slice, zero-padded past the last parameter."""
@@ -111,7 +119,8 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
                  eps: float = 1e-8, weight_decay: float | None = None, *, optimizer: str = "adamw",
                  process_group: Any = None, average_gradients: bool = True, backend: str = DEFAULT_BACKEND,
                  target: str = DEFAULT_TARGET, lanes: int | None = None, skip_nonfinite: bool = True,
-                 chunk_elems: int | None = None, maximize: bool = False, **device_options: Any) -> None:
+                 chunk_elems: int | None = None, maximize: bool = False, overlap: bool = False,
+                 **device_options: Any) -> None:
         if optimizer not in ("adamw", "adam"):
             raise UserError(f"optimizer: {optimizer!r}; choose adamw or adam")
         if not dist.is_available() or not dist.is_initialized():
@@ -123,14 +132,18 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
         defaults = torch_defaults(lr, betas, eps, weight_decay, adamw=self._adamw, maximize=maximize)
         super().__init__(params, defaults)
         self.kind = optimizer
-        self.group = process_group if process_group is not None else dist.group.WORLD
-        self.world = dist.get_world_size(self.group)
-        self.rank = dist.get_rank(self.group)
+        self.process_group = process_group if process_group is not None else dist.group.WORLD
+        self.world = dist.get_world_size(self.process_group)
+        self.rank = dist.get_rank(self.process_group)
         self.average = bool(average_gradients)
         self.skip_nonfinite = bool(skip_nonfinite)
         self.chunk_elems = chunk_elems
         self.pool = DevicePool(backend, optimizer, target, lanes, device_options)
         self.skipped_steps = 0
+        self.overlap = bool(overlap)
+        self.overlapped_reductions = 0  # buckets reduced from the backward pass (a check that overlap happens)
+        self._sync = True
+        self._hooks: list[Any] = []
         self._buckets: list[list[ShardedBucket]] = []
         try:
             for group in self.param_groups:
@@ -154,8 +167,43 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
             b.shard = ShardState(self.pool.get(*KERNEL_DTYPES[dtype]), b.masters(), self.chunk_elems,
                                  nonfinite="skip")
             b.flat.remember()
+            b.maximize = bool(group.get("maximize", False))
+            if self.overlap:
+                for p in params:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(functools.partial(self._grad_ready, b)))
             out.append(b)
         return out
+
+    # ---- overlap: reduce-scatter each bucket as soon as backward has produced all its gradients --------
+    def _grad_ready(self, b: ShardedBucket, _param: torch.Tensor) -> None:
+        if not self._sync:
+            return
+        b.ready += 1
+        if b.ready == len(b.flat.params):
+            b.ready = 0
+            self._launch(b, async_op=True)
+            self.overlapped_reductions += 1
+
+    def _launch(self, b: ShardedBucket, *, async_op: bool) -> None:
+        if b.work is not None:  # a previous backward's reduction that no step consumed
+            b.work.wait()
+        if b.flat.changed_outside():
+            self._reload_masters(b)
+        with torch.no_grad():
+            b.flat.flat_grads(b.grad, negate=b.maximize)
+            if self.average:
+                b.grad.div_(self.world)
+        work = _reduce_scatter(b.shard_grad, b.grad, group=self.process_group, async_op=async_op)
+        b.work = work if async_op else None
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Accumulate gradients over several backward passes without reducing them (as DDP.no_sync)."""
+        before, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = before
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
@@ -184,6 +232,9 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
         return sum(12 * s.n for s in self.shards())
 
     def close(self) -> None:
+        for h in getattr(self, "_hooks", []):
+            h.remove()
+        self._hooks = []
         for buckets in getattr(self, "_buckets", []):
             for b in buckets:
                 if b.shard is not None:
@@ -203,14 +254,15 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
         for group, buckets in zip(self.param_groups, self._buckets, strict=True):
             check_group(group, adamw=self._adamw, who=who)
             for b in buckets:
-                if not grads_present(b.flat, who):
-                    continue  # every rank runs the same model, so every rank skips it
-                if b.flat.changed_outside():
-                    self._reload_masters(b)
-                b.flat.flat_grads(b.grad, negate=bool(group.get("maximize", False)))
-                if self.average:
-                    b.grad.div_(self.world)
-                _reduce_scatter(b.shard_grad, b.grad, group=self.group)
+                b.ready = 0
+                b.maximize = bool(group.get("maximize", False))
+                if b.work is None:  # not launched from the backward pass: reduce now
+                    if not grads_present(b.flat, who):
+                        continue  # every rank runs the same model, so every rank skips it
+                    self._launch(b, async_op=False)
+                else:
+                    b.work.wait()
+                    b.work = None
                 work.append((group, b))
         if not work:
             return loss
@@ -218,7 +270,7 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
             # One flag for all buckets: if any rank's reduced shard is not finite, all skip the step.
             bad = torch.tensor([float(not all(bool(torch.isfinite(b.shard_grad).all()) for _, b in work))],
                                device=work[0][1].grad.device)
-            dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.group)
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
             if bad.item():
                 self.skipped_steps += 1
                 return loss
@@ -227,7 +279,7 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
             b.shard.step(b.shard_grad.cpu(), hyper, out=b.host_out, apply_nonfinite=True)
             if b.host_out is not b.shard_out:
                 b.shard_out.copy_(b.host_out)
-            _all_gather(b.gathered, b.shard_out, group=self.group)
+            _all_gather(b.gathered, b.shard_out, group=self.process_group)
             b.flat.write_back(b.gathered)
         return loss
 
@@ -241,7 +293,7 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
     def _gather_full(self, b: ShardedBucket, local: np.ndarray) -> torch.Tensor:
         dev = b.grad.device
         full = torch.empty(b.padded, dtype=torch.float32, device=dev)
-        _all_gather(full, torch.from_numpy(np.ascontiguousarray(local)).to(dev), group=self.group)
+        _all_gather(full, torch.from_numpy(np.ascontiguousarray(local)).to(dev), group=self.process_group)
         return full[: b.flat.n].cpu()
 
     def state_dict(self) -> dict[str, Any]:
@@ -251,7 +303,7 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
             for b in buckets:
                 sd = b.shard.state_dict()
                 steps = torch.tensor([float(sd["step"])], device=b.grad.device)
-                dist.all_reduce(steps, op=dist.ReduceOp.MAX, group=self.group)
+                dist.all_reduce(steps, op=dist.ReduceOp.MAX, group=self.process_group)
                 if steps.item() == 0:
                     continue
                 full = {k: self._gather_full(b, sd[k]) for k in ("exp_avg", "exp_avg_sq", "params")}

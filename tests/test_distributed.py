@@ -95,6 +95,7 @@ def _groups_worker(rank: int, world_size: int, port: int, out: str) -> None:
                   "steps": [s.step_count for s in opt.shards()]}
         opt.close()
         result.update(_scaler_phase(rank, world_size))
+        result.update(_overlap_phase(rank, world_size))
         if rank == 0:
             Path(out).write_text(json.dumps(result))
         dist.barrier()
@@ -134,6 +135,32 @@ def _scaler_phase(rank: int, world_size: int) -> dict:
     return result
 
 
+def _overlap_phase(rank: int, world_size: int) -> dict:
+    """Reduce-scatter launched from the backward pass (and no_sync accumulation): same bits as in step()."""
+    task = regression_task(seed=14)
+    models = [task.model, copy.deepcopy(task.model)]
+    opts = [ShardedNicOptimizer(_groups(models[0]), backend="golden", overlap=True),
+            ShardedNicOptimizer(_groups(models[1]), backend="golden")]
+    for s in range(6):
+        x, y = task.batch(s)
+        xs, ys = x.chunk(world_size)[rank].chunk(2), y.chunk(world_size)[rank].chunk(2)
+        for model, opt in zip(models, opts, strict=True):
+            opt.zero_grad()
+            if s % 2:  # two micro-batches: accumulate without reducing, reduce after the last
+                with opt.no_sync():
+                    task.loss(model, xs[0], ys[0]).backward()
+                task.loss(model, xs[1], ys[1]).backward()
+            else:
+                task.loss(model, x.chunk(world_size)[rank], y.chunk(world_size)[rank]).backward()
+            opt.step()
+    same = all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True))
+    steps = [s.step_count for s in opts[0].shards()]
+    launched = (opts[0].overlapped_reductions, opts[1].overlapped_reductions)
+    for opt in opts:
+        opt.close()
+    return {"overlap_identical": same, "overlap_steps": steps, "overlap_launched": launched}
+
+
 def test_sharded_param_groups_scheduler_checkpoint_and_loss_scaling(tmp_path):
     out = tmp_path / "groups.json"
     run_ranks(_groups_worker, 2, (free_port(), str(out)), timeout_s=240)
@@ -143,6 +170,8 @@ def test_sharded_param_groups_scheduler_checkpoint_and_loss_scaling(tmp_path):
     assert all(mine == ref for mine, ref in r["scales"]) and r["scales"][6][0] < r["scales"][5][0]
     assert r["scaler_steps"] == 16 - 1
     assert r["scaler_diff"] < PARAM_TOL
+    assert r["overlap_identical"] and r["overlap_steps"] == [6, 6]
+    assert r["overlap_launched"] == [6 * 2, 0]  # every step, both buckets, from the backward pass
 
 
 def _failing_worker(rank: int, world_size: int, port: int) -> None:
