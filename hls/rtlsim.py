@@ -33,6 +33,7 @@ from hls.errors import UserError
 from hls.generate import write_project
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
 from hls.spec import KernelSpec
+from hls.targets import Target
 
 KERNEL_RTL = RTL_DIR / "kernel"
 FP_RTL = RTL_DIR / "fp"
@@ -99,11 +100,11 @@ def kernel_sources(spec: KernelSpec, project_dir: Path) -> list[Path]:
     return [*_listed(FP_RTL, "fp_units.f"), *_listed(KERNEL_RTL, "kernel.f"), control, top]
 
 
-def prepare(spec: KernelSpec, simulator: str) -> tuple[Path, Path, list[Path]]:
+def prepare(spec: KernelSpec, simulator: str, target: Target | None = None) -> tuple[Path, Path, list[Path]]:
     """Render the project for `spec`; returns (build dir, project dir, sources)."""
     bdir = build_dir_for(spec, simulator)
     project = bdir / "project"
-    write_project(spec, project)
+    write_project(spec, project, target)
     return bdir, project, kernel_sources(spec, project)
 
 
@@ -128,17 +129,21 @@ def locked(bdir: Path, *, exclusive: bool) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def build(spec: KernelSpec, simulator: str = "verilator", *, waves: bool = False) -> tuple[Any, Path, Path]:
-    """Build the kernel for `simulator` unless an identical build exists; returns (runner, build dir, project)."""
+def build(spec: KernelSpec, simulator: str = "verilator", *, waves: bool = False,
+          target: Target | None = None) -> tuple[Any, Path, Path]:
+    """Build the kernel for `simulator` unless an identical build exists; returns (runner, build dir, project).
+
+    `target`: a catalog entry loaded with extra target files (default: the built-in catalog's).
+    """
     with locked(build_dir_for(spec, simulator), exclusive=True):
-        return _build(spec, simulator, waves)
+        return _build(spec, simulator, waves, target)
 
 
-def _build(spec: KernelSpec, simulator: str, waves: bool) -> tuple[Any, Path, Path]:
+def _build(spec: KernelSpec, simulator: str, waves: bool, target: Target | None) -> tuple[Any, Path, Path]:
     from cocotb_tools.runner import get_runner
 
     simulators.apply_env(simulator)
-    bdir, project, sources = prepare(spec, simulator)
+    bdir, project, sources = prepare(spec, simulator, target)
     runner = get_runner(simulator)
     args: list[str] = []
     if simulator == "verilator":
@@ -158,22 +163,29 @@ def _build(spec: KernelSpec, simulator: str, waves: bool) -> tuple[Any, Path, Pa
     fresh = stamp.exists() and stamp.read_text() == digest and binary.exists()
     if not fresh:
         stamp.unlink(missing_ok=True)
-    runner.build(
-        sources=sources,
-        hdl_toplevel=spec.name,
-        build_args=args,
-        build_dir=bdir,
-        timescale=("1ns", "1ps"),
-        waves=waves,
-        always=not fresh,
-        log_file=bdir / "build.log",
-    ) if not (fresh and simulator == "verilator") else _reuse(runner, bdir, spec.name, sources)
+    reused = fresh and simulator == "verilator" and _reuse(runner, bdir, spec.name, sources)
+    if not reused:
+        runner.build(
+            sources=sources,
+            hdl_toplevel=spec.name,
+            build_args=args,
+            build_dir=bdir,
+            timescale=("1ns", "1ps"),
+            waves=waves,
+            always=not fresh,
+            log_file=bdir / "build.log",
+        )
     stamp.write_text(digest)
     return runner, bdir, project
 
 
-def _reuse(runner: Any, bdir: Path, toplevel: str, sources: list[Path]) -> None:
-    """A Verilator build is up to date: set what `runner.test` needs without re-verilating."""
+def _reuse(runner: Any, bdir: Path, toplevel: str, sources: list[Path]) -> bool:
+    """A Verilator build is up to date: set what `runner.test` needs without re-verilating
+    (cocotb's Verilator runner always re-runs verilator and make). False if this cocotb's
+    runner does not have the attributes we set, and the caller builds normally."""
+    if not all(hasattr(runner, m) for m in ("_set_sources", "_set_verilog_sources", "_set_vhdl_sources",
+                                             "_set_build_args")):
+        return False
     runner.build_dir = bdir
     runner.hdl_toplevel = toplevel
     runner.waves = False
@@ -188,6 +200,7 @@ def _reuse(runner: Any, bdir: Path, toplevel: str, sources: list[Path]) -> None:
     runner._set_verilog_sources([])
     runner._set_vhdl_sources([])
     runner._set_build_args([])
+    return True
 
 
 def simulate(
@@ -202,6 +215,7 @@ def simulate(
     latency: int = DEFAULT_LATENCY,
     bench_elements: int | None = None,
     waves: bool = False,
+    target: Target | None = None,
 ) -> SimResult:
     """Build (or reuse) the bench for `spec` and run `tests`; never raises on a failing test."""
     unknown = [t for t in tests if t not in TESTS]
@@ -213,7 +227,7 @@ def simulate(
     if latency < 0 or not 0.0 <= stalls < 1.0:
         raise UserError("latency must be >= 0 and stalls a probability in [0, 1)")
     t0 = time.perf_counter()
-    runner, bdir, project = build(spec, simulator, waves=waves)
+    runner, bdir, project = build(spec, simulator, waves=waves, target=target)
     build_s = time.perf_counter() - t0
     result_json = bdir / f"result-{os.getpid()}.json"
     result_json.unlink(missing_ok=True)

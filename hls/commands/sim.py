@@ -13,6 +13,7 @@ import argparse
 from hls import rtlsim, simulators
 from hls.commands.common import add_json, add_spec_options, emit_json, spec_from_args
 from hls.errors import UserError
+from hls.targets import get_target
 
 
 def _counts(text: str) -> list[int]:
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args, default_lanes=16)
     if args.runs < 1:
         raise UserError("--runs must be at least 1")
+    target = get_target(spec.target, args.targets_file)
     simulators.simulator_env(args.simulator)  # one clear line if it is missing
     tests = ("test_update",) + (() if args.no_control else ("test_control",)) + ("test_throughput",)
     result = rtlsim.simulate(
@@ -59,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         stalls=args.stalls,
         latency=args.latency,
         waves=args.waves,
+        target=target,
     )
     if args.json:
         emit_json(result.to_dict())
