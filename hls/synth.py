@@ -312,7 +312,8 @@ def cached_estimate(spec: KernelSpec, target: Target, cache_dir: Path | None = N
     try:
         data = json.loads(path.read_text())
         per_cu = {r: _tidy(v) for r, v in _scale(data["infrastructure"], data["lane"], spec.lanes).items()}
-        return data | {"spec": spec.to_dict(), "mode": "scaled"} | judge(
+        method = "per CU = infrastructure + lanes x lane, from saved yosys figures (no new run)"
+        return data | {"spec": spec.to_dict(), "mode": "scaled", "method": method} | judge(
             data["infrastructure"], data["lane"], per_cu, spec.compute_units, target)
     except (ValueError, KeyError, TypeError):
         return None
