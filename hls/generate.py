@@ -41,6 +41,7 @@ def environment() -> jinja2.Environment:
 def context(spec: KernelSpec, target: Target, sizing: SizingReport) -> dict[str, Any]:
     """Everything a template may use. Templates read only this (StrictUndefined catches typos)."""
     args = regmap.register_map(spec)
+    regs = regmap.to_manifest(spec)
     return {
         "spec": spec,
         "target": target,
@@ -49,8 +50,8 @@ def context(spec: KernelSpec, target: Target, sizing: SizingReport) -> dict[str,
         "args": args,
         "pointer_args": [a for a in args if a.kind == "pointer"],
         "scalar_args": [a for a in args if a.kind == "scalar"],
-        "regmap": regmap.to_manifest(spec),
-        "address_bits": regmap.to_manifest(spec)["address_bits"],
+        "regmap": regs,
+        "address_bits": regs["address_bits"],
         "clock_mhz": sizing.clock_mhz,
         "version": __version__,
     }
