@@ -60,38 +60,18 @@ module fp32_div #(
     end
 
     /* valid and tag travel beside the datapath */
-    reg [LATENCY-1:0]   valid_pipe_reg;
-    reg [TAG_WIDTH-1:0] tag_pipe_reg [0:LATENCY-1];
-
-    always @(posedge clk) begin
-        if (rst) begin
-            valid_pipe_reg <= {LATENCY{1'b0}};
-        end else if (ce) begin
-            valid_pipe_reg <= {valid_pipe_reg[LATENCY-2:0], in_valid};
-        end
-    end
-
-    genvar t;
-    generate
-        for (t = 0; t < LATENCY; t = t + 1) begin : g_tag
-            if (t == 0) begin : g_first
-                always @(posedge clk) begin
-                    if (ce) begin
-                        tag_pipe_reg[0] <= in_tag;
-                    end
-                end
-            end else begin : g_next
-                always @(posedge clk) begin
-                    if (ce) begin
-                        tag_pipe_reg[t] <= tag_pipe_reg[t-1];
-                    end
-                end
-            end
-        end
-    endgenerate
-
-    assign out_valid = valid_pipe_reg[LATENCY-1];
-    assign out_tag   = tag_pipe_reg[LATENCY-1];
+    fp_delay #(
+        .TAG_WIDTH(TAG_WIDTH),
+        .DEPTH(LATENCY)
+    ) u_delay (
+        .clk(clk),
+        .rst(rst),
+        .ce(ce),
+        .in_valid(in_valid),
+        .in_tag(in_tag),
+        .out_valid(out_valid),
+        .out_tag(out_tag)
+    );
 
     /* stage 1: unpack, classify, count leading zeros of subnormal significands */
     wire       a_exp_zero = (in_a[30:23] == 8'd0);
