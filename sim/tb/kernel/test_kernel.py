@@ -119,6 +119,28 @@ def describe_mismatch(name: str, got: np.ndarray, want: np.ndarray) -> str:
             f"got {int(got.view(view)[i]):#x} want {int(want.view(view)[i]):#x}")
 
 
+def write_state(tb: KernelTB, layout: Layout, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> None:
+    for name, arr in (("p", p), ("m", m), ("v", v)):
+        tb.mem.write(layout.base[name], arr.tobytes())
+
+
+def kernel_regs(tb: KernelTB, layout: Layout, n: int, scalars: golden.Scalars, optimizer: str) -> dict[str, int]:
+    """The argument registers of one run: n, the optimizer's scalars and every buffer's address."""
+    regs: dict[str, int] = {"n": n, **scalars.registers(optimizer)}
+    for name, arg in tb.args.items():
+        if arg["kind"] == "pointer":
+            regs[name] = layout.base[name]
+    return regs
+
+
+def feed_grad(tb: KernelTB, layout: Layout, spec: dict[str, Any], data: bytes) -> None:
+    """The gradient shard on the kernel's source: the AXI4-Stream, or its buffer in card memory."""
+    if spec["grad_source"] == "stream":
+        tb.send_stream(data)
+    else:
+        tb.mem.write(layout.base["grad"], data)
+
+
 async def update_session(tb: KernelTB, cfg: dict[str, Any], n: int, rng: np.random.Generator,
                          layout: Layout) -> list[int]:
     """`runs` consecutive steps on one shard; state stays in card memory between runs."""
@@ -129,8 +151,7 @@ async def update_session(tb: KernelTB, cfg: dict[str, Any], n: int, rng: np.rand
         start = layout.base[name] - (layout.base[name] % PAGE)
         mem.write(start, rng.integers(0, 256, layout.end[name] - start, dtype=np.uint8).tobytes())
     p, m, v = make_state(rng, n)
-    for name, arr in (("p", p), ("m", m), ("v", v)):
-        mem.write(layout.base[name], arr.tobytes())
+    write_state(tb, layout, p, m, v)
     guard = {name: mem.read(layout.base[name] + layout.bytes[name],
                             layout.end[name] - layout.base[name] - layout.bytes[name])
              for name in layout.base}
@@ -140,18 +161,12 @@ async def update_session(tb: KernelTB, cfg: dict[str, Any], n: int, rng: np.rand
         hyper = golden.Hyper(lr=float(rng.choice([1e-3, 3e-4, 1e-2])), weight_decay=0.01, step=run + 1,
                              grad_scale=float(rng.choice([1.0, 0.5, 0.0625])))
         scalars = golden.prepare_scalars(hyper, spec["optimizer"])
-        regs: dict[str, int] = {"n": n, **scalars.registers(spec["optimizer"])}
-        for name, arg in tb.args.items():
-            if arg["kind"] == "pointer":
-                regs[name] = layout.base[name]
-        if spec["grad_source"] == "stream":
-            frame = grad.tobytes()
-            if run == 1 and n:
-                # a shard followed by junk beats before its TLAST: the kernel must drop them
-                frame += rng.integers(0, 256, 2 * 64 + 12, dtype=np.uint8).tobytes()
-            tb.send_stream(frame)
-        else:
-            mem.write(layout.base["grad"], grad.tobytes())
+        regs = kernel_regs(tb, layout, n, scalars, spec["optimizer"])
+        frame = grad.tobytes()
+        if spec["grad_source"] == "stream" and run == 1 and n:
+            # a shard followed by junk beats before its TLAST: the kernel must drop them
+            frame += rng.integers(0, 256, 2 * 64 + 12, dtype=np.uint8).tobytes()
+        feed_grad(tb, layout, spec, frame)
         want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
                                       grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
         cycles.append(await run_kernel(tb, regs, timeout_cycles=200 * n + 20_000))
@@ -209,17 +224,10 @@ async def test_throughput(dut: Any) -> None:
     await tb.reset()
     p, m, v = make_state(rng, n)
     grad = make_grad(rng, n, spec["grad_dtype"], 0)
-    for name, arr in (("p", p), ("m", m), ("v", v)):
-        tb.mem.write(layout.base[name], arr.tobytes())
+    write_state(tb, layout, p, m, v)
     scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
-    regs: dict[str, int] = {"n": n, **scalars.registers(spec["optimizer"])}
-    for name, arg in tb.args.items():
-        if arg["kind"] == "pointer":
-            regs[name] = layout.base[name]
-    if spec["grad_source"] == "stream":
-        tb.send_stream(grad.tobytes())
-    else:
-        tb.mem.write(layout.base["grad"], grad.tobytes())
+    regs = kernel_regs(tb, layout, n, scalars, spec["optimizer"])
+    feed_grad(tb, layout, spec, grad.tobytes())
     wall, cpu = time.perf_counter(), time.process_time()
     cycles = await run_kernel(tb, regs, timeout_cycles=100 * n + 20_000, use_interrupt=False)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -278,18 +286,11 @@ async def test_control(dut: Any) -> None:
 
     # one real run, interrupts disabled: no interrupt; a second start while busy is ignored
     p, m, v = make_state(rng, n)
-    for name, arr in (("p", p), ("m", m), ("v", v)):
-        tb.mem.write(layout.base[name], arr.tobytes())
+    write_state(tb, layout, p, m, v)
     grad = make_grad(rng, n, spec["grad_dtype"], 0)
     scalars = golden.prepare_scalars(golden.Hyper(step=1), spec["optimizer"])
-    regs = {"n": n, **scalars.registers(spec["optimizer"])}
-    for name, arg in tb.args.items():
-        if arg["kind"] == "pointer":
-            regs[name] = layout.base[name]
-    if spec["grad_source"] == "stream":
-        tb.send_stream(grad.tobytes())
-    else:
-        tb.mem.write(layout.base["grad"], grad.tobytes())
+    regs = kernel_regs(tb, layout, n, scalars, spec["optimizer"])
+    feed_grad(tb, layout, spec, grad.tobytes())
     want = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
                               grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
     await tb.write_args(regs)
