@@ -40,8 +40,8 @@ def environment() -> jinja2.Environment:
 
 def context(spec: KernelSpec, target: Target, sizing: SizingReport) -> dict[str, Any]:
     """Everything a template may use. Templates read only this (StrictUndefined catches typos)."""
-    args = regmap.register_map(spec)
-    regs = regmap.to_manifest(spec)
+    args = regmap.register_map(spec, sizing.stripes)
+    regs = regmap.to_manifest(spec, sizing.stripes)
     return {
         "spec": spec,
         "target": target,
@@ -89,6 +89,11 @@ def render(spec: KernelSpec, target: Target | None = None) -> tuple[dict[str, by
         "sizing": sizing_dict,
         "register_map": ctx["regmap"],
         "banks": [{"cu": a.cu, "slr": a.slr, "banks": a.banks} for a in sizing.assignments],
+        "memory_plan": [
+            {"cu": a.cu, "stripes": [{"array": s.array, "index": s.index, "ports": s.ports, "bank": s.bank,
+                                      "channel": s.channel} for s in a.stripes]}
+            for a in sizing.assignments
+        ],
         "files": {path: hashlib.sha256(data).hexdigest() for path, data in sorted(files.items())},
     }
     return files, manifest

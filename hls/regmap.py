@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from hls.golden import scalar_names
+from hls.sizing import STATE_ARGS, StripeCounts, port_names
 from hls.spec import KernelSpec
 
 CTRL = 0x00
@@ -28,8 +29,6 @@ CTRL_AUTO_RESTART = 1 << 7
 POINTER_STRIDE = 12
 SCALAR_STRIDE = 8
 
-# The AXI4 master arguments, in order. `grad` is absent when gradients arrive on a stream.
-POINTER_ARGS = ("grad", "p", "m", "v", "out")
 
 
 @dataclass(frozen=True)
@@ -45,12 +44,14 @@ class Arg:
         return asdict(self)
 
 
+_ARRAYS = {
+    "grad": "gradient shard",
+    "p": "fp32 master parameters",
+    "m": "fp32 first moment",
+    "v": "fp32 second moment",
+    "out": "updated parameters in the output dtype",
+}
 _DESCRIPTIONS = {
-    "grad": "gradient shard (read)",
-    "p": "fp32 master parameters (read, written back)",
-    "m": "fp32 first moment (read, written back)",
-    "v": "fp32 second moment (read, written back)",
-    "out": "updated parameters in the output dtype (written)",
     "n": "number of elements in the shard",
     "step_size": "f32(lr / bc1)",
     "rbc2": "f32(1 / sqrt(bc2))",
@@ -63,20 +64,32 @@ _DESCRIPTIONS = {
     "eps": "f32(eps)",
     "gs": "f32(grad_scale)",
 }
-_DIRECTIONS = {"grad": "in", "p": "inout", "m": "inout", "v": "inout", "out": "out"}
 
 
-def register_map(spec: KernelSpec) -> list[Arg]:
-    """The arguments of `spec`'s kernel in declaration order, with their register offsets."""
+def _pointer(array: str, index: int, stripes: int, port: str) -> tuple[str, str]:
+    """Direction and description of one m_axi port (stripe `index` of `stripes`)."""
+    where = f"stripe {index} of {stripes} (beats {index}, {index} + {stripes}, ...)" if stripes > 1 else "whole array"
+    if array in STATE_ARGS:
+        rd = port.endswith("_rd")
+        return ("in" if rd else "out"), f"{_ARRAYS[array]}, {where}, {'read' if rd else 'written back'}"
+    return ("in" if array == "grad" else "out"), f"{_ARRAYS[array]}, {where}, {'read' if array == 'grad' else 'written'}"
+
+
+def register_map(spec: KernelSpec, stripes: StripeCounts) -> list[Arg]:
+    """The arguments of `spec`'s kernel in declaration order, with their register offsets.
+
+    Pointers are one per m_axi port of the memory plan (sizing): a state stripe has a read and a
+    write port, which the host points at the same buffer.
+    """
     args: list[Arg] = []
     offset = ARGS_BASE
     if spec.grad_source == "stream":
         args.append(Arg("grad", "stream", None, 0, "in", "gradient AXI4-Stream (tlast ends a shard)"))
-    for name in POINTER_ARGS:
-        if name == "grad" and spec.grad_source == "stream":
-            continue
-        args.append(Arg(name, "pointer", offset, POINTER_STRIDE, _DIRECTIONS[name], _DESCRIPTIONS[name]))
-        offset += POINTER_STRIDE
+    for array, index in stripes.stripes():
+        for port in port_names(array, index):
+            direction, text = _pointer(array, index, stripes.of(array), port)
+            args.append(Arg(port, "pointer", offset, POINTER_STRIDE, direction, text))
+            offset += POINTER_STRIDE
     for name in ("n", *scalar_names(spec.optimizer)):
         args.append(Arg(name, "scalar", offset, SCALAR_STRIDE, "in", _DESCRIPTIONS[name]))
         offset += SCALAR_STRIDE
@@ -92,12 +105,13 @@ def address_range(args: list[Arg]) -> int:
     return size
 
 
-def to_manifest(spec: KernelSpec) -> dict[str, object]:
-    args = register_map(spec)
+def to_manifest(spec: KernelSpec, stripes: StripeCounts) -> dict[str, object]:
+    args = register_map(spec, stripes)
     return {
         "protocol": "ap_ctrl_hs",
         "control": {"CTRL": CTRL, "GIE": GIE, "IER": IER, "ISR": ISR},
         "ctrl_bits": {"ap_start": 0, "ap_done": 1, "ap_idle": 2, "ap_ready": 3, "auto_restart": 7},
         "address_bits": (address_range(args) - 1).bit_length(),
+        "stripes": {"grad": stripes.grad, "state": stripes.state, "out": stripes.out},
         "args": [a.to_dict() for a in args],
     }

@@ -1,20 +1,38 @@
 """Sizing: will a shard's optimizer state fit on the card, and will the kernel keep up?
 
-Formulas (per parameter of the shard, per step):
-  resident on the card   = 12 bytes: fp32 master parameter + fp32 m + fp32 v
-                           (gradient and output staging buffers are per chunk, not per shard)
-  moved through memory   = grad_bytes (read; 0 when gradients arrive on the network stream)
-                           + 12 (read p, m, v) + 12 (write p, m, v) + out_bytes (write)
-  line-rate demand       = line_rate_bits / 8 / grad_bytes parameters per second: the reduced
-                           gradient shard arrives on one network port at line rate, and the
-                           update keeps up if it consumes gradients at least that fast
-  memory-bound rate      = min over channel groups of
-                           (channels x channel bandwidth x efficiency) / bytes moved in that group
-  kernel-bound rate      = lanes x compute units x clock
+The memory model (design.md section 3b), per compute unit (CU):
+  - Each array (grad, p, m, v, out) is split into stripes. Stripe k of an array holds the
+    array's 64-byte beats k, k + S, k + 2S, ... (beat interleaving, so every stripe streams
+    sequentially and all stripes of an array advance together).
+  - A stripe is one buffer, and a buffer lives in ONE memory channel (an HBM pseudo-channel:
+    512 MB on a U55C, 256 MB on a U50/U280; or one DDR bank). v++ maps a kernel m_axi port to
+    one HBM AXI port; whatever its `sp=` range says, one port reaches at most one channel's
+    bandwidth (UG1393 "HBM Configuration and Use": 14.375 GB/s per pseudo-channel, 256 bits at
+    450 MHz, reads and writes together).
+  - State stripes (p, m, v) have a read port and a write port on separate bundles, both on the
+    stripe's channel; staging stripes (grad, out) have one port each.
+  - Usable bandwidth of a channel = its bandwidth x efficiency (catalog: ~0.9 for HBM, measured
+    by AMD with one port on one pseudo-channel; ~0.8 for DDR), shared by every port on it.
+    A port also moves at most one 512-bit beat per kernel clock per direction.
 
-Channels are assigned per compute unit: on HBM, gradient and output take one pseudo-channel
-each and p, m, v split the rest equally (their traffic and size are equal); on DDR with fewer
-banks than arguments, arguments share banks round-robin.
+Formulas (per element of the CU's shard, per step):
+  traffic          grad: grad_bytes (0 from the stream), p, m, v: 4 read + 4 written, out: out_bytes
+  stripe traffic   = array traffic / stripes of that array
+  channel load     = sum of the traffic of the stripes on it (bytes per element)
+  memory rate      = min over channels of usable bandwidth / load, and over ports of
+                     64 B x clock / (bytes per element one direction of that port)
+  kernel rate      = lanes x clock
+  CU rate          = min(memory rate, kernel rate); card rate = CUs x CU rate
+  demand           = the requested rate (`rate`, elements/s for the card) or, by default, the line
+                     rate: line_rate_bits / 8 / grad_bytes elements per second (the reduced
+                     gradient shard arrives on one network port at line rate)
+  stripes          the fewest that carry the CU's share of the demand (capped at the kernel
+                     rate): S = ceil(traffic x rate / usable bandwidth of one channel); state
+                     stripes may be raised to hold a given shard (capacity) or fixed by the spec
+  capacity         a state stripe holds ceil(n / (16 S)) beats; a channel holds its stripes and
+                     the double-buffered staging chunks placed on it; nothing else
+Each stripe gets a channel of its own while there are channels; past that (DDR cards) stripes
+share channels, balanced by load.
 """
 
 from __future__ import annotations
@@ -23,47 +41,95 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from hls.errors import UserError
-from hls.spec import DTYPE_BYTES, MAX_LANES, KernelSpec
+from hls.spec import BEAT_BITS, DTYPE_BYTES, MAX_LANES, MAX_STRIPES, KernelSpec
 from hls.targets import Target
 
 STATE_BYTES = 12  # fp32 master parameter + two fp32 moments
 STATE_ARGS = ("p", "m", "v")
+ARRAYS = ("grad", "p", "m", "v", "out")
+BEAT_BYTES = BEAT_BITS // 8
+# Elements per staging chunk: the driver streams a shard through the kernel in chunks of this
+# size, double-buffered, so staging stripes hold 2 chunks (never a whole shard).
+CHUNK_ELEMS = 1 << 20
 
 
 class SizingError(UserError):
     """Impossible sizing input (no parameters, no cards, ...)."""
 
 
-def arg_traffic(arg: str, grad_bytes: int, out_bytes: int) -> int:
-    """Bytes per parameter per step that `arg` moves through card memory."""
-    return {"grad": grad_bytes, "p": 8, "m": 8, "v": 8, "out": out_bytes}[arg]
+def array_traffic(array: str, grad_bytes: int, out_bytes: int) -> int:
+    """Bytes per element per step that `array` moves through card memory (reads and writes)."""
+    return {"grad": grad_bytes, "p": 8, "m": 8, "v": 8, "out": out_bytes}[array]
 
 
-def memory_args(grad_source: str) -> tuple[str, ...]:
-    return ("p", "m", "v", "out") if grad_source == "stream" else ("grad", "p", "m", "v", "out")
+def port_names(array: str, index: int) -> list[str]:
+    """The kernel's m_axi ports for stripe `index` of `array` (state: read and write port)."""
+    if array in STATE_ARGS:
+        return [f"{array}{index}_rd", f"{array}{index}_wr"]
+    return [f"{array}{index}"]
+
+
+def memory_arrays(grad_source: str) -> tuple[str, ...]:
+    return ARRAYS[1:] if grad_source == "stream" else ARRAYS
+
+
+@dataclass(frozen=True)
+class StripeCounts:
+    grad: int  # 0 when gradients arrive on the stream
+    state: int  # p, m and v each
+    out: int
+
+    def of(self, array: str) -> int:
+        return self.state if array in STATE_ARGS else getattr(self, array)
+
+    def stripes(self) -> list[tuple[str, int]]:
+        """(array, index) of every stripe, in register-map order."""
+        return [(a, i) for a in ARRAYS for i in range(self.of(a))]
+
+    def ports(self) -> list[str]:
+        return [p for a, i in self.stripes() for p in port_names(a, i)]
+
+    def beat_align(self) -> int:
+        """Elements a chunk start must be a multiple of, so that every stripe restarts at its beat 0."""
+        return 16 * math.lcm(self.state, max(self.grad, 1), self.out) * 2
 
 
 @dataclass
-class ChannelGroup:
-    channels: list[int]
-    args: list[str]
-    capacity_bytes: int
-    bandwidth_bytes_per_s: float  # after the efficiency factor
-    resident_bytes_per_param: int
-    traffic_bytes_per_param: int
+class Stripe:
+    array: str
+    index: int
+    ports: list[str]
+    channel: int
+    bank: str | None  # v++ sp= bank (HBM[3], DDR[1]); None for the non-XRT V80 flow
+    traffic_bytes_per_elem: float  # this stripe's share of its array's traffic
+    resident_bytes_per_elem: float  # state stripes: 4 / S; staging: 0 (chunk-sized)
+    staging_bytes: int  # staging stripes: two chunks' worth
+
+
+@dataclass
+class ChannelLoad:
+    channel: int
+    bank: str | None
+    stripes: list[str]  # "p0", "grad0", ...
+    load_bytes_per_elem: float
+    usable_bytes_per_s: float
+    utilization: float  # at the CU's achieved rate, of the usable bandwidth
+    staging_bytes: int
+    state_stripes: int
 
 
 @dataclass
 class CuAssignment:
     cu: int
     slr: int | None
-    banks: dict[str, str | None]  # arg -> v++ sp= bank expression (None where the flow has no sp=)
-    channels: dict[str, list[int]]
-    groups: list[ChannelGroup] = field(default_factory=list)
+    banks: dict[str, str | None]  # port -> v++ sp= bank expression
+    channels: dict[str, list[int]]  # port -> [channel]
+    stripes: list[Stripe] = field(default_factory=list)
+    loads: list[ChannelLoad] = field(default_factory=list)
 
 
 def bank_expr(target: Target, channels: list[int]) -> str | None:
-    """The v++ `sp=` memory expression (HBM[0:9], DDR[1]); None for the non-XRT V80 flow."""
+    """The v++ `sp=` memory expression (HBM[3], DDR[1]); None for the non-XRT V80 flow."""
     if not target.has_xrt_flow:
         return None
     prefix = target.memory.bank_prefix
@@ -71,62 +137,93 @@ def bank_expr(target: Target, channels: list[int]) -> str | None:
     return f"{prefix}[{lo}]" if lo == hi else f"{prefix}[{lo}:{hi}]"
 
 
-def assign_channels(target: Target, compute_units: int, grad_source: str) -> list[CuAssignment]:
-    mem = target.memory
-    args = memory_args(grad_source)
-    per_cu = mem.channels // compute_units
-    if per_cu < 1:
-        raise SizingError(
-            f"{compute_units} compute units need at least one memory channel each; "
-            f"{target.name} has {mem.channels}"
-        )
-    result = []
-    for cu in range(compute_units):
-        base = cu * per_cu
-        chans: dict[str, list[int]] = {}
-        if per_cu >= len(args):
-            small = [a for a in args if a not in STATE_ARGS]
-            share = (per_cu - len(small)) // len(STATE_ARGS)
-            for i, a in enumerate(STATE_ARGS):
-                chans[a] = list(range(base + i * share, base + (i + 1) * share))
-            # Channels p, m, v cannot split equally go to the streaming arguments (more bandwidth).
-            rest = list(range(base + len(STATE_ARGS) * share, base + per_cu))
-            # (contiguous blocks, since a v++ sp= range names consecutive channels)
-            start = 0
-            for i, a in enumerate(small):
-                count = len(rest) // len(small) + (1 if i < len(rest) % len(small) else 0)
-                chans[a] = rest[start : start + count]
-                start += count
+def channel_usable(target: Target) -> float:
+    return target.memory.channel_bandwidth_bytes_per_s * target.memory_efficiency
+
+
+def port_limit(clock_mhz: float) -> float:
+    """Bytes/s one 512-bit port moves per direction at the kernel clock."""
+    return BEAT_BYTES * clock_mhz * 1e6
+
+
+def choose_stripes(target: Target, spec: KernelSpec, cu_rate: float, clock_mhz: float,
+                   shard_per_cu: int | None = None) -> StripeCounts:
+    """The fewest stripes per array that carry `cu_rate` elements/s (and hold the shard, if given)."""
+    usable = min(channel_usable(target), 2 * port_limit(clock_mhz))
+    gb = spec.grad_bytes if spec.grad_source == "memory" else 0
+
+    def need(traffic: int) -> int:
+        return max(1, math.ceil(traffic * cu_rate / usable - 1e-9)) if traffic else 0
+
+    grad, state, out = need(gb), need(8), need(spec.out_bytes)
+    # A port moves one beat per clock per direction: 4 B/element one way on a state stripe.
+    state = max(state, math.ceil(4 * cu_rate / port_limit(clock_mhz) - 1e-9))
+    if spec.stripes is not None:
+        state = spec.stripes
+    elif shard_per_cu:
+        state = max(state, math.ceil(4 * shard_per_cu / target.memory.channel_capacity_bytes))
+    per_cu = target.memory.channels // spec.compute_units
+    # Without enough channels (DDR cards) more stripes than channels only add ports: share instead.
+    while spec.stripes is None and 3 * state + grad + out > per_cu and max(grad, state, out) > 1:
+        if state >= max(grad, out) and state > 1:
+            state -= 1
+        elif grad >= out and grad > 1:
+            grad -= 1
         else:
-            # State arguments first, so p, m and v land on different banks when they can.
-            ordered = [a for a in STATE_ARGS] + [a for a in args if a not in STATE_ARGS]
-            for i, a in enumerate(ordered):
-                chans[a] = [base + i % per_cu]
-        slr = 0 if mem.is_hbm else (mem.bank_slr[chans["p"][0]] if mem.bank_slr else None)
-        result.append(
-            CuAssignment(cu=cu, slr=slr, banks={a: bank_expr(target, c) for a, c in chans.items()}, channels=chans)
-        )
-    return result
+            out -= 1
+    return StripeCounts(grad=grad, state=min(state, MAX_STRIPES), out=out)
 
 
-def _groups(target: Target, assignment: CuAssignment, grad_bytes: int, out_bytes: int) -> list[ChannelGroup]:
+def _place(target: Target, cu: int, per_cu: int, counts: StripeCounts, spec: KernelSpec) -> CuAssignment:
+    """Put each stripe on a channel of this CU: its own while channels last, else the least loaded."""
+    gb = spec.grad_bytes if spec.grad_source == "memory" else 0
+    base = cu * per_cu
+    loads = [0.0] * per_cu
+    count = [0] * per_cu
+    stripes: list[Stripe] = []
+    order = sorted(counts.stripes(), key=lambda s: -array_traffic(s[0], gb, spec.out_bytes) / counts.of(s[0]))
+    for array, index in order:
+        traffic = array_traffic(array, gb, spec.out_bytes) / counts.of(array)
+        # Fewest stripes first, then least load: one stripe a channel where there are enough.
+        slot = min(range(per_cu), key=lambda c: (count[c], loads[c], c))
+        loads[slot] += traffic
+        count[slot] += 1
+        chan = base + slot
+        state = array in STATE_ARGS
+        esize = 4 if state else (gb if array == "grad" else spec.out_bytes)
+        stripes.append(Stripe(
+            array=array, index=index, ports=port_names(array, index), channel=chan,
+            bank=bank_expr(target, [chan]), traffic_bytes_per_elem=traffic,
+            resident_bytes_per_elem=4 / counts.state if state else 0.0,
+            staging_bytes=0 if state else 2 * math.ceil(CHUNK_ELEMS * esize / counts.of(array) / BEAT_BYTES) * BEAT_BYTES,
+        ))
+    stripes.sort(key=lambda s: (ARRAYS.index(s.array), s.index))
     mem = target.memory
-    by_channels: dict[tuple[int, ...], list[str]] = {}
-    for arg, chans in assignment.channels.items():
-        by_channels.setdefault(tuple(chans), []).append(arg)
-    groups = []
-    for chans, args in sorted(by_channels.items()):
-        groups.append(
-            ChannelGroup(
-                channels=list(chans),
-                args=args,
-                capacity_bytes=len(chans) * mem.channel_capacity_bytes,
-                bandwidth_bytes_per_s=len(chans) * mem.channel_bandwidth_bytes_per_s * target.memory_efficiency,
-                resident_bytes_per_param=4 * sum(a in STATE_ARGS for a in args),
-                traffic_bytes_per_param=sum(arg_traffic(a, grad_bytes, out_bytes) for a in args),
-            )
-        )
-    return groups
+    first_p = next(s for s in stripes if s.array == "p")
+    slr = 0 if mem.is_hbm else (mem.bank_slr[first_p.channel] if mem.bank_slr else None)
+    ports = {p: s for s in stripes for p in s.ports}
+    return CuAssignment(
+        cu=cu, slr=slr,
+        banks={p: s.bank for p, s in ports.items()},
+        channels={p: [s.channel] for p, s in ports.items()},
+        stripes=stripes,
+    )
+
+
+def _channel_loads(target: Target, a: CuAssignment, cu_rate: float) -> list[ChannelLoad]:
+    by_chan: dict[int, list[Stripe]] = {}
+    for s in a.stripes:
+        by_chan.setdefault(s.channel, []).append(s)
+    usable = channel_usable(target)
+    out = []
+    for chan, ss in sorted(by_chan.items()):
+        load = sum(s.traffic_bytes_per_elem for s in ss)
+        out.append(ChannelLoad(
+            channel=chan, bank=ss[0].bank, stripes=[f"{s.array}{s.index}" for s in ss],
+            load_bytes_per_elem=load, usable_bytes_per_s=usable, utilization=load * cu_rate / usable,
+            staging_bytes=sum(s.staging_bytes for s in ss), state_stripes=sum(s.array in STATE_ARGS for s in ss),
+        ))
+    return out
 
 
 @dataclass
@@ -142,31 +239,38 @@ class SizingReport:
     lanes: int
     compute_units: int
     clock_mhz: float
+    stripes: StripeCounts
     state_bytes_per_param: int
     moved_bytes_per_param: int
     shard_state_bytes: int
     max_params_per_card: int
     line_rate_gbps: float
     line_rate_params_per_s: float
+    demand_params_per_s: float  # what the plan was sized for (line rate unless `rate` was given)
     memory_params_per_s: float
     memory_efficiency: float
+    channel_usable_bytes_per_s: float
     kernel_params_per_s: float
     achieved_params_per_s: float
     elements_per_clock_needed: float
+    elements_per_clock_predicted: float  # per CU, what the simulation under the memory model should show
     lanes_needed: int
     compute_units_needed: int
-    bottleneck: str
+    bottleneck: str  # "memory" | "kernel"
+    binding: str  # the one resource that sets the rate, or capacity when the shard does not fit
+    channels_used: int
     fits: bool
     keeps_up: bool
     cards_needed: int
     step_time_s: float
     assignments: list[CuAssignment]
+    alternatives: list[str]
     notes: list[str]
 
     @property
     def verdict(self) -> str:
         fit = "fits" if self.fits else f"does NOT fit (needs {self.cards_needed} cards)"
-        pace = "keeps up with line rate" if self.keeps_up else f"falls behind line rate ({self.bottleneck}-bound)"
+        pace = "keeps up with line rate" if self.keeps_up else f"falls behind line rate ({self.binding})"
         return f"{fit}; {pace}"
 
     def to_dict(self) -> dict[str, object]:
@@ -183,9 +287,15 @@ def recommend_width(elements_per_clock: float) -> tuple[int, int]:
     return MAX_LANES, math.ceil(needed / MAX_LANES)
 
 
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SizingError(f"{name}: {value!r} must be a positive integer")
+    return value
+
+
 def size(
     target: Target,
-    params: int,
+    params: int | None,
     *,
     grad_dtype: str = "fp32",
     out_dtype: str = "fp32",
@@ -195,44 +305,86 @@ def size(
     compute_units: int | None = None,
     clock_mhz: float | None = None,
     optimizer: str = "adamw",
+    stripes: int | None = None,
+    rate: float | None = None,
+    _alternatives: bool = True,
 ) -> SizingReport:
-    """Size a shard of `params / cards` parameters on `target` (lanes/CUs chosen if not given)."""
-    if isinstance(params, bool) or not isinstance(params, int) or params < 1:
-        raise SizingError(f"params: {params!r} must be a positive integer")
-    if isinstance(cards, bool) or not isinstance(cards, int) or cards < 1:
-        raise SizingError(f"cards: {cards!r} must be a positive integer")
-    # Validate the dtype/lanes choices through the spec, the one place that knows them.
-    KernelSpec(target=target.key, grad_dtype=grad_dtype, out_dtype=out_dtype, grad_source=grad_source,
-               lanes=lanes or 1, compute_units=compute_units or 1)
-    gb = DTYPE_BYTES[grad_dtype] if grad_source == "memory" else 0
-    ob = DTYPE_BYTES[out_dtype]
+    """Size a shard of `params / cards` parameters on `target`.
+
+    Lanes and CUs are chosen for the demand when not given; stripes are chosen for the demand and,
+    when `params` is given, to hold the shard. `rate` (elements/s for the card) replaces the line
+    rate as the demand. `params=None` sizes the kernel alone (capacity is reported, not chosen).
+    """
+    if params is not None:
+        _positive_int("params", params)
+    _positive_int("cards", cards)
+    if rate is not None and not (isinstance(rate, (int, float)) and not isinstance(rate, bool)
+                                 and math.isfinite(rate) and rate > 0):
+        raise SizingError(f"rate: {rate!r} must be a positive number of elements per second")
     clock = float(clock_mhz or target.kernel_clock_mhz)
     line_params = target.line_rate_gbps * 1e9 / 8 / DTYPE_BYTES[grad_dtype]
-    per_clock = line_params / (clock * 1e6)
+    demand = float(rate) if rate is not None else line_params
+    per_clock = demand / (clock * 1e6)
     lanes_needed, cus_needed = recommend_width(per_clock)
     lanes = lanes or lanes_needed
     cus = compute_units or cus_needed
-    notes: list[str] = []
     if cus > target.memory.channels:
         raise SizingError(f"{cus} compute units exceed the {target.memory.channels} memory channels")
-
-    assignments = assign_channels(target, cus, grad_source)
-    per_cu_max = []
-    per_cu_rate = []
+    # The spec validates dtypes, lanes, CUs, stripes and clock: the one place that knows them.
+    spec = KernelSpec(target=target.key, optimizer=optimizer, grad_dtype=grad_dtype, out_dtype=out_dtype,
+                      grad_source=grad_source, lanes=lanes, compute_units=cus, clock_mhz=clock_mhz,
+                      stripes=stripes)
+    per_cu = target.memory.channels // cus
+    kernel_cu = lanes * clock * 1e6
+    cu_demand = min(demand / cus, kernel_cu)
+    shard = math.ceil(params / cards) if params is not None else None
+    counts = choose_stripes(target, spec, cu_demand, clock, math.ceil(shard / cus) if shard else None)
+    if 3 * counts.state + counts.grad + counts.out > per_cu and stripes is not None and target.memory.is_hbm:
+        raise SizingError(
+            f"stripes: {stripes} state stripes x 3 arrays + {counts.grad + counts.out} staging stripes need "
+            f"{3 * stripes + counts.grad + counts.out} channels; {target.name} has {per_cu} per compute unit"
+        )
+    gb = DTYPE_BYTES[grad_dtype] if grad_source == "memory" else 0
+    ob = DTYPE_BYTES[out_dtype]
+    usable = channel_usable(target)
+    assignments = [_place(target, cu, per_cu, counts, spec) for cu in range(cus)]
+    a0 = assignments[0]
+    # Memory-bound rate of one CU: the busiest channel, or one port's beat per clock.
+    chan_loads = _channel_loads(target, a0, 1.0)
+    mem_cu = min(usable / c.load_bytes_per_elem for c in chan_loads)
+    port_cu = port_limit(clock) * counts.state / 4
+    if counts.grad:
+        port_cu = min(port_cu, port_limit(clock) * counts.grad / gb)
+    port_cu = min(port_cu, port_limit(clock) * counts.out / ob)
+    mem_cu = min(mem_cu, port_cu)
+    cu_rate = min(mem_cu, kernel_cu)
     for a in assignments:
-        a.groups = _groups(target, a, gb, ob)
-        per_cu_max.append(min(g.capacity_bytes // g.resident_bytes_per_param for g in a.groups
-                              if g.resident_bytes_per_param))
-        per_cu_rate.append(min(g.bandwidth_bytes_per_s / g.traffic_bytes_per_param for g in a.groups
-                               if g.traffic_bytes_per_param))
-    # The driver splits a shard evenly over CUs, so the smallest CU bounds the card.
-    max_params = min(per_cu_max) * cus
-    mem_rate = min(per_cu_rate) * cus
-    kernel_rate = lanes * cus * clock * 1e6
+        a.loads = _channel_loads(target, a, cu_rate)
+    busiest = max(a0.loads, key=lambda c: c.load_bytes_per_elem)
+    # Capacity: each channel holds its state stripes' share of the CU's shard and its staging.
+    cap = target.memory.channel_capacity_bytes
+    per_cu_max = min(
+        (cap - c.staging_bytes) * counts.state // (4 * c.state_stripes) for c in a0.loads if c.state_stripes
+    )
+    # A stripe buffer is whole beats: round down to what whole beats in every stripe hold.
+    per_cu_max = max(0, per_cu_max // (16 * counts.state) * 16 * counts.state)
+    max_params = per_cu_max * cus
+    mem_rate = mem_cu * cus
+    kernel_rate = kernel_cu * cus
     achieved = min(mem_rate, kernel_rate)
-    bottleneck = "memory" if mem_rate < kernel_rate else "kernel"
-    shard = math.ceil(params / cards)
-    moved = gb + 24 + ob
+    fits = shard is None or shard <= max_params
+    if mem_cu < kernel_cu:
+        bottleneck = "memory"
+        binding = (f"memory: channel {busiest.bank or busiest.channel} ({', '.join(busiest.stripes)}) at "
+                   f"{usable / 1e9:.2f} GB/s usable" if mem_cu < port_cu else
+                   f"memory: one 512-bit port per direction at {clock:g} MHz")
+    else:
+        bottleneck = "kernel"
+        binding = f"kernel: {lanes} lanes x {cus} CU x {clock:g} MHz"
+    if not fits:
+        binding = f"capacity ({binding})"
+    notes: list[str] = []
+    used = sum(len(a.loads) for a in assignments)
     if target.memory.channels % cus:
         notes.append(f"{target.memory.channels % cus} memory channel(s) left unused by {cus} compute units")
     if grad_source == "stream":
@@ -240,39 +392,83 @@ def size(
     if not target.has_xrt_flow:
         notes.append(f"{target.name}: {target.flow_note}")
     notes += _synth_notes(target, optimizer, grad_dtype, out_dtype, grad_source, lanes, cus)
-    return SizingReport(
+    keeps_up = achieved >= demand * (1 - 1e-9)
+    shard_n = shard or 0
+    report = SizingReport(
         target=target.key,
         target_name=target.name,
-        params=params,
+        params=params or 0,
         cards=cards,
-        shard_params=shard,
+        shard_params=shard_n,
         grad_dtype=grad_dtype,
         out_dtype=out_dtype,
         grad_source=grad_source,
         lanes=lanes,
         compute_units=cus,
         clock_mhz=clock,
+        stripes=counts,
         state_bytes_per_param=STATE_BYTES,
-        moved_bytes_per_param=moved,
-        shard_state_bytes=shard * STATE_BYTES,
+        moved_bytes_per_param=gb + 24 + ob,
+        shard_state_bytes=shard_n * STATE_BYTES,
         max_params_per_card=int(max_params),
         line_rate_gbps=target.line_rate_gbps,
         line_rate_params_per_s=line_params,
+        demand_params_per_s=demand,
         memory_params_per_s=mem_rate,
         memory_efficiency=target.memory_efficiency,
+        channel_usable_bytes_per_s=usable,
         kernel_params_per_s=kernel_rate,
         achieved_params_per_s=achieved,
         elements_per_clock_needed=per_clock,
+        elements_per_clock_predicted=cu_rate / (clock * 1e6),
         lanes_needed=lanes_needed,
         compute_units_needed=cus_needed,
         bottleneck=bottleneck,
-        fits=shard <= max_params,
-        keeps_up=achieved >= line_params,
-        cards_needed=math.ceil(params / max_params),
-        step_time_s=shard / achieved,
+        binding=binding,
+        channels_used=used,
+        fits=fits,
+        keeps_up=keeps_up,
+        cards_needed=math.ceil(params / max_params) if params and max_params else cards,
+        step_time_s=shard_n / achieved,
         assignments=assignments,
+        alternatives=[],
         notes=notes,
     )
+    if _alternatives and not (keeps_up and fits):
+        report.alternatives = _what_would(target, report, optimizer, rate)
+    return report
+
+
+def _what_would(target: Target, r: SizingReport, optimizer: str, rate: float | None) -> list[str]:
+    """Plans that would keep up (and fit), each sized the same way: more CUs, 16-bit data, more cards."""
+    tries: list[tuple[str, dict[str, object]]] = []
+    if r.compute_units < target.memory.channels:
+        tries.append((f"{r.compute_units * 2} compute units", {"compute_units": r.compute_units * 2}))
+    if r.lanes < MAX_LANES:
+        tries.append((f"{MAX_LANES} lanes", {"lanes": MAX_LANES}))
+    if r.out_dtype == "fp32":
+        tries.append(("bf16 output", {"out_dtype": "bf16"}))
+    if r.grad_source == "memory":
+        tries.append(("gradients from the network stream", {"grad_source": "stream"}))
+    out = []
+    base = {"grad_dtype": r.grad_dtype, "out_dtype": r.out_dtype, "grad_source": r.grad_source, "lanes": r.lanes,
+            "compute_units": r.compute_units, "clock_mhz": r.clock_mhz}
+    for label, change in tries:
+        kw = {**base, **change}
+        try:
+            alt = size(target, r.params or None, cards=r.cards, optimizer=optimizer, rate=rate,
+                       _alternatives=False, **kw)  # type: ignore[arg-type]
+        except UserError:
+            continue
+        if alt.keeps_up and alt.fits:
+            out.append(f"{label}: {alt.achieved_params_per_s / 1e9:.2f} G elements/s, "
+                       f"holds {alt.max_params_per_card / 1e9:.2f} G params, {alt.stripes.state} state stripes")
+    if r.params and not r.fits:
+        out.append(f"{r.cards_needed} cards: the shard of each then fits")
+    if not r.keeps_up:
+        share = math.ceil(r.demand_params_per_s / r.achieved_params_per_s)
+        out.append(f"{share} cards per network port: each card updates 1/{share} of the stream")
+    return out
 
 
 def _synth_notes(target: Target, optimizer: str, grad_dtype: str, out_dtype: str, grad_source: str, lanes: int,
@@ -288,8 +484,8 @@ def _synth_notes(target: Target, optimizer: str, grad_dtype: str, out_dtype: str
     return [note] if note else []
 
 
-def size_spec(spec: KernelSpec, target: Target, params: int = 1 << 30) -> SizingReport:
-    """Sizing for an exact spec (lanes and CUs as the spec says)."""
+def size_spec(spec: KernelSpec, target: Target, params: int | None = None) -> SizingReport:
+    """Sizing for an exact spec (lanes, CUs, stripes and rate as the spec says)."""
     return size(
         target,
         params,
@@ -300,4 +496,11 @@ def size_spec(spec: KernelSpec, target: Target, params: int = 1 << 30) -> Sizing
         compute_units=spec.compute_units,
         clock_mhz=spec.clock_mhz,
         optimizer=spec.optimizer,
+        stripes=spec.stripes,
+        rate=spec.rate_gps * 1e9 if spec.rate_gps is not None else None,
     )
+
+
+def stripe_counts(spec: KernelSpec, target: Target) -> StripeCounts:
+    """The stripes `spec`'s kernel has on `target`: what the register map and the driver follow."""
+    return size_spec(spec, target).stripes

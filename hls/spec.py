@@ -8,6 +8,7 @@ before anything is rendered.
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from dataclasses import asdict, dataclass, fields
 
@@ -20,6 +21,7 @@ GRAD_SOURCES = ("memory", "stream")
 STATE_DTYPE = "fp32"  # master parameters and both moments: fixed by design.md section 3
 BEAT_BITS = 512
 MAX_LANES = BEAT_BITS // 32  # 16 fp32 values per 512-bit beat
+MAX_STRIPES = 32  # stripes of one state array per compute unit (one channel each)
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 # C and C++ keywords (and a few names that would collide in generated HLS/Tcl/XRT code).
@@ -78,6 +80,11 @@ class KernelSpec:
     grad_source: str = "memory"
     name: str = "optimusnic_adamw"
     clock_mhz: float | None = None  # None: the target's default kernel clock
+    # Stripes of each state array (p, m, v) per compute unit, each in its own memory channel.
+    # None: sizing picks the fewest that carry the rate (design.md section 3b).
+    stripes: int | None = None
+    # The rate the memory plan is sized for, in G elements/s for the card. None: the line rate.
+    rate_gps: float | None = None
 
     def __post_init__(self) -> None:
         _choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -96,8 +103,15 @@ class KernelSpec:
             raise SpecError(f"compute_units: {cus!r} must be an integer from 1 to 16")
         if self.clock_mhz is not None:
             clk = self.clock_mhz
-            if isinstance(clk, bool) or not isinstance(clk, (int, float)) or not 50 <= clk <= 700:
+            if isinstance(clk, bool) or not isinstance(clk, (int, float)) or not math.isfinite(clk) or not 50 <= clk <= 700:
                 raise SpecError(f"clock_mhz: {clk!r} must be a number from 50 to 700 (MHz)")
+        st = self.stripes
+        if st is not None and (isinstance(st, bool) or not isinstance(st, int) or not 1 <= st <= MAX_STRIPES):
+            raise SpecError(f"stripes: {st!r} must be an integer from 1 to {MAX_STRIPES} (or None: sizing chooses)")
+        rate = self.rate_gps
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
+                                 or not math.isfinite(rate) or not 0 < rate <= 1000):
+            raise SpecError(f"rate_gps: {rate!r} must be a number of G elements/s above 0 and at most 1000")
 
     @property
     def grad_bytes(self) -> int:

@@ -37,7 +37,16 @@ def add_spec_options(parser: argparse.ArgumentParser, *, target_required: bool =
     parser.add_argument("--grad-source", choices=GRAD_SOURCES, default="memory")
     parser.add_argument("--name", default=None, help="kernel name (a C identifier); default optimusnic_<optimizer>")
     parser.add_argument("--clock", type=float, default=None, help="kernel clock in MHz (default: the target's)")
+    add_plan_options(parser)
     add_targets_file(parser)
+
+
+def add_plan_options(parser: argparse.ArgumentParser) -> None:
+    """The memory-plan levers (design.md section 3b), shared by `size` and the spec verbs."""
+    parser.add_argument("--stripes", type=int, default=None,
+                        help="stripes of each state array per CU, one memory channel each (default: sizing chooses)")
+    parser.add_argument("--rate", type=float, default=None, metavar="GELEMS",
+                        help="size the memory plan for this rate in G elements/s (default: the line rate)")
 
 
 def spec_from_args(args: argparse.Namespace, default_lanes: int = 16) -> KernelSpec:
@@ -51,6 +60,8 @@ def spec_from_args(args: argparse.Namespace, default_lanes: int = 16) -> KernelS
         grad_source=args.grad_source,
         name=args.name or default_name(args.optimizer),
         clock_mhz=args.clock,
+        stripes=args.stripes,
+        rate_gps=args.rate,
     )
 
 
