@@ -72,7 +72,8 @@ def _pointer(array: str, index: int, stripes: int, port: str) -> tuple[str, str]
     if array in STATE_ARGS:
         rd = port.endswith("_rd")
         return ("in" if rd else "out"), f"{_ARRAYS[array]}, {where}, {'read' if rd else 'written back'}"
-    return ("in" if array == "grad" else "out"), f"{_ARRAYS[array]}, {where}, {'read' if array == 'grad' else 'written'}"
+    verb = "read" if array == "grad" else "written"
+    return ("in" if array == "grad" else "out"), f"{_ARRAYS[array]}, {where}, {verb}"
 
 
 def register_map(spec: KernelSpec, stripes: StripeCounts) -> list[Arg]:

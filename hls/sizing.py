@@ -195,7 +195,7 @@ def _place(target: Target, cu: int, per_cu: int, counts: StripeCounts, spec: Ker
             array=array, index=index, ports=port_names(array, index), channel=chan,
             bank=bank_expr(target, [chan]), traffic_bytes_per_elem=traffic,
             resident_bytes_per_elem=4 / counts.state if state else 0.0,
-            staging_bytes=0 if state else 2 * math.ceil(CHUNK_ELEMS * esize / counts.of(array) / BEAT_BYTES) * BEAT_BYTES,
+            staging_bytes=0 if state else 2 * BEAT_BYTES * math.ceil(CHUNK_ELEMS * esize / counts.of(array) / BEAT_BYTES),
         ))
     stripes.sort(key=lambda s: (ARRAYS.index(s.array), s.index))
     mem = target.memory
@@ -250,6 +250,7 @@ class SizingReport:
     memory_params_per_s: float
     memory_efficiency: float
     channel_usable_bytes_per_s: float
+    channel_capacity_bytes: int
     kernel_params_per_s: float
     achieved_params_per_s: float
     elements_per_clock_needed: float
@@ -417,6 +418,7 @@ def size(
         memory_params_per_s=mem_rate,
         memory_efficiency=target.memory_efficiency,
         channel_usable_bytes_per_s=usable,
+        channel_capacity_bytes=target.memory.channel_capacity_bytes,
         kernel_params_per_s=kernel_rate,
         achieved_params_per_s=achieved,
         elements_per_clock_needed=per_clock,

@@ -103,7 +103,8 @@ class KernelSpec:
             raise SpecError(f"compute_units: {cus!r} must be an integer from 1 to 16")
         if self.clock_mhz is not None:
             clk = self.clock_mhz
-            if isinstance(clk, bool) or not isinstance(clk, (int, float)) or not math.isfinite(clk) or not 50 <= clk <= 700:
+            if isinstance(clk, bool) or not isinstance(clk, (int, float)) or not math.isfinite(clk) \
+                    or not 50 <= clk <= 700:
                 raise SpecError(f"clock_mhz: {clk!r} must be a number from 50 to 700 (MHz)")
         st = self.stripes
         if st is not None and (isinstance(st, bool) or not isinstance(st, int) or not 1 <= st <= MAX_STRIPES):

@@ -158,8 +158,11 @@ class AlveoDevice(Device):
 
         self._pynq = pynq
         self.overlay = pynq.Overlay(str(xclbin), device=pynq.Device.devices[device_index])
-        cu = str(ip_entry["cu_name"]).split(":")[1]
-        self.ip = getattr(self.overlay, cu)
+        # CU instances are <kernel>_1 .. <kernel>_N (link.cfg nk=), each with its own registers.
+        first = str(ip_entry["cu_name"]).split(":")[1]
+        stem = first.rsplit("_", 1)[0]
+        self.ips = [getattr(self.overlay, first if c == 0 else f"{stem}_{c + 1}") for c in range(self.cus)]
+        self.ip = self.ips[0]
         self._verified = True
 
     def _memory(self, bank: str) -> Any:
@@ -187,11 +190,11 @@ class AlveoDevice(Device):
         view.sync_from_device()
         out[...] = view
 
-    def _write_reg(self, offset: int, value: int) -> None:
-        self.ip.write(offset, value)
+    def _write_reg(self, offset: int, value: int, cu: int = 0) -> None:
+        self.ips[cu].write(offset, value)
 
-    def _read_reg(self, offset: int) -> int:
-        return int(self.ip.read(offset))
+    def _read_reg(self, offset: int, cu: int = 0) -> int:
+        return int(self.ips[cu].read(offset))
 
     def _close(self) -> None:
         self.overlay.free()

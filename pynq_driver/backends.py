@@ -12,6 +12,7 @@ from typing import Any
 from hls.errors import UserError
 from hls.generate import MANIFEST, load_manifest, render, write_project
 from hls.paths import BUILD_DIR
+from hls.sizing import StripeCounts
 from hls.spec import KernelSpec
 from pynq_driver.device import Device
 
@@ -61,9 +62,6 @@ def open_device(
                 else KernelSpec())
     if not isinstance(spec, KernelSpec):
         raise UserError(f"spec: expected hls.spec.KernelSpec, got {type(spec).__name__}")
-    if spec.compute_units != 1:
-        raise UserError(f"compute_units={spec.compute_units}: the driver drives one compute unit per device; "
-                        "open one device per CU (multi-CU sharding is not implemented yet)")
     if spec.grad_source != "memory":
         raise UserError("grad_source=stream kernels take gradients from the network port; "
                         "the host driver needs grad_source=memory")
@@ -73,7 +71,8 @@ def open_device(
         manifest = load_manifest(Path(project_dir)) if project_dir is not None else rendered_manifest(spec)
         if manifest["spec"] != spec.to_dict():
             raise UserError(f"{project_dir}: generated for spec {manifest['spec']}, not {spec.to_dict()}")
-        return SoftDevice(manifest, golden_executor(spec), backend="golden", timeout_s=timeout_s, **options)
+        return SoftDevice(manifest, golden_executor(spec, StripeCounts(**manifest["register_map"]["stripes"])),
+                          backend="golden", timeout_s=timeout_s, **options)
     if backend == "csim":
         from pynq_driver.soft import SoftDevice, csim_executor
 

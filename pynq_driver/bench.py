@@ -66,12 +66,12 @@ def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = 
         step_s = _median_s(lambda: shard.step(grad, hyper, out=out), repeats)
         unchecked_s = _median_s(lambda: shard.step(grad, hyper, out=out, apply_nonfinite=True), repeats)
         chunk = shard.chunk_elems
-        chunks = shard._chunks()
+        chunks = shard._all_chunks()
 
         def copies() -> None:  # what the card's DMA does: every gradient chunk in, every output chunk out
-            for lo, hi in chunks:
-                dev.write(shard.grad_stage[0], grad[lo:hi])
-                dev.read(shard.out_stage[0], out[lo:hi])
+            for part, lo, hi in chunks:
+                shard._put(part.grad_stage[0], grad[lo:hi], 0)
+                shard._get(part.out_stage[0], out[lo:hi], 0)
 
         copy_s = _median_s(copies, repeats)
         tracemalloc.start()

@@ -435,7 +435,7 @@ def format_report(result: dict[str, Any]) -> str:
     total = result["state_bytes"]
     if ws == 1:
         r = rows[0]
-        banks = ", ".join(f"{k}={v}" for k, v in r["banks"].items())
+        banks = ", ".join(f"{k}={'+'.join(v)}" for k, v in r["banks"].items())
         lines.append(f"optimizer state: on the {r['backend']} device (kernel {r['kernel']}, target {r['target']}, "
                      f"banks {banks}): {sum(x['params'] for x in rows):,} parameters x 12 bytes "
                      f"(fp32 master + exp_avg + exp_avg_sq) = {total:,} bytes ({human_bytes(total)}); "

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from hls.sizing import StripeCounts
 from hls.spec import KernelSpec
 from pynq_driver.errors import DeviceClosed, DeviceError, KernelTimeout
 
@@ -56,6 +57,8 @@ class Device:
         self.ap_start = 1 << int(bits["ap_start"])
         self.ap_done = 1 << int(bits["ap_done"])
         self.ap_idle = 1 << int(bits["ap_idle"])
+        self.cus = int(self.spec.compute_units)
+        self.stripes = StripeCounts(**{k: int(v) for k, v in rm["stripes"].items()})
         self.closed = False
         self._lock = threading.RLock()
 
@@ -88,22 +91,28 @@ class Device:
         self._read(buf, out.reshape(-1).view(np.uint8), offset)
         return out
 
-    def write_reg(self, offset: int, value: int) -> None:
+    def write_reg(self, offset: int, value: int, cu: int = 0) -> None:
+        """Write a register of compute unit `cu` (each CU has its own register file, as in XRT)."""
         self._check_open()
-        self._write_reg(int(offset), int(value) & 0xFFFFFFFF)
+        self._write_reg(int(offset), int(value) & 0xFFFFFFFF, self._cu(cu))
 
-    def read_reg(self, offset: int) -> int:
+    def read_reg(self, offset: int, cu: int = 0) -> int:
         self._check_open()
-        return int(self._read_reg(int(offset))) & 0xFFFFFFFF
+        return int(self._read_reg(int(offset), self._cu(cu))) & 0xFFFFFFFF
 
-    def start(self) -> None:
-        """Set ap_start (the kernel's arguments are already in its registers)."""
-        self.write_reg(self.ctrl_offset, self.ap_start)
+    def start(self, cu: int = 0) -> None:
+        """Set ap_start of `cu` (the kernel's arguments are already in its registers)."""
+        self.write_reg(self.ctrl_offset, self.ap_start, cu)
 
-    def wait(self, timeout_s: float | None = None) -> None:
-        """Return when the kernel raises ap_done; KernelTimeout after `timeout_s` seconds."""
+    def wait(self, timeout_s: float | None = None, cu: int = 0) -> None:
+        """Return when `cu` raises ap_done; KernelTimeout after `timeout_s` seconds."""
         self._check_open()
-        self._wait_done(self.timeout_s if timeout_s is None else float(timeout_s))
+        self._wait_done(self.timeout_s if timeout_s is None else float(timeout_s), self._cu(cu))
+
+    def _cu(self, cu: int) -> int:
+        if isinstance(cu, bool) or not isinstance(cu, int) or not 0 <= cu < self.cus:
+            raise DeviceError(f"compute unit {cu!r}: this kernel has {self.cus} (0..{self.cus - 1})")
+        return cu
 
     def close(self) -> None:
         with self._lock:
@@ -119,12 +128,12 @@ class Device:
         self.close()
 
     # ---- what a backend provides (polling wait is shared) --------------------------------
-    def _wait_done(self, timeout_s: float) -> None:
+    def _wait_done(self, timeout_s: float, cu: int = 0) -> None:
         # ap_done is clear-on-read: one read that sees it consumes it, as on the card.
         deadline = time.monotonic() + timeout_s
         pause = 0.0
         while True:
-            if self.read_reg(self.ctrl_offset) & self.ap_done:
+            if self.read_reg(self.ctrl_offset, cu) & self.ap_done:
                 return
             if time.monotonic() >= deadline:
                 raise KernelTimeout(
@@ -150,10 +159,10 @@ class Device:
     def _read(self, buf: Buffer, out: np.ndarray, offset: int) -> None:
         raise NotImplementedError
 
-    def _write_reg(self, offset: int, value: int) -> None:
+    def _write_reg(self, offset: int, value: int, cu: int = 0) -> None:
         raise NotImplementedError
 
-    def _read_reg(self, offset: int) -> int:
+    def _read_reg(self, offset: int, cu: int = 0) -> int:
         raise NotImplementedError
 
     def _close(self) -> None:
@@ -161,18 +170,19 @@ class Device:
 
     # ---- facts from the manifest ----------------------------------------------------------
     def banks(self, cu: int = 0) -> dict[str, str]:
-        """Argument name -> memory bank of compute unit `cu` (the manifest's banks)."""
-        for entry in self.manifest["banks"]:
+        """Port name -> memory bank of compute unit `cu` (the manifest's banks).
+
+        Flows without v++ bank names (V80) get one made-up bank per channel, so the simulated
+        cards still keep every stripe in a bank of its own.
+        """
+        for entry in self.manifest["memory_plan"]:
             if entry["cu"] == cu:
-                return {a: (b or f"bank_{a}") for a, b in entry["banks"].items()}
+                return {p: (s["bank"] or f"channel_{s['channel']}") for s in entry["stripes"] for p in s["ports"]}
         raise DeviceError(f"manifest has no compute unit {cu}")
 
-    def bank_capacity(self, cu: int = 0) -> list[tuple[list[str], int]]:
-        """[(arguments sharing a memory group, capacity in bytes)] for compute unit `cu`."""
-        for a in self.manifest["sizing"]["assignments"]:
-            if a["cu"] == cu:
-                return [(list(g["args"]), int(g["capacity_bytes"])) for g in a["groups"]]
-        raise DeviceError(f"manifest sizing has no compute unit {cu}")
+    def bank_capacity(self) -> int:
+        """Bytes one memory channel (one bank of the plan) holds."""
+        return int(self.manifest["sizing"]["channel_capacity_bytes"])
 
 
 class BumpAllocator:

@@ -15,12 +15,13 @@ from pynq_driver.errors import DeviceError
 
 
 class KernelRunner:
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, cu: int = 0) -> None:
         self.device = device
+        self.cu = cu
         args = device.manifest["register_map"]["args"]
         self.pointers = {a["name"]: int(a["offset"]) for a in args if a["kind"] == "pointer"}
         self.scalars = {a["name"]: int(a["offset"]) for a in args if a["kind"] == "scalar"}
-        if "grad" not in self.pointers:
+        if device.stripes.grad == 0:
             raise DeviceError(
                 "this kernel takes gradients from its network stream (grad_source=stream); the host "
                 "driver streams shards through kernels with grad_source=memory"
@@ -28,7 +29,11 @@ class KernelRunner:
         self.busy = False
 
     def launch(self, pointers: dict[str, tuple[Buffer, int]], n: int, scalar_bits: dict[str, int]) -> None:
-        """Program every argument and set ap_start. `pointers`: name -> (buffer, byte offset)."""
+        """Program every argument and set ap_start. `pointers`: port -> (buffer, byte offset).
+
+        A state stripe's read and write ports get the same buffer and offset: the kernel reads a
+        beat through one and writes it back through the other (separate bundles keep both bursting).
+        """
         if self.busy:
             raise DeviceError("launch while the previous run has not been waited for")
         dev = self.device
@@ -38,16 +43,16 @@ class KernelRunner:
         for name, offset in self.pointers.items():
             buf, byte_offset = pointers[name]
             addr = buf.address + byte_offset
-            dev.write_reg(offset, addr & 0xFFFFFFFF)
-            dev.write_reg(offset + 4, addr >> 32)
+            dev.write_reg(offset, addr & 0xFFFFFFFF, self.cu)
+            dev.write_reg(offset + 4, addr >> 32, self.cu)
         for name, offset in self.scalars.items():
-            dev.write_reg(offset, n if name == "n" else scalar_bits[name])
-        dev.start()
+            dev.write_reg(offset, n if name == "n" else scalar_bits[name], self.cu)
+        dev.start(self.cu)
         self.busy = True
 
     def wait(self, timeout_s: float | None = None) -> None:
         try:
-            self.device.wait(timeout_s)
+            self.device.wait(timeout_s, self.cu)
         finally:
             # After a timeout the run is abandoned: the driver never launches over it (the shard
             # is marked inconsistent), but the runner must not block a reset of the state.

@@ -319,11 +319,13 @@ class _NicAdamBase(torch.optim.Optimizer):
         rows = []
         for gi, buckets in enumerate(self._buckets):
             for bucket, shard in buckets:
-                banks = shard.dev.banks()
+                banks = {cu: shard.dev.banks(cu) for cu in range(shard.dev.cus)}
                 rows.append({
                     "group": gi, "dtype": str(bucket.dtype).replace("torch.", ""), "params": shard.n,
                     "backend": shard.backend, "kernel": shard.spec.name, "target": shard.spec.target,
-                    "state_bytes": 12 * shard.n, "banks": {k: banks[k] for k in ("p", "m", "v")},
+                    "state_bytes": 12 * shard.n,
+                    "banks": {a: sorted({b[port] for b in banks.values() for port in b
+                                         if port.startswith(a) and port.endswith("_rd")}) for a in ("p", "m", "v")},
                 })
         return rows
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from hls.errors import ToolMissing
+from hls.errors import ToolMissing, UserError
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
 from hls.spec import KernelSpec
 from pynq_driver.device import Buffer, BumpAllocator, Device
@@ -84,6 +84,9 @@ class RtlSimDevice(Device):
                  simulator: str = "verilator", start_timeout_s: float = START_TIMEOUT_S,
                  read_latency: int = 16, stall_probability: float = 0.0) -> None:
         super().__init__(manifest, timeout_s=timeout_s)
+        if self.cus != 1:
+            raise UserError(f"rtlsim simulates one compute unit; this spec has {self.cus}. CUs are identical "
+                            "instances on channels of their own: simulate compute_units=1, or use csim/golden")
         from hls import simulators
 
         if not simulators.available(simulator):
@@ -221,13 +224,13 @@ class RtlSimDevice(Device):
         _, payload = self._call({"op": "mem_read", "address": buf.address + offset, "nbytes": out.nbytes})
         out[...] = np.frombuffer(payload, np.uint8)
 
-    def _write_reg(self, offset: int, value: int) -> None:
+    def _write_reg(self, offset: int, value: int, cu: int = 0) -> None:
         self._call({"op": "write_reg", "offset": offset, "value": value})
 
-    def _read_reg(self, offset: int) -> int:
+    def _read_reg(self, offset: int, cu: int = 0) -> int:
         return int(self._call({"op": "read_reg", "offset": offset})[0]["value"])
 
-    def _wait_done(self, timeout_s: float) -> None:
+    def _wait_done(self, timeout_s: float, cu: int = 0) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             reply, _ = self._call({"op": "wait_done", "wall_s": WAIT_SLICE_S},

@@ -23,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from hls import layout
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
+from hls.sizing import CHUNK_ELEMS
 from hls.spec import KernelSpec
 from pynq_driver.device import Device
 from pynq_driver.errors import (
@@ -39,8 +41,8 @@ from pynq_driver.kernel import KernelRunner
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CHUNK_ELEMS = 1 << 20  # 4 MiB of fp32 gradient per staging buffer
-# Chunks start on 64-byte boundaries in p, m and v (one 512-bit beat), whatever the lanes.
+DEFAULT_CHUNK_ELEMS = CHUNK_ELEMS  # 4 MiB of fp32 gradient per staging chunk (sizing plans for it)
+# Shards and buckets above the driver start on 64-byte boundaries (one 512-bit beat).
 CHUNK_ALIGN = 16
 NONFINITE_POLICIES = ("skip", "raise")
 STATE_FORMAT = "optimusnic-shard"
@@ -105,36 +107,87 @@ def _all_finite(chunk: np.ndarray, dtype_name: str, scratch: np.ndarray, zeros: 
     return bool(np.isfinite(chunk, out=scratch[: chunk.size].view(np.bool_)).all())
 
 
+def _cu_ranges(n: int, cus: int, align: int) -> list[tuple[int, int]]:
+    """Each compute unit's contiguous part of the shard (parts start stripe-aligned; the last may be short)."""
+    per_cu = -(-n // cus)
+    part = -(-per_cu // align) * align
+    return [(min(n, c * part), min(n, (c + 1) * part)) for c in range(cus)]
+
+
 def default_chunk_elems(dev: Device, n: int) -> int:
-    """1M elements, or less where the staging banks are smaller, never more than the shard."""
-    spec = dev.spec
-    limit = DEFAULT_CHUNK_ELEMS
-    for args, cap in dev.bank_capacity():
-        per_elem = 2 * (spec.grad_bytes * ("grad" in args) + spec.out_bytes * ("out" in args))
-        if per_elem:
-            limit = min(limit, cap // 2 // per_elem)  # leave half the bank to the state when shared
-    return max(CHUNK_ALIGN, min(limit, -(-n // CHUNK_ALIGN) * CHUNK_ALIGN))
+    """The chunk sizing planned for (1M elements), never more than one CU's part of the shard."""
+    align = dev.stripes.beat_align()
+    part = max(hi - lo for lo, hi in _cu_ranges(n, dev.cus, align))
+    return max(align, min(DEFAULT_CHUNK_ELEMS // align * align, -(-part // align) * align))
+
+
+class _CuPart:
+    """One compute unit's part of the shard: its stripes of p, m, v and its staging stripes."""
+
+    def __init__(self, cu: int, lo: int, hi: int, runner: KernelRunner) -> None:
+        self.cu, self.lo, self.hi = cu, lo, hi
+        self.runner = runner
+        self.state: dict[str, list[Any]] = {}
+        self.grad_stage: list[list[Any]] = []
+        self.out_stage: list[list[Any]] = []
+
+    @property
+    def n(self) -> int:
+        return self.hi - self.lo
+
+
+def _plan_buffers(dev: Device, ranges: list[tuple[int, int]],
+                  chunk: int) -> list[tuple[int, str, str, int, int, int]]:
+    """(cu, array, bank, stripe, slot, bytes) of every buffer the shard needs.
+
+    State stripes hold the CU's whole part (slot -1); staging stripes hold one chunk, twice
+    (slots 0 and 1, for double buffering).
+    """
+    spec, st = dev.spec, dev.stripes
+    plan = []
+    for cu, (lo, hi) in enumerate(ranges):
+        if hi == lo:
+            continue
+        banks = dev.banks(cu)
+        for a in ("p", "m", "v"):
+            for k in range(st.state):
+                nbytes = max(64, layout.stripe_bytes(hi - lo, 4, st.state, k))
+                plan.append((cu, a, banks[f"{a}{k}_rd"], k, -1, nbytes))
+        for a, elem in (("grad", spec.grad_bytes), ("out", spec.out_bytes)):
+            for k in range(st.of(a)):
+                nbytes = layout.stripe_bytes(min(chunk, hi - lo), elem, st.of(a), 0)
+                plan += [(cu, a, banks[f"{a}{k}"], k, slot, nbytes) for slot in (0, 1)]
+    return plan
 
 
 def check_fits(dev: Device, n: int, chunk: int) -> None:
-    """Raise ShardTooLarge (saying how many cards) if the state and staging exceed a bank group."""
-    spec = dev.spec
-    need = {"p": 4 * n, "m": 4 * n, "v": 4 * n, "grad": 2 * chunk * spec.grad_bytes, "out": 2 * chunk * spec.out_bytes}
-    for args, cap in dev.bank_capacity():
-        total = sum(need.get(a, 0) for a in args)
+    """Raise ShardTooLarge (saying how many cards) if the state and staging exceed a channel."""
+    ranges = _cu_ranges(n, dev.cus, dev.stripes.beat_align())
+    need: dict[str, int] = {}
+    for _, _, bank, _, _, nbytes in _plan_buffers(dev, ranges, chunk):
+        need[bank] = need.get(bank, 0) + -(-nbytes // 4096) * 4096
+    cap = dev.bank_capacity()
+    for bank, total in sorted(need.items()):
         if total > cap:
             max_params = int(dev.manifest["sizing"]["max_params_per_card"])
             cards = math.ceil(n / max(1, max_params))
-            target = dev.manifest.get("target", {}).get("name", spec.target)
+            target = dev.manifest.get("target", {}).get("name", dev.spec.target)
             raise ShardTooLarge(
-                f"a shard of {n:,} parameters needs {total:,} bytes in {'+'.join(args)} but {target} has "
-                f"{cap:,} there (at most {max_params:,} parameters per card): shard the model over "
-                f"at least {cards} cards"
+                f"a shard of {n:,} parameters needs {total:,} bytes in {bank} but one channel of {target} holds "
+                f"{cap:,} (this kernel's plan holds at most {max_params:,} parameters per card): shard the "
+                f"model over at least {cards} cards, or generate a kernel with more stripes (optimusnic size "
+                f"--params {n} says how many)"
             )
 
 
 class ShardState:
-    """Optimizer state of one shard of N parameters, resident on `dev` across steps."""
+    """Optimizer state of one shard of N parameters, resident on `dev` across steps.
+
+    The shard is split over the kernel's compute units (each a contiguous part, stripe-aligned),
+    and each part over its stripes (hls.layout): every stripe one buffer in the bank the
+    manifest's memory plan names for it. Gradients and outputs pass through two staging slots
+    per CU, striped the same way.
+    """
 
     def __init__(self, dev: Device, params: Any, chunk_elems: int | None = None, *, nonfinite: str = "skip") -> None:
         dev._check_open()
@@ -147,31 +200,41 @@ class ShardState:
         self.dev = dev
         self.spec: KernelSpec = dev.spec
         self.backend = dev.backend
+        self.stripes = dev.stripes
         self.n = n
         self.nonfinite = nonfinite
+        align = self.stripes.beat_align()
         if chunk_elems is None:
             chunk = default_chunk_elems(dev, n)
         else:
-            if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, int) or chunk_elems < CHUNK_ALIGN:
-                raise UserError(f"chunk_elems: {chunk_elems!r} must be an integer >= {CHUNK_ALIGN}")
-            # Round down to whole 64-byte beats so every chunk of p, m, v starts beat-aligned.
-            chunk = min(chunk_elems // CHUNK_ALIGN * CHUNK_ALIGN, -(-n // CHUNK_ALIGN) * CHUNK_ALIGN)
+            if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, int) or chunk_elems < align:
+                raise UserError(f"chunk_elems: {chunk_elems!r} must be an integer >= {align} "
+                                f"(this kernel's stripes restart every {align} elements)")
+            # Round down so every chunk starts at beat 0 of every stripe.
+            chunk = min(chunk_elems // align * align, -(-n // align) * align)
         self.chunk_elems = chunk
         check_fits(dev, n, chunk)
-        self.runner = KernelRunner(dev)
-        banks = dev.banks()
+        ranges = _cu_ranges(n, dev.cus, align)
+        self.parts = [_CuPart(cu, lo, hi, KernelRunner(dev, cu)) for cu, (lo, hi) in enumerate(ranges) if hi > lo]
+        self.runner = self.parts[0].runner
         self._bufs = []
         try:
-            self.p = self._alloc(4 * n, banks["p"])
-            self.m = self._alloc(4 * n, banks["m"])
-            self.v = self._alloc(4 * n, banks["v"])
-            self.grad_stage = [self._alloc(chunk * self.spec.grad_bytes, banks["grad"]) for _ in range(2)]
-            self.out_stage = [self._alloc(chunk * self.spec.out_bytes, banks["out"]) for _ in range(2)]
+            by_cu = {pt.cu: pt for pt in self.parts}
+            for cu, array, bank, _, slot, nbytes in _plan_buffers(dev, ranges, chunk):
+                part = by_cu[cu]
+                buf = self._alloc(nbytes, bank)
+                if slot < 0:
+                    part.state.setdefault(array, []).append(buf)
+                else:
+                    stage = part.grad_stage if array == "grad" else part.out_stage
+                    while len(stage) <= slot:
+                        stage.append([])
+                    stage[slot].append(buf)
             zeros = np.zeros(min(n, chunk), np.float32)
-            for lo, hi in self._chunks():
-                dev.write(self.p, p_host[lo:hi], 4 * lo)
-                dev.write(self.m, zeros[: hi - lo], 4 * lo)
-                dev.write(self.v, zeros[: hi - lo], 4 * lo)
+            for part, lo, hi in self._all_chunks():
+                self._put_state(part, "p", lo, p_host[lo:hi])
+                self._put_state(part, "m", lo, zeros[: hi - lo])
+                self._put_state(part, "v", lo, zeros[: hi - lo])
         except BaseException:
             self._free_all()
             raise
@@ -213,8 +276,49 @@ class ShardState:
         self.dev._check_open()
 
     def _chunks(self) -> list[tuple[int, int]]:
+        """Every chunk of the shard, in order (each inside one CU's part)."""
+        return [(lo, hi) for _, lo, hi in self._all_chunks()]
+
+    def _all_chunks(self) -> list[tuple[_CuPart, int, int]]:
         c = self.chunk_elems
-        return [(lo, min(lo + c, self.n)) for lo in range(0, self.n, c)]
+        return [(pt, lo, min(lo + c, pt.hi)) for pt in self.parts for lo in range(pt.lo, pt.hi, c)]
+
+    def _rounds(self) -> list[list[tuple[_CuPart, int, int]]]:
+        """Chunks grouped into rounds: round i runs chunk i of every CU at once."""
+        c = self.chunk_elems
+        per_cu = [[(pt, lo, min(lo + c, pt.hi)) for lo in range(pt.lo, pt.hi, c)] for pt in self.parts]
+        return [[cs[i] for cs in per_cu if i < len(cs)] for i in range(max(len(cs) for cs in per_cu))]
+
+    # ---- striped copies (hls/layout.py: stripe k holds beats k, k + S, ...) -------------------
+    def _put(self, bufs: list[Any], data: np.ndarray, beat0: int) -> None:
+        """Write `data` into its stripes, starting at stripe beat `beat0` (a chunk's first beat / S)."""
+        if len(bufs) == 1:
+            self.dev.write(bufs[0], data, 64 * beat0)
+            return
+        for buf, part in zip(bufs, layout.split(data, len(bufs)), strict=True):
+            if part.size:
+                self.dev.write(buf, part, 64 * beat0)
+
+    def _get(self, bufs: list[Any], out: np.ndarray, beat0: int) -> None:
+        """Fill `out` from its stripes, starting at stripe beat `beat0`."""
+        if len(bufs) == 1:
+            self.dev.read(bufs[0], out, 64 * beat0)
+            return
+        nb = layout.beats(out.size, out.itemsize)
+        parts = [np.empty(layout.stripe_beats(nb, len(bufs), k) * 64, np.uint8) for k in range(len(bufs))]
+        for buf, part in zip(bufs, parts, strict=True):
+            if part.size:
+                self.dev.read(buf, part, 64 * beat0)
+        out[...] = layout.join(parts, out.size, out.dtype)
+
+    def _state_beat(self, part: _CuPart, lo: int) -> int:
+        return (lo - part.lo) // 16 // self.stripes.state
+
+    def _put_state(self, part: _CuPart, array: str, lo: int, data: np.ndarray) -> None:
+        self._put(part.state[array], data, self._state_beat(part, lo))
+
+    def _get_state(self, part: _CuPart, array: str, lo: int, out: np.ndarray) -> None:
+        self._get(part.state[array], out, self._state_beat(part, lo))
 
     # ---- the step --------------------------------------------------------------------------
     def next_hyper(self, **kw: Any) -> Hyper:
@@ -254,35 +358,38 @@ class ShardState:
 
     def _stream(self, g: np.ndarray, result: np.ndarray, bits: dict[str, int], chunks: list[tuple[int, int]],
                 step: int) -> None:
-        dev, run = self.dev, self.runner
+        """Double-buffered: the copies of round i+1 in and round i-1 out overlap the kernels of round i."""
+        rounds = self._rounds()
         launched = 0
+
+        def stage_in(i: int) -> None:
+            for pt, lo, hi in rounds[i]:
+                self._put(pt.grad_stage[i % 2], g[lo:hi], 0)
 
         def launch(i: int) -> None:
             nonlocal launched
-            lo, hi = chunks[i]
-            slot = i % 2
-            run.launch(
-                {"grad": (self.grad_stage[slot], 0), "p": (self.p, 4 * lo), "m": (self.m, 4 * lo),
-                 "v": (self.v, 4 * lo), "out": (self.out_stage[slot], 0)},
-                hi - lo, bits,
-            )
-            launched += 1
+            for pt, lo, hi in rounds[i]:
+                pt.runner.launch(self._pointers(pt, lo, i % 2), hi - lo, bits)
+                launched += 1
+
+        def wait(i: int) -> None:
+            for pt, _, _ in rounds[i]:
+                pt.runner.wait()
 
         def collect(i: int) -> None:
-            lo, hi = chunks[i]
-            dev.read(self.out_stage[i % 2], result[lo:hi])
+            for pt, lo, hi in rounds[i]:
+                self._get(pt.out_stage[i % 2], result[lo:hi], 0)
 
         try:
-            dev.write(self.grad_stage[0], g[chunks[0][0] : chunks[0][1]])
+            stage_in(0)
             launch(0)
-            for i in range(1, len(chunks)):
-                lo, hi = chunks[i]
-                dev.write(self.grad_stage[i % 2], g[lo:hi])  # overlaps the kernel on chunk i-1
-                run.wait()
+            for i in range(1, len(rounds)):
+                stage_in(i)  # overlaps the kernels of round i-1
+                wait(i - 1)
                 launch(i)
-                collect(i - 1)  # overlaps the kernel on chunk i
-            run.wait()
-            collect(len(chunks) - 1)
+                collect(i - 1)  # overlaps the kernels of round i
+            wait(len(rounds) - 1)
+            collect(len(rounds) - 1)
         except BaseException as exc:
             if launched:
                 self.inconsistent = (
@@ -291,25 +398,38 @@ class ShardState:
                 )
             raise
 
+    def _pointers(self, pt: _CuPart, lo: int, slot: int) -> dict[str, tuple[Any, int]]:
+        """Every port of `pt`'s CU for the chunk at `lo`: state stripes at the chunk's beat, staging at 0."""
+        offset = 64 * self._state_beat(pt, lo)
+        ptrs: dict[str, tuple[Any, int]] = {}
+        for a in ("p", "m", "v"):
+            for k, buf in enumerate(pt.state[a]):
+                ptrs[f"{a}{k}_rd"] = ptrs[f"{a}{k}_wr"] = (buf, offset)
+        for k, buf in enumerate(pt.grad_stage[slot]):
+            ptrs[f"grad{k}"] = (buf, 0)
+        for k, buf in enumerate(pt.out_stage[slot]):
+            ptrs[f"out{k}"] = (buf, 0)
+        return ptrs
+
     # ---- reading and restoring the state ------------------------------------------------------
-    def _read_state(self, buf: Any) -> np.ndarray:
+    def _read_state(self, array: str) -> np.ndarray:
         self._check_open()
         out = np.empty(self.n, np.float32)
-        for lo, hi in self._chunks():
-            self.dev.read(buf, out[lo:hi], 4 * lo)
+        for part, lo, hi in self._all_chunks():
+            self._get_state(part, array, lo, out[lo:hi])
         return out
 
     def params(self) -> np.ndarray:
         """A copy of the fp32 master parameters, read from the card."""
-        return self._read_state(self.p)
+        return self._read_state("p")
 
     def state_dict(self) -> dict[str, Any]:
         """`torch.optim.AdamW` per-parameter state (step, exp_avg, exp_avg_sq) plus the fp32 params."""
         return {
             "step": self.step_count,
-            "exp_avg": self._read_state(self.m),
-            "exp_avg_sq": self._read_state(self.v),
-            "params": self._read_state(self.p),
+            "exp_avg": self._read_state("m"),
+            "exp_avg_sq": self._read_state("v"),
+            "params": self._read_state("p"),
             "spec": self.spec.to_dict(),
         }
 
@@ -325,9 +445,9 @@ class ShardState:
             _check_spec(dict(sd["spec"]), self.spec, "state_dict", UserError)
         step = _as_step(sd["step"])
         arrays = {k: host_array(sd[k], "fp32", self.n, f"state_dict[{k!r}]", err=UserError) for k in _STATE_ARRAYS}
-        for (key, buf) in (("params", self.p), ("exp_avg", self.m), ("exp_avg_sq", self.v)):
-            for lo, hi in self._chunks():
-                self.dev.write(buf, arrays[key][lo:hi], 4 * lo)
+        for key, array in (("params", "p"), ("exp_avg", "m"), ("exp_avg_sq", "v")):
+            for part, lo, hi in self._all_chunks():
+                self._put_state(part, array, lo, arrays[key][lo:hi])
         self.step_count = step
         self.inconsistent = None
 
@@ -396,9 +516,13 @@ def read_state_file(path: str | os.PathLike[str], spec: KernelSpec) -> tuple[dic
     return header, arrays
 
 
+# Fields that only place the same arrays differently on the card (saved state is in element order).
+_PLACEMENT_FIELDS = frozenset({"stripes", "rate_gps", "compute_units"})
+
+
 def _check_spec(saved: dict[str, Any], spec: KernelSpec, where: str, err: type[UserError]) -> None:
     mine = spec.to_dict()
-    diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
+    diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k) and k not in _PLACEMENT_FIELDS)
     if diff:
         detail = ", ".join(f"{k}: saved {saved.get(k)!r} vs device {mine.get(k)!r}" for k in diff)
         raise err(f"{where}: state is for another kernel spec ({detail})")

@@ -19,29 +19,54 @@ from typing import Any
 
 import numpy as np
 
-from hls.golden import SCALAR_NAMES, Scalars, adam_update
+from hls import layout
+from hls.golden import SCALAR_NAMES, Scalars, adam_update, to_bf16_bits
+from hls.sizing import StripeCounts
 from pynq_driver.device import Buffer, BumpAllocator, Device
 from pynq_driver.errors import DeviceError, KernelTimeout
 
 GRAD_NP = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
 OUT_NP = {"fp32": np.float32, "bf16": np.uint16}
 
-# execute(grad, p, m, v, out, n, scalar register bits by name): in place on the views.
-Executor = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, dict[str, int]], None]
+# execute(ports, n, scalar register bits by name): in place on the stripe buffers each m_axi
+# port points at (uint8 views; a state stripe's _rd and _wr ports usually see the same bytes).
+Executor = Callable[[dict[str, np.ndarray], int, dict[str, int]], None]
 
 # Fault injection for tests of the driver's error paths (a kernel that never finishes).
 FAULTS = ("hang",)
 
 
 def bank_layout(dev: Device) -> tuple[dict[str, int], dict[str, int]]:
-    """Base address and capacity of each bank of CU 0: banks 64 GiB apart, as on a real card."""
-    banks = dev.banks()
-    caps: dict[str, int] = {}
-    for args, cap in dev.bank_capacity():
-        for a in args:
-            caps[banks[a]] = cap
-    bases = {b: (i + 1) << 36 for i, b in enumerate(sorted(set(banks.values())))}
-    return bases, {b: caps.get(b, 1 << 30) for b in bases}
+    """Base address and capacity of every bank of every CU: banks 64 GiB apart, as on a real card."""
+    names = sorted({b for cu in range(dev.cus) for b in dev.banks(cu).values()})
+    bases = {b: (i + 1) << 36 for i, b in enumerate(names)}
+    return bases, dict.fromkeys(bases, dev.bank_capacity())
+
+
+def port_bytes(dev: Device, port: str, n: int) -> int:
+    """Bytes the kernel touches through `port` in a run over n elements (whole beats of its stripe)."""
+    array, index = _port_array(port)
+    elem = {"grad": dev.spec.grad_bytes, "out": dev.spec.out_bytes}.get(array, 4)
+    return layout.stripe_bytes(n, elem, dev.stripes.of(array), index)
+
+
+def _port_array(port: str) -> tuple[str, int]:
+    """("p", 1) for p1_rd / p1_wr, ("grad", 0) for grad0."""
+    stem = port.split("_")[0]
+    digits = len(stem) - len(stem.rstrip("0123456789"))
+    return stem[: len(stem) - digits], int(stem[len(stem) - digits :])
+
+
+class _CuState:
+    """One compute unit of the soft card: its register file and its run."""
+
+    def __init__(self) -> None:
+        self.regs: dict[int, int] = {}
+        self.finished = threading.Event()
+        self.finished.set()
+        self.running = False
+        self.done_bit = False
+        self.error: BaseException | None = None
 
 
 class SoftDevice(Device):
@@ -55,14 +80,11 @@ class SoftDevice(Device):
         self._alloc = BumpAllocator(bases, caps)
         self._addrs: list[int] = []
         self._bufs: list[Buffer] = []
-        self._regs: dict[int, int] = {}
+        self._cu_state = [_CuState() for _ in range(self.cus)]
         self._args = {a["name"]: a for a in manifest["register_map"]["args"]}
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"{backend}-kernel")
-        self._finished = threading.Event()
-        self._finished.set()
-        self._running = False
-        self._done_bit = False
-        self._error: BaseException | None = None
+        self._ports = [a["name"] for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
+        # One worker per CU: the CUs of a card run concurrently.
+        self._pool = ThreadPoolExecutor(self.cus, thread_name_prefix=f"{backend}-kernel")
         self.faults: set[str] = set()
 
     # ---- memory --------------------------------------------------------------------------
@@ -86,86 +108,87 @@ class SoftDevice(Device):
     def _read(self, buf: Buffer, out: np.ndarray, offset: int) -> None:
         out[...] = buf.handle[offset : offset + out.nbytes]
 
-    def _view(self, name: str, n: int, dtype: type) -> np.ndarray:
-        """The kernel's view of pointer argument `name`: n elements at the address in its registers."""
+    def _view(self, cu: _CuState, cu_index: int, name: str, nbytes: int) -> np.ndarray:
+        """The bytes pointer argument `name` reaches: nbytes at the address in its registers."""
         off = int(self._args[name]["offset"])
-        addr = self._regs.get(off, 0) | (self._regs.get(off + 4, 0) << 32)
+        addr = cu.regs.get(off, 0) | (cu.regs.get(off + 4, 0) << 32)
         i = bisect.bisect(self._addrs, addr) - 1
-        nbytes = n * np.dtype(dtype).itemsize
         if i < 0 or addr + nbytes > self._addrs[i] + self._bufs[i].nbytes:
             raise DeviceError(
-                f"{self.backend}: kernel argument {name} = {addr:#x} with {nbytes} bytes is outside "
+                f"{self.backend}: CU {cu_index} argument {name} = {addr:#x} with {nbytes} bytes is outside "
                 "every allocated buffer (an AXI access to unmapped card memory)"
             )
+        buf = self._bufs[i]
+        expected = self.banks(cu_index)[name]
+        if buf.bank != expected:
+            # On a card a port reaches only the channel v++ connected it to.
+            raise DeviceError(f"{self.backend}: CU {cu_index} argument {name} points into bank {buf.bank}; "
+                              f"the port is connected to {expected}")
         start = addr - self._addrs[i]
-        return self._bufs[i].handle[start : start + nbytes].view(dtype)
+        return buf.handle[start : start + nbytes]
 
     # ---- registers and control -----------------------------------------------------------
-    def _write_reg(self, offset: int, value: int) -> None:
+    def _write_reg(self, offset: int, value: int, cu: int = 0) -> None:
         if offset != self.ctrl_offset:
-            self._regs[offset] = value
+            self._cu_state[cu].regs[offset] = value
             return
         if value & self.ap_start:
-            self._launch()
+            self._launch(cu)
 
-    def _read_reg(self, offset: int) -> int:
+    def _read_reg(self, offset: int, cu: int = 0) -> int:
+        st = self._cu_state[cu]
         if offset != self.ctrl_offset:
-            return self._regs.get(offset, 0)
-        value = 0 if self._running else self.ap_idle
-        if self._done_bit:
+            return st.regs.get(offset, 0)
+        value = 0 if st.running else self.ap_idle
+        if st.done_bit:
             value |= self.ap_done
-            self._done_bit = False  # clear on read, as ap_ctrl_hs
+            st.done_bit = False  # clear on read, as ap_ctrl_hs
         return value
 
-    def _launch(self) -> None:
-        if self._running:
-            raise DeviceError(f"{self.backend}: ap_start while the kernel is still running")
-        self._running = True
-        self._done_bit = False
-        self._error = None
-        self._finished.clear()
+    def _launch(self, cu: int) -> None:
+        st = self._cu_state[cu]
+        if st.running:
+            raise DeviceError(f"{self.backend}: ap_start of CU {cu} while it is still running")
+        st.running = True
+        st.done_bit = False
+        st.error = None
+        st.finished.clear()
         if "hang" in self.faults:
             return  # the injected fault: ap_done never comes
-        spec = self.spec
-        n = self._regs.get(int(self._args["n"]["offset"]), 0)
-        scalars = {a: self._regs.get(int(self._args[a]["offset"]), 0) for a in SCALAR_NAMES if a in self._args}
+        n = st.regs.get(int(self._args["n"]["offset"]), 0)
+        scalars = {a: st.regs.get(int(self._args[a]["offset"]), 0) for a in SCALAR_NAMES if a in self._args}
         try:
-            views = (
-                self._view("grad", n, GRAD_NP[spec.grad_dtype]),
-                self._view("p", n, np.float32),
-                self._view("m", n, np.float32),
-                self._view("v", n, np.float32),
-                self._view("out", n, OUT_NP[spec.out_dtype]),
-            )
+            views = {p: self._view(st, cu, p, port_bytes(self, p, n)) for p in self._ports}
         except DeviceError as exc:
-            self._finish(exc)
+            self._finish(st, exc)
             return
-        self._pool.submit(self._run, views, n, scalars)
+        self._pool.submit(self._run, st, views, n, scalars)
 
-    def _run(self, views: tuple[np.ndarray, ...], n: int, scalars: dict[str, int]) -> None:
+    def _run(self, st: _CuState, views: dict[str, np.ndarray], n: int, scalars: dict[str, int]) -> None:
         try:
-            self._executor(*views, n, scalars)
+            self._executor(views, n, scalars)
         except BaseException as exc:  # reported by wait(), like a card error status
-            self._finish(exc)
+            self._finish(st, exc)
             return
-        self._finish(None)
+        self._finish(st, None)
 
-    def _finish(self, error: BaseException | None) -> None:
-        self._error = error
-        self._running = False
-        self._done_bit = True
-        self._finished.set()
+    def _finish(self, st: _CuState, error: BaseException | None) -> None:
+        st.error = error
+        st.running = False
+        st.done_bit = True
+        st.finished.set()
 
-    def _wait_done(self, timeout_s: float) -> None:
-        if not self._finished.wait(timeout_s):
+    def _wait_done(self, timeout_s: float, cu: int = 0) -> None:
+        st = self._cu_state[cu]
+        if not st.finished.wait(timeout_s):
             raise KernelTimeout(
                 f"{self.backend}: kernel did not finish within {timeout_s:g} s (ap_done never set); "
                 "card memory is still readable"
             )
-        if not self.read_reg(self.ctrl_offset) & self.ap_done:
+        if not self.read_reg(self.ctrl_offset, cu) & self.ap_done:
             raise DeviceError(f"{self.backend}: wait() without a kernel run (ap_done not set)")
-        if self._error is not None:
-            err, self._error = self._error, None
+        if st.error is not None:
+            err, st.error = st.error, None
             raise DeviceError(f"{self.backend}: kernel run failed: {err}") from err
 
     def _close(self) -> None:
@@ -190,12 +213,42 @@ def _scalars_from_bits(bits: dict[str, int], optimizer: str) -> Scalars:
     )
 
 
-def golden_executor(spec: Any) -> Executor:
-    def run(grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray, n: int,
-            scalars: dict[str, int]) -> None:
+def golden_executor(spec: Any, stripes: StripeCounts) -> Executor:
+    """The golden model behind the card's ports: gather the stripes, update, scatter back."""
+    gnp = GRAD_NP[spec.grad_dtype]
+
+    def gather(ports: dict[str, np.ndarray], array: str, suffix: str, n: int, dtype: type) -> np.ndarray:
+        parts = [ports[f"{array}{k}{suffix}"] for k in range(stripes.of(array))]
+        return layout.join(parts, n, dtype)
+
+    def scatter(ports: dict[str, np.ndarray], array: str, suffix: str, data: np.ndarray) -> None:
+        for k, part in enumerate(layout.split(data, stripes.of(array))):
+            dest = ports[f"{array}{k}{suffix}"]
+            dest[: part.size] = part[: dest.size]
+
+    def run(ports: dict[str, np.ndarray], n: int, scalars: dict[str, int]) -> None:
+        if n == 0:
+            return
         s = _scalars_from_bits(scalars, spec.optimizer)
-        out[...] = adam_update(p, m, v, grad, s, optimizer=spec.optimizer, grad_dtype=spec.grad_dtype,
-                               out_dtype=spec.out_dtype)
+        grad = gather(ports, "grad", "", n, gnp)
+        p, m, v = (gather(ports, a, "_rd", n, np.float32) for a in ("p", "m", "v"))
+        out = adam_update(p, m, v, grad, s, optimizer=spec.optimizer, grad_dtype=spec.grad_dtype,
+                          out_dtype=spec.out_dtype)
+        # Whole beats go back, as the kernel writes them: lanes past n keep what was read, and
+        # out carries p there (bf16: a last out beat with one fp32 beat of p has a zero upper half).
+        nfull = layout.beats(n, 4) * 16
+        full = {}
+        for a, arr in (("p", p), ("m", m), ("v", v)):
+            full[a] = gather(ports, a, "_rd", nfull, np.float32)
+            full[a][:n] = arr
+            scatter(ports, a, "_wr", full[a])
+        if spec.out_dtype == "bf16":
+            full_out = np.zeros(layout.beats(n, 2) * 32, np.uint16)
+            full_out[:nfull] = to_bf16_bits(full["p"])
+        else:
+            full_out = full["p"].copy()
+        full_out[:n] = out
+        scatter(ports, "out", "", full_out)
 
     return run
 
@@ -208,8 +261,7 @@ def csim_executor(project_dir: Path, threads: int | None = None) -> Executor:
         raise DeviceError("the csim backend needs hls/csim.py (C simulation of the HLS kernel)") from exc
     kernel = csim.CsimKernel(project_dir, threads=threads)
 
-    def run(grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray, n: int,
-            scalars: dict[str, int]) -> None:
-        kernel.run(grad, p, m, v, out, n, scalars)
+    def run(ports: dict[str, np.ndarray], n: int, scalars: dict[str, int]) -> None:
+        kernel.run_ports(ports, n, scalars)
 
     return run
