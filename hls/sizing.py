@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from hls import layout
 from hls.errors import UserError
 from hls.spec import BEAT_BITS, DTYPE_BYTES, MAX_LANES, MAX_STRIPES, KernelSpec
 from hls.targets import Target
@@ -195,7 +196,7 @@ def _place(target: Target, cu: int, per_cu: int, counts: StripeCounts, spec: Ker
             array=array, index=index, ports=port_names(array, index), channel=chan,
             bank=bank_expr(target, [chan]), traffic_bytes_per_elem=traffic,
             resident_bytes_per_elem=4 / counts.state if state else 0.0,
-            staging_bytes=0 if state else 2 * BEAT_BYTES * math.ceil(CHUNK_ELEMS * esize / counts.of(array) / BEAT_BYTES),
+            staging_bytes=0 if state else 2 * layout.stripe_bytes(CHUNK_ELEMS, esize, counts.of(array)),
         ))
     stripes.sort(key=lambda s: (ARRAYS.index(s.array), s.index))
     mem = target.memory
