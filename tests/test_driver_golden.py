@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from hls.golden import Hyper, adam_update, first_mismatch, prepare_scalars, to_bf16_bits
 from hls.spec import KernelSpec
 from pynq_driver import ShardState, open_device
+from pynq_driver.shard import read_state_file
 
 N = 10_007  # not a multiple of the lanes, several chunks
 CHUNK = 1024
@@ -34,7 +37,8 @@ def test_golden_backend_matches_model(spec: KernelSpec) -> None:
     p0 = rng.standard_normal(N).astype(np.float32)
     p, m, v = p0.copy(), np.zeros(N, np.float32), np.zeros(N, np.float32)
     with open_device("golden", spec) as dev, ShardState(dev, p0, chunk_elems=CHUNK) as shard:
-        assert shard.chunk_elems == CHUNK and N // CHUNK >= 9
+        align = dev.stripes.beat_align()  # chunks restart every stripe at its beat 0
+        assert shard.chunk_elems == CHUNK // align * align and N // CHUNK >= 9
         for t in range(1, 5):
             g = make_grad(rng, N, spec.grad_dtype)
             h = Hyper(step=t, lr=1e-2, weight_decay=0.1)
@@ -46,3 +50,50 @@ def test_golden_backend_matches_model(spec: KernelSpec) -> None:
         assert sd["step"] == 4
         for got, want in ((sd["params"], p), (sd["exp_avg"], m), (sd["exp_avg_sq"], v)):
             assert first_mismatch(got, want) is None
+
+
+# Memory plans the driver must follow: several stripes per array, several CUs, DDR (shared banks).
+PLANS = [
+    KernelSpec(stripes=3),
+    KernelSpec(compute_units=2, stripes=1),
+    KernelSpec(compute_units=2, grad_dtype="bf16", out_dtype="bf16"),
+    KernelSpec(target="u200", optimizer="adam", name="optimusnic_adam"),
+    KernelSpec(target="v80", compute_units=3, grad_dtype="fp16"),
+]
+
+
+@pytest.mark.parametrize("spec", PLANS, ids=lambda s: f"{s.target}-cu{s.compute_units}-s{s.stripes}-{s.grad_dtype}")
+@pytest.mark.parametrize("n, chunk", [(1, None), (5000, 384), (20_011, 4096)])
+def test_stripes_and_compute_units_match_model(spec: KernelSpec, n: int, chunk: int | None) -> None:
+    rng = np.random.default_rng(n)
+    p0 = rng.standard_normal(n).astype(np.float32)
+    p, m, v = p0.copy(), np.zeros(n, np.float32), np.zeros(n, np.float32)
+    with open_device("golden", spec) as dev, ShardState(dev, p0, chunk_elems=chunk) as shard:
+        # Every stripe sits in the bank the manifest's plan names for its ports.
+        for part in shard.parts:
+            banks = dev.banks(part.cu)
+            for a in ("p", "m", "v"):
+                assert [b.bank for b in part.state[a]] == [banks[f"{a}{k}_rd"] for k in range(dev.stripes.state)]
+            assert [b.bank for b in part.grad_stage[1]] == [banks[f"grad{k}"] for k in range(dev.stripes.grad)]
+        assert len(shard.parts) == min(spec.compute_units, -(-n // dev.stripes.beat_align()))
+        for t in range(1, 4):
+            g = make_grad(rng, n, spec.grad_dtype)
+            h = Hyper(step=t, lr=1e-2, weight_decay=0.1)
+            ref = adam_update(p, m, v, g, prepare_scalars(h, spec.optimizer), optimizer=spec.optimizer,
+                              grad_dtype=spec.grad_dtype, out_dtype=spec.out_dtype)
+            assert first_mismatch(shard.step(g, h), ref) is None
+        sd = shard.state_dict()
+        for got, want in ((sd["params"], p), (sd["exp_avg"], m), (sd["exp_avg_sq"], v)):
+            assert first_mismatch(got, want) is None
+
+
+def test_checkpoint_saved_before_stripes_still_loads() -> None:
+    """A shard saved by the driver before memory plans had stripes (tests/fixtures) loads on any plan."""
+    fixture = Path(__file__).parent / "fixtures" / "shard_v1_before_stripes.npz"
+    for spec in (KernelSpec(), KernelSpec(stripes=3), KernelSpec(compute_units=2)):
+        with open_device("golden", spec) as dev, ShardState.load(fixture, dev) as shard:
+            assert shard.step_count == 3 and shard.n == 1000
+            header, arrays = read_state_file(fixture, spec)
+            sd = shard.state_dict()
+            for key in ("params", "exp_avg", "exp_avg_sq"):
+                assert first_mismatch(sd[key], arrays[key]) is None
