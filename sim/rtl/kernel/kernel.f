@@ -1,7 +1,10 @@
 onic_fifo.v
+onic_stripe_beats.v
 onic_axi_rd.v
 onic_axi_wr.v
 onic_axis_rd.v
+onic_beat_merge.v
+onic_beat_split.v
 onic_unpack.v
 onic_pack.v
 onic_adam_lane.v

@@ -1,4 +1,4 @@
-// OptimusNIC: AXI4 read engine, one buffer per run, into a FIFO
+// OptimusNIC: AXI4 read engine, one stripe buffer per run, into a FIFO
 // Language: Verilog 2001
 
 `resetall
@@ -6,15 +6,13 @@
 `default_nettype none
 
 /*
- * Reads ceil(n * ELEM_BYTES / 64) consecutive 512-bit beats from `addr` (64-byte aligned) with
- * INCR bursts that never cross a 4 KiB page, and delivers them in order on m_*. Several bursts
- * are in flight at once: a burst is requested as soon as the FIFO has room for it and for
- * everything already requested, so RREADY can stay high and memory latency is hidden.
- * Only the read channels: the kernel top wires a port's write channels to a write engine.
+ * Reads `beats` consecutive 512-bit beats from `addr` (64-byte aligned; one stripe of an array,
+ * its beat count from onic_stripe_beats) with INCR bursts that never cross a 4 KiB page, and
+ * delivers them in order on m_*. Several bursts are in flight at once: a burst is requested as
+ * soon as the FIFO has room for it and for everything already requested, so RREADY can stay
+ * high and memory latency is hidden. A read-only AXI4 master: AR and R channels only.
  */
 module onic_axi_rd #(
-    // bytes per element of this buffer (4 for fp32, 2 for bf16/fp16)
-    parameter integer ELEM_BYTES = 4,
     // log2 of the read FIFO depth in beats (covers latency x bandwidth)
     parameter integer FIFO_LOG2 = 8,
     // longest burst in beats (at most 64 beats = one 4 KiB page of 512-bit beats)
@@ -26,7 +24,7 @@ module onic_axi_rd #(
     /* run control */
     input  wire          start,
     input  wire [63:0]   addr,
-    input  wire [31:0]   n,
+    input  wire [31:0]   beats,
     output wire          busy,
 
     /* beats out */
@@ -57,10 +55,6 @@ module onic_axi_rd #(
     localparam integer DEPTH = 1 << FIFO_LOG2;
 
     initial begin
-        if (ELEM_BYTES != 2 && ELEM_BYTES != 4) begin
-            $error("ELEM_BYTES must be 2 or 4 (instance %m)");
-            $finish;
-        end
         if (MAX_BURST < 1 || MAX_BURST > 64 || MAX_BURST > DEPTH) begin
             $error("MAX_BURST must be 1..64 and fit the FIFO (instance %m)");
             $finish;
@@ -75,11 +69,6 @@ module onic_axi_rd #(
 
     wire [FIFO_LOG2:0] fifo_count;
     wire               fifo_s_ready;
-
-    // total beats: ceil(n * ELEM_BYTES / 64), in 33 bits so n = 2^32-1 cannot overflow
-    // n * ELEM_BYTES takes up to 34 bits (n up to 2^32-1)
-    wire [35:0] n_bytes = {4'd0, n} * ELEM_BYTES;
-    wire [35:0] n_beats = (n_bytes + 36'd63) >> 6;
 
     // next burst: the rest of the buffer, the rest of the 4 KiB page, or MAX_BURST beats
     wire [6:0]  page_left  = 7'd64 - {1'b0, ar_addr_reg[11:6]};
@@ -99,7 +88,7 @@ module onic_axi_rd #(
             ar_len_reg      <= 8'd0;
         end else if (start) begin
             ar_valid_reg    <= 1'b0;
-            ar_left_reg     <= n_beats[31:0];
+            ar_left_reg     <= beats;
             ar_addr_reg     <= {addr[63:6], 6'd0};
             outstanding_reg <= {(FIFO_LOG2+1){1'b0}};
         end else begin
@@ -151,8 +140,7 @@ module onic_axi_rd #(
     assign m_axi_rready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_rid, m_axi_rresp, m_axi_rlast, fifo_s_ready, n_bytes[35:32],
-                        n_beats[35:32], addr[5:0], room[FIFO_LOG2+1], 1'b0};
+    wire _unused_ok = &{1'b0, m_axi_rid, m_axi_rresp, m_axi_rlast, fifo_s_ready, addr[5:0], room[FIFO_LOG2+1], 1'b0};
 
 endmodule
 

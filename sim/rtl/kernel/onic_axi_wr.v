@@ -1,4 +1,4 @@
-// OptimusNIC: AXI4 write engine, one buffer per run, from a FIFO
+// OptimusNIC: AXI4 write engine, one stripe buffer per run, from a FIFO
 // Language: Verilog 2001
 
 `resetall
@@ -6,16 +6,15 @@
 `default_nettype none
 
 /*
- * Writes ceil(n * ELEM_BYTES / 64) consecutive 512-bit beats taken from s_* to `addr` (64-byte
- * aligned) with INCR bursts that never cross a 4 KiB page. A burst address goes out only when
- * all its beats are in the FIFO, so the W channel never waits on the datapath mid-burst. The
- * last beat's WSTRB covers only the bytes of the n elements: memory past the buffer is never
- * written. `busy` stays high until every write response has come back.
- * Only the write channels: the kernel top wires a port's read channels to a read engine.
+ * Writes `beats` consecutive 512-bit beats taken from s_* to `addr` (64-byte aligned; one
+ * stripe of an array, its beat count from onic_stripe_beats) with INCR bursts that never cross
+ * a 4 KiB page. A burst address goes out only when all its beats are in the FIFO, so the W
+ * channel never waits on the datapath mid-burst. The last beat's WSTRB covers only its first
+ * `last_bytes` bytes (the array's elements end there): memory past the array is never written.
+ * `busy` stays high until every write response has come back. A write-only AXI4 master: AW, W
+ * and B channels only.
  */
 module onic_axi_wr #(
-    // bytes per element of this buffer (4 for fp32, 2 for bf16)
-    parameter integer ELEM_BYTES = 4,
     // log2 of the write FIFO depth in beats (at least two bursts)
     parameter integer FIFO_LOG2 = 7,
     // longest burst in beats (at most 64 beats = one 4 KiB page of 512-bit beats)
@@ -27,7 +26,8 @@ module onic_axi_wr #(
     /* run control */
     input  wire          start,
     input  wire [63:0]   addr,
-    input  wire [31:0]   n,
+    input  wire [31:0]   beats,
+    input  wire [6:0]    last_bytes,
     output wire          busy,
 
     /* beats in */
@@ -61,10 +61,6 @@ module onic_axi_wr #(
     localparam integer LENQ_LOG2 = 4;
 
     initial begin
-        if (ELEM_BYTES != 2 && ELEM_BYTES != 4) begin
-            $error("ELEM_BYTES must be 2 or 4 (instance %m)");
-            $finish;
-        end
         if (MAX_BURST < 1 || MAX_BURST > 64 || 2 * MAX_BURST > (1 << FIFO_LOG2)) begin
             $error("MAX_BURST must be 1..64 and two bursts must fit the FIFO (instance %m)");
             $finish;
@@ -88,11 +84,6 @@ module onic_axi_wr #(
     wire               lenq_valid;
     wire               lenq_s_ready;
     wire [LENQ_LOG2:0] lenq_count;
-
-    // n * ELEM_BYTES takes up to 34 bits (n up to 2^32-1)
-    wire [35:0] n_bytes = {4'd0, n} * ELEM_BYTES;
-    wire [35:0] n_beats = (n_bytes + 36'd63) >> 6;
-    wire [6:0]  tail_bytes = (n_bytes[5:0] == 6'd0) ? 7'd64 : {1'b0, n_bytes[5:0]};
 
     wire [6:0]  page_left = 7'd64 - {1'b0, aw_addr_reg[11:6]};
     wire [31:0] len_a     = (aw_left_reg < MAX_BURST) ? aw_left_reg : MAX_BURST;
@@ -120,13 +111,13 @@ module onic_axi_wr #(
             last_strb_reg <= {64{1'b1}};
         end else if (start) begin
             aw_valid_reg  <= 1'b0;
-            aw_left_reg   <= n_beats[31:0];
+            aw_left_reg   <= beats;
             aw_addr_reg   <= {addr[63:6], 6'd0};
             committed_reg <= {(FIFO_LOG2+1){1'b0}};
-            w_left_reg    <= n_beats[31:0];
+            w_left_reg    <= beats;
             w_beat_reg    <= 8'd0;
             b_wait_reg    <= 32'd0;
-            last_strb_reg <= {64{1'b1}} >> (7'd64 - tail_bytes);
+            last_strb_reg <= {64{1'b1}} >> (7'd64 - last_bytes);
         end else begin
             if (aw_valid_reg && m_axi_awready) begin
                 aw_valid_reg <= 1'b0;
@@ -200,8 +191,7 @@ module onic_axi_wr #(
     assign m_axi_bready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_bid, m_axi_bresp, lenq_s_ready, n_bytes[35:32], n_beats[35:32],
-                        addr[5:0], 1'b0};
+    wire _unused_ok = &{1'b0, m_axi_bid, m_axi_bresp, lenq_s_ready, addr[5:0], 1'b0};
 
 endmodule
 
