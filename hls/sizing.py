@@ -114,7 +114,7 @@ class ChannelLoad:
     stripes: list[str]  # "p0", "grad0", ...
     load_bytes_per_elem: float
     usable_bytes_per_s: float
-    utilization: float  # at the CU's achieved rate, of the usable bandwidth
+    utilization: float  # of the usable bandwidth, at the CU's rate when fed at the demand
     staging_bytes: int
     state_stripes: int
 
@@ -360,8 +360,9 @@ def size(
     port_cu = min(port_cu, port_limit(clock) * counts.out / ob)
     mem_cu = min(mem_cu, port_cu)
     cu_rate = min(mem_cu, kernel_cu)
+    # Channel use at the rate the CU runs when fed at the demand (what headroom is left).
     for a in assignments:
-        a.loads = _channel_loads(target, a, cu_rate)
+        a.loads = _channel_loads(target, a, min(cu_rate, cu_demand))
     busiest = max(a0.loads, key=lambda c: c.load_bytes_per_elem)
     # Capacity: each channel holds its state stripes' share of the CU's shard and its staging.
     cap = target.memory.channel_capacity_bytes

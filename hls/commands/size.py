@@ -83,13 +83,14 @@ def format_report(r: SizingReport) -> str:
         f"  max params per card         {human_count(r.max_params_per_card)} with this plan",
         f"  optimizer step on the shard {r.step_time_s * 1e3:.1f} ms",
     ]
+    cu_rate = gps(min(r.achieved_params_per_s, r.demand_params_per_s) / r.compute_units)
     for a in r.assignments:
         lines.append(f"  CU {a.cu} (SLR {a.slr}):")
         for c in a.loads:
             where = c.bank or f"channel {c.channel}"
             ports = ", ".join(p for s in a.stripes if s.channel == c.channel for p in s.ports)
             lines.append(f"    {where:<8} {', '.join(c.stripes):<12} ports {ports:<22} "
-                         f"{c.utilization:6.1%} of usable")
+                         f"{c.utilization:6.1%} of usable at {cu_rate}")
     lines += [f"  note: {n}" for n in r.notes]
     lines.append(f"verdict: {r.verdict}")
     if r.alternatives:
