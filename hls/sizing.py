@@ -271,7 +271,10 @@ class SizingReport:
 
     @property
     def verdict(self) -> str:
-        fit = "fits" if self.fits else f"does NOT fit (needs {self.cards_needed} cards)"
+        if not self.params:  # the kernel alone (generate): say what it holds
+            fit = f"holds {self.max_params_per_card:,} parameters per card"
+        else:
+            fit = "fits" if self.fits else f"does NOT fit (needs {self.cards_needed} cards)"
         pace = "keeps up with line rate" if self.keeps_up else f"falls behind line rate ({self.binding})"
         return f"{fit}; {pace}"
 

@@ -34,7 +34,10 @@ def run(args: argparse.Namespace) -> int:
     for rel in files:
         print(f"  {out / rel}")
     sz = manifest["sizing"]
-    print(f"sizing ({sz['shard_params']:,} parameters per card): {sz['verdict']}")
+    st = sz["stripes"]
+    print(f"memory plan: {st['state']} stripe(s) each of p, m, v, {st['grad']} of grad, {st['out']} of out per CU, "
+          f"{sz['achieved_params_per_s'] / 1e9:.2f} G elements/s ({sz['binding']})")
+    print(f"sizing: {sz['verdict']}")
     if not target.has_xrt_flow:
         print(f"note: {target.name} has no XRT flow; see {out / 'versal' / 'NOTE.md'}")
     return 0
