@@ -11,6 +11,11 @@
 3. run cocotb tests of sim/tb/kernel/test_kernel.py, which read the manifest and the run
    options from the environment and write a JSON summary that comes back as `SimResult`.
 
+Card memory (`memory`): "hbm" attaches every m_axi port to the channel of the manifest's memory
+plan, each channel limited to its usable bandwidth (channel bandwidth x memory efficiency, the
+figures sizing uses) with 100-250 ns latency per burst (sim/tb/kernel/hbm_memory.py); "ideal"
+has no bandwidth limit and a fixed read latency. The default is hbm for HBM targets.
+
 The bench's host and memory models (sim/tb/kernel/kernel_tb.py) are plain cocotb coroutines
 and reusable by any other cocotb test, e.g. the driver's `rtlsim` backend.
 """
@@ -42,6 +47,8 @@ TEST_MODULE = "test_kernel"
 TESTS = ("test_update", "test_control", "test_throughput")
 DEFAULT_LATENCY = 64
 DEFAULT_STALLS = 0.2
+MEMORY_MODES = ("hbm", "ideal")
+HBM_MODEL = "hbm_memory.py"
 
 
 @dataclass
@@ -59,6 +66,7 @@ class SimResult:
     seed: int
     stalls: float
     latency: int
+    memory: str
     build_dir: str
     results_xml: str
     log: str
@@ -70,6 +78,28 @@ class SimResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def hbm_model_available() -> bool:
+    """The bandwidth-true memory model is importable by the bench (in sim/tb/kernel or on PYTHONPATH)."""
+    dirs = [KERNEL_TB, *(Path(d) for d in os.environ.get("PYTHONPATH", "").split(os.pathsep) if d)]
+    return any((d / HBM_MODEL).is_file() for d in dirs)
+
+
+def default_memory(spec: KernelSpec, target: Target | None = None) -> str:
+    """hbm for HBM targets (when the model is there), ideal for the rest."""
+    from hls.targets import get_target
+
+    target = target or get_target(spec.target)
+    return "hbm" if target.memory.is_hbm and hbm_model_available() else "ideal"
+
+
+def check_memory(memory: str) -> None:
+    if memory not in MEMORY_MODES:
+        raise UserError(f"memory {memory!r}: choose one of {', '.join(MEMORY_MODES)}")
+    if memory == "hbm" and not hbm_model_available():
+        raise UserError(f"memory hbm needs {KERNEL_TB / HBM_MODEL}, which is not in this checkout; "
+                        "use --memory ideal")
 
 
 def spec_hash(spec: KernelSpec) -> str:
@@ -219,8 +249,12 @@ def simulate(
     bench_elements: int | None = None,
     waves: bool = False,
     target: Target | None = None,
+    memory: str | None = None,
 ) -> SimResult:
-    """Build (or reuse) the bench for `spec` and run `tests`; never raises on a failing test."""
+    """Build (or reuse) the bench for `spec` and run `tests`; never raises on a failing test.
+
+    `memory`: "hbm" or "ideal" (see the module docstring); None: `default_memory(spec)`.
+    """
     unknown = [t for t in tests if t not in TESTS]
     if unknown:
         raise UserError(f"unknown bench test(s) {', '.join(unknown)}; choose from {', '.join(TESTS)}")
@@ -229,6 +263,8 @@ def simulate(
         raise UserError("elements: give one or more counts from 0 to 2**32-1")
     if latency < 0 or not 0.0 <= stalls < 1.0:
         raise UserError("latency must be >= 0 and stalls a probability in [0, 1)")
+    memory = memory or default_memory(spec, target)
+    check_memory(memory)
     t0 = time.perf_counter()
     runner, bdir, project = build(spec, simulator, waves=waves, target=target)
     build_s = time.perf_counter() - t0
@@ -241,6 +277,7 @@ def simulate(
         "ONIC_SEED": str(seed),
         "ONIC_STALLS": str(stalls),
         "ONIC_LATENCY": str(latency),
+        "ONIC_MEMORY": memory,
         "ONIC_RESULT": str(result_json),
         "ONIC_BENCH_ELEMENTS": str(max(elements) if bench_elements is None else bench_elements),
         "PYTHONPATH": os.pathsep.join([str(KERNEL_TB), str(RTL_DIR.parent.parent), os.environ.get("PYTHONPATH", "")]),
@@ -275,7 +312,7 @@ def simulate(
     return SimResult(
         spec=spec.to_dict(), simulator=simulator, tests=list(tests), passed=ran == len(tests) and failed == 0,
         ran=ran, failed=failed, elements=elements, runs=runs, seed=seed, stalls=stalls, latency=latency,
-        build_dir=str(bdir), results_xml=str(xml), log=str(log), build_s=build_s, run_s=run_s,
+        memory=memory, build_dir=str(bdir), results_xml=str(xml), log=str(log), build_s=build_s, run_s=run_s,
         cycles=update.get("cycles", {}), throughput=throughput, sim_clocks_per_s=speed,
     )
 

@@ -37,7 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stalls", type=float, default=rtlsim.DEFAULT_STALLS,
                    help="probability of a ready/valid pause per clock on every AXI channel (default 0.2)")
     p.add_argument("--latency", type=int, default=rtlsim.DEFAULT_LATENCY,
-                   help="card memory read latency in clocks (default 64)")
+                   help="read latency of the ideal memory in clocks (default 64)")
+    p.add_argument("--memory", choices=rtlsim.MEMORY_MODES, default=None,
+                   help="card memory model: hbm (per-channel bandwidth of the memory plan, 100-250 ns per "
+                        "burst; default on HBM targets) or ideal (no bandwidth limit; default elsewhere)")
     p.add_argument("--no-control", action="store_true", help="skip the ap_ctrl_hs control test")
     p.add_argument("--waves", action="store_true", help="record waveforms (FST on Verilator) in the build folder")
     add_json(p)
@@ -50,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--runs must be at least 1")
     target = get_target(spec.target, args.targets_file)
     simulators.simulator_env(args.simulator)  # one clear line if it is missing
+    memory = args.memory or rtlsim.default_memory(spec, target)
+    rtlsim.check_memory(memory)
     tests = ("test_update",) + (() if args.no_control else ("test_control",)) + ("test_throughput",)
     result = rtlsim.simulate(
         spec,
@@ -62,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         latency=args.latency,
         waves=args.waves,
         target=target,
+        memory=memory,
     )
     if args.json:
         emit_json(result.to_dict())
@@ -72,12 +78,14 @@ def run(args: argparse.Namespace) -> int:
 
 def format_result(r: rtlsim.SimResult) -> str:
     s = r.spec
+    memory = ("HBM model: per-channel bandwidth of the memory plan, 100-250 ns per burst" if r.memory == "hbm"
+              else f"ideal memory: no bandwidth limit, read latency {r.latency} clocks")
     lines = [
         f"{s['name']}: {s['optimizer']}, grad {s['grad_dtype']} from {s['grad_source']}, out {s['out_dtype']}, "
         f"{s['lanes']} lanes on {r.simulator} (seed {r.seed})",
         f"  tests: {', '.join(r.tests)}: {r.ran - r.failed} of {len(r.tests)} passed",
-        f"  bit-exact runs: {r.runs} per element count, stalls {r.stalls:g} per channel and clock, "
-        f"read latency {r.latency} clocks",
+        f"  card memory: {memory}",
+        f"  bit-exact runs: {r.runs} per element count, stalls {r.stalls:g} per channel and clock",
     ]
     for n, cycles in r.cycles.items():
         per = ", ".join(str(c) for c in cycles)
@@ -88,6 +96,9 @@ def format_result(r: rtlsim.SimResult) -> str:
             f"  throughput (no stalls): {t['elements']} elements in {t['cycles']} clocks = "
             f"{t['elements_per_cycle']:.3f} elements/clock ({t['fraction_of_ideal']:.1%} of {t['lanes']} lanes)"
         )
+        for c in t.get("channels") or []:
+            lines.append(f"    channel {c['channel']} ({', '.join(c['ports'])}): {c['beats_per_clock']:.3f} beats/clock "
+                         f"of {c['budget']:.3f}")
     if r.sim_clocks_per_s:
         lines.append(f"  simulation speed: {r.sim_clocks_per_s:,.0f} clocks/s")
     lines.append(f"  build {r.build_s:.1f} s, run {r.run_s:.1f} s; log {r.log}")

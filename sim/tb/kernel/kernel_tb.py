@@ -1,17 +1,25 @@
 """Host and card-memory models around a generated RTL kernel, reusable outside the tests.
 
 The kernel top (rendered from templates/rtl) is driven only through cocotbext-axi models:
-`AxiLiteMaster` on `s_axi_control` is the host, one `AxiRam` per `m_axi_<arg>` port is the card
-memory (all of them share one flat address space, as one card's memory is), and an
-`AxiStreamSource` feeds `s_axis_grad` when gradients come from the network.
+`AxiLiteMaster` on `s_axi_control` is the host; card memory is one swappable object built by
+`card_memory()` (one read or write model per `m_axi_<port>`, all over one flat backing
+`Memory`, as one card's memory is); an `AxiStreamSource` feeds `s_axis_grad` when gradients
+come from the network.
+
+Memory modes (design.md 3b):
+- "hbm": sim/tb/kernel/hbm_memory.py: every port is attached to the channel of the manifest's
+  memory plan, each channel a token bucket of channel bandwidth x memory efficiency /
+  (64 B x kernel clock) beats per clock shared by all R and W beats of its ports, read and
+  write latency drawn per burst from 100-250 ns at the kernel clock;
+- "ideal": no bandwidth limit, a fixed pipelined read latency (`read_latency` clocks): what the
+  kernel itself can do.
 
 Usage from any cocotb test (the driver's `rtlsim` backend does the same)::
 
-    tb = KernelTB(dut, regmap=manifest["register_map"], mem_size=1 << 24, read_latency=64)
+    tb = KernelTB(dut, manifest=manifest, mem_size=1 << 24, memory="hbm")
     await tb.reset()
-    tb.mem.write(0x10000, p.tobytes())                 # card memory, like a buffer copy
-    cycles = await run_kernel(tb, {"p": 0x10000, ..., "n": n, "b1": 0x3F666666, ...})
-    p_new = np.frombuffer(tb.mem.read(0x10000, 4 * n), np.float32)
+    tb.mem.write(0x10000, p_stripe0.tobytes())        # card memory, like a buffer copy
+    cycles = await run_kernel(tb, {"p0_rd": 0x10000, "p0_wr": 0x10000, ..., "n": n, ...})
 
 `run_kernel` writes the argument registers, sets ap_start, waits for ap_done by polling the
 control register (as XRT does) or for the interrupt pin, and returns the clocks the run took.
@@ -30,20 +38,42 @@ from cocotb.queue import Queue
 from cocotb.triggers import ClockCycles, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 from cocotbext.axi import (
-    AxiBus,
     AxiLiteBus,
     AxiLiteMaster,
+    AxiReadBus,
     AxiStreamBus,
     AxiStreamFrame,
     AxiStreamSource,
+    AxiWriteBus,
 )
 from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
 from cocotbext.axi.constants import AxiBurstType, AxiResp
 from cocotbext.axi.memory import Memory
 
+try:  # the bandwidth-true card memory (design.md 3b)
+    import hbm_memory
+except ImportError:  # pragma: no cover - only before hbm_memory.py is in the checkout
+    hbm_memory = None
+
 CLOCK_NS = 4  # 250 MHz; only the clock count matters
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE, AP_READY = 1, 2, 4, 8
+MEMORY_MODES = ("hbm", "ideal")
+BEAT_BYTES = 64
+
+
+def channel_beats_per_clock(manifest: Mapping[str, Any]) -> float:
+    """512-bit beats per kernel clock one memory channel moves (reads and writes together):
+    channel bandwidth x memory efficiency / (64 B x kernel clock), from the manifest's sizing."""
+    sizing = manifest["sizing"]
+    return float(sizing["channel_usable_bytes_per_s"]) / (BEAT_BYTES * float(sizing["clock_mhz"]) * 1e6)
+
+
+def port_channels(manifest: Mapping[str, Any], cu: int = 0) -> list[tuple[str, int]]:
+    """(m_axi port, memory channel) of every port of compute unit `cu`, in register-map order."""
+    plan = next(p for p in manifest["memory_plan"] if p["cu"] == cu)
+    channel = {port: s["channel"] for s in plan["stripes"] for port in s["ports"]}
+    return [(a["name"], channel[a["name"]]) for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
 
 
 class LatencyAxiRamRead(AxiRamRead):
@@ -105,45 +135,110 @@ def stall_generator(rng: random.Random, probability: float) -> Iterator[bool]:
             yield False
 
 
+class _IdealPort:
+    """One port of `_IdealCard`: the read and/or write model on its bus (hbm_memory.MemoryPort's shape)."""
+
+    def __init__(self, name: str, read_if: Any, write_if: Any) -> None:
+        self.name, self.read_if, self.write_if = name, read_if, write_if
+
+    def all_channels(self) -> list[Any]:
+        out = []
+        if self.write_if:
+            out += [self.write_if.aw_channel, self.write_if.w_channel, self.write_if.b_channel]
+        if self.read_if:
+            out += [self.read_if.ar_channel, self.read_if.r_channel]
+        return out
+
+
+class _IdealCard:
+    """Ideal card memory (no bandwidth limit) with the interface of hbm_memory.CardMemory: used
+    only when hbm_memory.py is not importable."""
+
+    mode = "ideal"
+
+    def __init__(self, dut: Any, ports: list[tuple[str, int]], mem: Memory, read_latency: int) -> None:
+        self.mem = mem
+        self.ports: dict[str, _IdealPort] = {}
+        common = {"reset_active_level": False, "size": mem.size, "mem": mem.mem}
+        for name, _channel in ports:
+            prefix = f"m_axi_{name}"
+            rd = wr = None
+            if hasattr(dut, f"{prefix}_arvalid"):
+                rd = LatencyAxiRamRead(AxiReadBus.from_prefix(dut, prefix), dut.ap_clk, dut.ap_rst_n,
+                                       latency=read_latency, **common)
+                rd.log.setLevel(logging.WARNING)
+            if hasattr(dut, f"{prefix}_awvalid"):
+                wr = AxiRamWrite(AxiWriteBus.from_prefix(dut, prefix), dut.ap_clk, dut.ap_rst_n, **common)
+                wr.log.setLevel(logging.WARNING)
+            self.ports[name] = _IdealPort(name, rd, wr)
+
+    def start(self) -> None:
+        pass
+
+    def reset_counters(self) -> None:
+        pass
+
+    def stats(self) -> list[dict[str, Any]]:
+        return []
+
+    def set_stalls(self, rng: random.Random, probability: float) -> None:
+        for name in sorted(self.ports):
+            for ch in self.ports[name].all_channels():
+                ch.set_pause_generator(stall_generator(random.Random(rng.random()), probability))
+
+
+def card_memory(dut: Any, manifest: Mapping[str, Any], *, mode: str, mem: Memory, read_latency: int,
+                seed: int = 1) -> Any:
+    """The card memory around `dut`: one model per m_axi port, each on its memory-plan channel."""
+    if mode not in MEMORY_MODES:
+        raise ValueError(f"memory mode {mode!r}; choose one of {', '.join(MEMORY_MODES)}")
+    ports = port_channels(manifest)
+    if hbm_memory is None:
+        if mode == "hbm":
+            raise RuntimeError("memory mode hbm needs sim/tb/kernel/hbm_memory.py, which is not in this checkout")
+        return _IdealCard(dut, ports, mem, read_latency)
+    return hbm_memory.card_memory(
+        dut, ports, clock=dut.ap_clk, reset=dut.ap_rst_n, reset_active_level=False, mode=mode,
+        beats_per_clock=channel_beats_per_clock(manifest) if mode == "hbm" else None, mem=mem,
+        clock_mhz=float(manifest["sizing"]["clock_mhz"]), sim_clock_ns=CLOCK_NS, ideal_latency=read_latency,
+        seed=seed,
+    )
+
+
 class KernelTB:
-    """Clock, reset, host (AXI4-Lite), card memory (AxiRam per port, one address space), stream."""
+    """Clock, reset, host (AXI4-Lite), card memory (one model per port, one address space), stream."""
 
     def __init__(
         self,
         dut: Any,
         *,
-        regmap: Mapping[str, Any],
+        manifest: Mapping[str, Any],
         mem_size: int,
+        memory: str = "ideal",
         read_latency: int = 0,
         stall_probability: float = 0.0,
         seed: int = 1,
     ) -> None:
         self.dut = dut
-        self.regmap = regmap
-        self.args = {a["name"]: a for a in regmap["args"]}
+        self.manifest = manifest
+        self.regmap = manifest["register_map"]
+        self.args = {a["name"]: a for a in self.regmap["args"]}
         self.log = logging.getLogger("cocotb.tb")
         cocotb.start_soon(Clock(dut.ap_clk, CLOCK_NS, unit="ns").start())
         dut.ap_rst_n.value = 0
         self.mem = Memory(size=mem_size)
         self.host = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi_control"), dut.ap_clk, dut.ap_rst_n,
                                   reset_active_level=False)
-        self.ports: dict[str, tuple[AxiRamWrite, LatencyAxiRamRead]] = {}
-        for name, arg in self.args.items():
-            if arg["kind"] != "pointer":
-                continue
-            bus = AxiBus.from_prefix(dut, f"m_axi_{name}")
-            wr = AxiRamWrite(bus.write, dut.ap_clk, dut.ap_rst_n, reset_active_level=False, size=mem_size,
-                             mem=self.mem.mem)
-            rd = LatencyAxiRamRead(bus.read, dut.ap_clk, dut.ap_rst_n, reset_active_level=False, size=mem_size,
-                                   mem=self.mem.mem, latency=read_latency)
-            self.ports[name] = (wr, rd)
+        self.memory = memory
+        self.card = card_memory(dut, manifest, mode=memory, mem=self.mem, read_latency=read_latency, seed=seed)
+        self.ports = self.card.ports
         self.stream = None
         if "grad" in self.args and self.args["grad"]["kind"] == "stream":
             self.stream = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_grad"), dut.ap_clk, dut.ap_rst_n,
                                           reset_active_level=False)
         for logger in ("cocotb.tb", "cocotb.ap_clk"):
             logging.getLogger(logger).setLevel(logging.WARNING)
-        for port in (*[p for pair in self.ports.values() for p in pair], self.host.write_if, self.host.read_if):
+        for port in (self.host.write_if, self.host.read_if):
             port.log.setLevel(logging.WARNING)
         if self.stream is not None:
             self.stream.log.setLevel(logging.WARNING)
@@ -152,21 +247,29 @@ class KernelTB:
 
     def set_stalls(self, rng: random.Random, probability: float) -> None:
         """Random ready/valid pauses on every channel of every AXI interface."""
-        channels = []
-        for wr, rd in self.ports.values():
-            channels += [wr.aw_channel, wr.w_channel, wr.b_channel, rd.ar_channel, rd.r_channel]
-        channels += [self.host.write_if.aw_channel, self.host.write_if.w_channel, self.host.write_if.b_channel,
-                     self.host.read_if.ar_channel, self.host.read_if.r_channel]
+        self.card.set_stalls(random.Random(rng.random()), probability)
+        channels = [self.host.write_if.aw_channel, self.host.write_if.w_channel, self.host.write_if.b_channel,
+                    self.host.read_if.ar_channel, self.host.read_if.r_channel]
         if self.stream is not None:
             channels.append(self.stream)
         for ch in channels:
             ch.set_pause_generator(stall_generator(random.Random(rng.random()), probability))
+
+    def hang(self) -> None:
+        """Fault injection: no memory port takes an address any more, so the kernel never finishes."""
+        import itertools
+
+        for port in self.ports.values():
+            for side, name in ((port.read_if, "ar_channel"), (port.write_if, "aw_channel")):
+                if side is not None:
+                    getattr(side, name).set_pause_generator(itertools.repeat(True))
 
     async def reset(self) -> None:
         self.dut.ap_rst_n.value = 0
         await ClockCycles(self.dut.ap_clk, 8)
         self.dut.ap_rst_n.value = 1
         await ClockCycles(self.dut.ap_clk, 4)
+        self.card.start()
 
     async def read_reg(self, offset: int) -> int:
         return int.from_bytes((await self.host.read(offset, 4)).data, "little")

@@ -6,16 +6,23 @@ ONIC_ELEMENTS   comma-separated element counts for test_update (default "0,5,100
 ONIC_RUNS       consecutive kernel runs per element count, state left in memory (default 3)
 ONIC_SEED       data and stall seed (default 1)
 ONIC_STALLS     probability of a random ready/valid pause per clock on every channel (default 0.2)
-ONIC_LATENCY    memory read latency in clocks (default 64)
+ONIC_LATENCY    read latency of the ideal memory in clocks (default 64)
+ONIC_MEMORY     card memory: "hbm" (channels of the memory plan with their bandwidth, 100-250 ns
+                latency per burst) or "ideal" (no bandwidth limit, ONIC_LATENCY) (default ideal)
 ONIC_RESULT     where to write a JSON summary (cycles per run, simulated clocks per second)
 ONIC_BENCH_ELEMENTS  element count of test_throughput (default: the largest of ONIC_ELEMENTS)
 
+Every array lives in stripes (hls/layout.py, the manifest's register_map.stripes): one buffer
+per stripe, beat b of the array in stripe b % S; p, m and v have a read and a write port per
+stripe, both pointed at the stripe's buffer.
+
 test_update      bit-exact against hls/golden.py for every element count and run; memory past
-                 each buffer's n elements must be untouched; on the stream, the second run's
+                 each stripe's bytes must be untouched; on the stream, the second run's
                  shard carries junk beats before its TLAST, which the kernel must drop
 test_control     ap_ctrl_hs: idle after reset, argument read-back, ap_done clear-on-read,
                  interrupt only when enabled, a start written while busy is ignored
-test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too)
+test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too), and
+                 per memory channel the beats it moved
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import numpy as np
 from cocotb.triggers import ClockCycles, RisingEdge
 from kernel_tb import AP_DONE, AP_IDLE, AP_READY, AP_START, CTRL, GIE, IER, ISR, KernelTB, run_kernel
 
-from hls import golden
+from hls import golden, layout
 
 F32 = np.float32
 PAGE = 4096
@@ -52,6 +59,7 @@ def load_config() -> dict[str, Any]:
         "seed": int(_env("ONIC_SEED", "1")),
         "stalls": float(_env("ONIC_STALLS", "0.2")),
         "latency": int(_env("ONIC_LATENCY", "64")),
+        "memory": _env("ONIC_MEMORY", "ideal"),
     }
 
 
@@ -65,23 +73,66 @@ def record(key: str, value: Any) -> None:
     p.write_text(json.dumps(data, indent=2))
 
 
-class Layout:
-    """Where each buffer lives in card memory: page-spaced regions, bases off the page start
-    by `skew` bytes (64-byte aligned) so bursts have to split at 4 KiB boundaries."""
+ARRAY_PORTS = {"grad": ("{k}",), "p": ("{k}_rd", "{k}_wr"), "m": ("{k}_rd", "{k}_wr"), "v": ("{k}_rd", "{k}_wr"),
+               "out": ("{k}",)}
 
-    def __init__(self, spec: dict[str, Any], n: int, skew: int) -> None:
+
+class Layout:
+    """Where each stripe buffer lives in card memory: page-spaced regions, bases off the page
+    start by `skew` bytes (64-byte aligned) so bursts have to split at 4 KiB boundaries.
+
+    `stripes[array]` is the array's stripe count (0: not in memory); `base[(array, k)]`,
+    `used[(array, k)]` (bytes of the array's data in it) and `end[(array, k)]` (end of the
+    region: guard bytes up to here) per stripe; `ports[port] = (array, k)`.
+    """
+
+    def __init__(self, spec: dict[str, Any], stripes: dict[str, int], n: int, skew: int) -> None:
         gb = 4 if spec["grad_dtype"] == "fp32" else 2
         ob = 4 if spec["out_dtype"] == "fp32" else 2
-        self.bytes = {"grad": n * gb, "p": 4 * n, "m": 4 * n, "v": 4 * n, "out": n * ob}
-        self.base: dict[str, int] = {}
-        self.end: dict[str, int] = {}  # end of the region (guard bytes up to here)
+        self.n = n
+        self.elem = {"grad": gb, "p": 4, "m": 4, "v": 4, "out": ob}
+        self.stripes = {"grad": stripes["grad"], "p": stripes["state"], "m": stripes["state"],
+                        "v": stripes["state"], "out": stripes["out"]}
+        self.base: dict[tuple[str, int], int] = {}
+        self.used: dict[tuple[str, int], int] = {}
+        self.end: dict[tuple[str, int], int] = {}
+        self.ports: dict[str, tuple[str, int]] = {}
         addr = PAGE
-        for name, size in self.bytes.items():
-            region = ((size + skew + 2 * PAGE - 1) // PAGE) * PAGE
-            self.base[name] = addr + skew
-            self.end[name] = addr + region
-            addr += region
+        for name, eb in self.elem.items():
+            count = self.stripes[name]
+            nb = layout.beats(n, eb)
+            pad = nb * layout.BEAT_BYTES - n * eb
+            for k in range(count):
+                beats = layout.stripe_beats(nb, count, k)
+                used = beats * layout.BEAT_BYTES - (pad if nb and k == (nb - 1) % count else 0)
+                region = ((beats * layout.BEAT_BYTES + skew + 2 * PAGE - 1) // PAGE) * PAGE
+                self.base[name, k] = addr + skew
+                self.used[name, k] = used
+                self.end[name, k] = addr + region
+                addr += region
+                for pattern in ARRAY_PORTS[name]:
+                    self.ports[name + pattern.format(k=k)] = (name, k)
         self.size = 1 << max(20, (addr + PAGE - 1).bit_length())
+
+    def write(self, mem: Any, name: str, data: np.ndarray) -> None:
+        """Array `name` into its stripes: only the array's bytes, the padding keeps what was there."""
+        for k, part in enumerate(layout.split(data, self.stripes[name])):
+            mem.write(self.base[name, k], part[: self.used[name, k]].tobytes())
+
+    def read(self, mem: Any, name: str, dtype: Any) -> np.ndarray:
+        count = self.stripes[name]
+        nb = layout.beats(self.n, self.elem[name])
+        parts = [np.frombuffer(mem.read(self.base[name, k], layout.stripe_beats(nb, count, k) * layout.BEAT_BYTES),
+                               np.uint8) for k in range(count)]
+        return layout.join(parts, self.n, dtype)
+
+    def guards(self, mem: Any) -> dict[tuple[str, int], bytes]:
+        return {key: mem.read(self.base[key] + self.used[key], self.end[key] - self.base[key] - self.used[key])
+                for key in self.base}
+
+
+def stripe_counts(cfg: dict[str, Any]) -> dict[str, int]:
+    return cfg["manifest"]["register_map"]["stripes"]
 
 
 def make_state(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,70 +170,73 @@ def describe_mismatch(name: str, got: np.ndarray, want: np.ndarray) -> str:
             f"got {int(got.view(view)[i]):#x} want {int(want.view(view)[i]):#x}")
 
 
-def write_state(tb: KernelTB, layout: Layout, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> None:
+def write_state(tb: KernelTB, lay: Layout, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> None:
     for name, arr in (("p", p), ("m", m), ("v", v)):
-        tb.mem.write(layout.base[name], arr.tobytes())
+        lay.write(tb.mem, name, arr)
 
 
-def kernel_regs(tb: KernelTB, layout: Layout, n: int, scalars: golden.Scalars, optimizer: str) -> dict[str, int]:
-    """The argument registers of one run: n, the optimizer's scalars and every buffer's address."""
+def kernel_regs(tb: KernelTB, lay: Layout, n: int, scalars: golden.Scalars, optimizer: str) -> dict[str, int]:
+    """The argument registers of one run: n, the optimizer's scalars and every port's stripe address."""
     regs: dict[str, int] = {"n": n, **scalars.registers(optimizer)}
     for name, arg in tb.args.items():
         if arg["kind"] == "pointer":
-            regs[name] = layout.base[name]
+            regs[name] = lay.base[lay.ports[name]]
     return regs
 
 
-def feed_grad(tb: KernelTB, layout: Layout, spec: dict[str, Any], data: bytes) -> None:
-    """The gradient shard on the kernel's source: the AXI4-Stream, or its buffer in card memory."""
+def feed_grad(tb: KernelTB, lay: Layout, spec: dict[str, Any], grad: np.ndarray, extra: bytes = b"") -> None:
+    """The gradient shard on the kernel's source: the AXI4-Stream (with `extra` junk before TLAST),
+    or its stripe buffers in card memory."""
     if spec["grad_source"] == "stream":
-        tb.send_stream(data)
+        tb.send_stream(grad.tobytes() + extra)
     else:
-        tb.mem.write(layout.base["grad"], data)
+        lay.write(tb.mem, "grad", grad)
+
+
+def read_results(tb: KernelTB, lay: Layout, spec: dict[str, Any]) -> dict[str, np.ndarray]:
+    out_dtype = np.uint16 if spec["out_dtype"] == "bf16" else F32
+    return {"p": lay.read(tb.mem, "p", F32), "m": lay.read(tb.mem, "m", F32), "v": lay.read(tb.mem, "v", F32),
+            "out": lay.read(tb.mem, "out", out_dtype)}
+
+
+def make_tb(dut: Any, cfg: dict[str, Any], mem_size: int, stalls: float, seed: int = 1) -> KernelTB:
+    return KernelTB(dut, manifest=cfg["manifest"], mem_size=mem_size, memory=cfg["memory"],
+                    read_latency=cfg["latency"], stall_probability=stalls, seed=seed)
 
 
 async def update_session(tb: KernelTB, cfg: dict[str, Any], n: int, rng: np.random.Generator,
-                         layout: Layout) -> list[int]:
+                         lay: Layout) -> list[int]:
     """`runs` consecutive steps on one shard; state stays in card memory between runs."""
     spec = cfg["spec"]
     mem = tb.mem
     # garbage everywhere first: whatever the kernel must not touch keeps its value
-    for name in layout.base:
-        start = layout.base[name] - (layout.base[name] % PAGE)
-        mem.write(start, rng.integers(0, 256, layout.end[name] - start, dtype=np.uint8).tobytes())
+    for key in lay.base:
+        start = lay.base[key] - (lay.base[key] % PAGE)
+        mem.write(start, rng.integers(0, 256, lay.end[key] - start, dtype=np.uint8).tobytes())
     p, m, v = make_state(rng, n)
-    write_state(tb, layout, p, m, v)
-    guard = {name: mem.read(layout.base[name] + layout.bytes[name],
-                            layout.end[name] - layout.base[name] - layout.bytes[name])
-             for name in layout.base}
+    write_state(tb, lay, p, m, v)
+    guard = lay.guards(mem)
     cycles = []
     for run in range(cfg["runs"]):
         grad = make_grad(rng, n, spec["grad_dtype"], run)
         hyper = golden.Hyper(lr=float(rng.choice([1e-3, 3e-4, 1e-2])), weight_decay=0.01, step=run + 1,
                              grad_scale=float(rng.choice([1.0, 0.5, 0.0625])))
         scalars = golden.prepare_scalars(hyper, spec["optimizer"])
-        regs = kernel_regs(tb, layout, n, scalars, spec["optimizer"])
-        frame = grad.tobytes()
+        regs = kernel_regs(tb, lay, n, scalars, spec["optimizer"])
+        junk = b""
         if spec["grad_source"] == "stream" and run == 1 and n:
             # a shard followed by junk beats before its TLAST: the kernel must drop them
-            frame += rng.integers(0, 256, 2 * 64 + 12, dtype=np.uint8).tobytes()
-        feed_grad(tb, layout, spec, frame)
+            junk = rng.integers(0, 256, 2 * 64 + 12, dtype=np.uint8).tobytes()
+        feed_grad(tb, lay, spec, grad, junk)
         want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
                                       grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
         cycles.append(await run_kernel(tb, regs, timeout_cycles=200 * n + 20_000))
-        out_dtype = np.uint16 if spec["out_dtype"] == "bf16" else F32
-        got = {
-            "p": np.frombuffer(mem.read(layout.base["p"], 4 * n), F32),
-            "m": np.frombuffer(mem.read(layout.base["m"], 4 * n), F32),
-            "v": np.frombuffer(mem.read(layout.base["v"], 4 * n), F32),
-            "out": np.frombuffer(mem.read(layout.base["out"], layout.bytes["out"]), out_dtype),
-        }
+        got = read_results(tb, lay, spec)
         errors = [describe_mismatch(k, got[k], w) for k, w in (("p", p), ("m", m), ("v", v), ("out", want_out))]
         errors = [e for e in errors if e]
-        for name in layout.base:
-            after = mem.read(layout.base[name] + layout.bytes[name], len(guard[name]))
-            if after != guard[name]:
-                errors.append(f"{name}: memory past the buffer's {n} elements was written")
+        for key, before in guard.items():
+            if mem.read(lay.base[key] + lay.used[key], len(before)) != before:
+                errors.append(f"{key[0]} stripe {key[1]}: memory past its {lay.used[key]} bytes was written")
         assert not errors, f"n={n} run {run + 1}: " + "; ".join(errors)
         if spec["grad_source"] == "stream":
             assert not tb.stream.count(), f"n={n} run {run + 1}: the kernel left stream beats unread"
@@ -194,17 +248,16 @@ async def test_update(dut: Any) -> None:
     cfg = load_config()
     seed = cfg["seed"]
     rng = np.random.default_rng(seed)
-    biggest = Layout(cfg["spec"], max(cfg["elements"] + [1]), skew=3 * 64)
-    tb = KernelTB(dut, regmap=cfg["manifest"]["register_map"], mem_size=biggest.size,
-                  read_latency=cfg["latency"], stall_probability=cfg["stalls"], seed=seed)
+    biggest = Layout(cfg["spec"], stripe_counts(cfg), max(cfg["elements"] + [1]), skew=63 * 64)
+    tb = make_tb(dut, cfg, biggest.size, cfg["stalls"], seed)
     await tb.reset()
     assert await tb.read_reg(CTRL) & AP_IDLE, "ap_idle must be set after reset"
     summary = {}
     wall = time.perf_counter()
     clocks = 0
     for k, n in enumerate(cfg["elements"]):
-        layout = Layout(cfg["spec"], n, skew=(k * 5 % 64) * 64)
-        cycles = await update_session(tb, cfg, n, rng, layout)
+        lay = Layout(cfg["spec"], stripe_counts(cfg), n, skew=(k * 5 % 64) * 64)
+        cycles = await update_session(tb, cfg, n, rng, lay)
         summary[str(n)] = cycles
         clocks += sum(cycles)
         dut._log.info("n=%d: %d runs bit-exact, clocks per run %s", n, cfg["runs"], cycles)
@@ -218,24 +271,24 @@ async def test_throughput(dut: Any) -> None:
     spec = cfg["spec"]
     n = int(_env("ONIC_BENCH_ELEMENTS", str(max(cfg["elements"]))))
     rng = np.random.default_rng(cfg["seed"])
-    layout = Layout(spec, n, skew=0)
-    tb = KernelTB(dut, regmap=cfg["manifest"]["register_map"], mem_size=layout.size,
-                  read_latency=cfg["latency"], stall_probability=0.0)
+    lay = Layout(spec, stripe_counts(cfg), n, skew=0)
+    tb = make_tb(dut, cfg, lay.size, 0.0)
     await tb.reset()
     p, m, v = make_state(rng, n)
     grad = make_grad(rng, n, spec["grad_dtype"], 0)
-    write_state(tb, layout, p, m, v)
+    write_state(tb, lay, p, m, v)
     scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
-    regs = kernel_regs(tb, layout, n, scalars, spec["optimizer"])
-    feed_grad(tb, layout, spec, grad.tobytes())
+    regs = kernel_regs(tb, lay, n, scalars, spec["optimizer"])
+    feed_grad(tb, lay, spec, grad)
+    tb.card.reset_counters()
     wall, cpu = time.perf_counter(), time.process_time()
     cycles = await run_kernel(tb, regs, timeout_cycles=100 * n + 20_000, use_interrupt=False)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    channels = tb.card.stats()
     want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
                                   grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
-    out_dtype = np.uint16 if spec["out_dtype"] == "bf16" else F32
-    got = np.frombuffer(tb.mem.read(layout.base["out"], layout.bytes["out"]), out_dtype)
-    error = describe_mismatch("out", got, want_out)
+    got = read_results(tb, lay, spec)
+    error = describe_mismatch("out", got["out"], want_out)
     assert not error, error
     result = {
         "elements": n,
@@ -244,6 +297,9 @@ async def test_throughput(dut: Any) -> None:
         "lanes": spec["lanes"],
         "fraction_of_ideal": (n / cycles) / spec["lanes"] if cycles else 0.0,
         "latency": cfg["latency"],
+        "memory": cfg["memory"],
+        "stripes": stripe_counts(cfg),
+        "channels": channels,
         "wall_s": wall,
         "sim_clocks_per_s": cycles / wall if wall > 0 else 0.0,
         # CPU time of the simulator process (HDL model and Python models): the rate on an idle core
@@ -260,9 +316,8 @@ async def test_control(dut: Any) -> None:
     spec = cfg["spec"]
     rng = np.random.default_rng(cfg["seed"] + 100)
     n = 600
-    layout = Layout(spec, n, skew=64)
-    tb = KernelTB(dut, regmap=cfg["manifest"]["register_map"], mem_size=layout.size,
-                  read_latency=cfg["latency"], stall_probability=0.0)
+    lay = Layout(spec, stripe_counts(cfg), n, skew=64)
+    tb = make_tb(dut, cfg, lay.size, 0.0)
     await tb.reset()
     ctrl = await tb.read_reg(CTRL)
     assert ctrl & AP_IDLE and not ctrl & (AP_START | AP_DONE | AP_READY), f"after reset CTRL={ctrl:#x}"
@@ -286,11 +341,11 @@ async def test_control(dut: Any) -> None:
 
     # one real run, interrupts disabled: no interrupt; a second start while busy is ignored
     p, m, v = make_state(rng, n)
-    write_state(tb, layout, p, m, v)
+    write_state(tb, lay, p, m, v)
     grad = make_grad(rng, n, spec["grad_dtype"], 0)
     scalars = golden.prepare_scalars(golden.Hyper(step=1), spec["optimizer"])
-    regs = kernel_regs(tb, layout, n, scalars, spec["optimizer"])
-    feed_grad(tb, layout, spec, grad.tobytes())
+    regs = kernel_regs(tb, lay, n, scalars, spec["optimizer"])
+    feed_grad(tb, lay, spec, grad)
     want = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
                               grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
     await tb.write_args(regs)
@@ -318,12 +373,10 @@ async def test_control(dut: Any) -> None:
     assert not ctrl & AP_DONE and not ctrl & AP_READY, f"ap_done/ap_ready must clear on read: CTRL={ctrl:#x}"
     await ClockCycles(dut.ap_clk, 200)
     assert await tb.read_reg(CTRL) & AP_IDLE, "a start written while busy started a second run"
-    out_dtype = np.uint16 if spec["out_dtype"] == "bf16" else F32
-    got = np.frombuffer(tb.mem.read(layout.base["out"], layout.bytes["out"]), out_dtype)
-    error = describe_mismatch("out", got, want)
+    got = read_results(tb, lay, spec)
+    error = describe_mismatch("out", got["out"], want)
     assert not error, error
-    got_p = np.frombuffer(tb.mem.read(layout.base["p"], 4 * n), F32)
-    assert not describe_mismatch("p", got_p, p), "p was updated more than once"
+    assert not describe_mismatch("p", got["p"], p), "p was updated more than once"
 
     # interrupt: enabled -> fires on done; ISR toggles on write; drops when cleared
     await tb.write_reg(GIE, 1)
