@@ -97,8 +97,8 @@ def format_result(r: rtlsim.SimResult) -> str:
             f"{t['elements_per_cycle']:.3f} elements/clock ({t['fraction_of_ideal']:.1%} of {t['lanes']} lanes)"
         )
         for c in t.get("channels") or []:
-            lines.append(f"    channel {c['channel']} ({', '.join(c['ports'])}): {c['beats_per_clock']:.3f} beats/clock "
-                         f"of {c['budget']:.3f}")
+            lines.append(f"    channel {c['channel']} ({', '.join(c['ports'])}): "
+                         f"{c['beats_per_clock']:.3f} beats/clock of {c['budget']:.3f}")
     if r.sim_clocks_per_s:
         lines.append(f"  simulation speed: {r.sim_clocks_per_s:,.0f} clocks/s")
     lines.append(f"  build {r.build_s:.1f} s, run {r.run_s:.1f} s; log {r.log}")
