@@ -2,7 +2,8 @@
 
 The library is the generated `hls/<name>.cpp`, unchanged, compiled against our own simulation
 headers (`hls/include/`) plus a host harness (`optimusnic_csim_host.h`) that calls the kernel
-chunk by chunk on the caller's buffers, in place, on every core. Flags keep IEEE-754 binary32
+chunk by chunk on the caller's buffers, in place, on every core. Like the card, it takes one
+buffer per m_axi port: each array's stripes (design.md section 3b, hls/layout.py). Flags keep IEEE-754 binary32
 semantics (no fast-math, no FMA contraction), so the library must equal the golden model bit
 for bit. This is the `csim` backend of the driver and the engine of the demo.
 
@@ -19,18 +20,21 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from hls import layout
 from hls.errors import OptimusError, ToolMissing, UserError
 from hls.generate import load_manifest, spec_from_manifest
 from hls.golden import scalar_names
 from hls.paths import BUILD_DIR, HLS_INCLUDE_DIR
-from hls.spec import DTYPE_BYTES, KernelSpec
+from hls.sizing import StripeCounts, port_names
+from hls.spec import KernelSpec
 
 HOST_HEADER = "optimusnic_csim_host.h"
-ABI_VERSION = 1
+ABI_VERSION = 2  # 2: one buffer per m_axi port (stripes), the kernel signature read by the harness
 # IEEE-754 binary32 exactly as design.md section 3: no contraction into FMA, none of the
 # fast-math relaxations (-fno-math-errno only drops errno writes; results are unchanged, and
 # it lets sqrt compile to the correctly rounded vector instruction).
@@ -46,7 +50,7 @@ IEEE_FLAGS = (
 WARN_FLAGS = ("-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas")
 BASE_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", *IEEE_FLAGS, *WARN_FLAGS)
 NATIVE_FLAGS = ("-march=native",)
-DEFAULT_CHUNK = 256  # elements per kernel call: 16 beats, so the dataflow FIFOs of one call stay in L1
+DEFAULT_CHUNK = 256  # elements per kernel call: 16 beats (rounded to the stripe alignment), FIFOs stay in L1
 MAX_ELEMENTS = (1 << 32) - 33  # the `n` register is 32 bits; the harness keeps a 32-element margin
 
 
@@ -136,28 +140,92 @@ _OUT_DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(np.uint16)}
 _F32 = np.dtype(np.float32)
 
 
+@dataclass(frozen=True)
+class PortInfo:
+    """One m_axi port of the kernel: which stripe of which array it reaches, and how."""
+
+    name: str  # register-map name: grad0, p1_rd, p1_wr, out0, ...
+    array: str  # grad, p, m, v, out
+    index: int  # stripe index
+    stripes: int  # stripes of its array
+    elem_bytes: int
+    written: bool  # the kernel writes through it (state _wr ports and out)
+
+    def nbytes(self, n: int) -> int:
+        """Bytes this port's buffer must hold for a shard of n elements: its stripe in whole beats."""
+        return layout.stripe_bytes(n, self.elem_bytes, self.stripes, self.index)
+
+
+def _stripe_counts(manifest: dict) -> StripeCounts:
+    s = manifest["register_map"]["stripes"]
+    return StripeCounts(grad=int(s["grad"]), state=int(s["state"]), out=int(s["out"]))
+
+
 class CsimKernel:
-    """The generated kernel as a callable: `run` updates numpy buffers in place, bit-exact to the golden model."""
+    """The generated kernel as a callable, bit-exact to the golden model.
+
+    Two ways to run one optimizer step (both in place, GIL released, chunked over `threads`):
+
+    `run_ports(buffers, n, scalars)`: what the card does, for a device backend. `buffers` maps
+    every port name of `self.ports` (the pointer arguments of the register map, in order:
+    grad0.., p0_rd, p0_wr, p1_rd, .., m.., v.., out0..) to a numpy array holding that port's
+    stripe buffer (any dtype, e.g. a uint8 view; C-contiguous; at least `port_bytes(n)[port]`
+    bytes, i.e. the stripe in whole 64-byte beats, hls/layout.py). Point a state stripe's `_rd`
+    and `_wr` ports at the same buffer, as the host does on the card; p, m, v stripes are updated
+    in place and the out stripes written. A stream-source kernel (spec.grad_source == "stream")
+    has no grad ports; instead `buffers["grad"]` holds the gradient of the step in array order
+    (at least n elements of the gradient dtype), which the harness sends as the AXI4-Stream.
+    `scalars` is the register dict of `Scalars.registers(optimizer)` or the uint32 array of
+    `scalar_bits(...)`. Lanes past n in the last beat of every stripe keep their old state.
+
+    `run(grad, p, m, v, out, n, scalars)`: the whole-array convenience (tests, bench, demo):
+    stripes the first n elements with hls.layout.split, calls run_ports, and joins p, m, v and
+    out back in place.
+    """
 
     def __init__(self, project_dir: Path, build_dir: Path | None = None, threads: int | None = None) -> None:
         self.project_dir = Path(project_dir)
         self.spec: KernelSpec = _project(self.project_dir)[0]
+        manifest = load_manifest(self.project_dir)
+        self.stripes = _stripe_counts(manifest)
+        self.ports: list[str] = [a["name"] for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
+        if self.ports != self.stripes.ports():
+            raise CsimError(f"{self.project_dir}: manifest ports {self.ports} do not follow its stripes "
+                            f"{self.stripes}; regenerate the project")
+        spec = self.spec
+        sizes = {"grad": spec.grad_bytes, "out": spec.out_bytes}
+        self.port_info: dict[str, PortInfo] = {}
+        for array, index in self.stripes.stripes():
+            for port in port_names(array, index):
+                self.port_info[port] = PortInfo(port, array, index, self.stripes.of(array), sizes.get(array, 4),
+                                                array == "out" or port.endswith("_wr"))
+        self.align = self.stripes.beat_align()  # chunk starts: every stripe of every array at a round start
         self.library = compile_kernel(self.project_dir, build_dir)
         self.threads = threads or max(1, min(os.cpu_count() or 1, 64))
         self.chunk = DEFAULT_CHUNK
-        self._names = scalar_names(self.spec.optimizer)
+        self._names = scalar_names(spec.optimizer)
         self._lib: ctypes.CDLL | None = ctypes.CDLL(str(self.library))
         ptr = ctypes.c_void_p
         u64 = ctypes.c_ulonglong
-        self._run = self._lib.optimusnic_csim_run
-        self._run.argtypes = [ptr, ptr, ptr, ptr, ptr, u64, ptr, ctypes.c_int, u64, u64]
-        self._run.restype = ctypes.c_long
-        self._direct = self._lib.optimusnic_csim_direct
-        self._direct.argtypes = [ptr, ptr, ptr, ptr, ptr, u64, ptr, u64]
-        self._direct.restype = ctypes.c_long
         abi = self._lib.optimusnic_csim_abi()
         if abi != ABI_VERSION:
             raise CsimError(f"{self.library}: harness ABI {abi}, expected {ABI_VERSION}; delete build/csim and retry")
+        self._run = self._lib.optimusnic_csim_run
+        self._run.argtypes = [ptr, ptr, ptr, u64, ptr, u64, u64, ptr, ctypes.c_int, u64, u64]
+        self._run.restype = ctypes.c_long
+        nports = self._lib.optimusnic_csim_ports
+        nports.restype = u64
+        if nports() != len(self.ports):
+            raise CsimError(f"{self.library}: the kernel has {nports()} pointer arguments, the manifest "
+                            f"{len(self.ports)}; regenerate the project")
+        info = [self.port_info[p] for p in self.ports]
+        self._round = np.array([64 // i.elem_bytes * i.stripes for i in info], dtype=np.uint64)
+        # Worth prefetching: ports touched by one loop alone (gradient and output stripes).
+        self._prefetch = np.array([i.array in ("grad", "out") for i in info], dtype=np.uint8)
+
+    def port_bytes(self, n: int) -> dict[str, int]:
+        """Bytes each port's buffer must hold for a shard of n elements (stripe 0 is the largest)."""
+        return {p: self.port_info[p].nbytes(int(n)) for p in self.ports}
 
     def scalar_bits(self, scalars: dict[str, int]) -> np.ndarray:
         """The scalar registers in register-map order as a uint32 array (validated)."""
@@ -172,12 +240,58 @@ class CsimKernel:
             values.append(int(value))
         return np.array(values, dtype=np.uint32)
 
-    def _check(self, grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray,
-               n: int) -> None:
+    def _bits(self, scalars: dict[str, int] | np.ndarray) -> np.ndarray:
+        if isinstance(scalars, np.ndarray):
+            if scalars.dtype != np.uint32 or scalars.shape != (len(self._names),):
+                raise ValueError(f"scalars: expected {len(self._names)} uint32 register patterns "
+                                 f"({', '.join(self._names)}), got {scalars.dtype} {scalars.shape}")
+            return np.ascontiguousarray(scalars)
+        return self.scalar_bits(scalars)
+
+    def _check_n(self, n: int) -> int:
         if self._lib is None:
             raise CsimError("this CsimKernel is closed")
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= int(n) <= MAX_ELEMENTS:
             raise ValueError(f"n: {n!r} must be an integer from 0 to {MAX_ELEMENTS}")
+        return int(n)
+
+    def run_ports(self, buffers: dict[str, np.ndarray], n: int, scalars: dict[str, int] | np.ndarray) -> None:
+        """One optimizer step on the stripe buffers of every port, in place (see the class docstring)."""
+        n = self._check_n(n)
+        bits = self._bits(scalars)
+        stream = self.spec.grad_source == "stream"
+        wanted = set(self.ports) | ({"grad"} if stream else set())
+        if not isinstance(buffers, dict) or set(buffers) != wanted:
+            have = set(buffers) if isinstance(buffers, dict) else set()
+            missing, extra = sorted(wanted - have), sorted(have - wanted)
+            raise ValueError(f"buffers: one per port of {self.spec.name} ({', '.join(sorted(wanted))}); "
+                             f"missing {missing or 'none'}, unexpected {extra or 'none'}")
+        need = self.port_bytes(n)
+        if stream:
+            need["grad"] = n * self.spec.grad_bytes
+        for name, arr in buffers.items():
+            if not isinstance(arr, np.ndarray):
+                raise ValueError(f"buffers[{name!r}]: expected a numpy array, got {type(arr).__name__}")
+            if not arr.flags.c_contiguous:
+                raise ValueError(f"buffers[{name!r}]: must be C-contiguous")
+            if name in self.port_info and self.port_info[name].written and not arr.flags.writeable:
+                raise ValueError(f"buffers[{name!r}]: must be writeable (the kernel writes through {name})")
+            if arr.nbytes < need[name]:
+                raise ValueError(f"buffers[{name!r}]: {arr.nbytes} bytes, fewer than the {need[name]} its "
+                                 f"stripe takes for n={n} (whole 64-byte beats)")
+        ports = (ctypes.c_void_p * max(1, len(self.ports)))(*[buffers[p].ctypes.data for p in self.ports])
+        grad = buffers["grad"].ctypes.data if stream else None
+        threads = self.threads if n >= 1 << 16 else 1  # below that, starting threads costs more than it saves
+        rc = self._run(ports, self._round.ctypes.data, self._prefetch.ctypes.data, len(self.ports), grad,
+                       self.spec.grad_bytes if stream else 0, n, bits.ctypes.data, threads, self.chunk, self.align)
+        if rc == -2:
+            raise CsimError(f"{self.library}: port count does not match the kernel; regenerate the project")
+        if rc:
+            raise CsimError(f"{self.spec.name}: kernel simulation reported {rc} stream underflow(s)/leftover beat(s)")
+
+    def _check(self, grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray,
+               n: int) -> None:
+        self._check_n(n)
         spec = self.spec
         wanted = {"grad": _GRAD_DTYPES[spec.grad_dtype], "p": _F32, "m": _F32, "v": _F32,
                   "out": _OUT_DTYPES[spec.out_dtype]}
@@ -196,34 +310,32 @@ class CsimKernel:
 
     def run(self, grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray, n: int,
             scalars: dict[str, int]) -> None:
-        """One optimizer step on the first `n` elements, in place on `p`, `m`, `v`; writes `out`."""
-        self._check(grad, p, m, v, out, n)
-        bits = self.scalar_bits(scalars)
-        threads = self.threads if n >= 1 << 16 else 1  # below that, starting threads costs more than it saves
-        rc = self._run(grad.ctypes.data, p.ctypes.data, m.ctypes.data, v.ctypes.data, out.ctypes.data, int(n),
-                       bits.ctypes.data, threads, self.chunk, DTYPE_BYTES[self.spec.grad_dtype])
-        if rc:
-            raise CsimError(f"{self.spec.name}: kernel simulation reported {rc} stream underflow(s)/leftover beat(s)")
+        """One optimizer step on the first `n` elements of whole arrays, in place on `p`, `m`, `v`; writes `out`.
 
-    def run_direct(self, grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray, n: int,
-                   scalars: dict[str, int]) -> None:
-        """One kernel call on whole-beat buffers, no harness chunking: how the card sees its buffers.
-
-        Every buffer must hold whole 512-bit beats covering `n` (and the gradient whole beats of its
-        dtype); the kernel's own tail handling then runs on the caller's memory.
+        The arrays are striped as the card holds them (hls.layout.split), run with `run_ports`, and
+        joined back; elements past n are not touched.
         """
         self._check(grad, p, m, v, out, n)
-        beats = -(-int(n) // 16)
-        for name, arr, per_beat in (("grad", grad, 64 // grad.itemsize), ("p", p, 16), ("m", m, 16), ("v", v, 16),
-                                    ("out", out, 64 // out.itemsize)):
-            need = -(-beats * 16 // per_beat) * per_beat
-            if arr.size < need:
-                raise ValueError(f"{name}: run_direct needs whole beats, {need} elements for n={n}")
-        bits = self.scalar_bits(scalars)
-        rc = self._direct(grad.ctypes.data, p.ctypes.data, m.ctypes.data, v.ctypes.data, out.ctypes.data, int(n),
-                          bits.ctypes.data, DTYPE_BYTES[self.spec.grad_dtype])
-        if rc:
-            raise CsimError(f"{self.spec.name}: kernel simulation reported {rc} stream underflow(s)/leftover beat(s)")
+        n = int(n)
+        s = self.stripes
+        buffers: dict[str, np.ndarray] = {}
+        if self.spec.grad_source == "stream":
+            buffers["grad"] = grad[:n]
+        else:
+            for k, part in enumerate(layout.split(grad[:n], s.grad)):
+                buffers[f"grad{k}"] = part
+        state = {}
+        for name, arr in (("p", p), ("m", m), ("v", v)):
+            state[name] = layout.split(arr[:n], s.state)
+            for k, part in enumerate(state[name]):
+                buffers[f"{name}{k}_rd"] = buffers[f"{name}{k}_wr"] = part
+        outs = [np.zeros(self.port_info[f"out{k}"].nbytes(n), np.uint8) for k in range(s.out)]
+        for k, part in enumerate(outs):
+            buffers[f"out{k}"] = part
+        self.run_ports(buffers, n, scalars)
+        for name, arr in (("p", p), ("m", m), ("v", v)):
+            arr[:n] = layout.join(state[name], n, _F32)
+        out[:n] = layout.join(outs, n, out.dtype)
 
     def close(self) -> None:
         # ctypes cannot unload safely while references may remain; dropping ours is enough, and the

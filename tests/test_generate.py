@@ -8,11 +8,18 @@ import pytest
 
 from hls import regmap
 from hls.generate import render, write_project
+from hls.sizing import size_spec
 from hls.spec import KernelSpec, SpecError
-from hls.targets import load_catalog
+from hls.targets import get_target, load_catalog
 
 TARGETS = sorted(load_catalog())
 XRT_TARGETS = [k for k in TARGETS if load_catalog()[k].has_xrt_flow]
+
+
+def stripes_of(spec: KernelSpec):
+    return size_spec(spec, get_target(spec.target)).stripes
+
+
 HLS_FILES = ("hls/{n}.cpp", "hls/{n}.h", "hls/{n}_tb.cpp", "hls/run_hls.tcl", "hls/link.cfg", "hls/Makefile",
              "hls/README.md")
 
@@ -37,7 +44,7 @@ def test_every_target_renders_a_project(target: str) -> None:
         assert "manual" in files["versal/NOTE.md"].decode().lower()
         assert "[connectivity]" not in files["hls/link.cfg"].decode()
     assert manifest["files"].keys() == files.keys()
-    assert manifest["register_map"] == regmap.to_manifest(spec)
+    assert manifest["register_map"] == regmap.to_manifest(spec, stripes_of(spec))
 
 
 @pytest.mark.parametrize("target", XRT_TARGETS)
@@ -48,10 +55,14 @@ def test_link_cfg_follows_sizing(target: str, cus: int) -> None:
     cfg = files["hls/link.cfg"].decode()
     names = [f"adam_k_{i + 1}" for i in range(cus)]
     assert f"nk=adam_k:{cus}:{','.join(names)}" in cfg
+    ports = [a["name"] for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
     for entry in manifest["banks"]:
         inst = names[entry["cu"]]
-        for arg in ("grad", "p", "m", "v", "out"):
-            assert f"sp={inst}.{arg}:{entry['banks'][arg]}\n" in cfg
+        assert sorted(entry["banks"]) == sorted(ports)
+        for port in ports:  # one sp= line per m_axi port, each on its stripe's channel
+            assert f"sp={inst}.{port}:{entry['banks'][port]}\n" in cfg
+        assert len(set(entry["banks"][p] for p in ports if not p.endswith("_wr"))) == len(
+            [p for p in ports if not p.endswith("_wr")]) or not load_catalog()[target].memory.is_hbm
         slr_line = f"slr={inst}:SLR{entry['slr']}"
         assert (slr_line in cfg) == (load_catalog()[target].slrs > 1)
         assert f"freqHz=300000000:{inst}" in cfg
@@ -67,6 +78,7 @@ def test_stream_source_has_axis_port_and_stream_connect_stub() -> None:
     cpp = files[f"hls/{spec.name}.cpp"].decode()
     assert "#pragma HLS INTERFACE axis port=grad" in cpp
     assert "m_axi port=grad" not in cpp
+    assert "load_grad(grad, g_s, n);" in cpp
 
 
 def test_kernel_interface_matches_register_map() -> None:
@@ -77,7 +89,7 @@ def test_kernel_interface_matches_register_map() -> None:
         header = files[f"hls/{spec.name}.h"].decode()
         proto = header[header.index(f'extern "C" void {spec.name}('):]
         params = re.findall(r"(\w+)(?:,|\))", proto[: proto.index(";")])
-        args = regmap.register_map(spec)
+        args = regmap.register_map(spec, stripes_of(spec))
         assert params == [a.name for a in args]
         for a in args:
             assert f"s_axilite port={a.name} bundle=control offset=0x{a.offset:02X}\n" in cpp

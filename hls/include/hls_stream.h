@@ -4,7 +4,8 @@
 // C simulation runs dataflow processes one after another, so a stream is an unbounded FIFO here
 // (the DEPTH argument and STREAM pragmas only size the hardware FIFO). Reading an empty stream is
 // a kernel bug: it is counted in `hls::stream_underflows()` (checked by the simulation harness)
-// and returns a value-initialised element instead of aborting the host process.
+// and returns a value-initialised element instead of aborting the host process; so are elements
+// left in a stream when it is destroyed (`hls::stream_leftovers()`).
 //
 // Speed (the csim backend calls the kernel once per small chunk, so every call constructs its
 // streams afresh): the FIFO is an array inside the stream object, so constructing one costs
@@ -29,6 +30,13 @@ inline unsigned long& stream_underflow_counter() {
   return count;
 }
 inline unsigned long stream_underflows() { return stream_underflow_counter(); }
+// Elements still in a stream when it is destroyed: at the end of a kernel call every FIFO between
+// two processes must be empty, or producer and consumer disagree on a beat count.
+inline unsigned long& stream_leftover_counter() {
+  static thread_local unsigned long count = 0;
+  return count;
+}
+inline unsigned long stream_leftovers() { return stream_leftover_counter(); }
 
 template <typename T, int DEPTH = 0>
 class stream {
@@ -37,7 +45,10 @@ class stream {
  public:
   stream() = default;
   explicit stream(const char* /*name*/) {}
-  ~stream() { release(); }
+  ~stream() {
+    stream_leftover_counter() += static_cast<unsigned long>(tail_ - head_);
+    release();
+  }
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
 
