@@ -133,11 +133,11 @@ DEFAULT_MFU = 0.40
 MFU_SOURCE = "Llama 3 paper (Grattafiori et al. 2024), Table 4: 38-43% BF16 MFU training 405B on H100s"
 DEFAULT_LINK_EFFICIENCY = 0.85
 DEFAULT_GPU_ADAM_EFFICIENCY = 0.80
-DEFAULT_CPU_ADAM_PARAMS_PER_S = 1.0e9  # per socket
+DEFAULT_CPU_ADAM_PARAMS_PER_S = 0.7e9  # per socket
 CPU_ADAM_SOURCE = (
-    "assumed 1e9 params/s per socket: DeepSpeed's ZeRO-Offload tutorial says DeepSpeedCPUAdam is 5-7x faster "
-    "than PyTorch's CPU Adam; a memory-bound pass of ~28 bytes per parameter on a ~200 GB/s socket allows "
-    "~7e9 at most; the ZeRO-Offload paper's CPU-Adam latencies were not retrieved here")
+    "DeepSpeed PR #735 (deepspeedai/DeepSpeed, 2021-02): DeepSpeedCPUAdam takes 8.2 s for an 11.6B-parameter "
+    "GPT-2 (1.41e9 params/s per host; taken as two sockets, 0.7e9 each; socket count not stated); PR #378: "
+    "5.1-6.5x faster than torch's CPU Adam for 1-10B parameters")
 DEFAULT_RTL_EFFICIENCY = 0.95
 PCIE_USABLE_FRACTION = 0.825  # 13.0 / 15.75 GB/s on Gen3 x16 (brief: ~13 GB/s usable on the U55C)
 PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}

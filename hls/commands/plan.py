@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clip", action=argparse.BooleanOptionalAction, default=True,
                    help="global-norm gradient clipping: the card's update waits for the norm (default yes)")
     p.add_argument("--cpu-adam-rate", type=parse_count, default=int(planner.DEFAULT_CPU_ADAM_PARAMS_PER_S),
-                   help="ZeRO-Offload CPU Adam parameters per second per socket (default 1e9, an assumption; "
+                   help="ZeRO-Offload CPU Adam parameters per second per socket (default 0.7e9 from DeepSpeed PR #735; "
                         "see the printed source)")
     p.add_argument("--rtl-efficiency", type=float, default=None,
                    help=f"kernel efficiency (default: 'efficiency' in {planner.RTL_BENCH_JSON}, else 0.95)")
