@@ -226,7 +226,8 @@ def format_plan(p: planner.Plan) -> str:
                           _opt(q["hide_tokens_per_micro_batch"]["iso-hardware"][key], "{:,.0f}"),
                           _opt(q["hide_tokens_per_micro_batch"]["iso-network"][key], "{:,.0f}")])
         lines.append(table(qrows, ["scheme", "fewest GPUs", f"max micro-batch on {p.gpus}", f"max seq on {p.gpus}",
-                                   "tokens/micro-batch that hide comm (iso-hw)", "(iso-net)"]))
+                                   "tokens/micro-batch hiding collectives (iso-hw)", "(iso-net)"]))
+        lines.append("  (collectives only; an optimizer step or card chain that shows is in the step time above)")
         fr = q["freed"]
         rng = (f"N = {fr['gpus_min']}..{fr['gpus_max']}" if fr["gpus_max"] is not None else
                f"no N (the cards hold the state from N = {fr['gpus_min']}, where it frees only "
@@ -291,6 +292,10 @@ def write_sweep_chart(rows: list[planner.SweepRow], what: str, p: planner.Plan, 
         ns = [k for k in planner.gpu_counts(p.gpus_per_node, 4096) if k >= p.gpus_per_node][:10]
     ax_f.plot(ns, [planner.STATE_BYTES * p.params / k / 1e9 for k in ns], marker="o", label="freed: 12 x P / N")
     ax_f.axhline(cap, color="k", linestyle="--", linewidth=1, label=f"{p.nic.target_name} state capacity per GPU")
+    if p.questions:
+        fr = p.questions["freed"]
+        ax_f.axhline(fr["threshold_bytes"] / 1e9, color="#c44e52", linestyle=":", linewidth=1,
+                     label=f"matters: {fr['threshold_basis']}")
     ax_f.set_xscale("log", base=2)
     ax_f.set_yscale("log")
     ax_f.set_xlabel("GPUs (N)")
