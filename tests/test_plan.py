@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 
@@ -357,6 +358,17 @@ def test_sweep_rows(tmp_path) -> None:
                    assumptions=P.Assumptions(rtl_efficiency=0.9))
     assert {r.gpus for r in rows} == {8, 64} and len(rows) == 2 * len(P.SCHEMES)
     assert next(r for r in rows if r.gpus == 64).freed_gb_per_gpu == pytest.approx(12 / 64)
+    # line rate: a 400G port would be capped by the card's Gen3 x16 PCIe (min(400/8 x 0.85 = 42.5, 13.0) GB/s)
+    rows = P.sweep("line-rate", [100, 400], params=10**9, gpus=64, gpu=P.get_gpu("h100"), target=get_target("u55c"),
+                   assumptions=P.Assumptions(rtl_efficiency=0.9, nic_placement="rail", overlap_gather=False))
+    nic = {r.value: r.step_s_iso_hardware for r in rows if r.scheme == "optimusnic"}
+    # the shown all-gather 63/64 x 2 GB over 8 cards' links, plus the update (sizing picks lanes per line rate)
+    updates = {rate: P.plan(params=10**9, gpus=64, gpu=P.get_gpu("h100"), questions=False,
+                            target=dataclasses.replace(get_target("u55c"), line_rate_gbps=rate),
+                            assumptions=P.Assumptions(rtl_efficiency=0.9, nic_placement="rail")).nic.update_time_s
+               for rate in (100, 400)}
+    gather = {rate: 63 / 64 * 2e9 / (8 * link) for rate, link in ((100, 10.625e9), (400, U55C_PCIE))}
+    assert nic[100] - nic[400] == pytest.approx(gather[100] - gather[400] + updates[100] - updates[400])
     with pytest.raises(P.PlanError, match="multiple"):
         P.sweep("tokens", [1000], params=10**9, gpus=8, gpu=P.get_gpu("h100"), target=get_target("u55c"))
 
