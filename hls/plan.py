@@ -46,7 +46,16 @@ sends 2(n-1)/n of the buffer per rank, reduce-scatter and all-gather (n-1)/n, an
                                               all-reduce bus bandwidth, i.e. ~8 x 25 GB/s)
 with every link at a link efficiency that may depend on the node count. Hierarchical schemes run
 the same formula on their subgroups: inside a node (g ranks, NVLink) and across nodes (one rank
-per node, on its own rail). Latency terms are left out (the buffers are GBs).
+per node, on its own rail). Latency terms are left out (the buffers are GBs). Per step:
+  DDP           all-reduce of the G-byte gradients (once, last micro-batch)
+  ZeRO-1        reduce-scatter (once) + post-step all-gather of bf16 params; ZeRO-2 reduce-scatters
+                every micro-batch; ZeRO-Offload as ZeRO-2 plus the shard's PCIe copies
+  ZeRO-3        all-gather before forward and backward and reduce-scatter, every micro-batch
+  HSDP          gathers and reduce-scatter inside the node every micro-batch, all-reduce of the
+                node's 1/g shard across nodes once
+  ZeRO++        qwZ int8 all-gather over all ranks before forward, hpZ bf16 all-gather inside the
+                node before backward, qgZ int4 all-to-all inside the node then across nodes on
+                1/g of it (Wang et al. 2023, section 3; 3M -> 0.75M across nodes)
 
 Overlap (explicit, the same for all schemes, flags `overlap_reduce` and `overlap_gather`):
 gradient reductions hide under the backward pass of their micro-batch; parameter all-gathers
