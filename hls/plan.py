@@ -583,15 +583,16 @@ def nic_side(target: Target, params: int, nodes: int, gpus_per_node: int, a: Ass
              link_efficiency: float, pcie_slots: int) -> NicSide:
     """The cards: what one holds and how fast it updates, for the gradient path the driver uses.
 
-    Uses only `max_params_per_card`, `achieved_params_per_s`, `keeps_up` and, to derate the
-    kernel by the RTL benchmark's efficiency, `kernel_params_per_s` of `hls.sizing.size`.
+    Reads only `max_params_per_card`, `achieved_params_per_s` and, when present, to derate the
+    kernel by the RTL benchmark's efficiency, `kernel_params_per_s` of `hls.sizing.size`; whether the
+    card keeps up is judged here against the card's link (sizing judges one port's line rate).
     """
     k = a.cards_per_node or gpus_per_node
     cards = nodes * k
     grad_dtype = "fp32" if a.grad_buffer == "fp32" else "bf16"
     source = "stream" if a.nic_grad_path == "stream" else "memory"
     report = size(target, params, cards=cards, grad_dtype=grad_dtype, out_dtype="bf16", grad_source=source)
-    used = ["max_params_per_card", "achieved_params_per_s", "keeps_up"]
+    used = ["max_params_per_card", "achieved_params_per_s"]
     achieved = float(report.achieved_params_per_s)
     kernel = getattr(report, "kernel_params_per_s", None)
     if kernel is not None:
