@@ -74,7 +74,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print) -> dict[s
          lambda: bench_csim.measure(params, repeats, threads)),
         ("driver", f"optimusnic bench driver --params {params} --repeats {repeats}",
          lambda: bench_driver.measure(params, repeats, None, threads)),
-        ("rtl", "optimusnic bench rtl", lambda: bench_rtl.collect()),
+        ("rtl", "optimusnic bench rtl", lambda: bench_rtl.collect(log=log)),
     )
     for key, command, fn in steps:
         log(f"[bench] {key}: {command} ...")
@@ -84,8 +84,9 @@ def collect(params: int, repeats: int, threads: int | None, log=print) -> dict[s
         results[key]["wall_s"] = time.perf_counter() - t
         log(f"[bench] {key}: done in {results[key]['wall_s']:.0f} s")
     RTL_JSON.parent.mkdir(parents=True, exist_ok=True)
-    RTL_JSON.write_text(json.dumps({"efficiency": results["rtl"]["verilator"]["fraction_of_ideal"],
-                                    "source": "optimusnic bench all", "date": results["date"]}, indent=2) + "\n")
+    RTL_JSON.write_text(json.dumps({"efficiency": results["rtl"]["efficiency"],
+                                    "source": "optimusnic bench all (RTL kernel, ideal memory, elements/clock / lanes)",
+                                    "date": results["date"]}, indent=2) + "\n")
     return results
 
 
@@ -102,10 +103,16 @@ def plot(results: dict[str, Any], path: Path) -> None:
     a.bar(labels, [x / 1e9 for x in values], color=["tab:orange", "tab:blue", "tab:blue", "tab:gray"])
     a.set_ylabel("G parameters / s")
     a.set_title(f"Adam update on this CPU ({results['csim']['params'] / 2**20:.0f}M params)")
-    v = results["rtl"]["verilator"]
-    b.bar(["ideal", "RTL kernel"], [v["lanes"], v["elements_per_cycle"]], color=["tab:gray", "tab:green"])
-    b.set_ylabel("elements per clock")
-    b.set_title(f"RTL kernel, {v['lanes']} lanes, {v['latency']}-clock memory latency")
+    rows = results["rtl"]["rows"]
+    x = range(len(rows))
+    width = 0.27
+    b.bar([i - width for i in x], [r["predicted"] for r in rows], width, label="predicted (sizing)", color="tab:gray")
+    b.bar(list(x), [r["hbm"] for r in rows], width, label="RTL, HBM model", color="tab:green")
+    b.bar([i + width for i in x], [r["ideal"] for r in rows], width, label="RTL, ideal memory", color="tab:olive")
+    b.set_xticks(list(x), [f"{r['target']}\n{r['grad_dtype']}" for r in rows])
+    b.set_ylabel("elements per clock (1 CU)")
+    b.set_title("RTL kernel, 16 lanes, per compute unit")
+    b.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -114,11 +121,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def markdown(r: dict[str, Any]) -> str:
     m, c, d, rt = r["machine"], r["csim"], r["driver"], r["rtl"]
     rate = c["params_per_s"]
-    v = rt["verilator"]
+    from hls.bench_rtl import table
+
     ic = rt.get("icarus")
     g = 1e9
-    icarus = (f"{ic['sim_clocks_per_s']:,.0f} simulated clocks/s ({ic['elements']:,} elements)" if ic
+    icarus = (f"{ic['sim_clocks_per_s']:,.0f} simulated clocks/s ({ic['elements']:,} elements, ideal memory)" if ic
               else "not installed (make deps-icarus)")
+    speeds = [row["sim_clocks_per_s"] for row in rt["rows"]]
+    default = rt.get("default")
     lines = [
         "# OptimusNIC benchmark results",
         "",
@@ -161,21 +171,31 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "## RTL kernel in simulation",
         "",
-        f"`{rt['command']}`: {v['elements']:,} elements, {v['lanes']} lanes, {v['latency']}-clock memory read "
-        "latency, no stalls, AdamW fp32, Verilator.",
+        f"`{rt['command']}`: one compute unit, 16 lanes, AdamW, gradients from memory, fp32 out, "
+        f"{rt['elements']:,} elements per run, no stalls, Verilator; clocks from the ap_start write to ap_done. "
+        "CUs are independent instances on their own memory channels, so a card with more CUs moves CUs x this.",
         "",
-        "| figure | value |",
+        "- predicted: sizing's `elements_per_clock_predicted` for the memory plan it chose (stripes grad/state/out);",
+        "- HBM model: every m_axi port on the channel of the manifest's memory plan, each channel limited to "
+        "bandwidth x efficiency (reads and writes together), 100-250 ns per burst;",
+        "- ideal memory: no bandwidth limit, 64-clock read latency (the kernel's own efficiency).",
+        "",
+        *table(rt),
+        "",
+        f"Goal: HBM model within {1 - rt['goal_ratio']:.0%} of predicted, and the default U55C fp32 kernel at "
+        f"{rt['goal_default_elements_per_clock']} elements/clock or more"
+        + (f" (measured {default['hbm']:.2f})" if default else "")
+        + f": {'met' if rt['meets_goal'] else 'NOT met'}.",
+        "",
+        "| simulator speed | value |",
         "|---|---|",
-        f"| clocks from ap_start to ap_done | {v['cycles']:,} |",
-        f"| elements per clock | {v['elements_per_cycle']:.3f} (ideal {v['lanes']}) |",
-        f"| fraction of ideal | {v['fraction_of_ideal']:.1%} (goal {rt['goal_fraction_of_ideal']:.0%}: "
-        f"{'met' if rt['meets_goal'] else 'NOT met'}) |",
-        f"| Verilator speed | {v['sim_clocks_per_s']:,.0f} simulated clocks/s |",
-        f"| Icarus speed | {icarus} |",
+        f"| Verilator (HBM model) | {min(speeds):,.0f} to {max(speeds):,.0f} simulated clocks/s |",
+        f"| Icarus | {icarus} |",
         "",
         "![benchmark chart](results.png)",
         "",
-        "The measured RTL efficiency is also written to `build/bench/rtl.json`, which `optimusnic plan` reads.",
+        "The RTL kernel's ideal-memory efficiency (elements per clock / lanes) is also written to "
+        "`build/bench/rtl.json`, which `optimusnic plan` reads.",
         "",
     ]
     return "\n".join(lines)

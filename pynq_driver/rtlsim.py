@@ -5,9 +5,11 @@ How it runs (chosen so a simulator that dies or hangs can never hang the driver)
   (`python -m pynq_driver.rtlsim CONFIG`) in its own session. The child builds the kernel
   with Verilator (or Icarus) through `hls.simulators.run_cocotb` and runs the single cocotb
   test `rtlsim_tb/driver_server.py`, which wraps the kernel in the RTL team's `KernelTB`
-  (AxiLiteMaster as the host, cocotbext-axi AxiRam as card memory) and connects back.
+  (AxiLiteMaster as the host; one cocotbext-axi RAM model per m_axi port, every stripe port on
+  its memory-plan channel, all over one flat simulated memory) and connects back.
 - Every device call is one request over the socket: register writes/reads become AXI4-Lite
-  transactions, buffer copies become backdoor writes/reads of the AxiRam memory, `wait`
+  transactions, buffer copies become backdoor writes/reads of the flat memory (each buffer at
+  the address the bank allocator gave it, so every port's pointer reaches its buffer), `wait`
   polls ap_done inside the simulation in slices of simulated time.
 - Every receive has a timeout. A child that exits, or does not answer in time, becomes a
   DeviceError naming its log; close() (and the garbage collector) kill the child's process
@@ -82,7 +84,7 @@ class RtlSimDevice(Device):
 
     def __init__(self, manifest: dict[str, Any], project_dir: Path, *, timeout_s: float = 10.0,
                  simulator: str = "verilator", start_timeout_s: float = START_TIMEOUT_S,
-                 read_latency: int = 16, stall_probability: float = 0.0) -> None:
+                 read_latency: int = 16, stall_probability: float = 0.0, memory: str = "ideal") -> None:
         super().__init__(manifest, timeout_s=timeout_s)
         if self.cus != 1:
             raise UserError(f"rtlsim simulates one compute unit; this spec has {self.cus}. CUs are identical "
@@ -91,6 +93,8 @@ class RtlSimDevice(Device):
 
         if not simulators.available(simulator):
             simulators.simulator_env(simulator)  # raises SimulatorMissing with the fix
+        if memory not in ("ideal", "hbm"):
+            raise ValueError(f"rtlsim memory {memory!r}: choose ideal or hbm")
         if not (KERNEL_TB_DIR / "kernel_tb.py").is_file():
             raise ToolMissing(f"{KERNEL_TB_DIR / 'kernel_tb.py'}: the RTL kernel testbench is not in this checkout")
         self.project_dir = Path(project_dir)
@@ -109,7 +113,7 @@ class RtlSimDevice(Device):
         config = {
             "spec": self.spec.to_dict(), "simulator": simulator, "log_dir": str(self.build_dir),
             "env": {"ONIC_MANIFEST": str(self.project_dir / "manifest.json"), "ONIC_DRIVER_SOCKET": str(sock_path),
-                    "ONIC_MEM_SIZE": str(MEM_SIZE), "ONIC_LATENCY": str(read_latency),
+                    "ONIC_MEM_SIZE": str(MEM_SIZE), "ONIC_LATENCY": str(read_latency), "ONIC_MEMORY": memory,
                     "ONIC_STALLS": str(stall_probability)},
         }
         (self._tmp / "config.json").write_text(json.dumps(config))

@@ -1,18 +1,20 @@
 """cocotb side of the driver's `rtlsim` backend: the RTL kernel as a card that serves the host.
 
 The simulator runs this one test. It builds the card around the kernel with the RTL team's
-`KernelTB` (AxiLiteMaster on s_axi_control, one AxiRam per m_axi port over one shared memory),
+`KernelTB` (AxiLiteMaster on s_axi_control; one read or write memory model per m_axi port, each
+port of the memory plan on its channel, all over one flat memory in which the driver's stripe
+buffers live at the addresses it allocated),
 connects back to the driver process over a Unix socket and serves its requests until told to
 stop. Simulated time advances only inside requests (register accesses, `wait_done`), so while
 the host thinks, the card is frozen; results do not depend on it.
 
 Environment (set by pynq_driver/rtlsim.py): ONIC_MANIFEST, ONIC_DRIVER_SOCKET, ONIC_MEM_SIZE,
-ONIC_LATENCY (memory read latency in clocks), ONIC_STALLS (random AXI pause probability).
+ONIC_MEMORY ("ideal" or "hbm", see kernel_tb), ONIC_LATENCY (ideal memory read latency in
+clocks), ONIC_STALLS (random AXI pause probability).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import socket
@@ -49,18 +51,11 @@ def _send(sock: socket.socket, reply: dict[str, Any], payload: bytes = b"") -> N
     sock.sendall(HEADER.pack(len(body), len(payload)) + body + payload)
 
 
-def _hang(tb: KernelTB) -> None:
-    """Fault injection: every memory channel stops answering, so the kernel can never finish."""
-    for wr, rd in tb.ports.values():
-        for ch in (wr.aw_channel, wr.w_channel, rd.ar_channel):
-            ch.set_pause_generator(itertools.repeat(True))
-
-
 @cocotb.test()
 async def serve(dut: Any) -> None:
     manifest = json.loads(Path(os.environ["ONIC_MANIFEST"]).read_text())
-    tb = KernelTB(dut, regmap=manifest["register_map"], mem_size=int(os.environ["ONIC_MEM_SIZE"]),
-                  read_latency=int(os.environ.get("ONIC_LATENCY", "16")),
+    tb = KernelTB(dut, manifest=manifest, mem_size=int(os.environ["ONIC_MEM_SIZE"]),
+                  memory=os.environ.get("ONIC_MEMORY", "ideal"), read_latency=int(os.environ.get("ONIC_LATENCY", "16")),
                   stall_probability=float(os.environ.get("ONIC_STALLS", "0")), seed=1)
     await tb.reset()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -96,7 +91,7 @@ async def serve(dut: Any) -> None:
                     await ClockCycles(clk, 16)
                 _send(sock, {"ok": True, "done": done})
             elif op == "fault":
-                _hang(tb)
+                tb.hang()
                 _send(sock, {"ok": True})
             elif op == "close":
                 _send(sock, {"ok": True})
