@@ -34,11 +34,16 @@ def run(args: argparse.Namespace) -> int:
     spec = kernel.spec
     if args.json:
         emit_json({"project": str(args.project), "kernel": spec.name, "spec": spec.to_dict(),
-                   "library": str(kernel.library), "elements": args.elements, "steps": args.steps,
+                   "stripes": {"grad": kernel.stripes.grad, "state": kernel.stripes.state, "out": kernel.stripes.out},
+                   "ports": kernel.ports, "library": str(kernel.library), "elements": args.elements,
+                   "steps": args.steps,
                    "seed": args.seed, "passed": passed, "compile_s": t1 - t0, "run_s": t2 - t1, "checks": results})
     else:
+        s = kernel.stripes
         print(f"{spec.name}: {spec.optimizer}, grad {spec.grad_dtype} from {spec.grad_source}, out {spec.out_dtype}, "
               f"{spec.lanes} lanes; {args.elements} elements x {args.steps} steps vs golden model")
+        print(f"  stripes: {s.grad} grad, {s.state} each of p, m, v, {s.out} out ({len(kernel.ports)} m_axi ports, "
+              "one buffer each, run in place as on the card)")
         rows = [[str(r["step"]), str(r["array"]), "pass" if r["ok"] else "FAIL", str(r["mismatches"]),
                  "" if r["first_mismatch"] is None else str(r["first_mismatch"])] for r in results]
         print(table(rows, ["step", "array", "result", "mismatches", "first"]))
