@@ -102,6 +102,14 @@ def check_memory(memory: str) -> None:
                         "use --memory ideal")
 
 
+def stripe_counts(spec: KernelSpec, target: Target | None = None) -> Any:
+    """The stripes (grad, state, out) of `spec`'s kernel: the memory plan sizing chooses."""
+    from hls.sizing import stripe_counts as counts
+    from hls.targets import get_target
+
+    return counts(spec, target or get_target(spec.target))
+
+
 def spec_hash(spec: KernelSpec) -> str:
     return hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
 

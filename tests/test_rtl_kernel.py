@@ -1,13 +1,22 @@
 """The generated RTL Adam/AdamW kernel in simulation (sim/tb/kernel through hls/rtlsim.py).
 
+Every array is split into stripes (design.md 3b, hls/layout.py), one m_axi port per stripe (a
+read and a write port per state stripe); the stripe counts come from sizing (or the spec's
+`stripes` for p, m and v). Element counts are chosen so stripes get different and odd beat
+counts, some none at all.
+
 Default run (one Verilator build per spec, shared by its tests):
-- AdamW, fp32 gradients from memory, fp32 out, 4 lanes
-- Adam, bf16 gradients from the stream, bf16 out, 16 lanes
+- AdamW, bf16 gradients from memory, bf16 out, 4 lanes, 3 state stripes (grad 1, out 1),
+  on the HBM memory model (each port on its memory-plan channel with the channel's bandwidth,
+  100-250 ns per burst)
+- Adam, bf16 gradients from the stream, bf16 out, 16 lanes (3 state stripes, out 1), on ideal
+  memory (64-clock read latency)
 each: 3 consecutive bit-exact runs per element count (0, not and exactly a multiple of the
-lanes), random ready/valid stalls on every AXI channel, 64-clock memory read latency, and the
-ap_ctrl_hs control test; plus lint (verilator -Wall) and an Icarus compile of several specs.
+lanes), random ready/valid stalls on every AXI channel, and the ap_ctrl_hs control test; plus
+lint (verilator -Wall) and an Icarus compile of several specs.
 `--full` (marker slow): a covering set of every optimizer x gradient dtype x output dtype x
-source x lanes (1, 4, 16) value, longer shards, a 200-clock latency, and one variant on Icarus.
+source x lanes (1, 4, 16) x stripes (1, 2, 3, 5 state; 1, 2 grad and out) value, longer shards,
+both memory models, a 200-clock latency, and one variant on Icarus.
 """
 
 from __future__ import annotations
@@ -15,42 +24,50 @@ from __future__ import annotations
 import pytest
 
 from hls import rtlsim, simulators
+from hls.sizing import size_spec
 from hls.spec import KernelSpec
+from hls.targets import get_target
 
 
 def _id(spec: KernelSpec) -> str:
     src = "s" if spec.grad_source == "stream" else "m"
-    return f"{spec.optimizer}-{spec.grad_dtype}-{spec.out_dtype}-{src}-l{spec.lanes}"
+    st = rtlsim.stripe_counts(spec)
+    return (f"{spec.optimizer}-{spec.grad_dtype}-{spec.out_dtype}-{src}-l{spec.lanes}-{spec.target}"
+            f"-g{st.grad}s{st.state}o{st.out}")
 
 
 DEFAULT = [
-    KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="memory", lanes=4),
+    KernelSpec(optimizer="adamw", grad_dtype="bf16", out_dtype="bf16", grad_source="memory", lanes=4, stripes=3),
     KernelSpec(optimizer="adam", grad_dtype="bf16", out_dtype="bf16", grad_source="stream", lanes=16,
                name="optimusnic_adam"),
 ]
+DEFAULT_MEMORY = ["hbm", "ideal"]
 
-# Every value of every dimension appears with several values of each other dimension.
+# Every value of every dimension appears with several values of each other dimension:
+# optimizer, grad dtype, out dtype, source, lanes, target, state stripes (None: sizing's choice;
+# u50 at 16 lanes gets 2 grad and 2 out stripes).
 COVERING = [
-    ("adamw", "bf16", "fp32", "memory", 1),
-    ("adam", "fp32", "bf16", "memory", 1),
-    ("adamw", "fp32", "bf16", "stream", 1),
-    ("adam", "fp32", "fp32", "stream", 4),
-    ("adam", "bf16", "fp32", "memory", 4),
-    ("adamw", "bf16", "bf16", "stream", 4),
-    ("adamw", "fp16", "fp32", "stream", 4),
-    ("adamw", "bf16", "bf16", "memory", 16),
-    ("adamw", "fp32", "fp32", "memory", 16),
-    ("adam", "fp32", "fp32", "memory", 16),
-    ("adamw", "fp32", "fp32", "stream", 16),
-    ("adam", "fp16", "bf16", "memory", 16),
+    ("adamw", "bf16", "fp32", "memory", 1, "u55c", None),  # 1/1/1
+    ("adam", "fp32", "bf16", "memory", 1, "u55c", 2),
+    ("adamw", "fp32", "bf16", "stream", 1, "u55c", 3),
+    ("adam", "fp32", "fp32", "stream", 4, "u50", None),  # -/2/1
+    ("adam", "bf16", "fp32", "memory", 4, "u55c", 3),
+    ("adamw", "bf16", "bf16", "stream", 4, "u55c", 2),
+    ("adamw", "fp16", "fp32", "stream", 4, "u55c", None),  # -/1/1
+    ("adamw", "bf16", "bf16", "memory", 16, "u55c", None),  # 1/3/1
+    ("adamw", "fp32", "fp32", "memory", 16, "u50", None),  # 2/3/2
+    ("adam", "fp32", "fp32", "memory", 16, "u55c", None),  # 1/2/1
+    ("adamw", "fp32", "fp32", "stream", 16, "u280", None),  # -/2/1
+    ("adam", "fp16", "bf16", "memory", 16, "u50", None),  # 2/5/2
 ]
-FULL = [KernelSpec(optimizer=o, grad_dtype=g, out_dtype=d, grad_source=s, lanes=n, name=f"optimusnic_{o}")
-        for o, g, d, s, n in COVERING]
+FULL = [KernelSpec(optimizer=o, grad_dtype=g, out_dtype=d, grad_source=s, lanes=n, target=t, stripes=st,
+                   name=f"optimusnic_{o}")
+        for o, g, d, s, n, t, st in COVERING]
 
 
 def default_elements(spec: KernelSpec) -> list[int]:
-    """0, a count below the lanes, a multiple of the lanes, and one that is not."""
-    return [0, 5, 8 * spec.lanes, 20 * spec.lanes + 3]
+    """0, a count below the lanes, a multiple of the lanes, and one that is not (odd beat counts)."""
+    return [0, 5, 8 * spec.lanes, 20 * spec.lanes + 3, 1003]
 
 
 def full_elements(spec: KernelSpec) -> list[int]:
@@ -75,11 +92,15 @@ def test_lint_and_icarus_compile(spec: KernelSpec) -> None:
         assert ok and not messages.strip(), f"iverilog -g2012:\n{messages}"
 
 
-@pytest.mark.parametrize("spec", DEFAULT, ids=_id)
-def test_kernel_bit_exact_and_control(spec: KernelSpec) -> None:
+@pytest.mark.parametrize(("spec", "memory"), list(zip(DEFAULT, DEFAULT_MEMORY, strict=True)),
+                         ids=[_id(s) for s in DEFAULT])
+def test_kernel_bit_exact_and_control(spec: KernelSpec, memory: str) -> None:
+    if memory == "hbm" and not rtlsim.hbm_model_available():
+        memory = "ideal"  # only until sim/tb/kernel/hbm_memory.py is in the checkout
     result = rtlsim.simulate(spec, tests=("test_update", "test_control"), elements=default_elements(spec),
-                             runs=3, stalls=0.2, latency=64, seed=3)
+                             runs=3, stalls=0.2, latency=64, seed=3, memory=memory)
     check(result)
+    assert result.memory == memory
     assert set(result.cycles) == {str(n) for n in default_elements(spec)}
 
 
@@ -89,22 +110,30 @@ def test_kernel_full(spec: KernelSpec) -> None:
     check(rtlsim.simulate(spec, tests=("test_update", "test_control"), elements=full_elements(spec),
                           runs=3, stalls=0.25, latency=64, seed=11))
     check(rtlsim.simulate(spec, tests=("test_update",), elements=[3, 777], runs=3, stalls=0.1, latency=200,
-                          seed=12))
+                          seed=12, memory="ideal"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", DEFAULT, ids=_id)
 def test_kernel_throughput(spec: KernelSpec) -> None:
-    """Stall-free runs keep the lanes busy: at least 90% of LANES elements per clock on 64k elements."""
-    result = rtlsim.simulate(spec, tests=("test_throughput",), elements=[65_536], runs=1, stalls=0.0, latency=64)
+    """Stall-free runs on ideal memory keep the lanes busy: at least 90% of LANES elements per clock on
+    64k elements; on the HBM model at least 90% of sizing's prediction."""
+    result = rtlsim.simulate(spec, tests=("test_throughput",), elements=[65_536], runs=1, stalls=0.0, latency=64,
+                             memory="ideal")
     check(result)
     assert result.throughput and result.throughput["fraction_of_ideal"] >= 0.9, result.throughput
+    if rtlsim.hbm_model_available():
+        predicted = size_spec(spec, get_target(spec.target)).elements_per_clock_predicted
+        result = rtlsim.simulate(spec, tests=("test_throughput",), elements=[65_536], runs=1, stalls=0.0,
+                                 memory="hbm")
+        check(result)
+        assert result.throughput["elements_per_cycle"] >= 0.9 * predicted, (predicted, result.throughput)
 
 
 @pytest.mark.slow
 @pytest.mark.icarus
 def test_kernel_icarus() -> None:
     spec = KernelSpec(optimizer="adam", grad_dtype="bf16", out_dtype="bf16", grad_source="stream", lanes=4,
-                      name="optimusnic_adam")
+                      stripes=2, name="optimusnic_adam")
     check(rtlsim.simulate(spec, simulator="icarus", tests=("test_update", "test_control"),
-                          elements=[0, 3, 37], runs=3, stalls=0.2, latency=64))
+                          elements=[0, 3, 37, 70], runs=3, stalls=0.2, latency=64, memory="ideal"))
