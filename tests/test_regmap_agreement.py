@@ -114,6 +114,10 @@ def test_register_map_agrees_everywhere(spec: KernelSpec) -> None:
     assert ports == {f"m_axi_{n}" for n, a in zip(names, manifest["register_map"]["args"], strict=True)
                      if a["kind"] == "pointer"}
     assert ("s_axis_grad_tdata" in top) == (spec.grad_source == "stream")
+    # read ports (grad*, *_rd) have only AR/R, write ports (*_wr, out*) only AW/W/B
+    for n in (n for n, a in zip(names, manifest["register_map"]["args"], strict=True) if a["kind"] == "pointer"):
+        writes = n.endswith("_wr") or n.startswith("out")
+        assert (f"m_axi_{n}_awaddr" in top) == writes and (f"m_axi_{n}_araddr" in top) != writes, n
 
     # the HLS C++ top function: argument order, and the s_axilite offsets it pins
     cpp_name = f"hls/{spec.name}.cpp"
