@@ -43,7 +43,7 @@ from pynq_driver.soft import bank_layout
 
 SERVER_DIR = Path(__file__).resolve().parent / "rtlsim_tb"
 KERNEL_TB_DIR = TB_DIR / "kernel"
-MEM_SIZE = 1 << 40  # cocotbext-axi SparseMemory: only touched pages cost memory
+MEM_SIZE = 1 << 44  # cocotbext-axi SparseMemory: only touched pages cost memory (banks are 64 GiB apart)
 START_TIMEOUT_S = 900.0  # building the kernel with Verilator takes minutes on 2 cores
 WAIT_SLICE_S = 0.25  # wall time the simulator polls ap_done before answering "not yet"
 HEADER_FMT = "<II"
@@ -93,6 +93,9 @@ class RtlSimDevice(Device):
 
         if not simulators.available(simulator):
             simulators.simulator_env(simulator)  # raises SimulatorMissing with the fix
+        if self.cus != 1:
+            raise DeviceError(f"rtlsim simulates one compute unit; this kernel has {self.cus} "
+                              "(generate it with compute_units=1: every CU is the same kernel on its own banks)")
         if memory not in ("ideal", "hbm"):
             raise ValueError(f"rtlsim memory {memory!r}: choose ideal or hbm")
         if not (KERNEL_TB_DIR / "kernel_tb.py").is_file():
