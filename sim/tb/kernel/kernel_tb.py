@@ -2,7 +2,9 @@
 
 The kernel top (rendered from templates/rtl) is driven only through cocotbext-axi models:
 `AxiLiteMaster` on `s_axi_control` is the host, one `AxiRam` per `m_axi_<arg>` port is the card
-memory (all of them share one flat address space, as one card's memory is), and an
+memory (all of them share one flat address space, as one card's memory is; the read side with
+a pipelined latency, `LatencyAxiRamRead` from hbm_memory.py, which also models HBM channel
+bandwidth for the striped kernels), and an
 `AxiStreamSource` feeds `s_axis_grad` when gradients come from the network.
 
 Usage from any cocotb test (the driver's `rtlsim` backend does the same)::
@@ -21,13 +23,12 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.queue import Queue
-from cocotb.triggers import ClockCycles, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 from cocotbext.axi import (
     AxiBus,
@@ -37,72 +38,13 @@ from cocotbext.axi import (
     AxiStreamFrame,
     AxiStreamSource,
 )
-from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
-from cocotbext.axi.constants import AxiBurstType, AxiResp
+from cocotbext.axi.axi_ram import AxiRamWrite
 from cocotbext.axi.memory import Memory
+from hbm_memory import LatencyAxiRamRead, stall_generator
 
 CLOCK_NS = 4  # 250 MHz; only the clock count matters
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE, AP_READY = 1, 2, 4, 8
-
-
-class LatencyAxiRamRead(AxiRamRead):
-    """cocotbext-axi's RAM read side with a fixed, pipelined read latency.
-
-    The stock model answers one burst at a time as soon as its address arrives. Card memory
-    answers `latency` clocks after the address and keeps several bursts in flight, so this
-    subclass accepts addresses as they come and starts each burst's data no earlier than
-    `latency` clocks after its address (and after the previous burst's data). Everything else,
-    the channel drivers and their pause generators included, is cocotbext-axi's.
-    """
-
-    def __init__(self, *args: Any, latency: int = 0, clock_ns: float = CLOCK_NS, **kwargs: Any) -> None:
-        self.latency = latency
-        self.clock_ns = clock_ns
-        self._ar_queue: Queue = Queue()
-        self._ar_task = None
-        super().__init__(*args, **kwargs)
-
-    async def _accept_addresses(self) -> None:
-        while True:
-            ar = await self.ar_channel.recv()
-            await self._ar_queue.put((ar, get_sim_time("ns") + self.latency * self.clock_ns))
-
-    async def _process_read(self) -> None:
-        if self._ar_task is None:
-            self._ar_task = cocotb.start_soon(self._accept_addresses())
-        while True:
-            ar, due = await self._ar_queue.get()
-            wait = due - get_sim_time("ns")
-            if wait > 0:
-                await Timer(wait, "ns")
-            arid = int(getattr(ar, "arid", 0))
-            addr = int(ar.araddr)
-            length = int(getattr(ar, "arlen", 0)) + 1
-            size = int(getattr(ar, "arsize", self.max_burst_size))
-            burst = AxiBurstType(int(getattr(ar, "arburst", AxiBurstType.INCR)))
-            assert burst == AxiBurstType.INCR, "the kernel only issues INCR bursts"
-            num_bytes = 2**size
-            assert num_bytes == self.byte_lanes, f"arsize {size}: the kernel reads full beats"
-            assert 0x1000 - (addr & 0xFFF) >= num_bytes * length, f"read burst at {addr:#x} crosses 4 KiB"
-            for i in range(length):
-                r = self.r_channel._transaction_obj()
-                r.rid = arid
-                r.rlast = i == length - 1
-                r.rresp = AxiResp.OKAY
-                word = ((addr + i * num_bytes) // self.byte_lanes) * self.byte_lanes
-                r.rdata = int.from_bytes(self.read(word % self.size, self.byte_lanes), "little")
-                await self.r_channel.send(r)
-
-
-def stall_generator(rng: random.Random, probability: float) -> Iterator[bool]:
-    """True (pause this clock) with `probability`, in short bursts so FIFOs fill and drain."""
-    while True:
-        if rng.random() < probability:
-            for _ in range(rng.randint(1, 8)):
-                yield True
-        else:
-            yield False
 
 
 class KernelTB:
