@@ -341,11 +341,11 @@ class CardMemory:
                 if p.write_if:
                     bus = p.write_if.w_channel.bus
                     sides.append((p, "w", bus.wvalid, bus.wready, p.write_if.w_channel))
-            plan.append((ch, sides))
+            plan.append((ch, ch.threshold, ch.cap, sides))
         falling = FallingEdge(self.clock)
         while True:
             await falling
-            for ch, sides in plan:
+            for ch, threshold, cap, sides in plan:
                 reads = writes = 0
                 for _p, kind, valid, ready, _c in sides:
                     if _high(valid) and _high(ready):
@@ -357,9 +357,9 @@ class CardMemory:
                 ch.write_beats += writes
                 ch.beats += reads + writes
                 ch.clocks += 1
-                ch.tokens = min(ch.cap, ch.tokens + ch.beats_per_clock - reads - writes)
+                ch.tokens = min(cap, ch.tokens + ch.beats_per_clock - reads - writes)
                 ch.min_tokens = min(ch.min_tokens, ch.tokens)
-                blocked = ch.tokens < ch.threshold
+                blocked = ch.tokens < threshold
                 ch.paused_clocks += blocked
                 for p, kind, _v, _r, channel in sides:
                     stalls = p._r_stalls if kind == "r" else p._w_stalls
@@ -408,7 +408,8 @@ def card_memory(
     per kernel clock, reads and writes together; the caller computes it from the target, e.g.
     U55C 14.4 GB/s x 0.9 / (64 B x 300 MHz) = 0.675); read and write latencies are drawn per burst
     from the ns ranges, converted at `clock_mhz` (the kernel clock the figures are for).
-    mode "ideal": no bandwidth limit and a fixed `ideal_latency` in clocks (the bench as before).
+    mode "ideal": no bandwidth limit, a fixed `ideal_latency` in clocks for reads and immediate
+    write responses (the bench as it was before this model).
     `sim_clock_ns` is the simulated clock period, which only turns clocks into simulator time.
     A port's bus may have only read channels (AR/R) or only write channels (AW/W/B).
     The limit runs once `start()` is called (any time; before reset no beat moves).
@@ -431,7 +432,8 @@ def card_memory(
         write_lat: Latency = (ns_to_clocks(write_latency_ns[0], clock_mhz),
                               ns_to_clocks(write_latency_ns[1], clock_mhz))
     else:
-        read_lat = write_lat = ideal_latency
+        # As the bench always had it: reads after `ideal_latency`, write responses at once.
+        read_lat, write_lat = ideal_latency, 0
     common = {"reset_active_level": reset_active_level, "size": mem.size, "mem": mem.mem, "clock_ns": sim_clock_ns}
     for name, index in ports:
         channel = card.channels.get(index)
