@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,12 +204,12 @@ class LatencyAxiRamWrite(AxiRamWrite):
             await self._b_queue.put((b, get_sim_time("ns") + self._draw() * self.clock_ns))
 
 
-@dataclass
+@dataclass(eq=False)
 class MemoryPort:
     """One kernel m_axi port: its read side, its write side (either may be absent), its channel."""
 
     name: str
-    channel: MemoryChannel
+    channel: MemoryChannel = field(repr=False)  # the channel lists its ports: no recursive repr
     read_if: LatencyAxiRamRead | None
     write_if: LatencyAxiRamWrite | None
     _r_stalls: Iterator[bool] | None = None
@@ -227,7 +227,7 @@ class MemoryPort:
             out += [self.read_if.ar_channel, self.read_if.r_channel]
         return out
 
-    def set_stalls(self, make: Any) -> None:
+    def set_stalls(self, make: Callable[[], Iterator[bool]]) -> None:
         """Random pauses on every channel of this port; `make()` returns a fresh bool iterator.
 
         On a bandwidth-limited channel the R and W stalls go through the channel's clocked
@@ -242,7 +242,7 @@ class MemoryPort:
             self._w_stalls = make() if self.write_if else None
 
 
-@dataclass
+@dataclass(eq=False)
 class MemoryChannel:
     """One HBM pseudo-channel or DDR channel: a beat budget shared by all its ports' R and W beats.
 
