@@ -191,6 +191,8 @@ def test_hls_flow_with_standins(standins: dict[str, Path], capsys: pytest.Captur
     assert s["timing_met"] is True and s["achieved_mhz"] == 300.0 and s["wns_ns"] == 0.021
     assert s["resources"] == {"lut": 160214, "lutasmem": 12010, "reg": 201377, "bram": 61, "uram": 0, "dsp": 544}
     assert s["hls"]["top"] == "optimusnic_adamw" and s["hls"]["resources"]["dsp"] == 544
+    assert {b: e["status"] for b, e in s["hls_bursts"]["ports"].items()} == {
+        f"gmem_{a}": "ok" for a in ("grad", "p", "m", "v", "out")}
     assert [c["step"] for c in entry["build"]["commands"]] == ["hls", "link"]
     assert (run / "report" / "summary.json").is_file() and (run / "logs" / "1-vitis_hls.log").is_file()
     assert sorted(p.name for p in (reg / "u55c" / "optimusnic_adamw.reports").iterdir()) == [

@@ -8,6 +8,8 @@ random stalls, per-burst read latency, and the ideal mode. Prints the measured b
 from __future__ import annotations
 
 import json
+import random
+import sys
 
 import pytest
 
@@ -15,6 +17,20 @@ from hls import simulators
 from hls.paths import BUILD_DIR, TB_DIR
 
 KERNEL_TB = TB_DIR / "kernel"
+sys.path.insert(0, str(KERNEL_TB))
+
+hbm_memory = pytest.importorskip("hbm_memory", reason="cocotb and cocotbext-axi are not installed")
+
+
+def test_latency_range_in_kernel_clocks_and_replayable() -> None:
+    assert hbm_memory.ns_to_clocks(100, 300) == 30 and hbm_memory.ns_to_clocks(250, 300) == 75
+    assert hbm_memory.ns_to_clocks(100, 250) == 25 and hbm_memory.ns_to_clocks(1, 300) == 1
+    draws = []
+    for _ in range(2):
+        draw = hbm_memory._LatencyDraw((30, 75), random.Random(7))
+        draws.append([draw() for _ in range(50)])
+    assert draws[0] == draws[1] and min(draws[0]) >= 30 and max(draws[0]) <= 75 and len(set(draws[0])) > 10
+    assert {hbm_memory._LatencyDraw(64, None)() for _ in range(5)} == {64}
 
 
 def test_card_memory_bandwidth_and_latency() -> None:
