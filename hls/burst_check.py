@@ -235,6 +235,29 @@ def _sequential(idx: str, var: str | None, body: str) -> bool:
     return True
 
 
+def _calls(code: str, f: _Function, by_name: dict[str, _Function],
+           amap: dict[str, set[str]]) -> list[tuple[_Function, str, set[str]]]:
+    """(callee, callee parameter, ports) for each argument of a call in `f`'s body that is one of
+    `amap`'s aliases (or that alias plus an offset)."""
+    out = []
+    body = code[f.body_start:f.body_end]
+    for m in _FUNC.finditer(body):
+        callee = by_name.get(m.group(1))
+        if callee is None or callee.name == f.name or m.group(1) in _KEYWORDS:
+            continue
+        args = _split_top(body[m.end():_match(body, m.end() - 1, "(", ")")])
+        for param, arg in zip(callee.params, args, strict=False):
+            head = re.match(r"\(?\s*&?\s*([A-Za-z_]\w*)\s*(?:[+-].*)?\)?$", arg)
+            if head and param and head.group(1) in amap:
+                out.append((callee, param, set(amap[head.group(1)])))
+    return out
+
+
+def _own_code(code: str, loop: _Loop, own: str) -> str:
+    """`code` with the loop's body replaced by its own text (nested loops blanked), offsets kept."""
+    return code[:loop.body_start + 1] + own + code[loop.body_end:]
+
+
 def check_hls_source(text: str) -> list[str]:
     """Burst problems in HLS C++ `text` (empty list: none found). One line per problem, naming
     the port, its bundle, the function and the line."""
@@ -258,54 +281,70 @@ def check_hls_source(text: str) -> list[str]:
     missing = [p for p in ports if p not in top.params]
     problems += [f"{p}: m_axi pragma names a port that is not an argument of {top.name}()" for p in missing]
 
-    # Which port each parameter of each function stands for, following calls from the top down.
-    aliases: dict[str, dict[str, str]] = {top.name: {p: p for p in ports if p in top.params}}
+    # Which ports each parameter of each function stands for, following calls from the top down
+    # (a helper called once per port, load(p0_rd, ...) and load(m0_rd, ...), stands for both).
+    aliases: dict[str, dict[str, set[str]]] = {top.name: {p: {p} for p in ports if p in top.params}}
     work = [top]
     while work:
         f = work.pop()
-        body = code[f.body_start:f.body_end]
-        for m in _FUNC.finditer(body):
-            callee = by_name.get(m.group(1))
-            if callee is None or callee is f or m.group(1) in _KEYWORDS:
-                continue
-            args = _split_top(body[m.end():_match(body, m.end() - 1, "(", ")")])
-            for param, arg in zip(callee.params, args, strict=False):
-                head = re.match(r"\(?\s*&?\s*([A-Za-z_]\w*)\s*(?:[+-].*)?\)?$", arg)
-                port = aliases[f.name].get(head.group(1)) if head else None
-                if port and param and aliases.setdefault(callee.name, {}).get(param) != port:
-                    aliases[callee.name][param] = port
-                    work.append(callee)
+        for callee, param, targets in _calls(code, f, by_name, aliases[f.name]):
+            known = aliases.setdefault(callee.name, {}).setdefault(param, set())
+            if not targets <= known:
+                known |= targets
+                work.append(callee)
+
+    def whole(fname: str, param: str, seen: frozenset[str] = frozenset()) -> tuple[bool, bool]:
+        """(read, written) anywhere in `fname` through `param`, calls included."""
+        f = by_name[fname]
+        r, w = _accesses(code[f.body_start:f.body_end], param)
+        read, written = bool(r), bool(w)
+        for callee, cparam, _ in _calls(code, f, by_name, {param: {param}}):
+            if callee.name not in seen:
+                cr, cw = whole(callee.name, cparam, seen | {fname})
+                read, written = read or cr, written or cw
+        return read, written
 
     for fname, amap in aliases.items():
         f = by_name[fname]
         loops = _loops(code, f.body_start, f.body_end)
-        for alias, port in amap.items():
+        for alias, targets in amap.items():
             r, w = _accesses(code[f.body_start:f.body_end], alias)
-            if r:
-                ports[port].reads.append(fname)
-            if w:
-                ports[port].writes.append(fname)
+            for port in targets:
+                if r:
+                    ports[port].reads.append(fname)
+                if w:
+                    ports[port].writes.append(fname)
         for loop in loops:
             own = _own_text(code, loop, loops)
             pipelined = re.search(r"#pragma\s+HLS\s+PIPELINE\b(?![^\n]*\boff\b)", own, re.I) is not None
             var, unit = _loop_var(loop.header) if code[loop.start:loop.start + 3] == "for" else (None, False)
-            for alias, port in amap.items():
+            where = f"{fname}() line {loop.line}"
+            # accesses made by functions called from this loop count as the loop's own
+            via_calls: dict[str, list[bool]] = {}
+            scope = _Function(fname, f.params, loop.body_start, loop.body_end, loop.line)
+            for callee, cparam, targets in _calls(_own_code(code, loop, own), scope, by_name, amap):
+                cr, cw = whole(callee.name, cparam)
+                for port in targets:
+                    seen = via_calls.setdefault(port, [False, False])
+                    seen[0], seen[1] = seen[0] or cr, seen[1] or cw
+            for alias, targets in amap.items():
                 r, w = _accesses(own, alias)
-                where = f"{fname}() line {loop.line}"
-                bundle = ports[port].bundle
-                if r and w:
-                    problems.append(
-                        f"{port} (bundle {bundle}): read and written in one loop ({where}); HLS cannot burst a "
-                        f"port whose writes may clobber its later reads: read it in a load process and write it "
-                        f"in a store process, on separate ports and bundles")
-                if pipelined:
-                    bad = [i for i in r + w if not (unit and _sequential(i, var, own))]
-                    if bad:
-                        why = "" if unit or var is None else f" (the loop does not step {var} by one)"
+                for port in sorted(targets):
+                    bundle = ports[port].bundle
+                    cr, cw = via_calls.get(port, [False, False])
+                    if (r or cr) and (w or cw):
                         problems.append(
-                            f"{port} (bundle {bundle}): index {bad[0]!r} in the pipelined loop at {where} is not "
-                            f"the loop variable{' ' + var if var else ''} plus a loop-invariant offset{why}; "
-                            f"non-sequential accesses do not burst")
+                            f"{port} (bundle {bundle}): read and written in one loop ({where}); HLS cannot burst a "
+                            f"port whose writes may clobber its later reads: read it in a load process and write "
+                            f"it in a store process, on separate ports and bundles")
+                    if pipelined:
+                        bad = [i for i in r + w if not (unit and _sequential(i, var, own))]
+                        if bad:
+                            why = "" if unit or var is None else f" (the loop does not step {var} by one)"
+                            problems.append(
+                                f"{port} (bundle {bundle}): index {bad[0]!r} in the pipelined loop at {where} is "
+                                f"not the loop variable{' ' + var if var else ''} plus a loop-invariant offset{why}; "
+                                f"non-sequential accesses do not burst")
 
     bundles: dict[str, list[str]] = {}
     for p in ports.values():

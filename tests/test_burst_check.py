@@ -198,3 +198,42 @@ def test_current_template_flags_rmw() -> None:
         flagged = sorted(p.split(" ")[0] for p in problems if "read and written in one loop (compute()" in p)
         assert flagged == ["m", "p", "v"], problems
         assert len(problems) == 3, problems
+
+
+def test_one_helper_for_several_ports_stands_for_each() -> None:
+    helpers = """
+static void load(const beat* src, hls::stream<beat>& s, unsigned int nb) {
+  for (unsigned int b = 0; b < nb; ++b) {
+#pragma HLS PIPELINE II=1
+    s.write(src[b]);
+  }
+}
+static void store(beat* dst, hls::stream<beat>& s, unsigned int nb) {
+  for (unsigned int b = 0; b < nb; ++b) {
+#pragma HLS PIPELINE II=1
+    dst[b] = s.read();
+  }
+}"""
+    pragmas = ("#pragma HLS INTERFACE m_axi port=p bundle=gmem_p\n"
+               "#pragma HLS INTERFACE m_axi port=m bundle=gmem_p\n"
+               "#pragma HLS INTERFACE m_axi port=out bundle=gmem_out")
+    body = "  load(p, a, nb);\n  load(m, c, nb);\n  store(out, a, nb);"
+    problems = check_hls_source(top(body, pragmas, params="const beat* p, const beat* m, beat* out, unsigned int nb",
+                                    helpers=helpers))
+    assert problems == ["bundle gmem_p is shared by p, m: each m_axi port needs its own bundle "
+                        "(one AXI adapter and one memory channel per port)"]
+
+
+def test_rmw_through_a_call_inside_the_loop() -> None:
+    helpers = """
+static void bump(beat* q, unsigned int b) {
+  q[b] = q[b] + 1;
+}"""
+    body = """
+  for (unsigned int b = 0; b < nb; ++b) {
+#pragma HLS PIPELINE II=1
+    bump(m, b);
+  }"""
+    problems = check_hls_source(top(body, TWO, helpers=helpers))
+    assert [p.split(":")[0] for p in problems] == ["m (bundle gmem_m)"], problems
+    assert "read and written in one loop (k() line" in problems[0]
