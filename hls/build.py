@@ -298,6 +298,8 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
     lines.append(f"      {plan.run_dir / 'link' / 'reports'}/**/impl_1_kernel_util_routed.rpt (kernel resources)")
     if plan.kernel == "hls":
         lines.append(f"      {plan.project_dir / 'hls'}/**/syn/report/csynth.xml (HLS estimate)")
+        lines.append(f"      after step 1: {plan.project_dir / 'hls' / 'vitis_hls.log'} must show AXI bursts "
+                     "inferred on every m_axi bundle (HLS 214-115), or the build stops")
     n += 1
     lines.append(f"[{n}] register: copy {plan.xclbin} -> {plan.registry_xclbin}")
     lines.append(f"      write {plan.registry_manifest} (spec, sizing, register map, banks, xclbin sha256, "
@@ -361,6 +363,31 @@ def run_step(step: Step) -> None:
             raise BuildFailed(f"{step.name}: {step.tool} finished but did not write {out}; see {step.log}")
 
 
+def hls_bundles(manifest: dict[str, Any]) -> list[str]:
+    """The m_axi bundles of the HLS kernel: one `gmem_<arg>` per pointer argument of the register
+    map (the templates' convention), so the check follows the ports when they are renamed."""
+    return [f"gmem_{a['name']}" for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
+
+
+def check_hls_bursts(step: Step, manifest: dict[str, Any]) -> dict[str, Any]:
+    """After csynth: stop the build if Vitis HLS lost the AXI bursts of a port (hls/reports.py).
+
+    An hour of v++ link is wasted on a kernel whose ports move one beat per request; the
+    synthesis log says so in seconds. Reads the tool's own vitis_hls.log (else the step's
+    captured output) and the csynth.rpt burst tables next to it; returns the burst report.
+    """
+    tool_log = step.cwd / "vitis_hls.log"
+    log = tool_log if tool_log.is_file() else step.log
+    texts = [log.read_text(errors="replace")]
+    texts += [r.read_text(errors="replace") for r in sorted(step.cwd.glob("**/syn/report/*csynth.rpt"))]
+    text, bundles = "\n".join(texts), hls_bundles(manifest)
+    try:
+        reports.check_bursts(text, bundles)
+    except UserError as exc:
+        raise BuildFailed(f"{step.name}: {exc}; see {log}") from exc
+    return {"log": str(log), **reports.burst_report(text, bundles)}
+
+
 def summarize(plan: BuildPlan) -> dict[str, Any]:
     """Parse what the tools wrote into the summary the registry keeps."""
     spec = plan.spec
@@ -395,13 +422,17 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
         echo(f"[0] generate: {plan.project_dir}")
         generate.write_project(plan.spec, plan.project_dir, plan.target)
     manifest = generate.load_manifest(plan.project_dir)
+    bursts = None
     for i, step in enumerate(plan.steps, 1):
         echo(f"[{i}] {step.name}: {shlex.join(step.argv)}  (log: {step.log})")
         run_step(step)
+        if step.tool == "vitis_hls":
+            bursts = check_hls_bursts(step, manifest)
     if plan.xclbin is None:
         echo("\n".join(plan.notes))
         return None
     summary = summarize(plan)
+    summary["hls_bursts"] = bursts
     report_dir = plan.run_dir / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

@@ -14,6 +14,10 @@ Formats read (as the AMD tools write them; small samples live in tests/fixtures/
   Used Resources / Unused Resources / <kernel> / <kernel>_1 with `N [ P%]` cells under
   LUT, LUTAsMem, REG, BRAM, URAM, DSP.
 
+- Vitis HLS burst inference: 214-115 "burst ... has been inferred on bundle" lines and 214-2xx
+  failures in vitis_hls.log, the "M_AXI Burst Information" tables of csynth.rpt (see
+  `burst_report` below for the message ids and the documents they come from).
+
 Every parser returns plain dicts (JSON-ready) and never guesses: a value not found is None.
 """
 
@@ -242,3 +246,176 @@ def find_csynth_xml(hls_dir: Path, top: str) -> Path | None:
         if found:
             return found[0]
     return None
+
+
+# --- AXI burst inference (Vitis HLS synthesis log and csynth.rpt) --------------------------------
+#
+# What Vitis HLS says about m_axi bursts, as UG1399 ("Optimizing Burst Transfers", "Examples of
+# Recommended Coding Styles") and UG1448 (Vitis HLS Messaging, "Burst Inference Failure N") document
+# it, and as 2022.x-2024.x logs print it:
+# - inferred, in vitis_hls.log (2022.1+):
+#     INFO: [HLS 214-115] Multiple burst reads of length 256 and bit width 512 has been inferred on
+#     bundle 'gmem'. These burst requests might be further partitioned ... (kernel.cpp:19:20)
+#   2023.2 adds the loop ("... of length 16 and bit width 32 in loop 'VADD_LOOP' has been inferred
+#   on bundle 'gmem'."); lengths may be "variable length"; 2020.2 wrote "Burst read of variable
+#   length and bit width 32 has been inferred on port 'gmem'".
+# - missed, summarised in the log (2023.x) as "[HLS 200-1603] Design has inferred MAXI bursts and
+#   missed bursts, see Vitis HLS GUI synthesis summary report ..."; the details are in
+#   syn/report/csynth.rpt, section "M_AXI Burst Information": tables "* Inferred Burst Summary"
+#   (HW Interface | Loop | Direction | Length | Width | Location) and "* Inferred Bursts and
+#   Widening Missed" (HW Interface | Variable | Loop | Problem | Resolution | Location), where
+#   Resolution is the message id;
+# - failures as messages (UG1448): 214-224 "Inferred burst reverted due to conflict with other on
+#   <name>" / "Could not burst due to multiple potential reads to the same bundle in the same
+#   region." (ports sharing a bundle), 214-225 "Bursting on <name> may be impacted by pragma",
+#   214-229 (215-229 in 2021.2) "Could not analyze pattern on <name>", 214-230 "Stride is
+#   incompatible", 214-231 overlapping accesses in one region (a read-modify-write: the write may
+#   clobber a later read), 214-232 "Access on <name> is in the conditional branch".
+# Widening notes (214-234 "Length is not divisible by 2", 214-353 "Could not widen ...") cost width,
+# not bursts, and are kept apart. The parser keys on message ids and on the quoted bundle or
+# variable, not on the rest of the wording, which changes between releases.
+
+BURST_FAILURE_IDS = ("214-224", "214-225", "214-229", "215-229", "214-230", "214-231", "214-232")
+WIDENING_IDS = ("214-234", "214-353")
+_BURST_OK = re.compile(
+    r"\[HLS 214-115\]\s+(?:Multiple\s+)?burst\s+(read|write)s?\s+of\s+(?:variable\s+length|length\s+(\d+))"
+    r"\s+and\s+bit\s+width\s+(\d+)(?:\s+in\s+loop\s+'([^']*)'(?:\(\))?)?\s+has\s+been\s+inferred\s+on\s+"
+    r"(?:bundle|port)\s+'([^']+)'", re.I)
+_MSG = re.compile(r"^\s*(INFO|WARNING|CRITICAL WARNING|ERROR):\s*\[HLS\s+(\d{3}-\d+)\]\s*(.*)$")
+_LOCATION = re.compile(r"\(([^()\s]+:\d+(?::\d+)?)\)\s*$")
+_MISSED = "200-1603"
+
+
+def _bundle_of(name: str, bundles: list[str]) -> str | None:
+    """The bundle a bundle, HW interface (m_axi_<bundle>) or variable name stands for. A variable
+    maps to `gmem_<variable>`, the bundle the generated kernels give each pointer argument."""
+    for candidate in (name, name.removeprefix("m_axi_"), f"gmem_{name}"):
+        if candidate in bundles:
+            return candidate
+    return None
+
+
+def _report_tables(text: str) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Rows of csynth.rpt's "Inferred Burst Summary" and "Inferred Bursts and Widening Missed"."""
+    tables: dict[str, list[dict[str, str]]] = {"summary": [], "missed": []}
+    current, header = None, None
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("* Inferred Burst Summary"):
+            current, header = "summary", None
+        elif s.startswith("* Inferred Bursts and Widening Missed"):
+            current, header = "missed", None
+        elif current and s.startswith("|"):
+            cells = [c.strip() for c in s.strip("|").split("|")]
+            if header is None:
+                header = cells
+            else:
+                tables[current].append(dict(zip(header, cells, strict=False)))
+        elif current and s and not s.startswith("+"):
+            current = None
+    return tables["summary"], tables["missed"]
+
+
+def _lengths(found: set[int | str]) -> list[int | str]:
+    return sorted((x for x in found if isinstance(x, int)), key=int) + sorted(x for x in found if isinstance(x, str))
+
+
+def burst_report(log_text: str, ports: list[str]) -> dict[str, Any]:
+    """What a Vitis HLS synthesis log (and/or csynth.rpt text) says about bursts on each bundle.
+
+    `ports`: the kernel's m_axi bundle names (gmem_<arg>). Returns
+    {"ports": {bundle: {"read_lengths", "write_lengths" (sorted; an int or "variable"),
+    "read_width", "write_width", "failures": [{"id", "message", "location"}], "widening": [...],
+    "status": "ok" | "lost" | "no-evidence"}}, "unattributed": [failures naming no listed bundle],
+    "missed_bursts_reported": bool (200-1603 seen)}. Nothing is inferred that the text does not say.
+    """
+    out: dict[str, dict[str, Any]] = {
+        b: {"read_lengths": set(), "write_lengths": set(), "read_width": None, "write_width": None,
+            "failures": [], "widening": []} for b in ports}
+    unattributed: list[dict[str, Any]] = []
+    missed = False
+
+    def inferred(bundle_name: str, direction: str, length: str | None, width: str | None) -> None:
+        bundle = _bundle_of(bundle_name, ports)
+        if bundle is None:
+            return
+        entry = out[bundle]
+        entry[f"{direction}_lengths"].add(int(length) if length and length.isdigit() else "variable")
+        if width and width.isdigit():
+            entry[f"{direction}_width"] = int(width)
+
+    def failure(names: list[str], msg_id: str | None, message: str, location: str | None, widening: bool) -> None:
+        item = {"id": msg_id, "message": message, "location": location}
+        key = "widening" if widening else "failures"
+        targets = {b for b in (_bundle_of(n, ports) for n in names) if b}
+        for b in sorted(targets):
+            if item not in out[b][key]:
+                out[b][key].append(item)
+        if not targets and key == "failures" and item not in unattributed:
+            unattributed.append(item)
+
+    for line in log_text.splitlines():
+        m = _BURST_OK.search(line)
+        if m:
+            inferred(m.group(5), m.group(1).lower(), m.group(2), m.group(3))
+            continue
+        m = _MSG.match(line)
+        if not m:
+            continue
+        msg_id, body = m.group(2), m.group(3)
+        if msg_id == _MISSED:
+            missed = True
+        elif msg_id in BURST_FAILURE_IDS or msg_id in WIDENING_IDS or "could not burst" in body.lower():
+            loc = _LOCATION.search(body)
+            names = re.findall(r"'([A-Za-z_]\w*)'", body) + re.findall(r"\bon\s+([A-Za-z_]\w*)\b", body)
+            failure(names, msg_id, body.strip(), loc.group(1) if loc else None, msg_id in WIDENING_IDS)
+
+    summary, missed_rows = _report_tables(log_text)
+    for row in summary:
+        direction = row.get("Direction", "").lower()
+        if direction in ("read", "write"):
+            inferred(row.get("HW Interface", ""), direction, row.get("Length"), row.get("Width"))
+    for row in missed_rows:
+        msg_id = row.get("Resolution", "")
+        problem = row.get("Problem", "")
+        if not re.fullmatch(r"\d{3}-\d+", msg_id):
+            msg_id = None  # the report left the id out; the problem text still says what happened
+        widening = msg_id in WIDENING_IDS or problem.lower().startswith("could not widen")
+        failure([row.get("HW Interface", ""), row.get("Variable", "")], msg_id, problem, row.get("Location") or None,
+                widening)
+
+    result: dict[str, Any] = {"ports": {}, "unattributed": unattributed, "missed_bursts_reported": missed}
+    for b, e in out.items():
+        has_burst = bool(e["read_lengths"] or e["write_lengths"])
+        status = "lost" if e["failures"] else ("ok" if has_burst else "no-evidence")
+        result["ports"][b] = {
+            **e,
+            "read_lengths": _lengths(e["read_lengths"]),
+            "write_lengths": _lengths(e["write_lengths"]),
+            "status": status,
+        }
+    return result
+
+
+def check_bursts(log_text: str, ports: list[str]) -> None:
+    """Raise UserError, in one line, if any m_axi bundle lost its bursts or shows no burst at all."""
+    report = burst_report(log_text, ports)
+    bad = []
+    for b, e in report["ports"].items():
+        if e["status"] == "lost":
+            ids = sorted({f["id"] or "no id" for f in e["failures"]})
+            where = e["failures"][0]["location"]
+            bad.append(f"{b} ({', '.join(ids)}{' at ' + where if where else ''})")
+        elif e["status"] == "no-evidence":
+            bad.append(f"{b} (no burst inferred)")
+    if report["unattributed"]:
+        ids = sorted({f["id"] or "no id" for f in report["unattributed"]})
+        bad.append(f"a port the log does not name ({', '.join(ids)})")
+    elif report["missed_bursts_reported"] and not bad:
+        bad.append("a port the log does not name (200-1603: see syn/report/csynth.rpt, M_AXI Burst Information)")
+    if bad:
+        raise UserError(
+            "Vitis HLS did not infer AXI bursts on " + "; ".join(bad) + ". Without bursts a port moves one "
+            "beat per request, far below the memory bandwidth sizing assumes: read each port only in its own "
+            "sequential pipelined load loop and write each only in its own store loop, one bundle per port "
+            "(hls.burst_check.check_hls_source finds these patterns; UG1399 'Optimizing Burst Transfers')")

@@ -55,6 +55,7 @@ def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]
     monkeypatch.setenv("PLATFORM_REPO_PATHS", str(platforms))
     monkeypatch.delenv("OPTIMUSNIC_STANDIN_FAIL", raising=False)
     monkeypatch.delenv("OPTIMUSNIC_STANDIN_WNS", raising=False)
+    monkeypatch.delenv("OPTIMUSNIC_STANDIN_LOST_BURSTS", raising=False)
     return {"log": log, "platforms": platforms, "registry": tmp_path / "bitstreams", "run": tmp_path / "run"}
 
 
@@ -190,6 +191,8 @@ def test_hls_flow_with_standins(standins: dict[str, Path], capsys: pytest.Captur
     assert s["timing_met"] is True and s["achieved_mhz"] == 300.0 and s["wns_ns"] == 0.021
     assert s["resources"] == {"lut": 160214, "lutasmem": 12010, "reg": 201377, "bram": 61, "uram": 0, "dsp": 544}
     assert s["hls"]["top"] == "optimusnic_adamw" and s["hls"]["resources"]["dsp"] == 544
+    assert {b: e["status"] for b, e in s["hls_bursts"]["ports"].items()} == {
+        f"gmem_{a}": "ok" for a in ("grad", "p", "m", "v", "out")}
     assert [c["step"] for c in entry["build"]["commands"]] == ["hls", "link"]
     assert (run / "report" / "summary.json").is_file() and (run / "logs" / "1-vitis_hls.log").is_file()
     assert sorted(p.name for p in (reg / "u55c" / "optimusnic_adamw.reports").iterdir()) == [
@@ -263,6 +266,30 @@ def test_failed_step_names_its_log_and_registers_nothing(standins: dict[str, Pat
     assert rc == 2 and len(err) == 1
     assert "link: v++ exited with status 1" in err[0] and "2-v++_link.log" in err[0]
     assert not (standins["registry"] / "u200").exists()
+
+
+def test_lost_bursts_stop_the_build_naming_the_port(standins: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """vitis_hls (stand-in) reports a lost burst on p: the build stops before the v++ link with one
+    line naming the bundle and the log, and registers nothing."""
+    _needs_templates("hls")
+    monkeypatch.setenv("OPTIMUSNIC_STANDIN_LOST_BURSTS", "gmem_p")
+    run = standins["run"]
+    rc = main(["build", "--target", "u55c", "-o", str(run), "--registry", str(standins["registry"])])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "did not infer AXI bursts on gmem_p (214-231" in err[0]
+    assert "gmem_m" not in err[0] and str(run / "project" / "hls" / "vitis_hls.log") in err[0]
+    assert [c["tool"] for c in _calls(standins["log"])] == ["vitis_hls"]
+    assert not (standins["registry"] / "u55c").exists()
+
+
+def test_burst_check_uses_the_manifest_pointer_args() -> None:
+    manifest = {"register_map": {"args": [{"name": "grad", "kind": "stream"}, {"name": "p0_rd", "kind": "pointer"},
+                                          {"name": "p0_wr", "kind": "pointer"}, {"name": "n", "kind": "scalar"}]}}
+    assert build.hls_bundles(manifest) == ["gmem_p0_rd", "gmem_p0_wr"]
+    _, manifest = render(KernelSpec())
+    assert build.hls_bundles(manifest) == ["gmem_grad", "gmem_p", "gmem_m", "gmem_v", "gmem_out"]
 
 
 def test_failed_timing_is_reported(standins: dict[str, Path], monkeypatch: pytest.MonkeyPatch,

@@ -66,3 +66,23 @@ def write_xo(path: Path, kernel: str, tool: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("STANDIN.txt", BANNER + f"{tool} output for kernel {kernel}; not a Vitis object\n")
+
+
+def write_hls_log(path: Path, source: str, top: str) -> None:
+    """A vitis_hls.log with the burst messages of a csynth of `source` (see the vitis_hls stand-in)."""
+    lost = {b for b in os.environ.get("OPTIMUSNIC_STANDIN_LOST_BURSTS", "").split(",") if b}
+    lines = [f"INFO: [HLS 200-10] {BANNER}vitis_hls csynth_design of {top}"]
+    for m in re.finditer(r"#pragma\s+HLS\s+INTERFACE\s+m_axi\s+port=(\w+)\s+bundle=(\w+)", source):
+        port, bundle = m.groups()
+        if bundle in lost:
+            lines.append(f"WARNING: [HLS 214-231] Access on '{port}' is clobbered by a write to '{port}' in the "
+                         f"same region ({top}.cpp:1:1)")
+            continue
+        for kind in ("read", "write"):
+            lines.append(f"INFO: [HLS 214-115] Multiple burst {kind}s of variable length and bit width 512 has been "
+                         f"inferred on bundle '{bundle}'. ({top}.cpp:1:1)")
+    if lost:
+        lines.append("INFO: [HLS 200-1603] Design has inferred MAXI bursts and missed bursts, see Vitis HLS GUI "
+                     "synthesis summary report for detailed information.")
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
