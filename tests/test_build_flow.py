@@ -28,6 +28,11 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 XRT_TARGETS = [k for k, t in load_catalog().items() if t.has_xrt_flow]
 REQUIRED = {"hls": ("hls/run_hls.tcl", "hls/link.cfg"), "rtl": ("rtl/kernel.xml", "rtl/package_xo.tcl", "hls/link.cfg")}
 
+# The default u55c kernel's m_axi ports: 2 stripes of p, m, v (read and write port each), grad and out.
+DEFAULT_PORTS = ("grad0", "p0_rd", "p0_wr", "p1_rd", "p1_wr", "m0_rd", "m0_wr", "m1_rd", "m1_wr",
+                 "v0_rd", "v0_wr", "v1_rd", "v1_wr", "out0")
+
+
 
 def _needs_templates(kernel: str, target: str = "u55c") -> None:
     """The build flow reads files other engineers' templates render; skip until they exist."""
@@ -192,7 +197,9 @@ def test_hls_flow_with_standins(standins: dict[str, Path], capsys: pytest.Captur
     assert s["resources"] == {"lut": 160214, "lutasmem": 12010, "reg": 201377, "bram": 61, "uram": 0, "dsp": 544}
     assert s["hls"]["top"] == "optimusnic_adamw" and s["hls"]["resources"]["dsp"] == 544
     assert {b: e["status"] for b, e in s["hls_bursts"]["ports"].items()} == {
-        f"gmem_{a}": "ok" for a in ("grad", "p", "m", "v", "out")}
+        f"gmem_{a['name']}": "ok" for a in manifest["register_map"]["args"] if a["kind"] == "pointer"}
+    # 4 lanes at 300 MHz need 1.2 G elements/s: one stripe of each array carries that
+    assert len(s["hls_bursts"]["ports"]) == 8
     assert [c["step"] for c in entry["build"]["commands"]] == ["hls", "link"]
     assert (run / "report" / "summary.json").is_file() and (run / "logs" / "1-vitis_hls.log").is_file()
     assert sorted(p.name for p in (reg / "u55c" / "optimusnic_adamw.reports").iterdir()) == [
@@ -273,13 +280,14 @@ def test_lost_bursts_stop_the_build_naming_the_port(standins: dict[str, Path], m
     """vitis_hls (stand-in) reports a lost burst on p: the build stops before the v++ link with one
     line naming the bundle and the log, and registers nothing."""
     _needs_templates("hls")
-    monkeypatch.setenv("OPTIMUSNIC_STANDIN_LOST_BURSTS", "gmem_p")
+    monkeypatch.setenv("OPTIMUSNIC_STANDIN_LOST_BURSTS", "gmem_p1_wr")
     run = standins["run"]
     rc = main(["build", "--target", "u55c", "-o", str(run), "--registry", str(standins["registry"])])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
-    assert "did not infer AXI bursts on gmem_p (214-231" in err[0]
-    assert "gmem_m" not in err[0] and str(run / "project" / "hls" / "vitis_hls.log") in err[0]
+    assert "did not infer AXI bursts on gmem_p1_wr (214-231" in err[0]
+    assert "gmem_p0" not in err[0] and "gmem_m" not in err[0]
+    assert str(run / "project" / "hls" / "vitis_hls.log") in err[0]
     assert [c["tool"] for c in _calls(standins["log"])] == ["vitis_hls"]
     assert not (standins["registry"] / "u55c").exists()
 
@@ -289,7 +297,7 @@ def test_burst_check_uses_the_manifest_pointer_args() -> None:
                                           {"name": "p0_wr", "kind": "pointer"}, {"name": "n", "kind": "scalar"}]}}
     assert build.hls_bundles(manifest) == ["gmem_p0_rd", "gmem_p0_wr"]
     _, manifest = render(KernelSpec())
-    assert build.hls_bundles(manifest) == ["gmem_grad", "gmem_p", "gmem_m", "gmem_v", "gmem_out"]
+    assert build.hls_bundles(manifest) == [f"gmem_{a}" for a in DEFAULT_PORTS]
 
 
 def test_failed_timing_is_reported(standins: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
