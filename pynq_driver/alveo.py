@@ -264,9 +264,7 @@ def _import_pynq() -> tuple[Any, str | None]:
             warnings.simplefilter("ignore")
             import pynq
     except ModuleNotFoundError as exc:
-        if exc.name == "pynq":
-            return None, f"PYNQ {PYNQ_VERSION} (pip install 'optimusnic[card]')"
-        return None, f"{exc.name}, which PYNQ needs (pip install 'optimusnic[card]')"
+        return None, _missing_module(exc)
     except OSError as exc:  # XILINX_XRT is set, but its libxrt_core.so does not load
         where = os.environ.get("XILINX_XRT", "")
         return None, (f"XRT (XILINX_XRT={where} has no usable lib/libxrt_core.so: {exc}; install XRT 2.13-2.16 "
@@ -274,13 +272,22 @@ def _import_pynq() -> tuple[Any, str | None]:
     try:
         import pynq.lib  # noqa: F401 - Overlay() imports it; PYNQ 3.0.1 needs pycparser < 3 for it
     except ModuleNotFoundError as exc:
-        if (exc.name or "").startswith("pycparser"):
-            return None, ("pycparser < 3 (PYNQ 3.0.1's pynq.lib imports pycparser.plyparser, gone in pycparser 3; "
-                          "pip install 'optimusnic[card]')")
-        return None, f"{exc.name}, which pynq.lib needs (pip install 'optimusnic[card]')"
+        return None, _missing_module(exc)
     if getattr(pynq, "__version__", "") != PYNQ_VERSION:
         return None, f"PYNQ {PYNQ_VERSION} (found {pynq.__version__}; the last release that supports Alveo)"
     return pynq, None
+
+
+def _missing_module(exc: ModuleNotFoundError) -> str:
+    name = exc.name or str(exc)
+    if name == "pynq":
+        return f"PYNQ {PYNQ_VERSION} (pip install 'optimusnic[card]')"
+    if name.startswith("pycparser"):
+        return ("pycparser < 3 (PYNQ 3.0.1's pynq.lib imports pycparser.plyparser, gone in pycparser 3; "
+                "pip install 'optimusnic[card]')")
+    if name.startswith("pkg_resources"):
+        return "setuptools < 82 (PYNQ's pynqutils imports pkg_resources; pip install 'optimusnic[card]')"
+    return f"{name}, which PYNQ needs (pip install 'optimusnic[card]')"
 
 
 def cards(pynq: Any) -> list[Any]:
@@ -520,7 +527,8 @@ class AlveoDevice(Device):
         try:
             sync()
         except RuntimeError as exc:
-            raise DeviceError(f"{self.where}: DMA of the buffer at {buf.address:#x} in {buf.bank} failed: {exc}") from exc
+            raise DeviceError(f"{self.where}: DMA of the buffer at {buf.address:#x} in {buf.bank} failed: "
+                              f"{exc}") from exc
 
     # ---- registers --------------------------------------------------------------------------------
     def _handle(self) -> Any:

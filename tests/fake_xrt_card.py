@@ -105,7 +105,8 @@ def _topology(memory: dict[str, Any], ddr_tags: str) -> list[_Mem]:
             tag = f"bank{i}" if ddr_tags == "bank" else f"DDR[{i}]"
             mems.append(_Mem(tag, MEM_DDR4, False, DDR_BASE + i * size, size))
     plram_base = DDR_BASE + (1 << 40)
-    mems += [_Mem(f"PLRAM[{i}]", MEM_DRAM, False, plram_base + i * PLRAM_BYTES, PLRAM_BYTES) for i in range(PLRAM_BANKS)]
+    mems += [_Mem(f"PLRAM[{i}]", MEM_DRAM, False, plram_base + i * PLRAM_BYTES, PLRAM_BYTES)
+             for i in range(PLRAM_BANKS)]
     mems.append(_Mem("HOST[0]", MEM_HOST, False, 0x2000000000000, HOST_BYTES))
     return mems
 
@@ -266,9 +267,14 @@ class _Handle:
 class FakeCard:
     """One simulated card (TEST DOUBLE; see the module docstring)."""
 
-    def __init__(self, board: str = "u55c", *, shell: str | None = None) -> None:
+    def __init__(self, board: str = "u55c", *, shell: str | None = None, platforms: set[str] | None = None) -> None:
+        from hls.targets import get_target
+
         self.board = board
         self.shell = shell or SHELLS[board]
+        # The platform (xclbin VBNV) this shell version takes: another version of the board's
+        # platform is refused as XRT refuses it ("Shell does not match").
+        self.platforms = platforms or {get_target(board).platform}
         self.uuid: bytes | None = None
         self.vbnv = ""
         self.mems: list[_Mem] = []  # GROUP_TOPOLOGY when present, else MEM_TOPOLOGY
@@ -310,7 +316,7 @@ class FakeCard:
             if not bytes(data).startswith(XCLBIN_MAGIC):
                 return -errno.EINVAL
             sections, uuid, vbnv = _sections(bytes(data))
-            if _board(vbnv) != _board(self.shell):
+            if _board(vbnv) != _board(self.shell) or vbnv not in self.platforms:
                 return -errno.EOPNOTSUPP  # XRT: "Shell does not match"
             if BITSTREAM not in sections:
                 return -errno.EINVAL
