@@ -491,6 +491,7 @@ class AlveoDevice(Device):
         return self.card.get_memory(desc)
 
     def _allocate(self, nbytes: int, bank: str) -> Buffer:
+        self._handle()  # PYNQ would pass a closed (NULL) handle straight to XRT
         memory = self._memory(bank)
         try:
             pbuf = self._pynq.allocate((nbytes,), np.uint8, target=memory)
@@ -502,8 +503,15 @@ class AlveoDevice(Device):
         self.buffers.append(buf)
         return buf
 
+    def _free_pynq_buffer(self, pbuf: Any) -> None:
+        if not self.card.handle:
+            # The XRT handle was closed under us (which freed the buffers); PYNQ would hand XRT a NULL one.
+            pbuf.freed = True
+            return
+        pbuf.freebuffer()
+
     def _free(self, buf: Buffer) -> None:
-        buf.handle.freebuffer()
+        self._free_pynq_buffer(buf.handle)
         buf.handle = None
         if buf in self.buffers:
             self.buffers.remove(buf)
@@ -598,15 +606,16 @@ class AlveoDevice(Device):
     def _release(self) -> None:
         for buf in list(self.buffers):
             try:
-                buf.handle.freebuffer()
-            except Exception:  # noqa: BLE001 - closing must finish; the handle may be gone
+                self._free_pynq_buffer(buf.handle)
+            except Exception:  # noqa: BLE001 - closing must finish
                 pass
             buf.handle, buf.freed = None, True
         self.buffers.clear()
         users = _CARD_USERS.get(id(self.card))
         for cu_name in self._contexts:
             try:
-                self.card.close_context(cu_name)
+                if self.card.handle:
+                    self.card.close_context(cu_name)
             except Exception:  # noqa: BLE001
                 pass
             if users:

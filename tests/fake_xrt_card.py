@@ -600,7 +600,11 @@ class FakeXrt:
             np.frombuffer(host, np.uint8)[:] = b.storage[offset: offset + size]
         return 0
 
-    def xclFreeBO(self, handle: _Handle, bo: int) -> None:  # noqa: N802
+    def xclFreeBO(self, handle: _Handle | None, bo: int) -> None:  # noqa: N802
+        if handle is None:  # libxrt would dereference NULL
+            for card in self.cards:
+                card.errors.append(f"xclFreeBO({bo}) with a NULL handle")
+            return
         handle.card.free(handle, bo)
 
     def xclRead(self, handle: _Handle, space: int, offset: int, buf: Any, size: int) -> int:  # noqa: N802

@@ -405,6 +405,24 @@ def test_close_releases_only_this_kernel(tmp_path: Path) -> None:
         assert_clean(card)
 
 
+def test_a_handle_closed_elsewhere_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    import pynq
+
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        dev = open_device("alveo", spec, xclbin=xclbin)
+        shard = ShardState(dev, np.ones(100, np.float32))
+        pynq.Device.devices[0].close()  # what Overlay.free() does to every user of the card
+        with pytest.raises(DeviceError, match="XRT handle of this card was closed"):
+            dev.read_reg(0)
+        with pytest.raises(DeviceError, match="XRT handle of this card was closed"):
+            dev.allocate(4096, "HBM[1]")
+        shard.close()
+        dev.close()
+        assert card.errors == [] and card.live_bos() == [] and card.open_contexts() == 0
+
+
 def test_timeout_makes_the_device_unusable_and_a_late_done_is_never_taken(tmp_path: Path) -> None:
     spec = KernelSpec()
     xclbin = make_bitstream(tmp_path, spec)
