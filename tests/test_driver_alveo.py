@@ -442,8 +442,10 @@ def test_timeout_makes_the_device_unusable_and_a_late_done_is_never_taken(tmp_pa
             shard.step(grads[1], shard.next_hyper(lr=1e-3, weight_decay=0.01))
         shard.close()
         dev.close()
+        assert card.cus[0].done  # the stale ap_done is still there
         # Reopened: the stale ap_done is read away before the first run, which runs for real.
         with open_device("alveo", spec, xclbin=xclbin) as dev2, ShardState(dev2, params, CHUNK) as fresh:
+            assert not card.cus[0].done
             assert same_bits(fresh.step(grads[1], fresh.next_hyper(lr=1e-3, weight_decay=0.01)), want[0])
         assert_clean(card)
 
