@@ -361,6 +361,13 @@ class AlveoDevice(Device):
              project_dir: str | Path | None = None, timeout_s: float = 10.0,
              device_index: int | None = None) -> AlveoDevice:
         """Program card `device_index` (default: this process's local rank, else 0) with the xclbin of `spec`."""
+        from hls.targets import get_target
+
+        target = get_target(spec.target)
+        if target.flow != "xrt":
+            raise ToolMissing(f"alveo backend: {target.name} is not an xclbin/XRT card (its flow is {target.flow!r}: "
+                              "AMD's Vivado + VRT runtime); the toolkit cannot run it yet. Use backend='csim' or "
+                              "'rtlsim'.")
         missing: list[str] = []
         resolved = None
         try:

@@ -611,6 +611,11 @@ def test_no_card(tmp_path: Path) -> None:
             open_device("alveo", spec, xclbin=xclbin)
 
 
+def test_v80_is_not_an_xrt_card() -> None:
+    with pytest.raises(ToolMissing, match="not an xclbin/XRT card"):
+        open_device("alveo", KernelSpec(target="v80"))
+
+
 def test_no_pynq(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = KernelSpec()
     xclbin = make_bitstream(tmp_path, spec)
