@@ -138,6 +138,9 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
         self.average = bool(average_gradients)
         self.skip_nonfinite = bool(skip_nonfinite)
         self.chunk_elems = chunk_elems
+        if backend == "alveo" and "device_index" not in device_options:
+            # Each rank drives its own card: its rank on this host picks it (override with device_index=).
+            device_options = {**device_options, "device_index": host_local_rank(self.process_group)}
         self.pool = DevicePool(backend, optimizer, target, lanes, device_options)
         self.skipped_steps = 0
         self.overlap = bool(overlap)
@@ -344,6 +347,22 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
                 b.flat.remember()
 
 
+def host_local_rank(group: Any = None) -> int:
+    """This rank's index among the ranks of `group` on its host: the launcher's LOCAL_RANK (torchrun,
+    MPI, Slurm) when set, else counted from every rank's hostname (collective)."""
+    import socket
+
+    from pynq_driver.alveo import local_rank
+
+    env = local_rank()
+    if env is not None:
+        return env
+    hosts: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(hosts, socket.gethostname(), group=group)
+    me = dist.get_rank(group)
+    return sum(1 for r in range(me) if hosts[r] == hosts[me])
+
+
 # ---- launching ranks on one machine (tests and the demo) ---------------------------------------
 def init_gloo(rank: int, world_size: int, port: int, timeout_s: float = 60.0) -> None:
     """Join a gloo group on 127.0.0.1:port; every collective gives up after `timeout_s`."""
@@ -377,4 +396,4 @@ def run_ranks(fn: Callable[..., None], world_size: int, args: tuple[Any, ...] = 
                 p.join(5)
 
 
-__all__ = ["ShardedNicOptimizer", "init_gloo", "run_ranks"]
+__all__ = ["ShardedNicOptimizer", "host_local_rank", "init_gloo", "run_ranks"]
