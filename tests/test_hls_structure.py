@@ -16,11 +16,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from test_csim import DEFAULT_VARIANTS, spec_of
 
 from hls.generate import render
 from hls.spec import KernelSpec
 
-SPECS = [
+# The C simulation's default variants (every plan, dtype and source), and more shapes.
+SPECS = [spec_of(v) for v in DEFAULT_VARIANTS] + [
     KernelSpec(),
     KernelSpec(optimizer="adam", name="optimusnic_adam"),
     KernelSpec(grad_dtype="bf16", out_dtype="bf16", lanes=4, stripes=3),
@@ -109,9 +111,20 @@ def _loops(body: str) -> list[tuple[str, str]]:
     return out
 
 
+_RENDERED: dict[KernelSpec, tuple[str, dict]] = {}
+
+
+def _source(spec: KernelSpec) -> tuple[str, dict]:
+    """The kernel's C++ as generated (comments included) and the manifest, rendered once per spec."""
+    if spec not in _RENDERED:
+        files, manifest = render(spec)
+        _RENDERED[spec] = files[f"hls/{spec.name}.cpp"].decode(), manifest
+    return _RENDERED[spec]
+
+
 def _kernel(spec: KernelSpec) -> tuple[str, dict, dict[str, Function]]:
-    files, manifest = render(spec)
-    code = _strip_comments(files[f"hls/{spec.name}.cpp"].decode())
+    raw, manifest = _source(spec)
+    code = _strip_comments(raw)
     return code, manifest, _functions(code)
 
 
@@ -227,13 +240,11 @@ def test_allocation_is_ops_times_lanes(kernel) -> None:
     assert f"#pragma HLS PIPELINE II={16 // spec.lanes}\n" in outer
     limits = dict(re.findall(r"#pragma HLS ALLOCATION operation instances=(\w+) limit=(\d+)", outer))
     assert {k: int(v) for k, v in limits.items()} == {k: n * spec.lanes for k, n in ops.items()}
-    raw = render(spec)[0][f"hls/{spec.name}.cpp"].decode()
-    assert "II = 16 / LANES" in raw  # the comment that says why the limits are what they are
+    assert "II = 16 / LANES" in _source(spec)[0]  # the comment that says why the limits are what they are
 
 
 def test_burst_check_finds_nothing(kernel) -> None:
     """The project's static burst checker (hls/burst_check.py), once it is merged."""
     burst_check = pytest.importorskip("hls.burst_check")
     spec, _, _, _ = kernel
-    raw = render(spec)[0][f"hls/{spec.name}.cpp"].decode()
-    assert burst_check.check_hls_source(raw) == []
+    assert burst_check.check_hls_source(_source(spec)[0]) == []
