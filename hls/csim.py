@@ -177,6 +177,8 @@ class CsimKernel:
     (at least n elements of the gradient dtype), which the harness sends as the AXI4-Stream.
     `scalars` is the register dict of `Scalars.registers(optimizer)` or the uint32 array of
     `scalar_bits(...)`. Lanes past n in the last beat of every stripe keep their old state.
+    Buffers may be larger than needed; for a chunk of a shard that starts at element c (a
+    multiple of `align`), pass views from `port_offsets(c)[port]` bytes on.
 
     `run(grad, p, m, v, out, n, scalars)`: the whole-array convenience (tests, bench, demo):
     stripes the first n elements with hls.layout.split, calls run_ports, and joins p, m, v and
@@ -226,6 +228,18 @@ class CsimKernel:
     def port_bytes(self, n: int) -> dict[str, int]:
         """Bytes each port's buffer must hold for a shard of n elements (stripe 0 is the largest)."""
         return {p: self.port_info[p].nbytes(int(n)) for p in self.ports}
+
+    def port_offsets(self, first: int) -> dict[str, int]:
+        """Byte offset of element `first` of the shard in each port's stripe buffer.
+
+        To run a chunk of a shard that starts at element `first`, pass each port a view of its
+        stripe buffer from this offset (what a card's host does with the pointer registers).
+        `first` must start a round of every stripe: a multiple of `self.align` (32 x lcm of the
+        stripe counts, StripeCounts.beat_align()).
+        """
+        if isinstance(first, bool) or not isinstance(first, (int, np.integer)) or first < 0 or first % self.align:
+            raise ValueError(f"first: {first!r} must be a multiple of {self.align} (32 x lcm of the stripe counts)")
+        return {p: int(first) // (64 // i.elem_bytes * i.stripes) * 64 for p, i in self.port_info.items()}
 
     def scalar_bits(self, scalars: dict[str, int]) -> np.ndarray:
         """The scalar registers in register-map order as a uint32 array (validated)."""

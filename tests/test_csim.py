@@ -198,6 +198,30 @@ def test_run_ports_reads_rd_and_writes_wr() -> None:
         assert (buffers[k] == b).all(), f"{k} was written"
 
 
+@pytest.mark.parametrize("variant", [DEFAULT_VARIANTS[3], DEFAULT_VARIANTS[4]], ids=_ids)
+def test_run_ports_on_chunks_of_a_shard(variant: tuple) -> None:
+    """A shard run as chunks (views from port_offsets) equals one run on the whole shard."""
+    kernel = kernel_for(variant)
+    spec = kernel.spec
+    n = 5 * kernel.align + 21
+    s = make_inputs(spec, n, np.random.default_rng(11))
+    whole, whole_parts = _stripe_buffers(kernel, s, n)
+    chunked, parts = _stripe_buffers(kernel, s, n)
+    regs = prepare_scalars(Hyper(step=3), spec.optimizer).registers(spec.optimizer)
+    kernel.run_ports(whole, n, regs)
+    for first in range(0, n, 2 * kernel.align):
+        count = min(2 * kernel.align, n - first)
+        offsets = kernel.port_offsets(first)
+        views = {port: (b[first:] if port == "grad" else b[offsets[port]:])  # the stream gradient is typed
+                 for port, b in chunked.items()}
+        kernel.run_ports(views, count, regs)
+    for name in ("p", "m", "v", "out"):
+        for a, b in zip(whole_parts[name], parts[name], strict=True):
+            assert (a == b).all(), name
+    with pytest.raises(ValueError, match="multiple of"):
+        kernel.port_offsets(kernel.align // 2)
+
+
 def test_run_ports_validates_buffers() -> None:
     kernel = kernel_for(DEFAULT_VARIANTS[0])  # 1 grad, 2 state, 1 out stripes
     n = 100
