@@ -12,12 +12,14 @@ from hls.spec import KernelSpec
 from pynq_driver import ShardState, open_device
 
 N = 10_007  # several chunks, not a multiple of 16 lanes
-CHUNK = 1000  # rounded down to 992, a whole number of 64-byte beats
+CHUNK = 1000  # rounded down to whole beats of every stripe (992 with 1 stripe of each array)
 
 SPECS = [
     KernelSpec(),
     KernelSpec(grad_dtype="bf16", out_dtype="bf16"),
     KernelSpec(optimizer="adam", grad_dtype="fp16", lanes=4, name="optimusnic_adam"),
+    # several stripes per array and several compute units, each CU its own part of the shard
+    KernelSpec(stripes=3, compute_units=2),
 ]
 
 
@@ -30,13 +32,16 @@ def grad_of(rng: np.random.Generator, n: int, grad_dtype: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("backend", ["golden", "csim"])
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.optimizer}-{s.grad_dtype}-{s.out_dtype}-l{s.lanes}")
+@pytest.mark.parametrize("spec", SPECS,
+                         ids=lambda s: f"{s.optimizer}-{s.grad_dtype}-{s.out_dtype}-l{s.lanes}-cu{s.compute_units}")
 def test_backend_bit_exact_over_steps(backend: str, spec: KernelSpec) -> None:
     rng = np.random.default_rng(11)
     p0 = rng.standard_normal(N).astype(np.float32)
     p, m, v = p0.copy(), np.zeros(N, np.float32), np.zeros(N, np.float32)
     with open_device(backend, spec) as dev, ShardState(dev, p0, chunk_elems=CHUNK) as shard:
-        assert shard.chunk_elems == 992 and shard.backend == backend
+        align = dev.stripes.beat_align()
+        assert shard.chunk_elems == CHUNK // align * align and shard.backend == backend
+        assert len(shard.parts) == spec.compute_units
         for t in range(1, 5):
             g = grad_of(rng, N, spec.grad_dtype)
             h = Hyper(step=t, lr=3e-3, weight_decay=0.05, grad_scale=0.5 if t == 3 else 1.0)
@@ -110,7 +115,7 @@ def test_checkpoint_continues_bit_exact_on_another_backend(first: str, second: s
 
 def test_small_shard_and_default_chunk() -> None:
     with open_device("golden", KernelSpec()) as dev, ShardState(dev, np.ones(5, np.float32)) as shard:
-        assert shard.chunk_elems == 16
+        assert shard.chunk_elems == 64  # one beat of each of the 2 p stripes, and of 16-bit data: 32 x lcm(2, 1, 1)
         out = shard.step(np.ones(5, np.float32), Hyper(step=1, lr=0.5, weight_decay=0.0))
         assert np.allclose(out, 0.5)
     with open_device("golden", KernelSpec()) as dev, ShardState(dev, np.ones(5_000_000, np.float32)) as shard:
