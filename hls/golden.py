@@ -159,7 +159,9 @@ def adam_update(
     s = scalars
     with np.errstate(all="ignore"):
         g = widen_grad(grad, grad_dtype) * s.gs
-        if optimizer == "adam":
+        # torch.optim.Adam adds the L2 term only when weight_decay != 0, so p = +-inf with
+        # weight_decay 0 gives no 0 * inf = NaN (design.md section 3).
+        if optimizer == "adam" and s.l2 != 0:
             g = g + s.l2 * p
         else:
             p *= s.decay

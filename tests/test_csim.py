@@ -293,3 +293,22 @@ def test_vitis_testbench_passes_with_gcc(variant: tuple, tmp_path: Path) -> None
     result = subprocess.run([str(exe)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout
     assert "PASS" in result.stdout
+
+
+def test_adam_without_weight_decay_keeps_infinite_params() -> None:
+    """Like torch.optim.Adam, the kernel skips the L2 term when weight_decay is 0: p = +-inf stays
+    +-inf (0 * inf would be NaN), bit-exact with the golden model."""
+    kernel = kernel_for(DEFAULT_VARIANTS[3])  # adam, fp16 grads, fp32 out
+    n = 40
+    p = np.linspace(-3, 3, n).astype(np.float32)
+    p[::7] = np.inf
+    p[3::7] = -np.inf
+    g = np.linspace(-1, 1, n).astype(np.float16)
+    regs = prepare_scalars(Hyper(step=1, lr=1e-2, weight_decay=0.0), "adam").registers("adam")
+    gp, gm, gv = p.copy(), np.zeros(n, np.float32), np.zeros(n, np.float32)
+    want = adam_update(gp, gm, gv, g, prepare_scalars(Hyper(step=1, lr=1e-2, weight_decay=0.0), "adam"),
+                       optimizer="adam", grad_dtype="fp16")
+    m, v, out = np.zeros(n, np.float32), np.zeros(n, np.float32), np.empty(n, np.float32)
+    kernel.run(g, p, m, v, out, n, regs)
+    assert not np.isnan(out).any() and np.isinf(out[::7]).all()
+    assert bits_equal(out, want).all() and bits_equal(p, gp).all() and bits_equal(m, gm).all()

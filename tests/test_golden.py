@@ -94,3 +94,21 @@ def test_special_values_follow_ieee() -> None:
 def test_bad_hyper_rejected(bad: dict) -> None:
     with pytest.raises(ValueError):
         Hyper(**bad)
+
+
+def test_adam_without_weight_decay_skips_the_l2_term() -> None:
+    """torch.optim.Adam adds weight_decay * p only when weight_decay != 0: p = +-inf with weight_decay 0
+    stays +-inf (0 * inf would be NaN), and every other value is unchanged too (design.md section 3)."""
+    p0 = np.array([np.inf, -np.inf, 1.5, -0.0, 3e-39], np.float32)
+    g = np.array([0.5, -0.25, 1.0, 2.0, -1.0], np.float32)
+    ours = p0.copy()
+    adam_update(ours, np.zeros(5, np.float32), np.zeros(5, np.float32), g,
+                prepare_scalars(Hyper(step=1, lr=1e-2, weight_decay=0.0), "adam"), optimizer="adam")
+    tp = torch.tensor(p0, requires_grad=True)
+    tp.grad = torch.tensor(g)
+    torch.optim.Adam([tp], lr=1e-2, weight_decay=0.0, foreach=False).step()
+    theirs = tp.detach().numpy()
+    assert not np.isnan(ours).any() and not np.isnan(theirs).any()
+    assert (ours[:2] == p0[:2]).all() and (theirs[:2] == p0[:2]).all()
+    # the rest tracks torch as the golden model does everywhere (torch divides by sqrt(bc2) first)
+    assert np.allclose(ours[2:], theirs[2:], rtol=0, atol=1e-6)

@@ -142,8 +142,13 @@ module onic_adam_lane #(
             wire _unused_ok = &{1'b0, s1_p, 1'b0};
         end else begin : g_adam
             wire [96+T-1:0] tag;
+            // torch adds the L2 term only when weight_decay != 0 (0 * inf would be NaN). With
+            // l2 = +-0 the adder gets -0 instead: x + (-0) = x for every x under round to nearest
+            // even (+0 + -0 = +0, -0 + -0 = -0), so g passes unchanged through the same latency.
+            wire l2_zero = wd[30:0] == 31'd0;
             fp32_add #(.TAG_WIDTH(96+T)) add_l2_inst (
-                .clk(clk), .rst(rst), .ce(ce), .in_valid(s1_valid), .in_a(s1_g), .in_b(s1_x),
+                .clk(clk), .rst(rst), .ce(ce), .in_valid(s1_valid), .in_a(s1_g),
+                .in_b(l2_zero ? 32'h8000_0000 : s1_x),
                 .in_sub(1'b0), .in_tag({s1_p, s1_m1, s1_v1, s1_u}),
                 .out_valid(s1b_valid), .out_y(s1b_g), .out_tag(tag)
             );
