@@ -48,7 +48,6 @@ TESTS = ("test_update", "test_control", "test_throughput")
 DEFAULT_LATENCY = 64
 DEFAULT_STALLS = 0.2
 MEMORY_MODES = ("hbm", "ideal")
-HBM_MODEL = "hbm_memory.py"
 
 
 @dataclass
@@ -80,26 +79,17 @@ class SimResult:
         return asdict(self)
 
 
-def hbm_model_available() -> bool:
-    """The bandwidth-true memory model is importable by the bench (in sim/tb/kernel or on PYTHONPATH)."""
-    dirs = [KERNEL_TB, *(Path(d) for d in os.environ.get("PYTHONPATH", "").split(os.pathsep) if d)]
-    return any((d / HBM_MODEL).is_file() for d in dirs)
-
-
 def default_memory(spec: KernelSpec, target: Target | None = None) -> str:
-    """hbm for HBM targets (when the model is there), ideal for the rest."""
+    """hbm for HBM targets, ideal for the rest."""
     from hls.targets import get_target
 
     target = target or get_target(spec.target)
-    return "hbm" if target.memory.is_hbm and hbm_model_available() else "ideal"
+    return "hbm" if target.memory.is_hbm else "ideal"
 
 
 def check_memory(memory: str) -> None:
     if memory not in MEMORY_MODES:
         raise UserError(f"memory {memory!r}: choose one of {', '.join(MEMORY_MODES)}")
-    if memory == "hbm" and not hbm_model_available():
-        raise UserError(f"memory hbm needs {KERNEL_TB / HBM_MODEL}, which is not in this checkout; "
-                        "use --memory ideal")
 
 
 def stripe_counts(spec: KernelSpec, target: Target | None = None) -> Any:

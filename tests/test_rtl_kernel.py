@@ -95,8 +95,6 @@ def test_lint_and_icarus_compile(spec: KernelSpec) -> None:
 @pytest.mark.parametrize(("spec", "memory"), list(zip(DEFAULT, DEFAULT_MEMORY, strict=True)),
                          ids=[_id(s) for s in DEFAULT])
 def test_kernel_bit_exact_and_control(spec: KernelSpec, memory: str) -> None:
-    if memory == "hbm" and not rtlsim.hbm_model_available():
-        memory = "ideal"  # only until sim/tb/kernel/hbm_memory.py is in the checkout
     result = rtlsim.simulate(spec, tests=("test_update", "test_control"), elements=default_elements(spec),
                              runs=3, stalls=0.2, latency=64, seed=3, memory=memory)
     check(result)
@@ -122,12 +120,10 @@ def test_kernel_throughput(spec: KernelSpec) -> None:
                              memory="ideal")
     check(result)
     assert result.throughput and result.throughput["fraction_of_ideal"] >= 0.9, result.throughput
-    if rtlsim.hbm_model_available():
-        predicted = size_spec(spec, get_target(spec.target)).elements_per_clock_predicted
-        result = rtlsim.simulate(spec, tests=("test_throughput",), elements=[65_536], runs=1, stalls=0.0,
-                                 memory="hbm")
-        check(result)
-        assert result.throughput["elements_per_cycle"] >= 0.9 * predicted, (predicted, result.throughput)
+    predicted = size_spec(spec, get_target(spec.target)).elements_per_clock_predicted
+    result = rtlsim.simulate(spec, tests=("test_throughput",), elements=[65_536], runs=1, stalls=0.0, memory="hbm")
+    check(result)
+    assert result.throughput["elements_per_cycle"] >= 0.9 * predicted, (predicted, result.throughput)
 
 
 @pytest.mark.slow

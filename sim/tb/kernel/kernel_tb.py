@@ -7,7 +7,7 @@ The kernel top (rendered from templates/rtl) is driven only through cocotbext-ax
 come from the network.
 
 Memory modes (design.md 3b):
-- "hbm": sim/tb/kernel/hbm_memory.py: every port is attached to the channel of the manifest's
+- "hbm" (hbm_memory.py): every port is attached to the channel of the manifest's
   memory plan, each channel a token bucket of channel bandwidth x memory efficiency /
   (64 B x kernel clock) beats per clock shared by all R and W beats of its ports, read and
   write latency drawn per burst from 100-250 ns at the kernel clock;
@@ -27,33 +27,20 @@ control register (as XRT does) or for the interrupt pin, and returns the clocks 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import cocotb
+import hbm_memory
 from cocotb.clock import Clock
-from cocotb.queue import Queue
-from cocotb.triggers import ClockCycles, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
-from cocotbext.axi import (
-    AxiLiteBus,
-    AxiLiteMaster,
-    AxiReadBus,
-    AxiStreamBus,
-    AxiStreamFrame,
-    AxiStreamSource,
-    AxiWriteBus,
-)
-from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
-from cocotbext.axi.constants import AxiBurstType, AxiResp
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSource
 from cocotbext.axi.memory import Memory
-
-try:  # the bandwidth-true card memory (design.md 3b)
-    import hbm_memory
-except ImportError:  # pragma: no cover - only before hbm_memory.py is in the checkout
-    hbm_memory = None
+from hbm_memory import stall_generator
 
 CLOCK_NS = 4  # 250 MHz; only the clock count matters
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
@@ -76,129 +63,13 @@ def port_channels(manifest: Mapping[str, Any], cu: int = 0) -> list[tuple[str, i
     return [(a["name"], channel[a["name"]]) for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
 
 
-class LatencyAxiRamRead(AxiRamRead):
-    """cocotbext-axi's RAM read side with a fixed, pipelined read latency.
-
-    The stock model answers one burst at a time as soon as its address arrives. Card memory
-    answers `latency` clocks after the address and keeps several bursts in flight, so this
-    subclass accepts addresses as they come and starts each burst's data no earlier than
-    `latency` clocks after its address (and after the previous burst's data). Everything else,
-    the channel drivers and their pause generators included, is cocotbext-axi's.
-    """
-
-    def __init__(self, *args: Any, latency: int = 0, clock_ns: float = CLOCK_NS, **kwargs: Any) -> None:
-        self.latency = latency
-        self.clock_ns = clock_ns
-        self._ar_queue: Queue = Queue()
-        self._ar_task = None
-        super().__init__(*args, **kwargs)
-
-    async def _accept_addresses(self) -> None:
-        while True:
-            ar = await self.ar_channel.recv()
-            await self._ar_queue.put((ar, get_sim_time("ns") + self.latency * self.clock_ns))
-
-    async def _process_read(self) -> None:
-        if self._ar_task is None:
-            self._ar_task = cocotb.start_soon(self._accept_addresses())
-        while True:
-            ar, due = await self._ar_queue.get()
-            wait = due - get_sim_time("ns")
-            if wait > 0:
-                await Timer(wait, "ns")
-            arid = int(getattr(ar, "arid", 0))
-            addr = int(ar.araddr)
-            length = int(getattr(ar, "arlen", 0)) + 1
-            size = int(getattr(ar, "arsize", self.max_burst_size))
-            burst = AxiBurstType(int(getattr(ar, "arburst", AxiBurstType.INCR)))
-            assert burst == AxiBurstType.INCR, "the kernel only issues INCR bursts"
-            num_bytes = 2**size
-            assert num_bytes == self.byte_lanes, f"arsize {size}: the kernel reads full beats"
-            assert 0x1000 - (addr & 0xFFF) >= num_bytes * length, f"read burst at {addr:#x} crosses 4 KiB"
-            for i in range(length):
-                r = self.r_channel._transaction_obj()
-                r.rid = arid
-                r.rlast = i == length - 1
-                r.rresp = AxiResp.OKAY
-                word = ((addr + i * num_bytes) // self.byte_lanes) * self.byte_lanes
-                r.rdata = int.from_bytes(self.read(word % self.size, self.byte_lanes), "little")
-                await self.r_channel.send(r)
-
-
-def stall_generator(rng: random.Random, probability: float) -> Iterator[bool]:
-    """True (pause this clock) with `probability`, in short bursts so FIFOs fill and drain."""
-    while True:
-        if rng.random() < probability:
-            for _ in range(rng.randint(1, 8)):
-                yield True
-        else:
-            yield False
-
-
-class _IdealPort:
-    """One port of `_IdealCard`: the read and/or write model on its bus (hbm_memory.MemoryPort's shape)."""
-
-    def __init__(self, name: str, read_if: Any, write_if: Any) -> None:
-        self.name, self.read_if, self.write_if = name, read_if, write_if
-
-    def all_channels(self) -> list[Any]:
-        out = []
-        if self.write_if:
-            out += [self.write_if.aw_channel, self.write_if.w_channel, self.write_if.b_channel]
-        if self.read_if:
-            out += [self.read_if.ar_channel, self.read_if.r_channel]
-        return out
-
-
-class _IdealCard:
-    """Ideal card memory (no bandwidth limit) with the interface of hbm_memory.CardMemory: used
-    only when hbm_memory.py is not importable."""
-
-    mode = "ideal"
-
-    def __init__(self, dut: Any, ports: list[tuple[str, int]], mem: Memory, read_latency: int) -> None:
-        self.mem = mem
-        self.ports: dict[str, _IdealPort] = {}
-        common = {"reset_active_level": False, "size": mem.size, "mem": mem.mem}
-        for name, _channel in ports:
-            prefix = f"m_axi_{name}"
-            rd = wr = None
-            if hasattr(dut, f"{prefix}_arvalid"):
-                rd = LatencyAxiRamRead(AxiReadBus.from_prefix(dut, prefix), dut.ap_clk, dut.ap_rst_n,
-                                       latency=read_latency, **common)
-                rd.log.setLevel(logging.WARNING)
-            if hasattr(dut, f"{prefix}_awvalid"):
-                wr = AxiRamWrite(AxiWriteBus.from_prefix(dut, prefix), dut.ap_clk, dut.ap_rst_n, **common)
-                wr.log.setLevel(logging.WARNING)
-            self.ports[name] = _IdealPort(name, rd, wr)
-
-    def start(self) -> None:
-        pass
-
-    def reset_counters(self) -> None:
-        pass
-
-    def stats(self) -> list[dict[str, Any]]:
-        return []
-
-    def set_stalls(self, rng: random.Random, probability: float) -> None:
-        for name in sorted(self.ports):
-            for ch in self.ports[name].all_channels():
-                ch.set_pause_generator(stall_generator(random.Random(rng.random()), probability))
-
-
 def card_memory(dut: Any, manifest: Mapping[str, Any], *, mode: str, mem: Memory, read_latency: int,
-                seed: int = 1) -> Any:
+                seed: int = 1) -> hbm_memory.CardMemory:
     """The card memory around `dut`: one model per m_axi port, each on its memory-plan channel."""
     if mode not in MEMORY_MODES:
         raise ValueError(f"memory mode {mode!r}; choose one of {', '.join(MEMORY_MODES)}")
-    ports = port_channels(manifest)
-    if hbm_memory is None:
-        if mode == "hbm":
-            raise RuntimeError("memory mode hbm needs sim/tb/kernel/hbm_memory.py, which is not in this checkout")
-        return _IdealCard(dut, ports, mem, read_latency)
     return hbm_memory.card_memory(
-        dut, ports, clock=dut.ap_clk, reset=dut.ap_rst_n, reset_active_level=False, mode=mode,
+        dut, port_channels(manifest), clock=dut.ap_clk, reset=dut.ap_rst_n, reset_active_level=False, mode=mode,
         beats_per_clock=channel_beats_per_clock(manifest) if mode == "hbm" else None, mem=mem,
         clock_mhz=float(manifest["sizing"]["clock_mhz"]), sim_clock_ns=CLOCK_NS, ideal_latency=read_latency,
         seed=seed,
@@ -257,8 +128,6 @@ class KernelTB:
 
     def hang(self) -> None:
         """Fault injection: no memory port takes an address any more, so the kernel never finishes."""
-        import itertools
-
         for port in self.ports.values():
             for side, name in ((port.read_if, "ar_channel"), (port.write_if, "aw_channel")):
                 if side is not None:
