@@ -15,11 +15,14 @@ STAMP := $(VENV)/.optimusnic-deps
 
 all: test
 
+# The last line installs AMD's C simulation headers for csim: the hls4ml wheel pinned in
+# pyproject.toml ([tool.optimusnic] csim-headers), without its dependencies (only headers are used).
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps "$$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["tool"]["optimusnic"]["csim-headers"])')"
 	touch $@
 
 deps: $(STAMP)

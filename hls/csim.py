@@ -1,11 +1,16 @@
 """C simulation: the generated HLS kernel compiled with g++ into a shared library, run from numpy.
 
-The library is the generated `hls/<name>.cpp`, unchanged, compiled against our own simulation
-headers (`hls/include/`) plus a host harness (`optimusnic_csim_host.h`) that calls the kernel
-chunk by chunk on the caller's buffers, in place, on every core. Like the card, it takes one
-buffer per m_axi port: each array's stripes (design.md section 3b, hls/layout.py). Flags keep IEEE-754 binary32
-semantics (no fast-math, no FMA contraction), so the library must equal the golden model bit
-for bit. This is the `csim` backend of the driver and the engine of the demo.
+The library is the generated `hls/<name>.cpp`, unchanged, compiled at -std=c++14 (as run_hls.tcl)
+against AMD's own C simulation headers `ap_int.h` and `hls_stream.h` (Apache-2.0, shipped in the
+`hls4ml` wheel; `headers="amd"`, the default) or our stand-ins for them (`hls/include/own/`,
+`headers="own"`), plus our stand-ins for what AMD does not publish on PyPI (`hls/include/`:
+hls_vector.h, ap_axi_sdata.h, hls_math.h), plus a host harness (`hls/csim_harness/`) that calls
+the kernel chunk by chunk on the caller's buffers, in place, on a pool of threads. Like the card,
+it takes one buffer per m_axi port: each array's stripes (design.md section 3b, hls/layout.py).
+Flags keep IEEE-754 binary32 semantics (no fast-math, no FMA contraction), so the library must
+equal the golden model bit for bit. This is the `csim` backend of the driver and the engine of the
+demo. Vendor headers are system headers (their warnings are theirs); ours build with
+-Wall -Wextra -Werror.
 
 Builds are cached in `build/csim/` under a name made of the sha256 of everything that goes into
 them (sources, headers, flags, compiler, CPU), so a changed kernel gets a new, uniquely named
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -34,7 +40,16 @@ from hls.sizing import StripeCounts, port_names
 from hls.spec import KernelSpec
 
 HOST_HEADER = "optimusnic_csim_host.h"
-ABI_VERSION = 2  # 2: one buffer per m_axi port (stripes), the kernel signature read by the harness
+HARNESS_DIR = Path(__file__).resolve().parent / "csim_harness"
+OWN_HEADERS_DIR = HLS_INCLUDE_DIR / "own"  # our ap_int.h and hls_stream.h, for headers="own"
+# AMD's headers come from this wheel, installed without its dependencies (Makefile `deps`); the
+# pin is also pyproject.toml's [tool.optimusnic] csim-headers (a test keeps the two equal).
+HLS4ML_REQUIREMENT = "hls4ml==1.3.0"
+AMD_HEADERS = ("ap_int.h", "ap_int_base.h", "ap_int_ref.h", "ap_common.h", "etc/ap_private.h", "hls_stream.h")
+HEADER_SETS = ("amd", "own")
+# 3: per-port beat, stripe and flag words; aligned scratch copies; a shared worker pool; stream
+# warnings of the simulation model counted (any HLS headers)
+ABI_VERSION = 3
 # IEEE-754 binary32 exactly as design.md section 3: no contraction into FMA, none of the
 # fast-math relaxations (-fno-math-errno only drops errno writes; results are unchanged, and
 # it lets sqrt compile to the correctly rounded vector instruction).
@@ -48,9 +63,18 @@ IEEE_FLAGS = (
     "-fno-math-errno",
 )
 WARN_FLAGS = ("-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas")
-BASE_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", *IEEE_FLAGS, *WARN_FLAGS)
+# C++14 as run_hls.tcl; -faligned-new because C++14 has no aligned operator new, so without it the
+# std::deque inside AMD's hls::stream would put alignas(64) hls::vector beats at 16-byte addresses
+# (an aligned vector load there faults).
+BASE_FLAGS = ("-std=c++14", "-faligned-new", "-O3", "-fPIC", "-shared", "-pthread", *IEEE_FLAGS, *WARN_FLAGS)
 NATIVE_FLAGS = ("-march=native",)
-DEFAULT_CHUNK = 256  # elements per kernel call: 16 beats (rounded to the stripe alignment), FIFOs stay in L1
+# The library exports its three optimusnic_csim_* functions and nothing else (see exports.map).
+LINK_FLAGS = (f"-Wl,--version-script={HARNESS_DIR / 'exports.map'}",)
+# Elements per kernel call (rounded to the stripe alignment): 64 beats a FIFO, which keeps a chunk's
+# FIFOs in L1/L2 and pays the per-call construction of AMD's deque-based streams once per 1024.
+DEFAULT_CHUNK = 1024
+STREAM_OUT_MIN = 1 << 20  # from this many elements on, outputs go out with non-temporal stores
+FLAG_STREAM_OUT, FLAG_PREFETCH = 1, 2  # port flags of the harness ABI
 MAX_ELEMENTS = (1 << 32) - 33  # the `n` register is 32 bits; the harness keeps a 32-element margin
 
 
@@ -99,35 +123,79 @@ def _first_errors(stderr: str, lines: int = 25) -> str:
     return "\n".join(picked)
 
 
-def compile_kernel(project_dir: Path, build_dir: Path | None = None) -> Path:
+def amd_headers_dir() -> Path:
+    """AMD's C simulation headers (ap_int.h, hls_stream.h) inside the installed hls4ml wheel.
+
+    Found without importing hls4ml (it is installed without its dependencies, see the Makefile).
+    """
+    hint = (f"install AMD's C simulation headers with `pip install --no-deps {HLS4ML_REQUIREMENT}` "
+            "(make deps does), or use our stand-ins (--headers own)")
+    try:
+        found = importlib.util.find_spec("hls4ml")
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not found.submodule_search_locations:
+        raise ToolMissing(f"AMD's HLS headers not found (no hls4ml package): {hint}")
+    for root in found.submodule_search_locations:
+        folder = Path(root) / "templates" / "vivado" / "ap_types"
+        if all((folder / h).is_file() for h in AMD_HEADERS):
+            return folder
+    raise ToolMissing(f"AMD's HLS headers not found in the hls4ml package at {found.submodule_search_locations[0]} "
+                      f"(templates/vivado/ap_types/ lacks {', '.join(AMD_HEADERS)}): {hint}")
+
+
+def include_flags(headers: str) -> list[str]:
+    """Include path of a header set: harness, our stand-ins for unpublished AMD headers, then
+    AMD's ap_int.h/hls_stream.h as system headers ("amd") or our stand-ins for them ("own")."""
+    if headers not in HEADER_SETS:
+        raise UserError(f"headers: {headers!r}; choose one of {', '.join(HEADER_SETS)}")
+    flags = ["-I", str(HARNESS_DIR), "-I", str(HLS_INCLUDE_DIR)]
+    if headers == "amd":
+        # GCC reports -W(maybe-)uninitialized where system-header code is inlined into ours, not in
+        # the header: ap_private's default constructor leaves its words uninitialized, by AMD's
+        # design. Our code keeps those checks in the "own" build, which the tests compile too.
+        return [*flags, "-isystem", str(amd_headers_dir()), "-Wno-uninitialized", "-Wno-maybe-uninitialized"]
+    return [*flags, "-I", str(OWN_HEADERS_DIR)]
+
+
+def _header_files(headers: str) -> list[Path]:
+    dirs = [HARNESS_DIR, HLS_INCLUDE_DIR, amd_headers_dir() if headers == "amd" else OWN_HEADERS_DIR]
+    files = [f for d in dirs[:2] for f in sorted(d.glob("*.h"))] + [HARNESS_DIR / "exports.map"]
+    return files + sorted(dirs[2].rglob("*.h"))
+
+
+def compile_kernel(project_dir: Path, build_dir: Path | None = None, headers: str = "amd") -> Path:
     """Compile the project's kernel into the C simulation library; returns the .so path (cached)."""
     spec, source = _project(project_dir)
+    includes = include_flags(headers)
     build_dir = Path(build_dir) if build_dir else BUILD_DIR / "csim"
     build_dir.mkdir(parents=True, exist_ok=True)
     cxx = compiler()
     unit = f'#include "{source.resolve()}"\n#include "{HOST_HEADER}"\nOPTIMUSNIC_CSIM_ENTRY({spec.name})\n'
     digest = hashlib.sha256()
-    for part in (unit, source.read_text(), _tool_version(cxx), _cpu_id(), str(BASE_FLAGS), str(NATIVE_FLAGS)):
+    for part in (unit, source.read_text(), _tool_version(cxx), _cpu_id(), str(BASE_FLAGS), str(NATIVE_FLAGS),
+                 str(includes), str(LINK_FLAGS)):
         digest.update(part.encode())
-    for header in sorted(HLS_INCLUDE_DIR.glob("*.h")):
+    for header in _header_files(headers):
         digest.update(header.name.encode() + header.read_bytes())
     key = digest.hexdigest()[:16]
-    lib = build_dir / f"lib{spec.name}_csim_{key}.so"
+    lib = build_dir / f"lib{spec.name}_csim_{headers}_{key}.so"
     if lib.is_file():
         return lib
-    src = build_dir / f"{spec.name}_csim_{key}.cpp"
+    src = build_dir / f"{spec.name}_csim_{headers}_{key}.cpp"
     src.write_text(unit)
     # Compile to a private name, then rename: concurrent builds never see a half-written library.
     fd, tmp = tempfile.mkstemp(prefix=lib.stem + ".", suffix=".tmp.so", dir=build_dir)
     os.close(fd)
     try:
         for extra in (NATIVE_FLAGS, ()):
-            cmd = [cxx, *BASE_FLAGS, *extra, "-I", str(HLS_INCLUDE_DIR), "-o", tmp, str(src)]
+            cmd = [cxx, *BASE_FLAGS, *extra, *includes, *LINK_FLAGS, "-o", tmp, str(src)]
             result = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if result.returncode == 0:
                 break
             if not extra or "march" not in result.stderr:  # only -march=native earns a second try
-                raise CsimError(f"g++ failed to compile {source}:\n{_first_errors(result.stderr)}")
+                raise CsimError(f"g++ failed to compile {source} ({headers} HLS headers):\n"
+                                f"{_first_errors(result.stderr)}")
         os.replace(tmp, lib)
     finally:
         if os.path.exists(tmp):
@@ -161,8 +229,32 @@ def _stripe_counts(manifest: dict) -> StripeCounts:
     return StripeCounts(grad=int(s["grad"]), state=int(s["state"]), out=int(s["out"]))
 
 
+def aligned_zeros(nbytes: int, align: int = 64) -> np.ndarray:
+    """A zeroed uint8 array of nbytes whose data starts on an `align`-byte boundary."""
+    raw = np.zeros(int(nbytes) + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start : start + int(nbytes)]
+
+
+def default_threads() -> int:
+    """The cores this process may run on (its CPU affinity), at most 64."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 64))
+
+
 class CsimKernel:
     """The generated kernel as a callable, bit-exact to the golden model.
+
+    `headers`: "amd" (AMD's ap_int.h and hls_stream.h from hls4ml, the default) or "own" (our
+    stand-ins); the result is the same bit for bit. `threads` (default: the cores this process
+    may use) caps the worker threads one call uses; the library's workers are shared by calls
+    made at the same time (the driver runs a card's compute units concurrently), so together
+    they use at most the largest `threads` asked for. Buffers need no particular alignment: a
+    port whose buffer is not 64-byte aligned (as AMD's hls::vector beat requires) goes through
+    an aligned copy, chunk by chunk; `aligned_zeros` gives buffers that need none.
 
     Two ways to run one optimizer step (both in place, GIL released, chunked over `threads`):
 
@@ -185,8 +277,12 @@ class CsimKernel:
     out back in place.
     """
 
-    def __init__(self, project_dir: Path, build_dir: Path | None = None, threads: int | None = None) -> None:
+    def __init__(self, project_dir: Path, build_dir: Path | None = None, threads: int | None = None,
+                 headers: str = "amd") -> None:
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise UserError(f"threads: {threads!r} must be a positive integer")
         self.project_dir = Path(project_dir)
+        self.headers = headers
         self.spec: KernelSpec = _project(self.project_dir)[0]
         manifest = load_manifest(self.project_dir)
         self.stripes = _stripe_counts(manifest)
@@ -202,9 +298,10 @@ class CsimKernel:
                 self.port_info[port] = PortInfo(port, array, index, self.stripes.of(array), sizes.get(array, 4),
                                                 array == "out" or port.endswith("_wr"))
         self.align = self.stripes.beat_align()  # chunk starts: every stripe of every array at a round start
-        self.library = compile_kernel(self.project_dir, build_dir)
-        self.threads = threads or max(1, min(os.cpu_count() or 1, 64))
+        self.library = compile_kernel(self.project_dir, build_dir, headers)
+        self.threads = threads or default_threads()
         self.chunk = DEFAULT_CHUNK
+        self.stream_out_min = STREAM_OUT_MIN
         self._names = scalar_names(spec.optimizer)
         self._lib: ctypes.CDLL | None = ctypes.CDLL(str(self.library))
         ptr = ctypes.c_void_p
@@ -213,7 +310,7 @@ class CsimKernel:
         if abi != ABI_VERSION:
             raise CsimError(f"{self.library}: harness ABI {abi}, expected {ABI_VERSION}; delete build/csim and retry")
         self._run = self._lib.optimusnic_csim_run
-        self._run.argtypes = [ptr, ptr, ptr, u64, ptr, u64, u64, ptr, ctypes.c_int, u64, u64]
+        self._run.argtypes = [ptr, ptr, u64, ptr, u64, u64, ptr, ctypes.c_int, u64, u64]
         self._run.restype = ctypes.c_long
         nports = self._lib.optimusnic_csim_ports
         nports.restype = u64
@@ -221,9 +318,12 @@ class CsimKernel:
             raise CsimError(f"{self.library}: the kernel has {nports()} pointer arguments, the manifest "
                             f"{len(self.ports)}; regenerate the project")
         info = [self.port_info[p] for p in self.ports]
-        self._round = np.array([64 // i.elem_bytes * i.stripes for i in info], dtype=np.uint64)
-        # Worth prefetching: ports touched by one loop alone (gradient and output stripes).
-        self._prefetch = np.array([i.array in ("grad", "out") for i in info], dtype=np.uint8)
+        # Per port: elements per beat, stripes, stripe index, flags. Worth prefetching: ports
+        # touched by one loop alone (gradient and output stripes).
+        self._info = np.array([[64 // i.elem_bytes, i.stripes, i.index, FLAG_PREFETCH if i.array in ("grad", "out")
+                                else 0] for i in info], dtype=np.uint64).reshape(-1, 4)
+        self._info_nt = self._info.copy()
+        self._info_nt[[i.array == "out" for i in info], 3] |= FLAG_STREAM_OUT
 
     def port_bytes(self, n: int) -> dict[str, int]:
         """Bytes each port's buffer must hold for a shard of n elements (stripe 0 is the largest)."""
@@ -295,13 +395,17 @@ class CsimKernel:
                                  f"stripe takes for n={n} (whole 64-byte beats)")
         ports = (ctypes.c_void_p * max(1, len(self.ports)))(*[buffers[p].ctypes.data for p in self.ports])
         grad = buffers["grad"].ctypes.data if stream else None
-        threads = self.threads if n >= 1 << 16 else 1  # below that, starting threads costs more than it saves
-        rc = self._run(ports, self._round.ctypes.data, self._prefetch.ctypes.data, len(self.ports), grad,
-                       self.spec.grad_bytes if stream else 0, n, bits.ctypes.data, threads, self.chunk, self.align)
+        threads = self.threads if n >= 1 << 16 else 1  # below that, handing work to threads costs more than it saves
+        info = self._info_nt if n >= self.stream_out_min else self._info
+        rc = self._run(ports, info.ctypes.data, len(self.ports), grad, self.spec.grad_bytes if stream else 0, n,
+                       bits.ctypes.data, threads, self.chunk, self.align)
         if rc == -2:
             raise CsimError(f"{self.library}: port count does not match the kernel; regenerate the project")
+        if rc == -3:
+            raise MemoryError(f"{self.spec.name}: C simulation could not allocate its scratch buffers")
         if rc:
-            raise CsimError(f"{self.spec.name}: kernel simulation reported {rc} stream underflow(s)/leftover beat(s)")
+            raise CsimError(f"{self.spec.name}: the C simulation model reported {rc} stream underflow(s) or "
+                            "leftover beat(s) (two dataflow processes disagree on a beat count)")
 
     def _check(self, grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray,
                n: int) -> None:

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+import sys
+import threading
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hls import layout
-from hls.csim import DEFAULT_CHUNK, MAX_ELEMENTS, CsimKernel, check_project, make_inputs
+from hls import csim, layout
+from hls.csim import DEFAULT_CHUNK, MAX_ELEMENTS, CsimKernel, aligned_zeros, check_project, make_inputs
+from hls.errors import ToolMissing, UserError
 from hls.generate import write_project
 from hls.golden import Hyper, adam_update, bits_equal, prepare_scalars, to_bf16_bits
-from hls.paths import BUILD_DIR, HLS_INCLUDE_DIR
+from hls.paths import BUILD_DIR, REPO_ROOT
 from hls.spec import KernelSpec
+
+HEADERS = ("amd", "own")  # AMD's ap_int.h/hls_stream.h (hls4ml), our stand-ins
 
 # Memory plans (design.md section 3b): stripes of grad / each of p, m, v / out on the U55C.
 PLANS = {
@@ -57,27 +63,29 @@ def spec_of(variant: tuple) -> KernelSpec:
                       name=f"k_{opt}_{gd}_{od}_l{lanes}_{src}_{plan}", **PLANS[plan])
 
 
-def kernel_for(variant: tuple) -> CsimKernel:
+def kernel_for(variant: tuple, headers: str = "amd") -> CsimKernel:
     """Generate and compile a variant once per session (the .so is also cached across sessions in build/)."""
-    if variant not in _kernels:
+    if (variant, headers) not in _kernels:
         spec = spec_of(variant)
         project = BUILD_DIR / "test_csim" / spec.name
         write_project(spec, project)
-        _kernels[variant] = CsimKernel(project)
-    return _kernels[variant]
+        _kernels[variant, headers] = CsimKernel(project, headers=headers)
+    return _kernels[variant, headers]
 
 
-def _check(variant: tuple, sizes: tuple[int, ...], steps: int = 3) -> None:
-    kernel = kernel_for(variant)
+def _check(variant: tuple, sizes: tuple[int, ...], steps: int = 3, headers: str = "amd") -> None:
+    kernel = kernel_for(variant, headers)
     for n in sizes:
         results = check_project(kernel, n, steps, seed=n)
         bad = [r for r in results if not r["ok"]]
         assert not bad, f"{variant} n={n}: {bad[:4]}"
 
 
+@pytest.mark.parametrize("headers", HEADERS)
 @pytest.mark.parametrize("variant", DEFAULT_VARIANTS, ids=_ids)
-def test_bit_exact(variant: tuple) -> None:
-    _check(variant, SIZES)
+def test_bit_exact(variant: tuple, headers: str) -> None:
+    """Every default variant, with AMD's headers and with ours: bit-exact against the golden model."""
+    _check(variant, SIZES, headers=headers)
 
 
 @pytest.mark.slow
@@ -279,36 +287,120 @@ def test_run_validates_buffers_and_scalars() -> None:
         kernel.run(g, f, f.copy(), f.copy(), o, MAX_ELEMENTS + 1, regs)
 
 
+@pytest.mark.parametrize("headers", HEADERS)
 @pytest.mark.parametrize("variant", [DEFAULT_VARIANTS[2], DEFAULT_VARIANTS[5], DEFAULT_VARIANTS[6]], ids=_ids)
-def test_vitis_testbench_passes_with_gcc(variant: tuple, tmp_path: Path) -> None:
-    """The generated csim_design testbench builds and passes against our simulation headers."""
+def test_vitis_testbench_passes_with_gcc(variant: tuple, headers: str, tmp_path: Path) -> None:
+    """The generated csim_design testbench builds at -std=c++14 (as run_hls.tcl) and passes, on either header set."""
     spec = spec_of(variant)
     write_project(spec, tmp_path)
     hls_dir = tmp_path / "hls"
     exe = tmp_path / "tb"
-    cmd = ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas",
-           "-I", str(HLS_INCLUDE_DIR), str(hls_dir / f"{spec.name}.cpp"), str(hls_dir / f"{spec.name}_tb.cpp"),
-           "-o", str(exe)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    cmd = ["g++", "-std=c++14", "-faligned-new", "-O1", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror",
+           "-Wno-unknown-pragmas", *csim.include_flags(headers), str(hls_dir / f"{spec.name}.cpp"),
+           str(hls_dir / f"{spec.name}_tb.cpp"), "-o", str(exe)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[:3000]
     result = subprocess.run([str(exe)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout
     assert "PASS" in result.stdout
 
 
-def test_adam_without_weight_decay_keeps_infinite_params() -> None:
-    """Like torch.optim.Adam, the kernel skips the L2 term when weight_decay is 0: p = +-inf stays
-    +-inf (0 * inf would be NaN), bit-exact with the golden model."""
-    kernel = kernel_for(DEFAULT_VARIANTS[3])  # adam, fp16 grads, fp32 out
-    n = 40
-    p = np.linspace(-3, 3, n).astype(np.float32)
-    p[::7] = np.inf
-    p[3::7] = -np.inf
-    g = np.linspace(-1, 1, n).astype(np.float16)
-    regs = prepare_scalars(Hyper(step=1, lr=1e-2, weight_decay=0.0), "adam").registers("adam")
-    gp, gm, gv = p.copy(), np.zeros(n, np.float32), np.zeros(n, np.float32)
-    want = adam_update(gp, gm, gv, g, prepare_scalars(Hyper(step=1, lr=1e-2, weight_decay=0.0), "adam"),
-                       optimizer="adam", grad_dtype="fp16")
-    m, v, out = np.zeros(n, np.float32), np.zeros(n, np.float32), np.empty(n, np.float32)
-    kernel.run(g, p, m, v, out, n, regs)
-    assert not np.isnan(out).any() and np.isinf(out[::7]).all()
-    assert bits_equal(out, want).all() and bits_equal(p, gp).all() and bits_equal(m, gm).all()
+@pytest.mark.parametrize("offset", [0, 16, 48])
+def test_unaligned_buffers_are_bit_exact(offset: int) -> None:
+    """AMD's hls::vector is alignas(64): buffers 16 and 48 bytes past a 64-byte boundary (what numpy
+    gives) go through aligned copies, and equal a run on aligned buffers bit for bit."""
+    kernel = kernel_for(DEFAULT_VARIANTS[1])  # bf16 grad and out, 3 state stripes
+    spec = kernel.spec
+    n = 3 * kernel.align + 1000  # several chunks and a tail
+    s = make_inputs(spec, n, np.random.default_rng(offset))
+    buffers, parts = _stripe_buffers(kernel, s, n)
+    shifted: dict[str, np.ndarray] = {}
+    for port, b in buffers.items():
+        if port.endswith("_wr"):
+            continue
+        raw = aligned_zeros(b.nbytes + 64)[offset : offset + b.nbytes]
+        raw[:] = b.view(np.uint8)
+        shifted[port] = raw
+        if port.endswith("_rd"):
+            shifted[port[:-3] + "_wr"] = raw
+    assert all(b.ctypes.data % 64 == offset for b in shifted.values())
+    regs = prepare_scalars(Hyper(step=2), spec.optimizer).registers(spec.optimizer)
+    kernel.run_ports(buffers, n, regs)
+    kernel.run_ports(shifted, n, regs)
+    for port, b in buffers.items():
+        assert (shifted[port] == b.view(np.uint8)).all(), port
+
+
+def test_concurrent_calls_share_the_workers() -> None:
+    """Two calls at once (a card's compute units, run by the driver concurrently) on the library's
+    shared worker pool, each bit-exact, with the stream-out path for large outputs forced on."""
+    kernel = kernel_for(DEFAULT_VARIANTS[0])
+    spec = kernel.spec
+    n = 300_001
+    regs = prepare_scalars(Hyper(step=4), spec.optimizer).registers(spec.optimizer)
+    cases = [make_inputs(spec, n, np.random.default_rng(20 + i)) for i in range(2)]
+    want = []
+    for c in cases:
+        gp, gm, gv = c["p"].copy(), c["m"].copy(), c["v"].copy()
+        out = adam_update(gp, gm, gv, c["grad"], prepare_scalars(Hyper(step=4), spec.optimizer),
+                          optimizer=spec.optimizer)
+        want.append((gp, gm, gv, out))
+    outs = [np.zeros(n, np.float32) for _ in cases]
+    kernel.stream_out_min = 1
+    try:
+        threads = [threading.Thread(target=kernel.run, args=(c["grad"], c["p"], c["m"], c["v"], o, n, regs))
+                   for c, o in zip(cases, outs, strict=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        kernel.stream_out_min = csim.STREAM_OUT_MIN
+    for c, o, (gp, gm, gv, ref) in zip(cases, outs, want, strict=True):
+        for got, exp in ((c["p"], gp), (c["m"], gm), (c["v"], gv), (o, ref)):
+            assert bits_equal(got, exp).all()
+
+
+def test_threads_must_be_positive() -> None:
+    project = kernel_for(DEFAULT_VARIANTS[0]).project_dir
+    with pytest.raises(UserError, match="threads"):
+        CsimKernel(project, threads=0)
+
+
+def test_header_set_is_checked() -> None:
+    with pytest.raises(UserError, match="amd, own"):
+        csim.include_flags("vendor")
+
+
+def test_missing_amd_headers_say_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No hls4ml, or an hls4ml without the header files: one line naming the pinned wheel to install."""
+    monkeypatch.setattr(csim.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ToolMissing, match=r"pip install --no-deps hls4ml==") as err:
+        csim.amd_headers_dir()
+    assert "\n" not in str(err.value) and "--headers own" in str(err.value)
+
+    class Found:
+        submodule_search_locations = [str(tmp_path)]
+
+    monkeypatch.setattr(csim.importlib.util, "find_spec", lambda name: Found())
+    with pytest.raises(ToolMissing, match="lacks ap_int.h"):
+        csim.amd_headers_dir()
+
+
+def test_hls4ml_pin_is_pyproject_s() -> None:
+    """The wheel the Makefile installs (pyproject.toml) is the one csim names, and it is installed."""
+    pin = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["optimusnic"]["csim-headers"]
+    assert pin == csim.HLS4ML_REQUIREMENT
+    from importlib.metadata import version
+
+    assert version("hls4ml") == pin.split("==")[1]
+    assert "hls4ml" not in sys.modules  # found without importing it (its dependencies are not installed)
+
+
+def test_library_exports_only_its_abi() -> None:
+    """The replaced aligned operator new/delete stay inside the library (exports.map)."""
+    lib = kernel_for(DEFAULT_VARIANTS[0]).library
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    assert {"optimusnic_csim_abi", "optimusnic_csim_ports", "optimusnic_csim_run"} <= names
+    assert not [n for n in names if "Znw" in n or "Zdl" in n], names

@@ -15,6 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--elements", type=parse_count, default=100_003, help="elements per step (default 100003)")
     p.add_argument("--steps", type=int, default=3, help="consecutive optimizer steps (default 3)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--headers", choices=("amd", "own"), default="amd",
+                   help="HLS simulation headers: amd = AMD's ap_int.h/hls_stream.h from the hls4ml wheel "
+                        "(default), own = our stand-ins")
+    p.add_argument("--threads", type=int, default=None, help="worker threads (default: every core)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -25,8 +29,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise UserError(f"--steps: {args.steps} must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads: {args.threads} must be at least 1")
     t0 = time.perf_counter()
-    kernel = CsimKernel(args.project)
+    kernel = CsimKernel(args.project, threads=args.threads, headers=args.headers)
     t1 = time.perf_counter()
     results = check_project(kernel, args.elements, args.steps, args.seed)
     t2 = time.perf_counter()
@@ -35,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"project": str(args.project), "kernel": spec.name, "spec": spec.to_dict(),
                    "stripes": {"grad": kernel.stripes.grad, "state": kernel.stripes.state, "out": kernel.stripes.out},
-                   "ports": kernel.ports, "library": str(kernel.library), "elements": args.elements,
+                   "ports": kernel.ports, "library": str(kernel.library), "headers": kernel.headers,
+                   "threads": kernel.threads, "elements": args.elements,
                    "steps": args.steps,
                    "seed": args.seed, "passed": passed, "compile_s": t1 - t0, "run_s": t2 - t1, "checks": results})
     else:
@@ -44,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
               f"{spec.lanes} lanes; {args.elements} elements x {args.steps} steps vs golden model")
         print(f"  stripes: {s.grad} grad, {s.state} each of p, m, v, {s.out} out ({len(kernel.ports)} m_axi ports, "
               "one buffer each, run in place as on the card)")
+        headers = "AMD's (hls4ml)" if kernel.headers == "amd" else "our stand-ins"
+        print(f"  HLS headers: {headers} ap_int.h/hls_stream.h, -std=c++14; {kernel.threads} thread(s)")
         rows = [[str(r["step"]), str(r["array"]), "pass" if r["ok"] else "FAIL", str(r["mismatches"]),
                  "" if r["first_mismatch"] is None else str(r["first_mismatch"])] for r in results]
         print(table(rows, ["step", "array", "result", "mismatches", "first"]))

@@ -1,7 +1,7 @@
-// ap_axi_sdata.h: the subset of the Vitis HLS AXI4-Stream side-channel types our generated kernels
-// use, for C simulation with g++ (written for OptimusNIC; field names follow the documented API).
-//
-// `ap_axiu<D, 0, 0, 0>`: D data bits with TKEEP, TSTRB and TLAST (no TUSER/TID/TDEST).
+// ap_axi_sdata.h: stands in for AMD Vitis HLS's `ap_axi_sdata.h` (not published on PyPI), for C
+// simulation with g++; written for OptimusNIC, field names follow the documented Vitis HLS API.
+// Subset: `ap_axiu<D, 0, 0, 0>`, D data bits with TKEEP, TSTRB and TLAST (no TUSER/TID/TDEST),
+// built on whichever `ap_int.h` is on the include path (AMD's from hls4ml, or ours).
 #ifndef OPTIMUSNIC_AP_AXI_SDATA_H
 #define OPTIMUSNIC_AP_AXI_SDATA_H
 

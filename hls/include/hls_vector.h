@@ -1,9 +1,11 @@
-// hls_vector.h: the subset of Vitis HLS `hls::vector` our generated kernels use, for C simulation
-// with g++ (written for OptimusNIC; behaviour follows the documented Vitis HLS API).
+// hls_vector.h: stands in for AMD Vitis HLS's `hls_vector.h` (not published on PyPI), for C
+// simulation with g++; written for OptimusNIC, behaviour follows the documented Vitis HLS API.
+// Subset: `hls::vector<T, N>`, default and broadcast construction, operator[], size().
 //
 // A fixed-size array of N elements that HLS maps to one wide word (16 x float = one 512-bit beat).
-// Unlike the vendor header this one is NOT over-aligned: the C simulation library runs the kernel
-// in place on numpy buffers, which are only guaranteed element alignment.
+// Aligned as the vendor type: to the greatest power of two dividing sizeof(T) * N (64 bytes for a
+// 512-bit beat), so the compiler may use aligned vector loads on it; the simulation harness hands
+// the kernel buffers aligned to that (hls/csim_harness/optimusnic_csim_host.h).
 #ifndef OPTIMUSNIC_HLS_VECTOR_H
 #define OPTIMUSNIC_HLS_VECTOR_H
 
@@ -11,8 +13,15 @@
 
 namespace hls {
 
+namespace details {
+
+// The greatest power of two that divides n (the vendor header's rule for the vector's alignment).
+constexpr std::size_t gp2(std::size_t n) { return n == 0 ? 0 : (n % 2 ? 1 : 2 * gp2(n / 2)); }
+
+}  // namespace details
+
 template <typename T, std::size_t N>
-class vector {
+class alignas(details::gp2(sizeof(T) * N)) vector {
   static_assert(N > 0, "hls::vector needs at least one element");
 
  public:

@@ -1,9 +1,10 @@
-// ap_int.h: the subset of the Vitis HLS arbitrary-precision `ap_uint<W>` our generated kernels use,
-// for C simulation with g++ (written for OptimusNIC; behaviour follows the documented API).
+// ap_int.h: stands in for AMD's `ap_int.h` (AMD publishes its own, Apache-2.0, in the hls4ml wheel:
+// the default for C simulation; this one serves `optimusnic csim --headers own`), for C simulation
+// with g++; written for OptimusNIC, behaviour follows the documented Vitis HLS API.
 //
-// Provided: unsigned values of up to 1024 bits stored as 64-bit words, construction from an
-// integer (negative values sign-extend, so `= -1` sets every bit), bit-range reads and writes of
-// at most 64 bits through `range(hi, lo)`, `to_uint()` / `to_uint64()`, and equality.
+// Subset of `ap_uint<W>`: unsigned values of up to 1024 bits stored as 64-bit words, construction
+// from an integer (negative values sign-extend, so `= -1` sets every bit), bit-range reads and
+// writes of at most 64 bits through `range(hi, lo)`, `to_uint()` / `to_uint64()`, and equality.
 #ifndef OPTIMUSNIC_AP_INT_H
 #define OPTIMUSNIC_AP_INT_H
 

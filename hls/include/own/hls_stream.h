@@ -1,52 +1,44 @@
-// hls_stream.h: the subset of Vitis HLS `hls::stream` our generated kernels use, for C simulation
-// with g++ (written for OptimusNIC; behaviour follows the documented Vitis HLS API).
+// hls_stream.h: stands in for AMD's `hls_stream.h` (AMD publishes its C simulation model,
+// Apache-2.0, in the hls4ml wheel: the default for C simulation; this one serves
+// `optimusnic csim --headers own`), for C simulation with g++; written for OptimusNIC, behaviour
+// follows AMD's model. Subset of `hls::stream<T>`: construction (optionally named), read, write,
+// read_nb, write_nb, empty, full, size, operator<< and >>.
 //
-// C simulation runs dataflow processes one after another, so a stream is an unbounded FIFO here
-// (the DEPTH argument and STREAM pragmas only size the hardware FIFO). Reading an empty stream is
-// a kernel bug: it is counted in `hls::stream_underflows()` (checked by the simulation harness)
-// and returns a value-initialised element instead of aborting the host process; so are elements
-// left in a stream when it is destroyed (`hls::stream_leftovers()`).
+// As in AMD's model, C simulation runs dataflow processes one after another, so a stream is an
+// unbounded FIFO (the DEPTH argument and STREAM pragmas only size the hardware FIFO); reading an
+// empty stream returns a value-initialised element, and both that and elements left in a stream
+// when it is destroyed print AMD's warning lines on std::cout ("WARNING: Hls::stream '<name>' is
+// read while empty, ..." / "... contains leftover data, ..."), which the simulation harness counts.
 //
 // Speed (the csim backend calls the kernel once per small chunk, so every call constructs its
 // streams afresh): the FIFO is an array inside the stream object, so constructing one costs
 // nothing and a chunk's beats stay in L1; only a FIFO holding more than 4 KiB moves to a heap
-// array (recycled per thread). read() and write() are one compare, one 64-byte copy and one
-// increment; the rare paths (growth, underflow) are out of line so the kernel's pipelined loops
-// stay tight.
+// array (recycled per thread). read() and write() are one compare, one copy and one increment;
+// the rare paths (growth, underflow) are out of line so the kernel's pipelined loops stay tight.
 #ifndef OPTIMUSNIC_HLS_STREAM_H
 #define OPTIMUSNIC_HLS_STREAM_H
 
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <new>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 namespace hls {
-
-inline unsigned long& stream_underflow_counter() {
-  static thread_local unsigned long count = 0;
-  return count;
-}
-inline unsigned long stream_underflows() { return stream_underflow_counter(); }
-// Elements still in a stream when it is destroyed: at the end of a kernel call every FIFO between
-// two processes must be empty, or producer and consumer disagree on a beat count.
-inline unsigned long& stream_leftover_counter() {
-  static thread_local unsigned long count = 0;
-  return count;
-}
-inline unsigned long stream_leftovers() { return stream_leftover_counter(); }
 
 template <typename T, int DEPTH = 0>
 class stream {
   static_assert(std::is_trivially_copyable<T>::value, "stream elements are copied as bytes");
 
  public:
-  stream() = default;
-  explicit stream(const char* /*name*/) {}
+  stream() : name_("hls_stream") {}
+  explicit stream(const char* name) : name_(name) {}
+  explicit stream(const std::string& name) : name_(name) {}
   ~stream() {
-    stream_leftover_counter() += static_cast<unsigned long>(tail_ - head_);
+    if (tail_ != head_) warn("contains leftover data");
     release();
   }
   stream(const stream&) = delete;
@@ -74,7 +66,10 @@ class stream {
   void operator>>(T& value) { value = read(); }
 
   bool read_nb(T& value) {
-    if (empty()) return false;
+    if (empty()) {
+      value = T();
+      return false;
+    }
     value = read();
     return true;
   }
@@ -111,8 +106,12 @@ class stream {
       std::free(heap_);
     }
   }
+  __attribute__((noinline)) void warn(const char* what) const {
+    std::cout << "WARNING: Hls::stream '" << name_ << "' " << what << ", which may result in RTL simulation hanging."
+              << std::endl;
+  }
   __attribute__((noinline)) T underflow() {
-    ++stream_underflow_counter();
+    warn("is read while empty");
     return T();
   }
   // Full: slide the live contents to the front when at least half the array is already read,
@@ -134,8 +133,9 @@ class stream {
         }
       }
       if (!data) {
-        data = static_cast<T*>(std::aligned_alloc(64, (cap * sizeof(T) + 63) / 64 * 64));
-        if (!data) throw std::bad_alloc();
+        void* mem = nullptr;
+        if (posix_memalign(&mem, 64, cap * sizeof(T))) throw std::bad_alloc();
+        data = static_cast<T*>(mem);
       }
       std::memcpy(static_cast<void*>(data), buf_ + head_, live * sizeof(T));
       release();
@@ -147,6 +147,7 @@ class stream {
     tail_ = live;
   }
 
+  std::string name_;
   T* buf_ = reinterpret_cast<T*>(inline_);  // slots [head_, tail_) hold the FIFO contents
   std::size_t head_ = 0;
   std::size_t tail_ = 0;
