@@ -236,6 +236,12 @@ def aligned_zeros(nbytes: int, align: int = 64) -> np.ndarray:
     return raw[start : start + int(nbytes)]
 
 
+def _prefetched(port: PortInfo) -> bool:
+    """Ports whose next chunk the harness prefetches while the kernel runs this one: those touched by
+    one loop alone (gradient and output stripes); prefetching p, m, v too measured no faster."""
+    return port.array in ("grad", "out")
+
+
 def default_threads() -> int:
     """The cores this process may run on (its CPU affinity), at most 64."""
     try:
@@ -318,10 +324,10 @@ class CsimKernel:
             raise CsimError(f"{self.library}: the kernel has {nports()} pointer arguments, the manifest "
                             f"{len(self.ports)}; regenerate the project")
         info = [self.port_info[p] for p in self.ports]
-        # Per port: elements per beat, stripes, stripe index, flags. Worth prefetching: ports
-        # touched by one loop alone (gradient and output stripes).
-        self._info = np.array([[64 // i.elem_bytes, i.stripes, i.index, FLAG_PREFETCH if i.array in ("grad", "out")
-                                else 0] for i in info], dtype=np.uint64).reshape(-1, 4)
+        # Per port: elements per beat, stripes, stripe index, flags; outputs of large runs go out
+        # with non-temporal stores (no read of every output line before it is overwritten).
+        self._info = np.array([[64 // i.elem_bytes, i.stripes, i.index, FLAG_PREFETCH if _prefetched(i) else 0]
+                               for i in info], dtype=np.uint64).reshape(-1, 4)
         self._info_nt = self._info.copy()
         self._info_nt[[i.array == "out" for i in info], 3] |= FLAG_STREAM_OUT
 

@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("which", choices=[*BENCHES, "all"])
     p.add_argument("--params", type=parse_count, default=16 * 1024 * 1024, help="parameters (default 16M)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
-    p.add_argument("--threads", type=int, default=None, help="csim threads (default: every core)")
+    p.add_argument("--threads", type=int, default=None, help="csim and torch threads (default: every core)")
+    p.add_argument("--sizes", type=lambda t: [parse_count(x) for x in t.split(",")], default=None,
+                   help="csim: parameter counts to measure, comma-separated (default 1048576,16777216,50M)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return int(_load(args.which)(args) or 0)
     from hls.bench_report import run_all
 
-    path = run_all(args.params, max(1, args.repeats), args.threads)
+    path = run_all(args.params, max(1, args.repeats), args.threads, sizes=args.sizes)
     print(path.read_text())
     print(f"written: {path} (and results.png, results.json beside it)")
     return 0

@@ -25,12 +25,12 @@
 //     skips reading every output line from memory before it is overwritten;
 //   - before each call the harness prefetches the next chunk's lines of the ports flagged for it
 //     (`flags` bit 1);
-//   - independent chunks run on a pool of worker threads shared by every call of the library:
-//     concurrent calls (the compute units of one card, run by the driver at the same time) share
-//     its threads instead of each starting its own, and each call uses at most `threads` of them.
-//     Workers run with flush-to-zero and denormals-are-zero off and round-to-nearest-even,
-//     whatever the host process set, so the arithmetic is IEEE-754 binary32 as design.md
-//     section 3 requires;
+//   - independent chunks run on the calling thread and on a pool of worker threads shared by
+//     every call of the library: concurrent calls (the compute units of one card, run by the
+//     driver at the same time) share its workers instead of each starting its own, and each call
+//     uses at most `threads` threads, itself included. Every thread runs the kernel with
+//     flush-to-zero and denormals-are-zero off and round-to-nearest-even, whatever the host
+//     process set, so the arithmetic is IEEE-754 binary32 as design.md section 3 requires;
 //   - a stream read when empty, or left holding data when the kernel returns, makes the C
 //     simulation model print a warning line ("WARNING: Hls::stream ..."), AMD's and ours alike;
 //     during a run the harness takes those lines off std::cout and returns their count: either
@@ -380,14 +380,33 @@ void chunk(void (*kernel)(A...), const Ports& p, std::uint64_t first, unsigned i
 
 // --- Worker pool shared by every call of the library ---
 
+// A call runs its own chunks and hands out blocks of them to the pool's workers. Workers that
+// run out of work spin briefly before they sleep, as OpenMP runtimes do: on a busy machine a
+// sleeping thread can wait a scheduler slice (milliseconds) to be woken, longer than a call.
 struct Job {
-  std::function<void(std::uint64_t, std::uint64_t)>* work;  // runs chunks [begin, end) of elements
-  std::uint64_t n, block;
+  const std::function<void(std::uint64_t, std::uint64_t)>* work;  // runs chunks [begin, end) of elements
+  std::uint64_t n = 0, block = 1;
   std::atomic<std::uint64_t> next{0};
-  int max_workers = 1;
-  int active = 0;  // guarded by the pool's mutex
-  bool finished = false;
-  std::exception_ptr error;
+  std::atomic<int> active{1};  // threads inside the job, the caller included
+  int max_workers = 1;         // pool workers allowed in (the caller not counted)
+  int helpers = 0;             // pool workers that joined (guarded by the pool's mutex)
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;    // set once, by whoever sets `failed` first
+
+  // Take blocks until none is left; returns on exhaustion (or when a block failed).
+  void drain() {
+    for (;;) {
+      const std::uint64_t begin = next.fetch_add(block);
+      if (begin >= n) return;
+      try {
+        (*work)(begin, std::min(n, begin + block));
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+        next.store(n);
+        return;
+      }
+    }
+  }
 };
 
 class Pool {
@@ -396,59 +415,71 @@ class Pool {
     static Pool* pool = new Pool;  // never destroyed: its threads live as long as the process
     return *pool;
   }
-  void run(Job& job, int threads) {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (started_ < threads) {
-      std::thread(&Pool::loop, this).detach();
-      ++started_;
+  // Run `job` on the calling thread and on up to `helpers` pool workers; returns when it is done.
+  void run(Job& job, int helpers) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (started_ < helpers) {
+        std::thread(&Pool::loop, this).detach();
+        ++started_;
+      }
+      job.max_workers = helpers;
+      jobs_.push_back(&job);
+      generation_.fetch_add(1);
     }
-    job.max_workers = threads;
-    jobs_.push_back(&job);
     work_cv_.notify_all();
-    done_cv_.wait(lock, [&] { return job.finished; });
+    job.drain();
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // no worker joins after this
+      jobs_.erase(std::find(jobs_.begin(), jobs_.end(), &job));
+    }
+    for (unsigned spins = 0; job.active.load() > 1; ++spins) {  // helpers finishing their last block
+      if (spins < 4096) {
+        _mm_pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
   }
 
  private:
   Job* pick() {
     for (Job* j : jobs_)
-      if (j->active < j->max_workers && j->next.load() < j->n) return j;
+      if (j->helpers < j->max_workers && j->next.load() < j->n) return j;
     return nullptr;
   }
   void loop() {
     IeeeMode mode;  // this thread is ours: it keeps the mode for life
-    std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      Job* job = pick();
-      if (!job) {
-        work_cv_.wait(lock);
-        continue;
-      }
-      ++job->active;
-      lock.unlock();
-      try {
+      Job* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
         for (;;) {
-          const std::uint64_t begin = job->next.fetch_add(job->block);
-          if (begin >= job->n) break;
-          (*job->work)(begin, std::min(job->n, begin + job->block));
+          job = pick();
+          if (job) break;
+          // Spin about half a millisecond for new work before sleeping.
+          const std::uint64_t seen = generation_.load();
+          lock.unlock();
+          bool fresh = false;
+          for (int i = 0; i < 20000 && !fresh; ++i) {
+            _mm_pause();
+            fresh = generation_.load() != seen;
+          }
+          lock.lock();
+          if (!fresh && !pick()) work_cv_.wait(lock);
         }
-      } catch (...) {
-        lock.lock();
-        if (!job->error) job->error = std::current_exception();
-        job->next.store(job->n);
-        lock.unlock();
+        ++job->helpers;
+        job->active.fetch_add(1);
       }
-      lock.lock();
-      if (--job->active == 0 && job->next.load() >= job->n) {
-        jobs_.erase(std::find(jobs_.begin(), jobs_.end(), job));
-        job->finished = true;
-        done_cv_.notify_all();
-      }
+      job->drain();
+      job->active.fetch_sub(1);  // the last touch of the job: its caller may return from here on
     }
   }
 
   std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
+  std::condition_variable work_cv_;
   std::vector<Job*> jobs_;
+  std::atomic<std::uint64_t> generation_{0};
   int started_ = 0;
 };
 
@@ -491,8 +522,8 @@ long run(void (*kernel)(A...), Ports& p, std::uint64_t n, const std::uint32_t* b
   try {
     threads = std::max(1, std::min(threads, 64));
     const std::uint64_t chunks = (n + chunk_n - 1) / chunk_n;
+    IeeeMode mode;
     if (threads == 1 || chunks == 1) {
-      IeeeMode mode;
       work(0, n);
     } else {
       // Blocks of about 16K elements: long sequential runs per thread, and enough blocks to
@@ -501,8 +532,8 @@ long run(void (*kernel)(A...), Ports& p, std::uint64_t n, const std::uint32_t* b
       job.work = &work;
       job.n = n;
       job.block = std::max<std::uint64_t>(1, 16384 / chunk_n) * chunk_n;
-      Pool::instance().run(job, threads);
-      if (job.error) std::rethrow_exception(job.error);
+      Pool::instance().run(job, threads - 1);
+      if (job.failed.load()) std::rethrow_exception(job.error);
     }
     rc = filter.count() - before;
   } catch (const std::bad_alloc&) {

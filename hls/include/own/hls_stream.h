@@ -38,6 +38,7 @@ class stream {
   explicit stream(const char* name) : name_(name) {}
   explicit stream(const std::string& name) : name_(name) {}
   ~stream() {
+    for (; missed_; --missed_) warn("is read while empty");
     if (tail_ != head_) warn("contains leftover data");
     release();
   }
@@ -48,19 +49,23 @@ class stream {
   bool full() const { return false; }
   std::size_t size() const { return tail_ - head_; }
 
+  // Typed element copies (not memcpy): they cannot alias the counters, so a loop of reads or
+  // writes keeps head_/tail_ in registers instead of a store-to-load chain through memory.
   void write(const T& value) {
     if (__builtin_expect(tail_ == cap_, 0)) make_room();
-    std::memcpy(static_cast<void*>(buf_ + tail_), &value, sizeof(T));
+    buf_[tail_] = value;
     ++tail_;
   }
   void operator<<(const T& value) { write(value); }
 
+  // Reading an empty stream calls nothing (a call would pin the counters in memory): it is
+  // counted and warned about when the stream is destroyed, one line per read, as AMD's model does.
   T read() {
-    if (__builtin_expect(head_ == tail_, 0)) return underflow();
-    T value;
-    std::memcpy(static_cast<void*>(&value), buf_ + head_, sizeof(T));
-    ++head_;
-    return value;
+    if (__builtin_expect(head_ == tail_, 0)) {
+      ++missed_;
+      return T();
+    }
+    return buf_[head_++];
   }
   void read(T& value) { value = read(); }
   void operator>>(T& value) { value = read(); }
@@ -110,13 +115,9 @@ class stream {
     std::cout << "WARNING: Hls::stream '" << name_ << "' " << what << ", which may result in RTL simulation hanging."
               << std::endl;
   }
-  __attribute__((noinline)) T underflow() {
-    warn("is read while empty");
-    return T();
-  }
   // Full: slide the live contents to the front when at least half the array is already read,
   // else move them to an array twice as large.
-  __attribute__((noinline)) void make_room() {
+  void make_room() {
     const std::size_t live = tail_ - head_;
     if (head_ && 2 * head_ >= cap_) {
       std::memmove(static_cast<void*>(buf_), buf_ + head_, live * sizeof(T));
@@ -152,6 +153,7 @@ class stream {
   std::size_t head_ = 0;
   std::size_t tail_ = 0;
   std::size_t cap_ = kInline;
+  std::size_t missed_ = 0;  // reads of an empty stream
   T* heap_ = nullptr;
   alignas(64) unsigned char inline_[kInline * sizeof(T)];
 };
