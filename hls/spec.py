@@ -61,6 +61,18 @@ def validate_identifier(value: object, field: str = "name") -> str:
     return value
 
 
+def validate_kernel_name(value: object, field: str = "name") -> str:
+    """A C identifier that also compiles as the kernel: not a name the generated code, AMD's HLS
+    headers, the C/C++ standard library or our RTL already use (hls/reserved.py)."""
+    validate_identifier(value, field)
+    from hls.reserved import reserved_names
+
+    if value in reserved_names():
+        raise SpecError(f"{field}: {value!r} is already a name in the generated code, AMD's HLS headers, the C/C++ "
+                        f"standard library or Verilog; choose another (e.g. my_{value})")
+    return str(value)
+
+
 def _choice(field: str, value: object, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise SpecError(f"{field}: {value!r} is not allowed; choose one of {', '.join(allowed)}")
@@ -91,7 +103,7 @@ class KernelSpec:
         _choice("grad_dtype", self.grad_dtype, GRAD_DTYPES)
         _choice("out_dtype", self.out_dtype, OUT_DTYPES)
         _choice("grad_source", self.grad_source, GRAD_SOURCES)
-        validate_identifier(self.name, "name")
+        validate_kernel_name(self.name, "name")
         validate_identifier(self.target, "target")
         lanes = self.lanes
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
