@@ -392,9 +392,9 @@ def spec_dict(data: Any, where: Where) -> dict[str, Any]:
 
 MANIFEST_TARGET = Obj(required={"key": TARGET_KEY, "name": TARGET_NAME, "part": PART, "platform": Opt(PLATFORM),
                                 "flow": Enum("xrt", "versal")})
-STRIPE_COUNTS = Obj(required={"grad": Int(1, 32), "state": Int(1, 32), "out": Int(1, 32)})
+STRIPE_COUNTS = Obj(required={"grad": Int(0, 32), "state": Int(1, 32), "out": Int(1, 32)})
 PORT = Str(r"(grad|p|m|v|out)[0-9]{1,2}(_rd|_wr)?", "a port name like grad0, p1_rd, v0_wr or out0")
-REG_ARG = Obj(required={"name": IDENT, "kind": Enum("pointer", "scalar", "stream"), "offset": Int(0, 1 << 20),
+REG_ARG = Obj(required={"name": IDENT, "kind": Enum("pointer", "scalar", "stream"), "offset": Opt(Int(0, 1 << 20)),
                         "size": Int(0, 64), "direction": Enum("in", "out", "inout"), "description": Text(200)})
 REGISTER_MAP = Obj(
     required={"protocol": Enum("ap_ctrl_hs"), "control": Map(IDENT, Int(0, 255), 16),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hls import registry
 from hls.commands.common import add_json, emit_json, table
+from hls.errors import UserError
 from hls.paths import BITSTREAMS_DIR
 
 
@@ -26,6 +27,15 @@ def _spec_text(spec: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.dir.is_dir():
+        if args.action == "verify" or args.dir.exists():
+            raise UserError(f"--dir {args.dir}: {'not a folder' if args.dir.exists() else 'no such folder'}; "
+                            "nothing to verify (give the registry folder `optimusnic build --registry` wrote)")
+        if args.json:
+            emit_json({"dir": str(args.dir), "entries": [], "all_ok": True})
+        else:
+            print(f"no bitstreams in {args.dir} (no such folder; build one with `optimusnic build --target T`)")
+        return 0
     rows = registry.entries(args.dir)
     bad = [r for r in rows if r["status"] != "ok"]
     if args.json:
