@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hls.errors import UserError
+from hls.spec import CLOCK_MHZ_RANGE, MAX_COMPUTE_UNITS, MAX_LANES, MAX_STRIPES, RATE_GPS_MAX
 
 
 class Invalid(UserError):
@@ -282,7 +283,7 @@ BIG = 1 << 53  # counts and byte sizes
 
 # --- targets files ----------------------------------------------------------------------------
 
-CLOCK_MHZ = (50, 700)  # the same range as KernelSpec.clock_mhz and every --clock option
+CLOCK_MHZ = CLOCK_MHZ_RANGE  # the same range as KernelSpec.clock_mhz and every --clock option
 
 
 def _memory_extra(mem: dict[str, Any], where: Where) -> None:
@@ -310,7 +311,7 @@ MEMORY = Obj(
 
 def _target_extra(t: dict[str, Any], where: Where) -> None:
     slrs = t.get("slrs", 1)
-    for i, s in enumerate((t["memory"].get("bank_slr") or ())):
+    for i, s in enumerate(t["memory"].get("bank_slr") or ()):
         if s >= slrs:
             raise where.at("memory").at("bank_slr").at(i).fail(f"SLR {s}, but the card has slrs = {slrs}")
     if t["flow"] == "xrt" and not t.get("platform"):
@@ -373,13 +374,13 @@ SPEC = Obj(
         "optimizer": Enum("adam", "adamw"),
         "grad_dtype": Enum("fp32", "bf16", "fp16"),
         "out_dtype": Enum("fp32", "bf16"),
-        "lanes": Int(1, 16),
-        "compute_units": Int(1, 16),
+        "lanes": Int(1, MAX_LANES),
+        "compute_units": Int(1, MAX_COMPUTE_UNITS),
         "grad_source": Enum("memory", "stream"),
         "name": IDENT,
         "clock_mhz": Opt(Num(*CLOCK_MHZ)),
-        "stripes": Opt(Int(1, 32)),
-        "rate_gps": Opt(Num(0, 1000, lo_open=True)),
+        "stripes": Opt(Int(1, MAX_STRIPES)),
+        "rate_gps": Opt(Num(0, RATE_GPS_MAX, lo_open=True)),
     },
 )
 
@@ -485,7 +486,8 @@ def xclbin_sections(head: bytes, file_size: int, file: str) -> list[tuple[int, i
         raise where.at("sections").fail("section table truncated")
     out = []
     for i in range(count):
-        kind, _name, offset, size = AXLF_SECTION_HEADER.unpack_from(head, AXLF_HEADER_SIZE + i * AXLF_SECTION_HEADER.size)
+        at = AXLF_HEADER_SIZE + i * AXLF_SECTION_HEADER.size
+        kind, _name, offset, size = AXLF_SECTION_HEADER.unpack_from(head, at)
         if offset > file_size or size > file_size - offset:
             raise where.at(f"section[{i}]").fail(
                 f"kind {kind} at offset {offset:,} with {size:,} bytes runs past the end of the file ({file_size:,})")
