@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from hls import registry
-from hls.commands.common import add_json, emit_json, table
+from hls.commands.common import add_json, emit_json, path_arg, table
 from hls.errors import UserError
 from hls.paths import BITSTREAMS_DIR
 
@@ -14,7 +13,7 @@ from hls.paths import BITSTREAMS_DIR
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bitstreams", help="list or verify the built xclbins in bitstreams/")
     p.add_argument("action", choices=("list", "verify"), help="list: what is built; verify: sha256 vs manifest")
-    p.add_argument("--dir", type=Path, default=BITSTREAMS_DIR, help="registry folder (default: bitstreams/)")
+    p.add_argument("--dir", type=path_arg, default=BITSTREAMS_DIR, help="registry folder (default: bitstreams/)")
     add_json(p)
     p.set_defaults(func=run)
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from hls.errors import UserError
@@ -146,6 +147,13 @@ def count_up_to(limit: int) -> Any:
 
     parse.__name__ = "count"
     return parse
+
+
+def path_arg(text: str) -> Path:
+    """argparse type for a file or folder: not empty (Path('') would silently mean the current folder)."""
+    if not text.strip() or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: empty or invalid path")
+    return Path(text)
 
 
 def emit_json(data: Any) -> None:

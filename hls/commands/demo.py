@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from hls import safe_io
-from hls.commands.common import add_json, emit_json, int_in, require
+from hls.commands.common import add_json, emit_json, int_in, path_arg, require
 from hls.errors import UserError
 from hls.paths import BUILD_DIR
 
@@ -30,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ranks for the sharded run (ShardedNicOptimizer over gloo, one process per rank)")
     p.add_argument("--model", choices=("transformer", "mlp", "mlp-small"), default=None,
                    help="what to train (default: transformer; mlp-small, 612 parameters, on rtlsim)")
-    p.add_argument("--out", type=Path, default=BUILD_DIR / "demo", metavar="DIR",
+    p.add_argument("--out", type=path_arg, default=BUILD_DIR / "demo", metavar="DIR",
                    help="where the PNG and summary.json go (default build/demo/)")
     add_json(p)
     p.set_defaults(func=run)

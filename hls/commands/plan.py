@@ -15,6 +15,7 @@ from hls.commands.common import (
     human_count,
     int_in,
     parse_count,
+    path_arg,
     table,
 )
 from hls.errors import UserError
@@ -50,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nic-grads", choices=planner.NIC_GRADS, default="full",
                    help="OptimusNIC gradient buffer on the GPU: full bf16 or ZeRO-2-style sharded (default full)")
     p.add_argument("--nic-ports", type=int_in(1, 16), default=1, help="card network ports used (default 1)")
-    p.add_argument("--plot", type=Path, default=None, metavar="PNG", help="write a chart comparing the schemes")
+    p.add_argument("--plot", type=path_arg, default=None, metavar="PNG", help="write a chart comparing the schemes")
     add_json(p)
     add_targets_file(p)
     p.set_defaults(func=run)
