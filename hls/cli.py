@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a usage error (already one line on stderr)
         return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
-        parser.print_help()
+        verbs = ", ".join(sorted(parser._subparsers._group_actions[0].choices))  # type: ignore[union-attr]
+        print(f"optimusnic: error: give a VERB: {verbs} (see `optimusnic --help`)", file=sys.stderr)
         return 2
     try:
         return int(args.func(args) or 0)

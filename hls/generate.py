@@ -123,12 +123,13 @@ def write_project(spec: KernelSpec, out_dir: Path, target: Target | None = None)
         raise UserError(f"{out_dir}: exists and is not a directory")
     files, manifest = render(spec, target)
     safe_io.check_writable_dir(out_dir, "output folder")
+    root = out_dir.resolve()  # 'a/../b' writes into b only
     try:
         for rel, data in files.items():
-            dest = safe_io.inside(out_dir, rel, "generated file")
+            dest = safe_io.inside(root, rel, "generated file")
             dest.parent.mkdir(parents=True, exist_ok=True)
             _write_file(dest, data)
-        _write_file(out_dir / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+        _write_file(root / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     except OSError as exc:
         raise UserError(f"{out_dir}: cannot write the project ({exc.strerror or exc}: {exc.filename or ''})") from exc
     return manifest

@@ -110,10 +110,10 @@ def check_writable_dir(folder: str | os.PathLike[str], what: str) -> Path:
                 raise UserError(f"{what}: {parent} exists and is not a folder")
             break
     try:
-        p.mkdir(parents=True, exist_ok=True)
+        p.resolve().mkdir(parents=True, exist_ok=True)  # 'a/../b' makes b only, not a too
     except OSError as exc:
         raise UserError(f"{what}: cannot create {p} ({exc.strerror or exc})") from exc
-    if not os.access(p, os.W_OK | os.X_OK):
+    if not os.access(p.resolve(), os.W_OK | os.X_OK):
         raise UserError(f"{what}: {p} is not writable")
     return p
 

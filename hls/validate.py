@@ -42,8 +42,17 @@ class Where:
         return Where(self.file, (*self.path, str(key)))
 
     def fail(self, message: str) -> Invalid:
-        field = ".".join(self.path) or "(top level)"
+        field = ".".join(_plain(p) for p in self.path) or "(top level)"
         return Invalid(f"{self.file}: {field}: {message}")
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]{1,64}")
+
+
+def _plain(key: str) -> str:
+    """A field name as it appears in a message: itself when plain, else quoted and escaped (a key
+    from a hostile file may hold a newline or terminal escapes)."""
+    return key if _PLAIN.fullmatch(key) else _show(key)
 
 
 def _show(value: object, limit: int = 60) -> str:
