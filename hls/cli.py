@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
 def _one_line(text: str) -> str:
     """An error as one line: a compiler's or tool's multi-line output is joined with ' | '."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return " | ".join(lines)
+    joined = " | ".join(lines)
+    # A control character from a file name or a data file (a terminal escape) is shown escaped.
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in joined)
 
 
 if __name__ == "__main__":

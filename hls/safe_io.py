@@ -48,6 +48,8 @@ def open_regular(path: str | os.PathLike[str], max_bytes: int, what: str) -> Ite
     checked on the open descriptor (no race between a check and the open).
     """
     p = Path(path)
+    if not str(p).strip() or "\0" in str(p):
+        raise FileRefused(f"{str(path)!r}: not a usable {what} path (empty or with a NUL byte)")
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -102,8 +104,8 @@ def inside(base: str | os.PathLike[str], rel: str | os.PathLike[str], what: str)
 def check_writable_dir(folder: str | os.PathLike[str], what: str) -> Path:
     """Fail now, in one line, if `folder` cannot be created or written: before minutes of work."""
     p = Path(folder)
-    if str(p).strip() == "":
-        raise UserError(f"{what}: empty path")
+    if str(folder).strip() == "" or "\0" in str(folder):
+        raise UserError(f"{what}: {str(folder)!r} is not a usable path (empty or with a NUL byte)")
     for parent in (p, *p.parents):
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
@@ -122,7 +124,7 @@ def check_writable_file(path: str | os.PathLike[str], what: str) -> Path:
     """Fail now if `path` cannot be written: its folder must exist or be creatable and writable,
     and `path` itself must not be a folder."""
     p = Path(path)
-    if str(p).strip() == "" or p.name in ("", ".", ".."):
+    if str(path).strip() == "" or "\0" in str(path) or p.name in ("", ".", ".."):
         raise UserError(f"{what}: {str(path)!r} is not a file name")
     if p.is_dir():
         raise UserError(f"{what}: {p} is a folder, not a file")

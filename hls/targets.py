@@ -162,7 +162,7 @@ def _stamp(path: str) -> tuple[int, ...]:
     """What identifies a file's content for the cache: a changed file is read again."""
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):
         return ()
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
