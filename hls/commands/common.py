@@ -157,8 +157,22 @@ def path_arg(text: str) -> Path:
 
 
 def emit_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=_json_default)
-    sys.stdout.write("\n")
+    """Strict JSON on stdout: a non-finite number (which json would print as NaN or Infinity, not
+    JSON) is written as null; the text is built first, so a failure prints nothing half-way."""
+    text = json.dumps(_finite(data), indent=2, default=_json_default, allow_nan=False)
+    sys.stdout.write(text + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "to_dict"):
+        return _finite(obj.to_dict())
+    return obj
 
 
 def _json_default(obj: Any) -> Any:
