@@ -257,9 +257,12 @@ print('CLEAN' if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 e
 """, setup={"proj": "PROJECT"}),
         Case("unbounded", "registry manifest is a FIFO", argv=["bitstreams", "verify", "--dir", "{tmp}/reg"],
              setup={"reg/u55c/k.manifest.json": "FIFO"}, expect="exit1"),
-        Case("unbounded", "xclbin is a FIFO", code=REGISTERED.replace("@XCLBIN@", "FIFO")),
-        Case("unbounded", "xclbin with 0xFFFFFFFF sections", code=REGISTERED.replace("@XCLBIN@", "COUNT")),
-        Case("unbounded", "xclbin section past the end", code=REGISTERED.replace("@XCLBIN@", "OFFSET")),
+        Case("unbounded", "xclbin is a FIFO", code=REGISTERED.replace("@XCLBIN@", "FIFO"),
+             setup={"proj": "PROJECT"}),
+        Case("unbounded", "xclbin with 0xFFFFFFFF sections", code=REGISTERED.replace("@XCLBIN@", "COUNT"),
+             setup={"proj": "PROJECT"}),
+        Case("unbounded", "xclbin section past the end", code=REGISTERED.replace("@XCLBIN@", "OFFSET"),
+             setup={"proj": "PROJECT"}),
     ]
     for name, body in CHECKPOINT_FILES.items():
         cases.append(Case("unbounded" if name in ("FIFO", "/dev/zero", "zip bomb (0.5 MB -> 1.5 GB)")
