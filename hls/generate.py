@@ -79,9 +79,25 @@ def _template_outputs(parts: tuple[str, ...], name: str) -> list[tuple[str, str]
     return pairs
 
 
+def _check_target_text(target: Target) -> None:
+    """The target strings templates write into C++, Tcl, Makefile, cfg and Markdown, checked again
+    here: a Target built in Python (not from a targets file) passes the same patterns."""
+    where = validate.Where(f"target {target.key!r}")
+    validate.TARGET_KEY.check(target.key, where.at("key"))
+    validate.TARGET_NAME.check(target.name, where.at("name"))
+    validate.PART.check(target.part, where.at("part"))
+    validate.Opt(validate.PLATFORM).check(target.platform, where.at("platform"))
+    validate.Enum("xrt", "versal").check(target.flow, where.at("flow"))
+    validate.Text(2000).check(target.flow_note, where.at("flow_note"))
+    validate.Num(*validate.CLOCK_MHZ).check(target.kernel_clock_mhz, where.at("kernel_clock_mhz"))
+    validate.Int(1, 8).check(target.slrs, where.at("slrs"))
+    validate.Enum(*validate.BANK_PREFIXES).check(target.memory.bank_prefix, where.at("memory.bank_prefix"))
+
+
 def render(spec: KernelSpec, target: Target | None = None) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Render all files for `spec` in memory: {relative path: bytes}, and the manifest dict."""
     target = target or get_target(spec.target)
+    _check_target_text(target)
     sizing = size_spec(spec, target)
     env = environment()
     ctx = context(spec, target, sizing)

@@ -99,6 +99,18 @@ def test_targets_file_strings_cannot_reach_generated_files(case: str, tmp_path: 
     assert not (tmp_path / "out").exists() and not pwn.exists()
 
 
+@pytest.mark.parametrize("field,value", [("name", "x\n#include </etc/passwd>"), ("part", "xcu55c; exec id"),
+                                         ("platform", "p $(id)"), ("flow_note", "a\nb"), ("kernel_clock_mhz", 1e9)])
+def test_a_target_built_in_python_is_checked_too(field: str, value: object) -> None:
+    import dataclasses
+
+    from hls.generate import render
+
+    target = dataclasses.replace(load_catalog()["u55c"], **{field: value})
+    with pytest.raises(validate.Invalid, match=field):
+        render(KernelSpec(lanes=4), target)
+
+
 @pytest.mark.parametrize("key", ["../x", "a b", "x;y", "int", "", "u55c\n", "x" * 65])
 def test_target_keys_must_be_identifiers(key: str, tmp_path: Path) -> None:
     f = tmp_path / "t.json"

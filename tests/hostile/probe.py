@@ -363,13 +363,23 @@ def bomb():
                 for _ in range(4 * n >> 20): w.write(bytes(1 << 20))
 @BODY@
 before = s.state_dict()
+import resource, time
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.monotonic()
 try:
     ShardState.load('c.npz', dev)
     print('DEFECT: loaded')
 except StateFileError:
+    dt = time.monotonic() - t0
+    grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
     after = s.state_dict()
     same = all(before[k].tobytes() == after[k].tobytes() for k in ('params', 'exp_avg', 'exp_avg_sq'))
-    print('CLEAN' if same else 'DEFECT: state changed')
+    if not same:
+        print('DEFECT: state changed')
+    elif dt > 3 or grew > 256:
+        print(f'DEFECT: refused only after {dt:.1f} s and {grew:.0f} MB more memory')
+    else:
+        print('CLEAN')
 except Exception as e:
     print('DEFECT: ' + type(e).__name__ + ': ' + str(e)[:80])
 """
