@@ -49,8 +49,9 @@ test-full: deps deps-yosys
 # any failure (the default `make test` runs the same properties with a few dozen examples).
 FUZZ_EXAMPLES ?= 1500
 fuzz: deps
-	HYPOTHESIS_PROFILE=fuzz FUZZ_GENERATE_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q \
-		tests/test_fuzz.py tests/test_hostile_inputs.py $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=fuzz FUZZ_GENERATE_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_OPTIM_EXAMPLES=$(FUZZ_EXAMPLES) \
+		$(BIN)/python -m pytest -q \
+		tests/test_fuzz.py tests/test_hostile_inputs.py tests/test_pending_all_or_nothing.py $(PYTEST_ARGS)
 
 # Resource estimate of the RTL kernel with yosys: make synth SYNTH_ARGS="--target u55c --lanes 16"
 SYNTH_ARGS ?= --target u55c

@@ -173,3 +173,37 @@ def test_sharded_step_error_leaves_everything_unchanged(case: str) -> None:
                 opt.close()
         finally:
             dist.destroy_process_group()
+
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5), st.none(), st.text(max_size=3),
+                    st.tuples(st.floats(-1, 2), st.floats(-1, 2)))
+
+
+@PENDING
+@settings(max_examples=int(os.environ.get("FUZZ_OPTIM_EXAMPLES", "10")), deadline=None, database=None,
+          suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+@given(group=st.integers(0, 1), key=st.sampled_from(["lr", "eps", "weight_decay", "betas", "maximize", "amsgrad"]),
+       value=_values, drop_grad=st.sampled_from([None, 0, 1, 2]))
+def test_fuzz_step_is_all_or_nothing(group: int, key: str, value: Any, drop_grad: int | None) -> None:
+    """Whatever one hyperparameter of one group is set to and whichever gradient is missing, a step
+    either runs or raises with everything unchanged."""
+    params = _model()
+    opt = _two_groups(NicAdamW, params)
+    try:
+        _grads(params)
+        opt.step()
+        _grads(params)
+        opt.param_groups[group][key] = value
+        if drop_grad is not None:
+            params[drop_grad].grad = None
+        before = _snapshot(opt, params)
+        try:
+            opt.step()
+        except (ValueError, RuntimeError, TypeError):
+            assert _snapshot(opt, params) == before
+    finally:
+        opt.close()
