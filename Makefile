@@ -47,9 +47,10 @@ test-full: deps deps-yosys
 
 # The property-based fuzz suite, long: thousands of examples per property and shrinking of
 # any failure (the default `make test` runs the same properties with a few dozen examples).
-FUZZ_EXAMPLES ?= 1500
+# (1500 examples per fast property; 200 for the ones that render a project or train: ~10 minutes.)
+FUZZ_SLOW_EXAMPLES ?= 200
 fuzz: deps
-	HYPOTHESIS_PROFILE=fuzz FUZZ_GENERATE_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_OPTIM_EXAMPLES=$(FUZZ_EXAMPLES) \
+	HYPOTHESIS_PROFILE=fuzz FUZZ_GENERATE_EXAMPLES=$(FUZZ_SLOW_EXAMPLES) FUZZ_OPTIM_EXAMPLES=$(FUZZ_SLOW_EXAMPLES) \
 		$(BIN)/python -m pytest -q \
 		tests/test_fuzz.py tests/test_hostile_inputs.py tests/test_pending_all_or_nothing.py $(PYTEST_ARGS)
 
