@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.optimusnic-deps
 
-.PHONY: all deps deps-icarus deps-yosys demo test test-full synth lint bench clean
+.PHONY: all deps deps-icarus deps-yosys demo test test-full fuzz synth lint bench clean
 
 all: test
 
@@ -47,6 +47,15 @@ test: deps deps-yosys
 # The long sweeps: 200,000 vectors per FP unit, every kernel variant.
 test-full: deps deps-yosys
 	$(BIN)/python -m pytest -q --full $(PYTEST_ARGS)
+
+# The property-based fuzz suite, long: thousands of examples per property and shrinking of
+# any failure (the default `make test` runs the same properties with a few dozen examples).
+# (1500 examples per fast property; 200 for the ones that render a project or train: ~10 minutes.)
+FUZZ_SLOW_EXAMPLES ?= 200
+fuzz: deps
+	HYPOTHESIS_PROFILE=fuzz FUZZ_GENERATE_EXAMPLES=$(FUZZ_SLOW_EXAMPLES) FUZZ_OPTIM_EXAMPLES=$(FUZZ_SLOW_EXAMPLES) \
+		$(BIN)/python -m pytest -q \
+		tests/test_fuzz.py tests/test_hostile_inputs.py tests/test_pending_all_or_nothing.py $(PYTEST_ARGS)
 
 # Resource estimate of the RTL kernel with yosys: make synth SYNTH_ARGS="--target u55c --lanes 16"
 SYNTH_ARGS ?= --target u55c

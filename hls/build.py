@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hls import generate, registry, reports
+from hls import generate, registry, reports, safe_io, validate
 from hls.errors import OptimusError, ToolMissing, UserError
 from hls.paths import BITSTREAMS_DIR, RTL_DIR
 from hls.spec import KernelSpec
@@ -113,6 +113,15 @@ def find_platform(platform: str) -> Path | None:
     return None
 
 
+def check_platform(platform: str) -> None:
+    """A platform is a name (letters, digits, '_': it is joined to search folders) or a .xpfm path."""
+    if platform.endswith(".xpfm"):
+        if "\0" in platform or "\n" in platform:
+            raise UserError(f"--platform {platform!r}: not a usable path")
+        return
+    validate.PLATFORM.check(platform, validate.Where("--platform"))
+
+
 def default_run_dir(spec: KernelSpec, kernel: str) -> Path:
     from hls.paths import BUILD_DIR
 
@@ -177,6 +186,7 @@ def plan_build(
     platform = platform or target.platform
     if not platform:
         raise UserError(f"{target.name} has no XRT platform in the catalog; pass --platform NAME or PATH.xpfm")
+    check_platform(platform)
     platform_path = find_platform(platform)
     steps: list[Step] = []
     if kernel == "hls":
@@ -418,6 +428,10 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     Returns the registry entry, or None for the Versal flow (IP export only, nothing to register).
     """
     check_tools(plan)
+    safe_io.check_writable_dir(plan.run_dir, "run folder")
+    if plan.xclbin is not None:
+        safe_io.check_writable_dir(bitstreams_dir, "--registry")
+        registry.entry_paths(plan.target.key, plan.spec.name, bitstreams_dir)  # inside the registry, checked now
     if plan.generate_project:
         echo(f"[0] generate: {plan.project_dir}")
         generate.write_project(plan.spec, plan.project_dir, plan.target)

@@ -21,6 +21,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from hls import safe_io, validate
 from hls.errors import UserError
 from hls.paths import BITSTREAMS_DIR
 
@@ -29,20 +30,25 @@ XCLBIN_MAGIC = b"xclbin2\0"
 
 
 def entry_paths(target: str, name: str, root: Path = BITSTREAMS_DIR) -> tuple[Path, Path]:
-    folder = Path(root) / target
+    """bitstreams/<target>/<name>.xclbin and its manifest. `target` and `name` come from manifests, so
+    both must be identifiers and the folder must resolve inside `root` (no `..`, no symlink out)."""
+    where = validate.Where(f"registry entry in {root}")
+    validate.TARGET_KEY.check(target, where.at("target.key"))
+    validate.IDENT.check(name, where.at("spec.name"))
+    folder = safe_io.inside(root, target, "registry folder")
     return folder / f"{name}.xclbin", folder / f"{name}{MANIFEST_SUFFIX}"
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, max_bytes: int = safe_io.XCLBIN_MAX) -> str:
     h = hashlib.sha256()
-    with Path(path).open("rb") as f:
+    with safe_io.open_regular(path, max_bytes, "xclbin") as (f, _size):
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
 
 
 def is_axlf(path: Path) -> bool:
-    with Path(path).open("rb") as f:
+    with safe_io.open_regular(path, safe_io.XCLBIN_MAX, "xclbin") as (f, _size):
         return f.read(len(XCLBIN_MAGIC)) == XCLBIN_MAGIC
 
 
@@ -59,14 +65,22 @@ def register(
     xclbin = Path(xclbin)
     if not xclbin.is_file():
         raise UserError(f"{xclbin}: no such xclbin to register")
+    project_manifest = validate.project_manifest(project_manifest, "project manifest")
     target = project_manifest["target"]["key"]
-    name = project_manifest["spec"]["name"]
+    name = project_manifest["spec"].get("name", "optimusnic_adamw")
+    if target != project_manifest["spec"].get("target", "u55c"):
+        raise UserError(f"project manifest: target.key {target!r} differs from spec.target")
     dest, manifest_path = entry_paths(target, name, root)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    for p in (dest, manifest_path):  # never write through a link someone left in the registry
+        if p.is_symlink():
+            p.unlink()
     shutil.copyfile(xclbin, dest)
     reports_dir = dest.with_suffix(".reports")
     copied = []
-    if reports_dir.is_dir():  # reports of an earlier build of this name must not mix with this one's
+    if reports_dir.is_symlink():
+        reports_dir.unlink()
+    elif reports_dir.is_dir():  # reports of an earlier build of this name must not mix with this one's
         shutil.rmtree(reports_dir)
     if extra_files:
         reports_dir.mkdir(exist_ok=True)
@@ -90,12 +104,43 @@ def register(
     return entry
 
 
-def _load(path: Path) -> dict[str, Any] | None:
+def _load(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """A registry manifest checked against its schema, or (None, why not)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        text = safe_io.read_text(path, safe_io.REGISTRY_MANIFEST_MAX, "registry manifest")
+        data = json.loads(text, parse_constant=_no_constant)
+        return validate.registry_manifest(data, path.name), ""
+    except UserError as exc:
+        return None, str(exc)
+    except (ValueError, RecursionError) as exc:
+        return None, f"{path.name}: not valid JSON ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+
+
+def _inconsistent(data: dict[str, Any]) -> str:
+    """Why a registry manifest does not describe its own spec (register map, banks), or ''."""
+    from hls import regmap
+    from hls.sizing import StripeCounts
+    from hls.spec import KernelSpec
+
+    try:
+        spec = KernelSpec.from_dict(dict(data["spec"]))
+    except UserError as exc:
+        return f"spec: {exc}"
+    if data["target"]["key"] != spec.target:
+        return f"target.key {data['target']['key']!r} but spec.target {spec.target!r}"
+    rm = data.get("register_map")
+    if rm is not None:
+        stripes = rm.get("stripes")
+        if stripes is None or rm != json.loads(json.dumps(regmap.to_manifest(spec, StripeCounts(**stripes)))):
+            return "register_map does not follow the recorded spec (edited manifest?)"
+    for cu in data.get("banks") or []:
+        if cu["cu"] >= spec.compute_units:
+            return f"banks: CU {cu['cu']} but the spec has {spec.compute_units} compute unit(s)"
+    return ""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def entries(root: Path = BITSTREAMS_DIR) -> list[dict[str, Any]]:
@@ -104,7 +149,7 @@ def entries(root: Path = BITSTREAMS_DIR) -> list[dict[str, Any]]:
     root = Path(root)
     out: list[dict[str, Any]] = []
     if not root.is_dir():
-        return out
+        raise UserError(f"{root}: no such registry folder (give the folder `optimusnic build --registry` wrote)")
     seen: set[Path] = set()
     for manifest_path in sorted(root.glob(f"*/*{MANIFEST_SUFFIX}")):
         target = manifest_path.parent.name
@@ -112,9 +157,18 @@ def entries(root: Path = BITSTREAMS_DIR) -> list[dict[str, Any]]:
         xclbin = manifest_path.parent / f"{name}.xclbin"
         seen.add(xclbin)
         row: dict[str, Any] = {"target": target, "name": name, "xclbin": str(xclbin), "manifest": str(manifest_path)}
-        data = _load(manifest_path)
-        if data is None or "xclbin" not in data:
-            out.append(row | {"status": "bad-manifest", "detail": "manifest is not valid registry JSON"})
+        data, why = _load(manifest_path)
+        if data is None:
+            out.append(row | {"status": "bad-manifest", "detail": why})
+            continue
+        if data["xclbin"]["file"] != xclbin.name or data["spec"].get("name", name) != name \
+                or data["target"]["key"] != target:
+            out.append(row | {"status": "bad-manifest", "detail": f"describes {data['target']['key']}/"
+                              f"{data['xclbin']['file']}, not {target}/{xclbin.name}"})
+            continue
+        why = _inconsistent(data)
+        if why:
+            out.append(row | {"status": "bad-manifest", "detail": why})
             continue
         spec = data.get("spec", {})
         summary = data.get("summary") or {}
@@ -127,16 +181,22 @@ def entries(root: Path = BITSTREAMS_DIR) -> list[dict[str, Any]]:
             "registered_utc": data.get("registered_utc"),
             "sha256": data["xclbin"].get("sha256"),
         }
-        if not xclbin.is_file():
+        if not xclbin.exists():
             out.append(row | {"status": "missing-xclbin", "detail": f"{xclbin.name} is not there"})
             continue
-        actual = sha256_file(xclbin)
+        try:
+            actual = sha256_file(xclbin)
+            axlf = is_axlf(xclbin)
+            kinds = section_kinds(xclbin) if actual == row["sha256"] and axlf else []
+        except UserError as exc:
+            out.append(row | {"status": "bad-xclbin", "detail": str(exc)})
+            continue
         if actual != row["sha256"]:
             detail = f"sha256 {actual[:12]}... differs from the manifest's {str(row['sha256'])[:12]}..."
             out.append(row | {"status": "modified", "detail": detail})
-        elif not is_axlf(xclbin):
+        elif not axlf:
             out.append(row | {"status": "not-axlf", "detail": "matches its manifest but is not an xclbin container"})
-        elif not {SECTION_BITSTREAM, SECTION_PDI} & set(section_kinds(xclbin)):
+        elif not {SECTION_BITSTREAM, SECTION_PDI} & set(kinds):
             out.append(row | {"status": "no-bitstream", "detail": "an xclbin container without a bitstream section"})
         else:
             out.append(row | {"status": "ok", "detail": "matches its manifest"})
@@ -160,8 +220,8 @@ SECTION_CONNECTIVITY = 7
 SECTION_IP_LAYOUT = 8
 SECTION_PDI = 18
 _MEM_TYPES = {"HBM": 6, "DDR": 1, "PLRAM": 7, "HOST": 2}
-_HEADER_SIZE = 8 + 32 + 256 + 8 + 152  # magic, signature, key block, unique id, axlf_header
-_SECTION_HEADER = struct.Struct("<I16s4xQQ")  # kind, name, (pad), offset, size
+_HEADER_SIZE = validate.AXLF_HEADER_SIZE  # magic, signature, key block, unique id, axlf_header
+_SECTION_HEADER = validate.AXLF_SECTION_HEADER  # kind, name, (pad), offset, size
 CU_BASE = 0x1800000  # address of the first CU's control registers in this container
 CU_STRIDE = 0x10000
 
@@ -262,10 +322,15 @@ def metadata_xclbin(manifest: dict[str, Any], memory: dict[str, Any]) -> bytes:
 
 
 def section_kinds(path: Path) -> list[int]:
-    """The section kinds listed in an AXLF file's header (empty when it is not one)."""
-    data = Path(path).read_bytes()
-    if not data.startswith(XCLBIN_MAGIC) or len(data) < _HEADER_SIZE:
+    """The section kinds listed in an AXLF file's header (empty when it is not one). Counts and
+    offsets are bounded by the file size (hls/validate.py): a header claiming 0xFFFFFFFF sections is
+    refused at once instead of walked; only the header and section table are read."""
+    table_max = validate.AXLF_HEADER_SIZE + validate.MAX_SECTIONS * validate.AXLF_SECTION_HEADER.size
+    with safe_io.open_regular(path, safe_io.XCLBIN_MAX, "xclbin") as (f, size):
+        head = f.read(table_max)
+    if not head.startswith(XCLBIN_MAGIC):
         return []
-    (count,) = struct.unpack_from("<I", data, _HEADER_SIZE - 8)
-    return [struct.unpack_from("<I", data, _HEADER_SIZE + i * _SECTION_HEADER.size)[0] for i in range(count)
-            if _HEADER_SIZE + (i + 1) * _SECTION_HEADER.size <= len(data)]
+    try:
+        return [kind for kind, _off, _len in validate.xclbin_sections(head, size, str(path))]
+    except validate.Invalid as exc:
+        raise UserError(f"malformed xclbin: {exc}") from exc

@@ -23,6 +23,10 @@ BEAT_BITS = 512
 MAX_LANES = BEAT_BITS // 32  # 16 fp32 values per 512-bit beat
 MAX_STRIPES = 32  # stripes of one state array per compute unit (one channel each)
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Ranges every entry point shares (KernelSpec, the CLI options, the data-file schemas).
+CLOCK_MHZ_RANGE = (50, 700)
+MAX_COMPUTE_UNITS = 16
+RATE_GPS_MAX = 1000
 
 # C and C++ keywords (and a few names that would collide in generated HLS/Tcl/XRT code).
 _RESERVED = frozenset(
@@ -61,6 +65,18 @@ def validate_identifier(value: object, field: str = "name") -> str:
     return value
 
 
+def validate_kernel_name(value: object, field: str = "name") -> str:
+    """A C identifier that also compiles as the kernel: not a name the generated code, AMD's HLS
+    headers, the C/C++ standard library or our RTL already use (hls/reserved.py)."""
+    validate_identifier(value, field)
+    from hls.reserved import reserved_names
+
+    if value in reserved_names():
+        raise SpecError(f"{field}: {value!r} is already a name in the generated code, AMD's HLS headers, the C/C++ "
+                        f"standard library or Verilog; choose another (e.g. my_{value})")
+    return str(value)
+
+
 def _choice(field: str, value: object, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise SpecError(f"{field}: {value!r} is not allowed; choose one of {', '.join(allowed)}")
@@ -91,7 +107,7 @@ class KernelSpec:
         _choice("grad_dtype", self.grad_dtype, GRAD_DTYPES)
         _choice("out_dtype", self.out_dtype, OUT_DTYPES)
         _choice("grad_source", self.grad_source, GRAD_SOURCES)
-        validate_identifier(self.name, "name")
+        validate_kernel_name(self.name, "name")
         validate_identifier(self.target, "target")
         lanes = self.lanes
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
@@ -99,20 +115,21 @@ class KernelSpec:
         if lanes > MAX_LANES:
             raise SpecError(f"lanes: {lanes} exceeds {MAX_LANES} fp32 values per {BEAT_BITS}-bit beat")
         cus = self.compute_units
-        if isinstance(cus, bool) or not isinstance(cus, int) or not 1 <= cus <= 16:
-            raise SpecError(f"compute_units: {cus!r} must be an integer from 1 to 16")
+        if isinstance(cus, bool) or not isinstance(cus, int) or not 1 <= cus <= MAX_COMPUTE_UNITS:
+            raise SpecError(f"compute_units: {cus!r} must be an integer from 1 to {MAX_COMPUTE_UNITS}")
         if self.clock_mhz is not None:
             clk = self.clock_mhz
             if isinstance(clk, bool) or not isinstance(clk, (int, float)) or not math.isfinite(clk) \
-                    or not 50 <= clk <= 700:
-                raise SpecError(f"clock_mhz: {clk!r} must be a number from 50 to 700 (MHz)")
+                    or not CLOCK_MHZ_RANGE[0] <= clk <= CLOCK_MHZ_RANGE[1]:
+                raise SpecError(f"clock_mhz: {clk!r} must be a number from {CLOCK_MHZ_RANGE[0]} to "
+                                f"{CLOCK_MHZ_RANGE[1]} (MHz)")
         st = self.stripes
         if st is not None and (isinstance(st, bool) or not isinstance(st, int) or not 1 <= st <= MAX_STRIPES):
             raise SpecError(f"stripes: {st!r} must be an integer from 1 to {MAX_STRIPES} (or None: sizing chooses)")
         rate = self.rate_gps
         if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
-                                 or not math.isfinite(rate) or not 0 < rate <= 1000):
-            raise SpecError(f"rate_gps: {rate!r} must be a number of G elements/s above 0 and at most 1000")
+                                 or not math.isfinite(rate) or not 0 < rate <= RATE_GPS_MAX):
+            raise SpecError(f"rate_gps: {rate!r} must be a number of G elements/s above 0 and at most {RATE_GPS_MAX}")
 
     @property
     def grad_bytes(self) -> int:

@@ -8,27 +8,19 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hls import safe_io, validate
 from hls.errors import UserError
 from hls.spec import SpecError, validate_identifier
 
 CATALOG_PATH = Path(__file__).resolve().parent / "targets" / "catalog.json"
 FLOWS = ("xrt", "versal")
-_REQUIRED = ("name", "part", "flow", "kernel_clock_mhz", "memory", "network")
-_REQUIRED_MEMORY = (
-    "kind",
-    "capacity_bytes",
-    "peak_bandwidth_bytes_per_s",
-    "channels",
-    "channel_capacity_bytes",
-    "channel_bandwidth_bytes_per_s",
-    "bank_prefix",
-)
 
 
 class CatalogError(UserError):
@@ -82,17 +74,24 @@ class Target:
         return int(total * self.usable_fraction) if isinstance(total, (int, float)) else None
 
 
-def _load_file(path: Path) -> dict[str, Any]:
+def _load_file(path: Path) -> Any:
+    """A targets file's parsed content: a regular file of at most 1 MiB, UTF-8 JSON or TOML."""
     try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read target file ({exc.strerror})") from exc
+        text = safe_io.read_text(path, safe_io.TARGETS_FILE_MAX, "target file")
+    except UserError as exc:
+        raise CatalogError(str(exc)) from exc
     try:
         if path.suffix.lower() == ".toml":
-            return tomllib.loads(text.decode("utf-8"))
-        return json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CatalogError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'JSON'}: {exc}") from exc
+            return tomllib.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CatalogError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {detail}") \
+            from exc
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -105,64 +104,43 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _number(where: str, value: Any, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and value <= 0):
-        raise CatalogError(f"{where}: expected a positive number, got {value!r}")
-    return value
-
-
 def _build(key: str, data: dict[str, Any], efficiencies: dict[str, float], origin: str) -> Target:
-    where = f"{origin}: target {key!r}"
+    """A Target from one entry, checked against the schema (hls/validate.py) first."""
     try:
         validate_identifier(key, "target")
     except SpecError as exc:
-        raise CatalogError(f"{where}: {exc}") from exc
-    missing = [f for f in _REQUIRED if f not in data]
-    if missing:
-        raise CatalogError(f"{where}: missing field(s) {', '.join(missing)}")
+        raise CatalogError(f"{origin}: targets.{key}: {str(exc).partition(': ')[2]}") from exc
+    try:
+        data = validate.target(data, origin, key)
+    except validate.Invalid as exc:
+        raise CatalogError(str(exc)) from exc
     mem = data["memory"]
-    missing = [f for f in _REQUIRED_MEMORY if f not in mem]
-    if missing:
-        raise CatalogError(f"{where}: memory is missing {', '.join(missing)}")
-    for f in _REQUIRED_MEMORY[1:-1]:
-        _number(f"{where}: memory.{f}", mem[f])
-    prefix = mem["bank_prefix"]
-    if prefix not in ("HBM", "DDR", "PLRAM", "HOST"):
-        raise CatalogError(f"{where}: memory.bank_prefix {prefix!r}; choose HBM, DDR, PLRAM or HOST")
-    if data["flow"] not in FLOWS:
-        raise CatalogError(f"{where}: flow {data['flow']!r}; choose one of {', '.join(FLOWS)}")
-    platform = data.get("platform")
-    if platform is not None:
-        try:
-            validate_identifier(platform, "platform")
-        except SpecError as exc:
-            raise CatalogError(f"{where}: {exc}") from exc
     net = data["network"]
     memory = Memory(
-        kind=str(mem["kind"]),
-        capacity_bytes=int(mem["capacity_bytes"]),
-        peak_bandwidth_bytes_per_s=int(mem["peak_bandwidth_bytes_per_s"]),
-        channels=int(mem["channels"]),
-        channel_capacity_bytes=int(mem["channel_capacity_bytes"]),
-        channel_bandwidth_bytes_per_s=int(mem["channel_bandwidth_bytes_per_s"]),
-        bank_prefix=prefix,
+        kind=mem["kind"],
+        capacity_bytes=mem["capacity_bytes"],
+        peak_bandwidth_bytes_per_s=mem["peak_bandwidth_bytes_per_s"],
+        channels=mem["channels"],
+        channel_capacity_bytes=mem["channel_capacity_bytes"],
+        channel_bandwidth_bytes_per_s=mem["channel_bandwidth_bytes_per_s"],
+        bank_prefix=mem["bank_prefix"],
         bank_slr=tuple(mem["bank_slr"]) if mem.get("bank_slr") else None,
     )
     eff = efficiencies["hbm" if memory.is_hbm else "ddr"]
     return Target(
         key=key,
-        name=str(data["name"]),
-        family=str(data.get("family", "")),
-        part=str(data["part"]),
+        name=data["name"],
+        family=data.get("family", ""),
+        part=data["part"],
         flow=data["flow"],
-        flow_note=str(data.get("flow_note", "")),
-        platform=platform,
-        kernel_clock_mhz=_number(f"{where}: kernel_clock_mhz", data["kernel_clock_mhz"]),
-        slrs=int(data.get("slrs", 1)),
+        flow_note=data.get("flow_note", ""),
+        platform=data.get("platform"),
+        kernel_clock_mhz=data["kernel_clock_mhz"],
+        slrs=data.get("slrs", 1),
         memory=memory,
-        network_ports=int(_number(f"{where}: network.ports", net.get("ports"))),
-        line_rate_gbps=_number(f"{where}: network.line_rate_gbps", net.get("line_rate_gbps")),
-        pcie=str(data.get("pcie", "")),
+        network_ports=net["ports"],
+        line_rate_gbps=net["line_rate_gbps"],
+        pcie=data.get("pcie", ""),
         resources=dict(data.get("resources", {})),
         usable_fraction=float(data.get("usable_fraction", 1.0)),
         sources=dict(data.get("sources", {})),
@@ -172,22 +150,45 @@ def _build(key: str, data: dict[str, Any], efficiencies: dict[str, float], origi
     )
 
 
+def target_from_facts(key: str, facts: dict[str, Any], origin: str) -> Target:
+    """The Target a manifest recorded (`target_facts`: its definition and memory efficiency), re-validated."""
+    eff = validate.Num(0, 1, lo_open=True).check(facts.get("memory_efficiency"),
+                                                 validate.Where(origin, ("target_facts", "memory_efficiency")))
+    definition = facts.get("definition")
+    return _build(key, definition if isinstance(definition, dict) else {}, {"hbm": eff, "ddr": eff}, origin)
+
+
+def _stamp(path: str) -> tuple[int, ...]:
+    """What identifies a file's content for the cache: a changed file is read again."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return ()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 @lru_cache(maxsize=8)
-def _catalog(extra: tuple[str, ...]) -> dict[str, Target]:
-    base = _load_file(CATALOG_PATH)
-    targets = dict(base.get("targets", {}))
+def _catalog(extra: tuple[str, ...], _stamps: tuple[tuple[int, ...], ...] = ()) -> dict[str, Target]:
+    base = validate.targets_file(_load_file(CATALOG_PATH), str(CATALOG_PATH.name), builtin=True)
+    targets = dict(base["targets"])
     effs = {
         "hbm": float(base.get("hbm_efficiency", {}).get("value", 0.9)),
         "ddr": float(base.get("ddr_efficiency", {}).get("value", 0.8)),
     }
     origins = {k: str(CATALOG_PATH.name) for k in targets}
     for path in extra:
-        over = _load_file(Path(path))
-        if not isinstance(over.get("targets"), dict) or not over["targets"]:
-            raise CatalogError(f"{path}: expected a top-level 'targets' table with at least one target")
+        try:
+            over = validate.targets_file(_load_file(Path(path)), str(path))
+        except validate.Invalid as exc:
+            raise CatalogError(str(exc)) from exc
         for key, data in over["targets"].items():
-            if not isinstance(data, dict):
-                raise CatalogError(f"{path}: target {key!r} must be a table")
+            try:
+                validate_identifier(key, "target")
+                validate.target(data, str(path), key, partial=True)  # the override's own fields, named by its file
+            except SpecError as exc:
+                raise CatalogError(f"{path}: targets.{key}: {str(exc).partition(': ')[2]}") from exc
+            except validate.Invalid as exc:
+                raise CatalogError(str(exc)) from exc
             targets[key] = _merge(targets.get(key, {}), data)
             origins[key] = str(path)
     return {key: _build(key, data, effs, origins[key]) for key, data in sorted(targets.items())}
@@ -195,7 +196,8 @@ def _catalog(extra: tuple[str, ...]) -> dict[str, Target]:
 
 def load_catalog(extra_files: list[str] | tuple[str, ...] = ()) -> dict[str, Target]:
     """All targets: the built-in catalog merged with the user's files (later files win)."""
-    return dict(_catalog(tuple(str(p) for p in extra_files)))
+    files = tuple(str(p) for p in extra_files)
+    return dict(_catalog(files, tuple(_stamp(f) for f in (str(CATALOG_PATH), *files))))
 
 
 def get_target(key: str, extra_files: list[str] | tuple[str, ...] = ()) -> Target:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hls.errors import UserError
-from hls.generate import MANIFEST, load_manifest, render, write_project
+from hls.generate import MANIFEST, load_manifest, read_manifest, render, write_project
 from hls.paths import BUILD_DIR
 from hls.sizing import StripeCounts
 from hls.spec import KernelSpec
@@ -34,11 +34,14 @@ def project_for(spec: KernelSpec, project_dir: str | Path | None) -> tuple[Path,
     if project_dir is None:
         key = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
         project_dir = BUILD_DIR / "driver" / f"{spec.name}-{key}"
-        current = project_dir / MANIFEST
-        if not current.exists() or json.loads(current.read_text()).get("files") != _rendered(spec)["files"]:
+        try:
+            current = read_manifest(project_dir / MANIFEST).get("files")
+        except UserError:  # missing, unreadable or malformed: the cache is rewritten whole
+            current = None
+        if current != _rendered(spec)["files"]:
             write_project(spec, project_dir)
     project_dir = Path(project_dir)
-    manifest = load_manifest(project_dir)
+    manifest = load_manifest(project_dir)  # trusted only when whole: every sha256, spec -> files (hls/generate.py)
     if manifest.get("spec") != spec.to_dict():
         raise UserError(f"{project_dir}: generated for spec {manifest.get('spec')}, not {spec.to_dict()}")
     return project_dir, manifest

@@ -13,17 +13,17 @@ until a checkpoint is loaded.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import math
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hls import layout
+from hls import layout, safe_io, validate
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
 from hls.sizing import CHUNK_ELEMS
@@ -483,37 +483,114 @@ class ShardState:
         return shard
 
 
+STATE_HEADER_MAX = 64 << 10  # the JSON header member of a checkpoint (~700 bytes)
+_NPY_HEADER_MAX = 4096  # an .npy header (magic, dict, padding) is 128 bytes for these arrays
+
+
 def read_state_file(path: str | os.PathLike[str], spec: KernelSpec) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Header and arrays of a saved shard, verified (format, spec, lengths, sha256)."""
+    """Header and arrays of a saved shard, verified (format, spec, lengths, sha256), with bounded work.
+
+    The file must be a regular file (a FIFO or /dev/zero is refused before any read); the zip
+    holds exactly the members `save` writes, stored uncompressed (so nothing decompresses to more
+    than the file holds); the header member is parsed and checked against its schema
+    (hls/validate.py) first, then each array member's declared size, dtype and shape are checked
+    against the header's element count before a byte of it is read.
+    """
     path = Path(path)
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise StateFileError(f"{path}: cannot read ({exc.strerror})") from exc
-    try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-            names = set(z.files)
-            if not {"header", *_STATE_ARRAYS} <= names:
-                raise StateFileError(f"{path}: not an optimusnic shard file (arrays: {', '.join(sorted(names))})")
-            header = json.loads(bytes(z["header"]).decode())
-            arrays = {k: z[k] for k in _STATE_ARRAYS}
+        with safe_io.open_regular(path, safe_io.STATE_FILE_MAX, "state file") as (f, size):
+            return _read_state_zip(path, f, size, spec)
     except StateFileError:
         raise
-    except Exception as exc:  # zipfile.BadZipFile, EOFError, ValueError from a truncated member
-        raise StateFileError(f"{path}: truncated or corrupt state file ({type(exc).__name__}: {exc})") from exc
-    if header.get("format") != STATE_FORMAT or header.get("version") != STATE_VERSION:
-        raise StateFileError(f"{path}: format {header.get('format')!r} v{header.get('version')!r}, "
-                             f"expected {STATE_FORMAT!r} v{STATE_VERSION}")
-    _check_spec(header.get("spec", {}), spec, str(path), StateFileError)
-    n = header.get("n")
+    except UserError as exc:  # not a regular file, unreadable
+        raise StateFileError(str(exc)) from exc
+
+
+def _read_state_zip(path: Path, f: Any, size: int, spec: KernelSpec) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    try:
+        zf = zipfile.ZipFile(f)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+        raise StateFileError(f"{path}: truncated or corrupt state file (not a readable .npz: {exc})") from exc
+    with zf:
+        infos = zf.infolist()
+        names = [i.filename for i in infos]
+        want = sorted(f"{k}.npy" for k in ("header", *_STATE_ARRAYS))
+        if sorted(names) != want:
+            raise StateFileError(f"{path}: not an optimusnic shard file (members {', '.join(sorted(names)[:8])}; "
+                                 f"expected exactly {', '.join(want)})")
+        by_name = {i.filename: i for i in infos}
+        for info in infos:
+            if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size \
+                    or info.header_offset + info.file_size > size:
+                raise StateFileError(f"{path}: member {info.filename} is compressed or runs past the end of the file; "
+                                     "state files hold their arrays stored, as ShardState.save writes them")
+        try:
+            raw_header = _read_member(zf, by_name["header.npy"], np.dtype(np.uint8), None, STATE_HEADER_MAX, path)
+            try:
+                header_data = json.loads(raw_header.tobytes().decode("utf-8"), parse_constant=_no_json_constant)
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+                raise StateFileError(f"{path}: header: not JSON ({exc})") from exc
+            try:
+                header = validate.checkpoint_header(header_data, str(path))
+            except validate.Invalid as exc:
+                raise StateFileError(str(exc)) from exc
+            _check_spec(header["spec"], spec, str(path), StateFileError)
+            n = header["n"]
+            arrays = {k: _read_member(zf, by_name[f"{k}.npy"], np.dtype("<f4"), n, None, path) for k in _STATE_ARRAYS}
+        except StateFileError:
+            raise
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:  # a member that is cut short
+            raise StateFileError(f"{path}: truncated or corrupt state file ({type(exc).__name__}: {exc})") from exc
     for k, arr in arrays.items():
-        if arr.dtype != np.float32 or arr.shape != (n,):
-            raise StateFileError(f"{path}: {k} is {arr.dtype} {arr.shape}, header says float32 ({n},)")
-        if hashlib.sha256(arr.tobytes()).hexdigest() != header["sha256"].get(k):
+        if hashlib.sha256(arr.tobytes()).hexdigest() != header["sha256"][k]:
             raise StateFileError(f"{path}: {k} does not match its sha256 in the header (corrupt file)")
     if not header.get("consistent", True):
         raise StateFileError(f"{path}: saved from a shard whose last step stopped half-way; not a usable checkpoint")
     return header, arrays
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dtype: np.dtype, n: int | None,
+                 max_bytes: int | None, path: Path) -> np.ndarray:
+    """One .npy member, its declared dtype, shape and byte size checked before its data is read:
+    a 1-D array of `dtype` with `n` elements (or at most `max_bytes` when n is None)."""
+    what = f"{path}: {info.filename}"
+    with zf.open(info) as m:
+        try:
+            version = np.lib.format.read_magic(m)
+            if version == (1, 0):
+                shape, fortran, got = np.lib.format.read_array_header_1_0(m, max_header_size=_NPY_HEADER_MAX)
+            elif version == (2, 0):
+                shape, fortran, got = np.lib.format.read_array_header_2_0(m, max_header_size=_NPY_HEADER_MAX)
+            else:
+                raise StateFileError(f"{what}: .npy format version {version} (expected 1.0 or 2.0)")
+        except StateFileError:
+            raise
+        except (ValueError, SyntaxError, EOFError, OSError) as exc:
+            raise StateFileError(f"{what}: not a readable .npy member ({exc})") from exc
+        if got != dtype or fortran or len(shape) != 1:
+            raise StateFileError(f"{what}: is {got} {shape}{' (Fortran order)' if fortran else ''}; "
+                                 f"expected a 1-D {dtype} array")
+        count = shape[0]
+        if n is not None and count != n:
+            raise StateFileError(f"{what}: holds {count:,} elements; the header says {n:,}")
+        if max_bytes is not None and count * dtype.itemsize > max_bytes:
+            raise StateFileError(f"{what}: holds {count:,} bytes; at most {max_bytes:,}")
+        nbytes = count * dtype.itemsize
+        if info.file_size != m.tell() + nbytes:
+            raise StateFileError(f"{what}: member is {info.file_size:,} bytes; its .npy header declares "
+                                 f"{m.tell() + nbytes:,}")
+        buf = bytearray(nbytes)
+        view, got_bytes = memoryview(buf), 0
+        while got_bytes < nbytes:
+            k = m.readinto(view[got_bytes:])
+            if not k:
+                raise StateFileError(f"{what}: truncated ({got_bytes:,} of {nbytes:,} bytes)")
+            got_bytes += k
+    return np.frombuffer(buf, dtype=dtype)
+
+
+def _no_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 # Fields that only place the same arrays differently on the card (saved state is in element order).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from hls.commands.common import add_json, parse_count
+from hls.commands.common import add_json, count_up_to, int_in
 from hls.errors import ToolMissing
 
 # which -> module providing `run(args) -> int`; imported lazily so a missing one only affects itself.
@@ -15,10 +15,10 @@ BENCHES = {"csim": "hls.bench_csim", "rtl": "hls.bench_rtl", "driver": "pynq_dri
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark csim (vs torch AdamW), rtl, driver; all writes bench/results.md")
     p.add_argument("which", choices=[*BENCHES, "all"])
-    p.add_argument("--params", type=parse_count, default=16 * 1024 * 1024, help="parameters (default 16M)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
-    p.add_argument("--threads", type=int, default=None, help="csim and torch threads (default: every core)")
-    p.add_argument("--sizes", type=lambda t: [parse_count(x) for x in t.split(",")], default=None,
+    p.add_argument("--params", type=count_up_to(1 << 30), default=16 * 1024 * 1024, help="parameters (default 16M)")
+    p.add_argument("--repeats", type=int_in(1, 1000), default=5, help="timed repeats; the median is reported")
+    p.add_argument("--threads", type=int_in(1, 256), default=None, help="csim and torch threads (default: every core)")
+    p.add_argument("--sizes", type=lambda t: [count_up_to(1 << 30)(x) for x in t.split(",")], default=None,
                    help="csim: parameter counts to measure, comma-separated (default 1048576,16777216,50M)")
     add_json(p)
     p.set_defaults(func=run)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from hls import registry
-from hls.commands.common import add_json, emit_json, table
+from hls.commands.common import add_json, emit_json, path_arg, table
+from hls.errors import UserError
 from hls.paths import BITSTREAMS_DIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bitstreams", help="list or verify the built xclbins in bitstreams/")
     p.add_argument("action", choices=("list", "verify"), help="list: what is built; verify: sha256 vs manifest")
-    p.add_argument("--dir", type=Path, default=BITSTREAMS_DIR, help="registry folder (default: bitstreams/)")
+    p.add_argument("--dir", type=path_arg, default=BITSTREAMS_DIR, help="registry folder (default: bitstreams/)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -26,6 +26,15 @@ def _spec_text(spec: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.dir.is_dir():
+        if args.action == "verify" or args.dir.exists():
+            raise UserError(f"--dir {args.dir}: {'not a folder' if args.dir.exists() else 'no such folder'}; "
+                            "nothing to verify (give the registry folder `optimusnic build --registry` wrote)")
+        if args.json:
+            emit_json({"dir": str(args.dir), "entries": [], "all_ok": True})
+        else:
+            print(f"no bitstreams in {args.dir} (no such folder; build one with `optimusnic build --target T`)")
+        return 0
     rows = registry.entries(args.dir)
     bad = [r for r in rows if r["status"] != "ok"]
     if args.json:

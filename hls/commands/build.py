@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from hls import build
-from hls.commands.common import add_json, add_spec_options, emit_json, spec_from_args
+from hls.commands.common import add_json, add_spec_options, emit_json, path_arg, spec_from_args
 from hls.errors import UserError
 from hls.generate import load_manifest, spec_from_manifest
 from hls.paths import BITSTREAMS_DIR
@@ -23,11 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_spec_options(p)
     p.add_argument("--kernel", choices=build.KERNELS, default="hls", help="which kernel to build (default: hls)")
     p.add_argument("--platform", default=None, help="XRT platform name or PATH.xpfm (default: the catalog's)")
-    p.add_argument("--project", type=Path, default=None,
+    p.add_argument("--project", type=path_arg, default=None,
                    help="an already generated project folder (default: generate into <run>/project)")
-    p.add_argument("-o", "--output", type=Path, default=None,
+    p.add_argument("-o", "--output", type=path_arg, default=None,
                    help="run folder (default: build/runs/<target>-<name>-<kernel>)")
-    p.add_argument("--registry", type=Path, default=BITSTREAMS_DIR,
+    p.add_argument("--registry", type=path_arg, default=BITSTREAMS_DIR,
                    help="bitstream registry folder (default: bitstreams/)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and files; run nothing")
     add_json(p)

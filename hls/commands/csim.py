@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-from hls.commands.common import add_json, emit_json, parse_count, table
+from hls.commands.common import SEED, add_json, count_up_to, emit_json, int_in, path_arg, table
+
+# Elements of one check run: 5 arrays of them live in host memory twice (kernel and golden), ~1.3 GB.
+MAX_CSIM_ELEMENTS = 1 << 26
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("csim", help="C-simulate a generated project against the golden model (bit-exact)")
-    p.add_argument("project", type=Path, metavar="DIR", help="a project written by `optimusnic generate -o DIR`")
-    p.add_argument("--elements", type=parse_count, default=100_003, help="elements per step (default 100003)")
-    p.add_argument("--steps", type=int, default=3, help="consecutive optimizer steps (default 3)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("project", type=path_arg, metavar="DIR", help="a project written by `optimusnic generate -o DIR`")
+    p.add_argument("--elements", type=count_up_to(MAX_CSIM_ELEMENTS), default=100_003,
+                   help=f"elements per step (default 100003, at most {MAX_CSIM_ELEMENTS:,})")
+    p.add_argument("--steps", type=int_in(1, 1000), default=3, help="consecutive optimizer steps (default 3)")
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--headers", choices=("amd", "own"), default="amd",
                    help="HLS simulation headers: amd = AMD's ap_int.h/hls_stream.h from the hls4ml wheel "
                         "(default), own = our stand-ins")
-    p.add_argument("--threads", type=int, default=None, help="worker threads (default: every core)")
+    p.add_argument("--threads", type=int_in(1, 1024), default=None, help="worker threads (default: every core)")
     add_json(p)
     p.set_defaults(func=run)
 

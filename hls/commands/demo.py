@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from hls.commands.common import add_json, emit_json, require
+from hls import safe_io
+from hls.commands.common import add_json, emit_json, int_in, path_arg, require
 from hls.errors import UserError
 from hls.paths import BUILD_DIR
 
@@ -24,12 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="csim: the generated HLS kernel compiled for the host (default); golden: the numpy model; "
                         "rtlsim: the RTL kernel in Verilator (slow: fewer steps, a small MLP; the first run builds "
                         "the simulator, minutes on 2 cores)")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default 300; 40 on rtlsim)")
-    p.add_argument("--world-size", type=int, default=1,
+    p.add_argument("--steps", type=int_in(2, 100_000), default=None, help="training steps (default 300; 40 on rtlsim)")
+    p.add_argument("--world-size", type=int_in(1, 16), default=1,
                    help="ranks for the sharded run (ShardedNicOptimizer over gloo, one process per rank)")
     p.add_argument("--model", choices=("transformer", "mlp", "mlp-small"), default=None,
                    help="what to train (default: transformer; mlp-small, 612 parameters, on rtlsim)")
-    p.add_argument("--out", type=Path, default=BUILD_DIR / "demo", metavar="DIR",
+    p.add_argument("--out", type=path_arg, default=BUILD_DIR / "demo", metavar="DIR",
                    help="where the PNG and summary.json go (default build/demo/)")
     add_json(p)
     p.set_defaults(func=run)
@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     require(args.steps is None or args.steps >= 2, f"--steps {args.steps}: need at least 2 steps")
     require(1 <= args.world_size <= 16, f"--world-size {args.world_size}: choose 1 to 16 local ranks")
+    safe_io.check_writable_dir(args.out, "--out")  # before minutes of training, not after
+    for name in ("loss_curves.png", "summary.json"):
+        safe_io.check_writable_file(args.out / name, "--out")
     try:
         from pynq_driver import demo
     except ImportError as exc:  # torch, tqdm or matplotlib missing from this environment

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hls.commands.common import add_json, add_spec_options, emit_json, spec_from_args
+from hls.commands.common import add_json, add_spec_options, emit_json, path_arg, spec_from_args
 from hls.errors import UserError
 from hls.generate import MANIFEST, write_project
 from hls.targets import get_target
@@ -14,7 +14,7 @@ from hls.targets import get_target
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="render the Vitis HLS / RTL project and manifest for a kernel spec")
     add_spec_options(p)
-    p.add_argument("-o", "--out", required=True, type=Path, help="output directory (created; files overwritten)")
+    p.add_argument("-o", "--out", required=True, type=path_arg, help="output directory (created; files overwritten)")
     add_json(p)
     p.set_defaults(func=run)
 

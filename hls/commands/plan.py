@@ -10,7 +10,18 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hls import plan as planner
-from hls.commands.common import add_json, add_targets_file, emit_json, human_count, parse_count, table
+from hls import safe_io
+from hls.commands.common import (
+    add_json,
+    add_targets_file,
+    emit_json,
+    float_in,
+    human_count,
+    int_in,
+    parse_count,
+    path_arg,
+    table,
+)
 from hls.errors import UserError
 from hls.targets import get_target
 
@@ -31,24 +42,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help=f"model preset ({', '.join(planner.models())})")
     what.add_argument("--params", type=parse_count, help="parameter count instead of a preset, e.g. 7e9 or 7B")
-    p.add_argument("--gpus", type=int, required=True, help="data-parallel GPUs in total")
+    p.add_argument("--gpus", type=int_in(1, 10**6), required=True, help="data-parallel GPUs in total")
     p.add_argument("--gpu", required=True, help="GPU preset, e.g. h100, h200, a100, a100-40gb")
     p.add_argument("--nic", required=True, help="OptimusNIC card: a catalog target, e.g. u55c")
-    p.add_argument("--nodes", type=int, default=None, help="nodes the GPUs sit in (default: fill the cluster's)")
+    p.add_argument("--nodes", type=int_in(1, 10**5), default=None,
+                   help="nodes the GPUs sit in (default: fill the cluster's)")
     p.add_argument("--cluster", default=None, help="cluster preset (default: the GPU's, e.g. dgx-h100)")
-    p.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per micro-batch (default 1)")
-    p.add_argument("--seq", type=int, default=8192, help="sequence length in tokens (default 8192)")
-    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
+    p.add_argument("--micro-batch", type=int_in(1, 10**4), default=1,
+                   help="sequences per GPU per micro-batch (default 1)")
+    p.add_argument("--seq", type=int_in(1, 10**7), default=8192, help="sequence length in tokens (default 8192)")
+    p.add_argument("--grad-accum", type=int_in(1, 10**5), default=1,
+                   help="micro-batches per optimizer step (default 1)")
     p.add_argument("--recompute", choices=planner.RECOMPUTE, default="full",
                    help="activation recomputation (default full)")
     p.add_argument("--grad-buffer", choices=tuple(planner.GRAD_BUFFERS), default="bf16",
                    help="gradient buffer: bf16, or fp32 as Megatron's main_grad (default bf16)")
-    p.add_argument("--mfu", type=float, default=planner.DEFAULT_MFU,
+    p.add_argument("--mfu", type=float_in(0, 1, lo_open=True), default=planner.DEFAULT_MFU,
                    help="model FLOPs utilisation, on model FLOPs (default 0.4)")
     p.add_argument("--link-efficiency", default=str(planner.DEFAULT_LINK_EFFICIENCY),
                    help="fraction of peak link bandwidth collectives reach, or a scale table nodes:eff,... "
                         "e.g. 1:0.9,8:0.85,64:0.75 (default 0.85)")
-    p.add_argument("--rail-gbps", type=float, default=None,
+    p.add_argument("--rail-gbps", type=float_in(0, 1e6, lo_open=True), default=None,
                    help="per-GPU network of the baselines in Gb/s (default: the cluster preset's)")
     p.add_argument("--overlap-reduce", action=argparse.BooleanOptionalAction, default=True,
                    help="gradient reductions hide under backward (default yes; same for every scheme)")
@@ -59,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cpu-adam-rate", type=parse_count, default=int(planner.DEFAULT_CPU_ADAM_PARAMS_PER_S),
                    help="ZeRO-Offload CPU Adam parameters per second per socket (default 0.7e9 from DeepSpeed PR #735; "
                         "see the printed source)")
-    p.add_argument("--rtl-efficiency", type=float, default=None,
+    p.add_argument("--rtl-efficiency", type=float_in(0, 1, lo_open=True), default=None,
                    help=f"kernel efficiency (default: 'efficiency' in {planner.RTL_BENCH_JSON}, else 0.95)")
     p.add_argument("--nic-placement", choices=planner.PLACEMENTS, default="sidecar",
                    help="sidecar: a PCIe device beside the GPU, as the driver builds it; rail: the card is the "
@@ -70,22 +84,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the driver pipelines its PCIe copies and the card update over chunks (not built yet)")
     p.add_argument("--nic-grads", choices=planner.NIC_GRADS, default="full",
                    help="OptimusNIC gradient buffer on the GPU: full or ZeRO-2-style sharded (default full)")
-    p.add_argument("--nic-ports", type=int, default=1, help="card network ports used (default 1)")
-    p.add_argument("--cards-per-node", type=int, default=None, help="OptimusNIC cards per node (default one per GPU)")
-    p.add_argument("--pcie-slots", type=int, default=None,
+    p.add_argument("--nic-ports", type=int_in(1, 16), default=1, help="card network ports used (default 1)")
+    p.add_argument("--cards-per-node", type=int_in(1, 64), default=None,
+                   help="OptimusNIC cards per node (default one per GPU)")
+    p.add_argument("--pcie-slots", type=int_in(0, 64), default=None,
                    help="PCIe slots per node free for cards (default: the cluster preset's)")
-    p.add_argument("--card-pcie-gbs", type=float, default=None,
+    p.add_argument("--card-pcie-gbs", type=float_in(0, 1e4, lo_open=True), default=None,
                    help="card PCIe usable GB/s per direction (default: from the catalog's link x 0.825)")
     p.add_argument("--view", choices=planner.VIEWS, default="iso-hardware",
                    help="which view the main table shows (both are always computed)")
-    p.add_argument("--freed-threshold-gb", type=float, default=None,
+    p.add_argument("--freed-threshold-gb", type=float_in(0, 1e6), default=None,
                    help="freed memory that matters, GB per GPU (default: one more sequence of activations)")
     p.add_argument("--sweep", choices=planner.SWEEPS, default=None,
                    help="sweep GPU count, tokens per micro-batch or card line rate (Gb/s per port)")
     p.add_argument("--sweep-values", default=None, help="comma-separated values for --sweep (defaults per sweep)")
-    p.add_argument("--sweep-out", type=Path, default=Path("plan-sweep"), metavar="PREFIX",
+    p.add_argument("--sweep-out", type=path_arg, default=Path("plan-sweep"), metavar="PREFIX",
                    help="sweep output: PREFIX.csv and PREFIX.png (default plan-sweep)")
-    p.add_argument("--plot", type=Path, default=None, metavar="PNG", help="write a chart comparing the schemes")
+    p.add_argument("--plot", type=path_arg, default=None, metavar="PNG", help="write a chart comparing the schemes")
     add_json(p)
     add_targets_file(p)
     p.set_defaults(func=run)
@@ -103,7 +118,26 @@ def _sweep_values(text: str | None) -> list[float] | None:
     return values
 
 
+def check_plot_path(path: Path) -> None:
+    """--plot is checked before any planning: a format matplotlib writes, a file we can write."""
+    try:
+        import matplotlib
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        matplotlib.use("Agg")
+        formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    except ImportError as exc:
+        raise UserError(f"--plot needs matplotlib ({exc}); pip install matplotlib") from exc
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise UserError(f"--plot {path}: {'.' + suffix if suffix else 'no'} file type; name the chart with one of "
+                        f"{', '.join('.' + f for f in formats)} (e.g. plan.png)")
+    safe_io.check_writable_file(path, "--plot")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        check_plot_path(args.plot)
     model = planner.get_model(args.model) if args.model else None
     gpu = planner.get_gpu(args.gpu)
     cluster = planner.get_cluster(args.cluster) if args.cluster else None

@@ -9,21 +9,28 @@ latency), the ap_ctrl_hs control test, and one stall-free run that measures elem
 from __future__ import annotations
 
 import argparse
+import math
 
 from hls import rtlsim, simulators
-from hls.commands.common import add_json, add_spec_options, emit_json, spec_from_args
+from hls.commands.common import SEED, add_json, add_spec_options, emit_json, float_in, int_in, spec_from_args
 from hls.errors import UserError
 from hls.targets import get_target
+
+MAX_SIM_ELEMENTS = 1 << 22  # per run: ~4M elements is hours of RTL simulation already
+MAX_SIM_COUNTS = 16
 
 
 def _counts(text: str) -> list[int]:
     try:
-        values = [int(float(x)) for x in text.replace("_", "").split(",") if x.strip()]
+        floats = [float(x) for x in text.replace("_", "").split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: give element counts like 1000 or 0,7,1000") from None
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: element counts must be >= 0")
-    return values
+    if not floats or len(floats) > MAX_SIM_COUNTS:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 to {MAX_SIM_COUNTS} element counts")
+    if any(not math.isfinite(v) or v != int(v) or not 0 <= v <= MAX_SIM_ELEMENTS for v in floats):
+        raise argparse.ArgumentTypeError(f"{text!r}: element counts must be whole numbers from 0 to "
+                                         f"{MAX_SIM_ELEMENTS:,}")
+    return [int(v) for v in floats]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,13 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_spec_options(p)
     p.add_argument("--elements", type=_counts, default=None, metavar="N[,N...]",
                    help="element counts to test (default: 0, 5 and 4*lanes+3)")
-    p.add_argument("--runs", type=int, default=3, help="consecutive kernel runs per element count (default 3)")
+    p.add_argument("--runs", type=int_in(1, 100), default=3,
+                   help="consecutive kernel runs per element count (default 3)")
     p.add_argument("--simulator", choices=simulators.SIMULATORS, default="verilator")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--stalls", type=float, default=rtlsim.DEFAULT_STALLS,
+    p.add_argument("--seed", type=SEED, default=1)
+    p.add_argument("--stalls", type=float_in(0, 0.95), default=rtlsim.DEFAULT_STALLS,
                    help="probability of a ready/valid pause per clock on every AXI channel (default 0.2)")
-    p.add_argument("--latency", type=int, default=rtlsim.DEFAULT_LATENCY,
-                   help="read latency of the ideal memory in clocks (default 64)")
+    p.add_argument("--latency", type=int_in(0, 10_000), default=rtlsim.DEFAULT_LATENCY,
+                   help="card memory read latency in clocks (default 64)")
     p.add_argument("--memory", choices=rtlsim.MEMORY_MODES, default=None,
                    help="card memory model: hbm (per-channel bandwidth of the memory plan, 100-250 ns per "
                         "burst; default on HBM targets) or ideal (no bandwidth limit; default elsewhere)")

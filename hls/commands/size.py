@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 
 from hls.commands.common import (
+    CLOCK,
+    COMPUTE_UNITS,
+    LANES,
     add_json,
     add_plan_options,
     add_targets_file,
     emit_json,
     human_bytes,
     human_count,
+    int_in,
     parse_count,
 )
 from hls.sizing import SizingReport, size
@@ -22,13 +26,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("size", help="size a kernel for a target: capacity, bandwidth, line rate, verdict")
     p.add_argument("--target", required=True, help="catalog target key, e.g. u55c")
     p.add_argument("--params", required=True, type=parse_count, help="model parameters, e.g. 7e9 or 7B")
-    p.add_argument("--cards", type=int, default=1, help="cards the optimizer state is sharded over")
+    p.add_argument("--cards", type=int_in(1, 1 << 20), default=1, help="cards the optimizer state is sharded over")
     p.add_argument("--grad-dtype", choices=GRAD_DTYPES, default="fp32")
     p.add_argument("--out-dtype", choices=OUT_DTYPES, default="fp32")
     p.add_argument("--grad-source", choices=GRAD_SOURCES, default="memory")
-    p.add_argument("--lanes", type=int, default=None, help="fixed lanes (default: what line rate needs)")
-    p.add_argument("--compute-units", type=int, default=None, help="fixed compute units (default: as needed)")
-    p.add_argument("--clock", type=float, default=None, help="kernel clock in MHz (default: the target's)")
+    p.add_argument("--lanes", type=LANES, default=None, help="fixed lanes (default: what line rate needs)")
+    p.add_argument("--compute-units", type=COMPUTE_UNITS, default=None, help="fixed compute units (default: as needed)")
+    p.add_argument("--clock", type=CLOCK, default=None, help="kernel clock in MHz, 50 to 700 (default: the target's)")
     add_plan_options(p)
     add_json(p)
     add_targets_file(p)

@@ -1,0 +1,148 @@
+"""Kernel names that cannot be used: every identifier the generated code would collide with.
+
+A kernel name becomes an `extern "C"` function at global scope in C++ (beside AMD's HLS headers,
+the C and C++ standard libraries and our own generated identifiers), a Verilog module, a Tcl and
+cfg word and a file name. A name that passes the C-identifier rule can still fail to compile:
+`std`, `hls`, `memcpy`, `size_t`, `uint64_t`, `ap_uint`, `LANES`, `f32_beat`. So the spec refuses:
+
+- C, C++ and (System)Verilog keywords (`hls/spec.py`);
+- every identifier of the generated C++ (the kernel's own names, e.g. `LANES`, `f32_beat`, which a
+  `using namespace` brings next to the kernel function);
+- every name that collides at global scope in the C simulation translation unit: found by the
+  compiler itself (`probe()` declares `int NAME;` after the generated kernel, its testbench, the
+  harness and the whole C/C++ standard library, and keeps the names g++ refuses), plus every
+  macro defined there; saved in `reserved_names.txt` (regenerate: `python -m hls.reserved`);
+- the global names of AMD's own HLS headers, which the stand-ins in `hls/include/` do not define
+  (`AMD_HLS_NAMES`), and our RTL module names (a kernel module may not shadow them).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from hls.paths import HLS_INCLUDE_DIR, RTL_DIR
+
+NAMES_FILE = Path(__file__).resolve().parent / "reserved_names.txt"
+
+# Global names of AMD's Vitis HLS headers (ap_int.h, ap_fixed.h, ap_axi_sdata.h, hls_stream.h,
+# hls_vector.h, hls_math.h, hls_half.h) that our stand-in headers do not declare.
+AMD_HLS_NAMES = frozenset(
+    """
+    ap_int ap_uint ap_fixed ap_ufixed ap_int_base ap_fixed_base ap_range_ref ap_bit_ref ap_concat_ref
+    af_range_ref af_bit_ref ap_private ap_q_mode ap_o_mode ap_axis ap_axiu qdma_axis hls half
+    AP_TRN AP_TRN_ZERO AP_RND AP_RND_ZERO AP_RND_MIN_INF AP_RND_INF AP_RND_CONV AP_SAT AP_SAT_ZERO
+    AP_SAT_SYM AP_WRAP AP_WRAP_SM AP_INT_MAX_W AP_BIN AP_OCT AP_DEC AP_HEX ap_int_ref ap_fixed_ref
+    hls_stream hls_vector ap_shift_reg ap_wait ap_wait_n AESL_SYN AESL_FP_MATH AP_ASSERT
+    """.split()
+)
+
+# What the csim harness macro (OPTIMUSNIC_CSIM_ENTRY) defines beside the kernel.
+HARNESS_NAMES = frozenset({"optimusnic_csim", "optimusnic_csim_abi", "optimusnic_csim_run", "optimusnic_csim_direct"})
+
+# SystemVerilog (IEEE 1800-2017) keywords: Verilator reads the generated .v with them.
+VERILOG_KEYWORDS = frozenset(
+    """
+    accept_on alias always always_comb always_ff always_latch and assert assign assume automatic before begin
+    bind bins binsof bit break buf bufif0 bufif1 byte case casex casez cell chandle checker class clocking
+    cmos config const constraint context continue cover covergroup coverpoint cross deassign default defparam
+    design disable dist do edge else end endcase endchecker endclass endclocking endconfig endfunction
+    endgenerate endgroup endinterface endmodule endpackage endprimitive endprogram endproperty endspecify
+    endsequence endtable endtask enum event eventually expect export extends extern final first_match for
+    force foreach forever fork forkjoin function generate genvar global highz0 highz1 if iff ifnone
+    ignore_bins illegal_bins implements implies import incdir include initial inout input inside instance int
+    integer interconnect interface intersect join join_any join_none large let liblist library local
+    localparam logic longint macromodule matches medium modport module nand negedge nettype new nexttime nmos
+    nor noshowcancelled not notif0 notif1 null or output package packed parameter pmos posedge primitive
+    priority program property protected pull0 pull1 pulldown pullup pulsestyle_ondetect pulsestyle_onevent pure
+    rand randc randcase randsequence rcmos real realtime ref reg reject_on release repeat restrict return
+    rnmos rpmos rtran rtranif0 rtranif1 s_always s_eventually s_nexttime s_until s_until_with scalared
+    sequence shortint shortreal showcancelled signed small soft solve specify specparam static string strong
+    strong0 strong1 struct super supply0 supply1 sync_accept_on sync_reject_on table tagged task this
+    throughout time timeprecision timeunit tran tranif0 tranif1 tri tri0 tri1 triand trior trireg type typedef
+    union unique unique0 unsigned until until_with untyped use uwire var vectored virtual void wait wait_order
+    wand weak weak0 weak1 while wildcard wire with within wor xnor xor
+    """.split()
+)
+
+
+def rtl_module_names() -> frozenset[str]:
+    names = set()
+    for path in RTL_DIR.rglob("*.v"):
+        names.update(re.findall(r"^\s*module\s+([A-Za-z_][A-Za-z0-9_]*)", path.read_text(errors="replace"), re.M))
+    return frozenset(names)
+
+
+@lru_cache(maxsize=1)
+def reserved_names() -> frozenset[str]:
+    """Every name refused as a kernel name besides the C/C++ keywords (see the module docstring)."""
+    try:
+        saved = {ln.strip() for ln in NAMES_FILE.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+    except OSError:
+        saved = set()
+    return frozenset(saved | AMD_HLS_NAMES | HARNESS_NAMES | VERILOG_KEYWORDS | rtl_module_names())
+
+
+_IDENT = re.compile(r"\b[A-Za-z][A-Za-z0-9_]*\b")
+
+
+def probe(cxx: str = "g++") -> set[str]:
+    """Ask the compiler: the names that collide at global scope in the csim translation unit of
+    generated kernels (every optimizer, dtype and gradient source), or are macros there."""
+    from hls.generate import write_project
+    from hls.spec import KernelSpec
+
+    with tempfile.TemporaryDirectory(prefix="optimusnic-names-") as tmp:
+        t = Path(tmp)
+        includes = []
+        specs = [KernelSpec(name="zzprobe_a"),
+                 KernelSpec(name="zzprobe_b", optimizer="adam", grad_dtype="bf16", out_dtype="bf16",
+                            grad_source="stream", lanes=4),
+                 KernelSpec(name="zzprobe_c", grad_dtype="fp16", lanes=1, compute_units=2)]
+        generated: set[str] = set()
+        for i, spec in enumerate(specs):
+            write_project(spec, t / f"p{i}")
+            for f in (t / f"p{i}" / "hls").glob("*.[ch]*"):
+                generated |= set(_IDENT.findall(_strip_comments(f.read_text())))
+            includes += [f'#include "{t / f"p{i}" / "hls" / f"{spec.name}.cpp"}"',
+                         f'#include "{t / f"p{i}" / "hls" / f"{spec.name}_tb.cpp"}"']
+        head = "\n".join([*includes, '#include "optimusnic_csim_host.h"', "#include <bits/stdc++.h>",
+                          *(f"#include <{h}>" for h in ("stdio.h", "stdlib.h", "string.h", "math.h", "stdint.h",
+                                                         "immintrin.h", "pthread.h", "unistd.h"))]) + "\n"
+        flags = ["-std=c++17", "-march=native", "-I", str(HLS_INCLUDE_DIR)]
+        (t / "head.cpp").write_text(head)
+        pre = subprocess.run([cxx, *flags, "-E", "-P", str(t / "head.cpp")], capture_output=True, text=True,
+                             check=True).stdout
+        macros = subprocess.run([cxx, *flags, "-E", "-dM", str(t / "head.cpp")], capture_output=True, text=True,
+                                check=True).stdout
+        macro_names = set(re.findall(r"^#define ([A-Za-z][A-Za-z0-9_]*)", macros, re.M))
+        candidates = sorted(set(_IDENT.findall(pre)) - macro_names - {s.name for s in specs})
+        first = head.count("\n") + 1
+        body = "".join(f"int {name};\n" for name in candidates)
+        (t / "probe.cpp").write_text(head + body)
+        result = subprocess.run([cxx, *flags, "-fsyntax-only", "-fmax-errors=0", "-w", str(t / "probe.cpp")],
+                                capture_output=True, text=True, check=False)
+        bad_lines = {int(m) for m in re.findall(r"probe\.cpp:(\d+):\d+: error", result.stderr)}
+        collide = {candidates[ln - first] for ln in bad_lines if 0 <= ln - first < len(candidates)}
+        ours = {s.name for s in specs} | {f"{s.name}_impl" for s in specs}
+        return collide | macro_names | (generated - ours)
+
+
+def _strip_comments(code: str) -> str:
+    """C++ source without comments and string literals (their words are no identifiers)."""
+    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"', " ", code, flags=re.S)
+
+
+def main() -> None:
+    names = sorted(probe())
+    NAMES_FILE.write_text("# Kernel names refused: they collide in the C simulation translation unit.\n"
+                          "# Generated by `python -m hls.reserved` (g++ probe); do not edit by hand.\n"
+                          + "".join(f"{n}\n" for n in names))
+    print(f"{len(names)} names -> {NAMES_FILE}")
+
+
+if __name__ == "__main__":
+    main()
