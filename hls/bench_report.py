@@ -63,15 +63,18 @@ def _git(*args: str) -> str:
         return "unknown"
 
 
-def collect(params: int, repeats: int, threads: int | None, log=print) -> dict[str, Any]:  # noqa: ANN001
+def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: ANN001
+            sizes: tuple[int, ...] | None = None) -> dict[str, Any]:
     from hls import bench_csim, bench_rtl
     from pynq_driver import bench as bench_driver
 
     results: dict[str, Any] = {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                                "machine": machine()}
+    sizes = tuple(sizes or bench_csim.SIZES)
     steps = (
-        ("csim", f"optimusnic bench csim --params {params} --repeats {repeats}",
-         lambda: bench_csim.measure(params, repeats, threads)),
+        ("csim", f"optimusnic bench csim --sizes {','.join(map(str, sizes))} --repeats {repeats}"
+         + (f" --threads {threads}" if threads else ""),
+         lambda: bench_csim.measure_sizes(sizes, repeats, threads, log=log)),
         ("driver", f"optimusnic bench driver --params {params} --repeats {repeats}",
          lambda: bench_driver.measure(params, repeats, None, threads)),
         ("rtl", "optimusnic bench rtl", lambda: bench_rtl.collect(log=log)),
@@ -96,13 +99,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rates = results["csim"]["params_per_s"]
-    labels = ["csim kernel", "torch AdamW\nfused", "torch AdamW\nforeach", "numpy copy\n(same bytes)"]
-    values = [rates["csim"], rates["torch_fused"], rates["torch_foreach"], rates["numpy_copy"]]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    a.bar(labels, [x / 1e9 for x in values], color=["tab:orange", "tab:blue", "tab:blue", "tab:gray"])
-    a.set_ylabel("G parameters / s")
-    a.set_title(f"Adam update on this CPU ({results['csim']['params'] / 2**20:.0f}M params)")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    _plot_csim(a, results["csim"])
     rows = results["rtl"]["rows"]
     x = range(len(rows))
     width = 0.27
@@ -119,13 +117,32 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _plot_csim(ax: Any, c: dict[str, Any]) -> None:
+    """Left panel: every csim-bench implementation at every size, and the csim bytes floor."""
+    from hls.bench_csim import LABELS
+
+    shown = ("csim", "csim_own_headers", "nic_adamw_csim", "torch_fused", "torch_foreach")
+    colors = ("tab:orange", "navajowhite", "tab:red", "tab:blue", "lightsteelblue")
+    rows = c["rows"]
+    width = 0.8 / len(shown)
+    for j, (k, color) in enumerate(zip(shown, colors, strict=True)):
+        ax.bar([i + (j - 2) * width for i in range(len(rows))], [r["params_per_s"][k] / 1e9 for r in rows], width,
+               label=LABELS[k], color=color)
+    for i, r in enumerate(rows):
+        ax.hlines(r["floor_params_per_s"]["csim"] / 1e9, i - 0.45, i + 0.45, colors="black", linestyles="dashed",
+                  label="csim bytes floor (copy bandwidth / 32 B)" if i == 0 else None)
+    ax.set_xticks(range(len(rows)), [f"{r['params'] / 1e6:.3g}M" for r in rows])
+    ax.set_ylabel("G parameters / s")
+    ax.set_title(f"Adam step on this CPU, {c['threads']} threads")
+    ax.legend(fontsize=6, loc="upper left")
+
+
 def markdown(r: dict[str, Any]) -> str:
     m, c, d, rt = r["machine"], r["csim"], r["driver"], r["rtl"]
-    rate = c["params_per_s"]
+    from hls import bench_csim
     from hls.bench_rtl import table
 
     ic = rt.get("icarus")
-    g = 1e9
     icarus = (f"{ic['sim_clocks_per_s']:,.0f} simulated clocks/s ({ic['elements']:,} elements, ideal memory)" if ic
               else "not installed (make deps-icarus)")
     speeds = [row["sim_clocks_per_s"] for row in rt["rows"]]
@@ -145,15 +162,18 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "## C simulation of the HLS kernel against torch's CPU AdamW",
         "",
-        f"`{c['command']}`: {c['params']:,} parameters, {c['threads']} threads, median of {c['repeats']}.",
+        f"`{c['command']}`: {c['threads']} threads for every implementation, median of {c['repeats']} "
+        "interleaved repeats, each timed call right after an untimed one of the same implementation. "
+        "csim kernel: the generated HLS kernel (U55C AdamW, 16 lanes, fp32) on 64-byte aligned stripe buffers "
+        "(`CsimKernel.run_ports`, what the driver's csim device calls); NicAdamW(csim): the whole optimizer "
+        "step on one fp32 parameter; copy: `Tensor.copy_` of the csim kernel's 32 bytes per parameter on the "
+        "same threads, whose bandwidth gives each implementation's bytes floor (csim 32 B/param, torch 28).",
         "",
-        "| implementation | G params/s | csim / this |",
-        "|---|---|---|",
-        f"| csim (generated HLS kernel, 16 lanes) | {rate['csim'] / g:.3f} | 1.00 |",
-        f"| torch.optim.AdamW(fused=True) | {rate['torch_fused'] / g:.3f} | {c['ratio_vs_torch_fused']:.2f} |",
-        f"| torch.optim.AdamW(foreach=True) | {rate['torch_foreach'] / g:.3f} | {c['ratio_vs_torch_foreach']:.2f} |",
-        f"| numpy copy of the same bytes (memory bound) | {rate['numpy_copy'] / g:.3f} | "
-        f"{rate['csim'] / rate['numpy_copy']:.2f} |",
+        *bench_csim.table(c),
+        "",
+        *bench_csim.floors(c),
+        "",
+        f"Goal ({c['goal']}): {'met' if c['meets_goal'] else 'NOT met'}.",
         "",
         "## Driver overhead (csim backend)",
         "",
@@ -211,6 +231,7 @@ def write(results: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
     return path
 
 
-def run_all(params: int, repeats: int, threads: int | None, out_dir: Path = RESULTS_DIR) -> Path:
-    results = collect(params, repeats, threads, log=lambda s: print(s, file=sys.stderr, flush=True))
+def run_all(params: int, repeats: int, threads: int | None, out_dir: Path = RESULTS_DIR,
+            sizes: tuple[int, ...] | None = None) -> Path:
+    results = collect(params, repeats, threads, log=lambda s: print(s, file=sys.stderr, flush=True), sizes=sizes)
     return write(results, out_dir)
