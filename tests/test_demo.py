@@ -45,7 +45,7 @@ def test_demo_report_text(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--steps", "1"], "at least 2 steps"),
+    (["--steps", "1"], "must be from 2 to 100,000"),
     (["--world-size", "3"], "split evenly"),
     (["--world-size", "0"], "1 to 16"),
 ])
