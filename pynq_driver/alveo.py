@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from hls import registry, safe_io, validate
 from hls.errors import ToolMissing, UserError
 from hls.paths import BITSTREAMS_DIR
 from hls.spec import KernelSpec
@@ -79,7 +80,7 @@ def _sha256(path: Path) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with safe_io.open_regular(path, safe_io.XCLBIN_MAX, "xclbin") as (f, _size):
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -101,12 +102,15 @@ def _tag(tag: str) -> str:
 
 def load_bitstream_manifest(xclbin: Path) -> dict[str, Any]:
     path = manifest_for(xclbin)
+    if not path.exists():
+        raise UserError(f"{path}: no manifest next to {xclbin.name}; register the build (optimusnic build)")
+    # Bounded, regular-file-only read (a FIFO or /dev/zero is refused), then the registry schema.
+    text = safe_io.read_text(path, safe_io.REGISTRY_MANIFEST_MAX, "registry manifest")
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise UserError(f"{path}: no manifest next to {xclbin.name}; register the build (optimusnic build)") from exc
+        data = json.loads(text)
     except ValueError as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from exc
+    return validate.registry_manifest(data, str(path))  # raises validate.Invalid, a UserError
 
 
 def _manifests_of(xclbin: Path) -> list[dict[str, Any]]:
@@ -207,9 +211,15 @@ def verify_xclbin(xclbin: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
         raise BitstreamMismatch(f"{xclbin}: sha256 {got_sha[:16]}... but its manifest records {want_sha[:16]}...: "
                                 "this is not the bitstream the manifest describes (rebuild or re-register it)")
     name = manifest.get("kernel") or manifest["spec"]["name"]
+    try:
+        # Section counts and offsets bounded by the file size before PYNQ walks the table: a header
+        # claiming 0xFFFFFFFF sections is refused at once (PYNQ would spend many minutes on it).
+        registry.section_kinds(xclbin)
+    except UserError as exc:
+        raise BitstreamMismatch(f"{xclbin}: {exc}") from exc
     parser = _pynq_parser()
     try:
-        data = xclbin.read_bytes()
+        data = safe_io.read_bytes(xclbin, safe_io.XCLBIN_MAX, "xclbin")
         parsed = parser.XclBin(xclbin_data=bytearray(data))
         facts = xclbin_facts(data)
     except Exception as exc:  # PYNQ raises KeyError/ValueError/IndexError on containers it cannot read
