@@ -73,8 +73,7 @@ LINK_FLAGS = (f"-Wl,--version-script={HARNESS_DIR / 'exports.map'}",)
 # Elements per kernel call (rounded to the stripe alignment): 64 beats a FIFO, which keeps a chunk's
 # FIFOs in L1/L2 and pays the per-call construction of AMD's deque-based streams once per 1024.
 DEFAULT_CHUNK = 1024
-STREAM_OUT_MIN = 1 << 20  # from this many elements on, outputs go out with non-temporal stores
-FLAG_STREAM_OUT, FLAG_PREFETCH = 1, 2  # port flags of the harness ABI
+FLAG_PREFETCH = 1  # port flag of the harness ABI
 MAX_ELEMENTS = (1 << 32) - 33  # the `n` register is 32 bits; the harness keeps a 32-element margin
 
 
@@ -307,7 +306,6 @@ class CsimKernel:
         self.library = compile_kernel(self.project_dir, build_dir, headers)
         self.threads = threads or default_threads()
         self.chunk = DEFAULT_CHUNK
-        self.stream_out_min = STREAM_OUT_MIN
         self._names = scalar_names(spec.optimizer)
         self._lib: ctypes.CDLL | None = ctypes.CDLL(str(self.library))
         ptr = ctypes.c_void_p
@@ -324,12 +322,9 @@ class CsimKernel:
             raise CsimError(f"{self.library}: the kernel has {nports()} pointer arguments, the manifest "
                             f"{len(self.ports)}; regenerate the project")
         info = [self.port_info[p] for p in self.ports]
-        # Per port: elements per beat, stripes, stripe index, flags; outputs of large runs go out
-        # with non-temporal stores (no read of every output line before it is overwritten).
+        # Per port: elements per beat, stripes, stripe index, flags.
         self._info = np.array([[64 // i.elem_bytes, i.stripes, i.index, FLAG_PREFETCH if _prefetched(i) else 0]
                                for i in info], dtype=np.uint64).reshape(-1, 4)
-        self._info_nt = self._info.copy()
-        self._info_nt[[i.array == "out" for i in info], 3] |= FLAG_STREAM_OUT
 
     def port_bytes(self, n: int) -> dict[str, int]:
         """Bytes each port's buffer must hold for a shard of n elements (stripe 0 is the largest)."""
@@ -402,8 +397,7 @@ class CsimKernel:
         ports = (ctypes.c_void_p * max(1, len(self.ports)))(*[buffers[p].ctypes.data for p in self.ports])
         grad = buffers["grad"].ctypes.data if stream else None
         threads = self.threads if n >= 1 << 16 else 1  # below that, handing work to threads costs more than it saves
-        info = self._info_nt if n >= self.stream_out_min else self._info
-        rc = self._run(ports, info.ctypes.data, len(self.ports), grad, self.spec.grad_bytes if stream else 0, n,
+        rc = self._run(ports, self._info.ctypes.data, len(self.ports), grad, self.spec.grad_bytes if stream else 0, n,
                        bits.ctypes.data, threads, self.chunk, self.align)
         if rc == -2:
             raise CsimError(f"{self.library}: port count does not match the kernel; regenerate the project")

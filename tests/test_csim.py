@@ -333,7 +333,7 @@ def test_unaligned_buffers_are_bit_exact(offset: int) -> None:
 
 def test_concurrent_calls_share_the_workers() -> None:
     """Two calls at once (a card's compute units, run by the driver concurrently) on the library's
-    shared worker pool, each bit-exact, with the stream-out path for large outputs forced on."""
+    shared worker pool, each bit-exact."""
     kernel = kernel_for(DEFAULT_VARIANTS[0])
     spec = kernel.spec
     n = 300_001
@@ -346,16 +346,12 @@ def test_concurrent_calls_share_the_workers() -> None:
                           optimizer=spec.optimizer)
         want.append((gp, gm, gv, out))
     outs = [np.zeros(n, np.float32) for _ in cases]
-    kernel.stream_out_min = 1
-    try:
-        threads = [threading.Thread(target=kernel.run, args=(c["grad"], c["p"], c["m"], c["v"], o, n, regs))
-                   for c, o in zip(cases, outs, strict=True)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        kernel.stream_out_min = csim.STREAM_OUT_MIN
+    threads = [threading.Thread(target=kernel.run, args=(c["grad"], c["p"], c["m"], c["v"], o, n, regs))
+               for c, o in zip(cases, outs, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     for c, o, (gp, gm, gv, ref) in zip(cases, outs, want, strict=True):
         for got, exp in ((c["p"], gp), (c["m"], gm), (c["v"], gv), (o, ref)):
             assert bits_equal(got, exp).all()

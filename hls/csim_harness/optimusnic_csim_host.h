@@ -20,9 +20,7 @@
 //     hold a few KiB and stay in L1;
 //   - a port whose buffer is not aligned as the kernel's beat type requires (AMD's hls::vector
 //     is alignas(64); numpy gives 16 bytes) goes through a 64-byte aligned scratch copy of the
-//     chunk: copied in before the call for a read port, out after it for a written port. Output
-//     ports may also be asked to go out that way with non-temporal stores (`flags` bit 0), which
-//     skips reading every output line from memory before it is overwritten;
+//     chunk: copied in before the call for a read port, out after it for a written port;
 //   - before each call the harness prefetches the next chunk's lines of the ports flagged for it
 //     (`flags` bit 1);
 //   - independent chunks run on the calling thread and on a pool of worker threads shared by
@@ -69,8 +67,7 @@ namespace optimusnic_csim {
 constexpr int kScalars = 9;
 constexpr std::uint64_t kMaxElements = (std::uint64_t{1} << 32) - 33;  // the 32-bit `n` register, 32 margin
 constexpr std::size_t kMaxPorts = 256;
-constexpr std::uint64_t kFlagStreamOut = 1;  // written port: copy out with non-temporal stores
-constexpr std::uint64_t kFlagPrefetch = 2;   // prefetch the next chunk's lines
+constexpr std::uint64_t kFlagPrefetch = 1;  // prefetch the next chunk's lines
 
 // IEEE mode for the lifetime of the guard: no FTZ (bit 15), no DAZ (bit 6), round to nearest.
 class IeeeMode {
@@ -272,35 +269,25 @@ inline std::uint64_t chunk_bytes(const Ports& p, std::size_t i, std::uint64_t co
 class Scratch {
  public:
   ~Scratch() { std::free(mem_); }
+  // Slot `port` of `ports` slots of bytes_per_slot each (the same for every slot of one chunk).
   std::uint8_t* slot(std::size_t port, std::uint64_t bytes_per_slot, std::size_t ports) {
     const std::uint64_t need = bytes_per_slot * ports;
-    if (need > size_ || bytes_per_slot != per_) {
+    if (need > size_) {  // grows only: chunks of one size reuse it
       std::free(mem_);
       void* m = nullptr;
       mem_ = posix_memalign(&m, 64, need) == 0 ? static_cast<std::uint8_t*>(m) : nullptr;
       size_ = mem_ ? need : 0;
-      per_ = bytes_per_slot;
     }
-    return mem_ ? mem_ + port * per_ : nullptr;
+    return mem_ ? mem_ + port * bytes_per_slot : nullptr;
   }
 
  private:
   std::uint8_t* mem_ = nullptr;
-  std::uint64_t size_ = 0, per_ = 0;
+  std::uint64_t size_ = 0;
 };
 inline Scratch& thread_scratch() {
   static thread_local Scratch scratch;
   return scratch;
-}
-
-// Copy with non-temporal stores (dst 16-byte aligned, as every port buffer is; bytes a multiple of 64).
-inline void stream_copy(std::uint8_t* dst, const std::uint8_t* src, std::uint64_t bytes) {
-  if (reinterpret_cast<std::uintptr_t>(dst) % 16) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
-  for (std::uint64_t b = 0; b < bytes; b += 16)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b), _mm_load_si128(reinterpret_cast<const __m128i*>(src + b)));
 }
 
 inline void prefetch(const Ports& p, std::uint64_t first, std::uint64_t n) {
@@ -368,12 +355,7 @@ void chunk(void (*kernel)(A...), const Ports& p, std::uint64_t first, unsigned i
   if (p.any_scratch) {
     for (std::size_t i = 0; i < S::kPointers; ++i) {
       if (!p.scratch[i] || !p.written[i]) continue;
-      std::uint8_t* dst = p.buffers[i] + offset_of(p, i, first);
-      if (flags_of(p, i) & kFlagStreamOut) {
-        stream_copy(dst, base[i], chunk_bytes(p, i, n));
-      } else {
-        std::memcpy(dst, base[i], chunk_bytes(p, i, n));
-      }
+      std::memcpy(p.buffers[i] + offset_of(p, i, first), base[i], chunk_bytes(p, i, n));
     }
   }
 }
@@ -500,8 +482,7 @@ long run(void (*kernel)(A...), Ports& p, std::uint64_t n, const std::uint32_t* b
   p.any_scratch = false;
   for (std::size_t i = 0; i < p.nports; ++i) {
     p.written[i] = traits.written[i];
-    p.scratch[i] = reinterpret_cast<std::uintptr_t>(p.buffers[i]) % traits.align[i] != 0 ||
-                   (p.written[i] && (flags_of(p, i) & kFlagStreamOut));
+    p.scratch[i] = reinterpret_cast<std::uintptr_t>(p.buffers[i]) % traits.align[i] != 0;
     p.any_scratch = p.any_scratch || p.scratch[i];
   }
   float s[kScalars];
@@ -539,7 +520,6 @@ long run(void (*kernel)(A...), Ports& p, std::uint64_t n, const std::uint32_t* b
   } catch (const std::bad_alloc&) {
     rc = -3;
   }
-  if (p.any_scratch) _mm_sfence();  // non-temporal stores visible before the caller reads
   filter.detach();
   return rc;
 }
@@ -611,7 +591,7 @@ void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 
 // The C ABI hls/csim.py loads (ABI 3). `ports` are the stripe buffers in register-map order;
 // `port_info` 4 words per port: elements per 64-byte beat of its array, stripes of its array, its
-// stripe index, flags (bit 0: copy a written port out with non-temporal stores, bit 1: prefetch);
+// stripe index, flags (bit 0: prefetch the next chunk);
 // `grad`/`grad_bytes` the gradient of a stream-source kernel (else null/0); `scalars` the 9
 // register bit patterns in register-map order; `threads` the most worker threads this call uses;
 // `chunk` the elements per kernel call and `align` the chunk alignment in elements. Returns as
