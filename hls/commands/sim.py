@@ -104,6 +104,18 @@ def format_result(r: rtlsim.SimResult) -> str:
             f"  throughput (no stalls): {t['elements']} elements in {t['cycles']} clocks = "
             f"{t['elements_per_cycle']:.3f} elements/clock ({t['fraction_of_ideal']:.1%} of {t['lanes']} lanes)"
         )
+        if r.memory == "hbm":
+            from hls.sizing import size_spec
+            from hls.spec import KernelSpec
+
+            spec = KernelSpec.from_dict(dict(s))
+            try:
+                predicted = size_spec(spec, get_target(spec.target)).elements_per_clock_predicted
+            except UserError:  # a target from a --targets-file: no prediction line
+                predicted = None
+            if predicted is not None:
+                lines.append(f"    sizing predicts {predicted:.3f} elements/clock for this memory plan (steady "
+                             "state; this run's count includes start-up and drain)")
         for c in t.get("channels") or []:
             lines.append(f"    channel {c['channel']} ({', '.join(c['ports'])}): "
                          f"{c['beats_per_clock']:.3f} beats/clock of {c['budget']:.3f}")
