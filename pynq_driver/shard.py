@@ -193,10 +193,13 @@ class ShardState:
         dev._check_open()
         if nonfinite not in NONFINITE_POLICIES:
             raise UserError(f"nonfinite: {nonfinite!r}; choose one of {', '.join(NONFINITE_POLICIES)}")
-        n = _numel(params)
+        # `params` may be a number of elements: the shard starts at zeros and the caller writes its
+        # masters range by range (write_range), so no full-size host copy is ever needed.
+        by_count = isinstance(params, (int, np.integer)) and not isinstance(params, bool)
+        n = int(params) if by_count else _numel(params)
         if n < 1:
             raise BadGradient("params: the shard needs at least one parameter")
-        p_host = host_array(params, "fp32", n, "params")
+        p_host = None if by_count else host_array(params, "fp32", n, "params")
         self.dev = dev
         self.spec: KernelSpec = dev.spec
         self.backend = dev.backend
@@ -232,7 +235,7 @@ class ShardState:
                     stage[slot].append(buf)
             zeros = np.zeros(min(n, chunk), np.float32)
             for part, lo, hi in self._all_chunks():
-                self._put_state(part, "p", lo, p_host[lo:hi])
+                self._put_state(part, "p", lo, zeros[: hi - lo] if p_host is None else p_host[lo:hi])
                 self._put_state(part, "m", lo, zeros[: hi - lo])
                 self._put_state(part, "v", lo, zeros[: hi - lo])
         except BaseException:
@@ -245,6 +248,7 @@ class ShardState:
         self.closed = False
         self._scratch = np.empty(2 * chunk, np.uint8)
         self._zeros = np.zeros(chunk, np.float32) if self.spec.grad_dtype == "fp32" else None
+        self._host_chunks: tuple[np.ndarray, np.ndarray] | None = None
 
     # ---- life cycle ------------------------------------------------------------------------
     def _alloc(self, nbytes: int, bank: str) -> Any:
@@ -395,6 +399,100 @@ class ShardState:
                 self.inconsistent = (
                     f"step {step} stopped after {launched} of {len(chunks)} chunks ({type(exc).__name__}); "
                     f"the state on the card mixes steps {self.step_count} and {step}"
+                )
+            raise
+
+    # ---- streaming by ranges (the torch layer: gradients read from, results written to, the model) --
+    def pieces(self, lo: int, hi: int) -> list[tuple[_CuPart, int, int]]:
+        """[lo, hi) cut at compute-unit parts and into chunks; `lo` must be a multiple of beat_align()."""
+        align = self.stripes.beat_align()
+        if lo % align or not 0 <= lo <= hi <= self.n:
+            raise UserError(f"range [{lo}, {hi}) of a {self.n}-element shard must start at a multiple of {align}")
+        out = []
+        for pt in self.parts:
+            a, b = max(lo, pt.lo), min(hi, pt.hi)
+            out += [(pt, x, min(x + self.chunk_elems, b)) for x in range(a, b, self.chunk_elems)]
+        return out
+
+    def host_chunks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The two host chunks a streamed step uses: 4 bytes x chunk (gradient, then the masters to
+        compare) and one output chunk. Allocated once, on first use."""
+        if self._host_chunks is None:
+            self._host_chunks = (np.empty(4 * self.chunk_elems, np.uint8),
+                                 np.empty(self.chunk_elems, _OUT_NP[self.spec.out_dtype]))
+        return self._host_chunks
+
+    def read_range(self, array: str, lo: int, out: np.ndarray) -> np.ndarray:
+        """State array `array` ("p", "m" or "v") at [lo, lo + out.size) into the float32 array `out`."""
+        self._check_open()
+        for pt, a, b in self.pieces(lo, lo + out.size):
+            self._get_state(pt, array, a, out[a - lo:b - lo])
+        return out
+
+    def write_range(self, array: str, lo: int, data: np.ndarray) -> None:
+        """Write float32 `data` into state array `array` at [lo, lo + data.size) (the tail of the last
+        64-byte beat may be zeroed: ranges end where the next beat-aligned range starts)."""
+        self._check_open()
+        data = np.ascontiguousarray(data, np.float32).reshape(-1)
+        for pt, a, b in self.pieces(lo, lo + data.size):
+            self._put_state(pt, array, a, data[a - lo:b - lo])
+
+    def stream(self, runs: list[tuple[int, int, dict[str, int]]], fill: Any, drain: Any, prepare: Any = None,
+               step: int | None = None) -> None:
+        """Run the kernel over ranges of the shard, each with its own scalar registers, double-buffered.
+
+        `runs`: (lo, hi, register bits). For every piece (chunk) [a, b): `fill(a, b, g)` writes its
+        gradient into the host chunk `g` (grad dtype), `prepare(a, b, scratch)` may read and fix the
+        masters on the card before the kernel runs (scratch: float32 chunk), `drain(a, b, o)` takes
+        the output chunk `o` (out dtype). The host holds these two chunks and nothing else; no
+        checks on the values run here (the caller checks before calling).
+        """
+        self._check_open()
+        if self.inconsistent:
+            raise StateError(f"{self.inconsistent}; load a checkpoint (load_state_dict / ShardState.load) first")
+        work = [(pt, a, b, bits) for lo, hi, bits in runs for pt, a, b in self.pieces(lo, hi)]
+        if not work:
+            return
+        raw, obuf = self.host_chunks()
+        gbuf = raw[: self.chunk_elems * self.spec.grad_bytes].view(_GRAD_NP[self.spec.grad_dtype])
+        pbuf = raw.view(np.float32)
+        launched = 0
+
+        def stage(i: int) -> None:
+            pt, a, b, _ = work[i]
+            g = gbuf[: b - a]
+            fill(a, b, g)
+            self._put(pt.grad_stage[i % 2], g, 0)
+            if prepare is not None:  # the gradient chunk is on the card: its host chunk is free again
+                prepare(a, b, pbuf[: b - a])
+
+        def launch(i: int) -> None:
+            nonlocal launched
+            pt, a, b, bits = work[i]
+            pt.runner.launch(self._pointers(pt, a, i % 2), b - a, bits)
+            launched += 1
+
+        def collect(i: int) -> None:
+            pt, a, b, _ = work[i]
+            o = obuf[: b - a]
+            self._get(pt.out_stage[i % 2], o, 0)
+            drain(a, b, o)
+
+        try:
+            stage(0)
+            launch(0)
+            for i in range(1, len(work)):
+                stage(i)  # overlaps the kernel on piece i-1
+                work[i - 1][0].runner.wait()
+                launch(i)
+                collect(i - 1)  # overlaps the kernel on piece i
+            work[-1][0].runner.wait()
+            collect(len(work) - 1)
+        except BaseException as exc:
+            if launched:
+                self.inconsistent = (
+                    f"step {step} stopped after {launched} of {len(work)} chunks ({type(exc).__name__}); "
+                    "the state on the card mixes two steps"
                 )
             raise
 
