@@ -18,7 +18,6 @@ of the model, a broadcast) is picked up, element by element.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
