@@ -90,6 +90,98 @@ def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = 
     }
 
 
+# ---- NicAdamW end to end (issue 15): host memory beyond the model, and time over the bare card step -----
+def _rss_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:  # "5": reset the peak resident set size (Linux)
+        f.write("5")
+
+
+def _model(params: int) -> Any:
+    import torch
+
+    width = 1024
+    layers = max(1, params // (width * width + width))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    return model
+
+
+def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: int = 3) -> dict[str, Any]:
+    """Peak host memory of an optimizer step beyond the model and its gradients (resident set,
+    /proc/self/status VmHWM after a reset), NicAdamW against torch AdamW fused; and NicAdamW's
+    step time over the bare kernel on the same backend and shard (no host copies)."""
+    import gc
+
+    import torch
+
+    from pynq_driver.optim import NicAdamW
+
+    torch.set_num_threads(1)
+    model = _model(params)
+    n = sum(p.numel() for p in model.parameters())
+    gc.collect()
+    base = _rss_bytes("VmRSS")
+    tor = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    _reset_peak()
+    tor.step()
+    tor.step()
+    torch_extra = _rss_bytes("VmHWM") - base
+    del tor
+    gc.collect()
+    nic = NicAdamW(model.parameters(), lr=1e-3, backend=backend)  # the card's memory is allocated here
+    gc.collect()
+    base = _rss_bytes("VmRSS")
+    _reset_peak()
+    nic.step()
+    nic.step()
+    nic_extra = _rss_bytes("VmHWM") - base
+    step_s = _median_s(nic.step, repeats)
+    shard = nic.shards()[0]
+    chunk_bytes = 4 * shard.chunk_elems
+    # The bare kernel on the same shard: one run over all of it, state already on the card.
+    bits = prepare_scalars(Hyper(step=3, lr=1e-3), "adamw").registers("adamw")
+    g = np.full(shard.n, 1e-3, np.float32)
+    runner = shard.parts[0].runner
+    if len(shard.parts) == 1 and shard.chunk_elems >= shard.n:
+        def bare() -> None:
+            runner.launch(shard._pointers(shard.parts[0], 0, 0), shard.n, bits)
+            runner.wait()
+        shard._put(shard.parts[0].grad_stage[0], g, 0)
+    else:  # chunked: kernel runs back to back on every chunk, no copies
+        def bare() -> None:
+            for pt, lo, hi in shard._all_chunks():
+                pt.runner.launch(shard._pointers(pt, lo, 0), hi - lo, bits)
+                pt.runner.wait()
+    bare()
+    bare_s = _median_s(bare, repeats)
+    nic.close()
+    return {"backend": backend, "params": n, "chunk_bytes": chunk_bytes,
+            "torch_fused_extra_bytes": torch_extra, "nic_extra_bytes": nic_extra,
+            "torch_fused_extra_per_param": torch_extra / n, "nic_extra_per_param": nic_extra / n,
+            "nic_extra_chunks": nic_extra / chunk_bytes, "nic_step_s": step_s, "bare_card_step_s": bare_s,
+            "step_over_bare": step_s / bare_s, "goal_step_over_bare": 1.2, "goal_extra_chunks": 2.0}
+
+
+def report_optimizer(r: dict[str, Any]) -> str:
+    mib = 1 << 20
+    return (f"NicAdamW ({r['backend']}, {r['params']:,} fp32 params): peak host memory beyond model+grads "
+            f"{r['nic_extra_bytes'] / mib:.1f} MiB = {r['nic_extra_per_param']:.2f} B/param = "
+            f"{r['nic_extra_chunks']:.2f} chunks (goal <= 2); torch AdamW fused "
+            f"{r['torch_fused_extra_bytes'] / mib:.1f} MiB = {r['torch_fused_extra_per_param']:.2f} B/param; "
+            f"step {r['nic_step_s'] * 1e3:.1f} ms over bare card "
+            f"step {r['bare_card_step_s'] * 1e3:.1f} ms = {r['step_over_bare']:.2f}x (goal <= 1.2x)")
+
+
 def report(r: dict[str, Any]) -> str:
     mib = 1 << 20
     return "\n".join([
@@ -108,7 +200,12 @@ def report(r: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     r = measure(int(getattr(args, "params", 16 << 20)), max(1, int(getattr(args, "repeats", 5))),
                 getattr(args, "chunk", None), getattr(args, "threads", None))
-    print(json.dumps(r, indent=2) if getattr(args, "json", False) else report(r))
+    sizes = getattr(args, "optimizer_params", None) or []
+    r["optimizer"] = [measure_optimizer(n, getattr(args, "backend", "csim")) for n in sizes]
+    if getattr(args, "json", False):
+        print(json.dumps(r, indent=2))
+    else:
+        print("\n".join([report(r), *(report_optimizer(x) for x in r["optimizer"])]))
     return 0
 
 
@@ -118,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=None, help="chunk elements (default: the driver's)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--optimizer-params", type=int, nargs="*", default=[10_000_000, 50_000_000],
+                    help="NicAdamW end-to-end sizes (issue 15): host memory vs torch fused, step over bare kernel")
+    ap.add_argument("--backend", default="csim", help="backend of the NicAdamW measurement")
     ap.add_argument("--json", action="store_true")
     return run(ap.parse_args(argv))
 

@@ -94,7 +94,8 @@ def _fsdp_worker(rank, world, port, out):
             st = nic.state[p0]["exp_avg"]
             moment = (st.full_tensor() - ref.state[q0]["exp_avg"].full_tensor()).abs().max().item()
             result["mp" if mp else "fp32"] = {
-                "diff": diff, "torch_diff": torch_diff, "moment_diff": moment, "local": local, "card": card, "param_dtypes": dtypes,
+                "diff": diff, "torch_diff": torch_diff, "moment_diff": moment, "local": local, "card": card,
+                "param_dtypes": dtypes,
                 "state_is_dtensor": type(st).__name__ == "DTensor", "placements": str(st.placements),
                 "steps": nic.state[p0]["step"].item(),
             }
