@@ -25,7 +25,7 @@ import torch
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
 from pynq_driver.device import Device
-from pynq_driver.shard import ShardState
+from pynq_driver.shard import ShardState, _all_finite
 
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -50,6 +50,18 @@ def _np(t: torch.Tensor) -> np.ndarray:
 def _torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     t = torch.from_numpy(a)
     return t.view(dtype) if dtype == torch.bfloat16 else t
+
+
+_BLOCK = 1 << 16  # elements per comparison block (cache-sized, no chunk-sized temporaries)
+
+
+def _bits_equal(a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> bool:
+    """a == b bit for bit (same-size integer views), block by block into a small bool scratch."""
+    for k in range(0, a.size, _BLOCK):
+        ne = np.not_equal(a[k:k + _BLOCK], b[k:k + _BLOCK], out=scratch[: min(_BLOCK, a.size - k)])
+        if ne.any():
+            return False
+    return True
 
 
 class Slot:
@@ -112,6 +124,7 @@ class CardBucket:
                 self.shard.close()
                 raise
         self.maximize = False
+        self._cmp = np.empty(2 * _BLOCK, np.bool_)  # comparisons and scans go block by block
 
     # ---- per-slot state on the card ------------------------------------------------------------
     def _ranges(self, s: Slot) -> list[tuple[int, int]]:
@@ -141,7 +154,7 @@ class CardBucket:
                 buf[...] = 0
             else:
                 torch.from_numpy(buf).copy_(value[a:b])
-            self.shard.write_range(array, s.offset + a, buf)
+            self.shard.write_range(array, s.offset + a, buf, self.shard.host_chunks()[1].view(np.uint8))
 
     def reset_masters(self, s: Slot) -> None:
         """The card's masters of the slot := the tensor's current values (widened exactly to fp32)."""
@@ -179,11 +192,21 @@ class CardBucket:
         return runs
 
     def grads_finite(self, runs: list[tuple[list[Slot], int, int, dict]]) -> bool:
+        """No inf/NaN in any gradient of the runs (read chunk by chunk, nothing chunk-sized allocated
+        on the host for CPU gradients: the shard's own scan, a dot product with zeros for fp32)."""
+        shard = self.shard
+        name = shard.spec.grad_dtype
+        step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block-sized scratch
         for slots, *_ in runs:
             for s in slots:
                 g = s.grad()
-                for a, b in self._ranges(s):
-                    if not bool(torch.isfinite(g[a:b]).all()):
+                for a in range(0, s.numel, step):
+                    piece = g[a:a + step]
+                    if piece.device.type == "cpu" and piece.is_contiguous():
+                        ok = _all_finite(_np(piece), name, self._cmp.view(np.uint8), shard._zeros)
+                    else:
+                        ok = bool(torch.isfinite(piece).all())
+                    if not ok:
                         return False
         return True
 
@@ -221,23 +244,23 @@ class CardBucket:
             if negate:  # maximize: the negation is exact, so it is the same update as torch's
                 gt.neg_()
 
-        def prepare(a: int, b: int, scratch: np.ndarray) -> None:
-            self.shard.read_range("p", a, scratch)
+        def prepare(a: int, b: int, scratch: np.ndarray, tmp: np.ndarray) -> None:
+            self.shard.read_range("p", a, scratch, tmp)
             for s, lo, hi in overlapping(a, b):
                 card = scratch[s.offset + lo - a:s.offset + hi - a]
                 cur = s.data()[lo:hi]
                 if cur.device.type != "cpu":
                     cur = cur.cpu()
                 if kd == torch.float32:
-                    if not np.array_equal(card.view(np.int32), _np(cur).view(np.int32)):
-                        self.shard.write_range("p", s.offset + lo, _np(cur))
+                    if not _bits_equal(card.view(np.int32), _np(cur).view(np.int32), self._cmp):
+                        self.shard.write_range("p", s.offset + lo, _np(cur), tmp)
                 else:  # the card holds fp32 masters of bf16 tensors: compare what it returned (bf16)
                     from hls.golden import to_bf16_bits
 
-                    changed = to_bf16_bits(card) != _np(cur)
+                    changed = to_bf16_bits(card) != _np(cur)  # bf16 only: a chunk of bools, rarely
                     if changed.any():
                         card[changed] = cur.to(torch.float32).numpy()[changed]
-                        self.shard.write_range("p", s.offset + lo, card)
+                        self.shard.write_range("p", s.offset + lo, card, tmp)
 
         def drain(a: int, b: int, o: np.ndarray) -> None:
             ot = _torch(o, kd)

@@ -382,7 +382,18 @@ class CardOptimizer(torch.optim.Optimizer):
         except BaseException:
             self.close()
             raise
+        self._share_host_chunks()
         self.state = CardState(self)  # type: ignore[assignment]
+
+    def _share_host_chunks(self) -> None:
+        """One pair of host chunks for all of this optimizer's shards (they step one after another)."""
+        shards = self.shards()
+        if shards:
+            nbytes = 4 * max(s.chunk_elems for s in shards)
+            if getattr(self, "_host_raw", None) is None or self._host_raw[0].nbytes < nbytes:
+                self._host_raw = (np.empty(nbytes, np.uint8), np.empty(nbytes, np.uint8))
+            for s in shards:
+                s.share_host_chunks(*self._host_raw)
 
     # ---- layout: overridden by the sharded optimizer --------------------------------------------
     def _slots_for(self, params: list[torch.Tensor]) -> list[Slot]:
@@ -437,12 +448,19 @@ class CardOptimizer(torch.optim.Optimizer):
         if hasattr(self, "_buckets"):  # not during __init__, which builds them itself
             check_group(self.param_groups[-1], adamw=self._adamw, who=self._who)
             self._buckets.append(self._make_buckets(self.param_groups[-1]))
+            self._share_host_chunks()
 
     def shards(self) -> list[ShardState]:
         return [b.shard for buckets in self._buckets for b in buckets if b.shard is not None]
 
     def device_state_bytes(self) -> int:
         return sum(12 * s.n for s in self.shards())
+
+    def host_bytes(self) -> int:
+        """Host memory this optimizer holds for its steps: the shared pair of host chunks and each
+        bucket's block-sized scratch (the state itself is on the card)."""
+        raw = getattr(self, "_host_raw", None) or ()
+        return sum(a.nbytes for a in raw) + sum(b._cmp.nbytes for bs in self._buckets for b in bs)
 
     # ---- life cycle ------------------------------------------------------------------------------
     def _check_open(self) -> None:

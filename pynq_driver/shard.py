@@ -402,6 +402,50 @@ class ShardState:
                 )
             raise
 
+    # ---- striped copies through a caller's scratch (no allocation: the streamed step's path) -------
+    def _put_via(self, bufs: list[Any], data: np.ndarray, beat0: int, tmp: np.ndarray) -> None:
+        """As `_put`, but each stripe is gathered into `tmp` (uint8, at least one stripe's bytes)."""
+        if len(bufs) == 1:
+            self.dev.write(bufs[0], data, 64 * beat0)
+            return
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        stripes = len(bufs)
+        full = raw.size // 64
+        rows = raw[: full * 64].reshape(full, 64)
+        nb = -(-raw.size // 64)
+        for k, buf in enumerate(bufs):
+            cnt, jfull = layout.stripe_beats(nb, stripes, k), layout.stripe_beats(full, stripes, k)
+            if not cnt:
+                continue
+            t = tmp[: cnt * 64]
+            t[: jfull * 64].reshape(jfull, 64)[...] = rows[k::stripes]
+            if jfull < cnt:  # this stripe holds the last, partial beat: zero-padded, as layout.split
+                tail = raw[full * 64:]
+                t[jfull * 64: jfull * 64 + tail.size] = tail
+                t[jfull * 64 + tail.size:] = 0
+            self.dev.write(buf, t, 64 * beat0)
+
+    def _get_via(self, bufs: list[Any], out: np.ndarray, beat0: int, tmp: np.ndarray) -> None:
+        """As `_get`, but each stripe is read into `tmp` and scattered into `out` in place."""
+        if len(bufs) == 1:
+            self.dev.read(bufs[0], out, 64 * beat0)
+            return
+        raw = out.reshape(-1).view(np.uint8)
+        stripes = len(bufs)
+        full = raw.size // 64
+        rows = raw[: full * 64].reshape(full, 64)
+        nb = -(-raw.size // 64)
+        for k, buf in enumerate(bufs):
+            cnt, jfull = layout.stripe_beats(nb, stripes, k), layout.stripe_beats(full, stripes, k)
+            if not cnt:
+                continue
+            t = tmp[: cnt * 64]
+            self.dev.read(buf, t, 64 * beat0)
+            rows[k::stripes] = t[: jfull * 64].reshape(jfull, 64)
+            if jfull < cnt:
+                tail = raw[full * 64:]
+                tail[...] = t[jfull * 64: jfull * 64 + tail.size]
+
     # ---- streaming by ranges (the torch layer: gradients read from, results written to, the model) --
     def pieces(self, lo: int, hi: int) -> list[tuple[_CuPart, int, int]]:
         """[lo, hi) cut at compute-unit parts and into chunks; `lo` must be a multiple of beat_align()."""
@@ -422,20 +466,36 @@ class ShardState:
                                  np.empty(self.chunk_elems, _OUT_NP[self.spec.out_dtype]))
         return self._host_chunks
 
-    def read_range(self, array: str, lo: int, out: np.ndarray) -> np.ndarray:
-        """State array `array` ("p", "m" or "v") at [lo, lo + out.size) into the float32 array `out`."""
+    def share_host_chunks(self, raw: np.ndarray, out_raw: np.ndarray) -> None:
+        """Use the caller's host chunks (uint8, at least 4 x chunk_elems bytes each): the shards of
+        one optimizer run one after another, so they can share two chunks instead of two each."""
+        if raw.nbytes < 4 * self.chunk_elems or out_raw.nbytes < 4 * self.chunk_elems:
+            raise UserError(f"share_host_chunks: needs {4 * self.chunk_elems} bytes per chunk")
+        out_np = _OUT_NP[self.spec.out_dtype]
+        self._host_chunks = (raw[: 4 * self.chunk_elems],
+                             out_raw[: self.chunk_elems * out_np.itemsize].view(out_np))
+
+    def read_range(self, array: str, lo: int, out: np.ndarray, tmp: np.ndarray | None = None) -> np.ndarray:
+        """State array `array` ("p", "m" or "v") at [lo, lo + out.size) into the float32 array `out`
+        (`tmp`: uint8 scratch of a chunk's bytes, so that striped reads allocate nothing)."""
         self._check_open()
         for pt, a, b in self.pieces(lo, lo + out.size):
-            self._get_state(pt, array, a, out[a - lo:b - lo])
+            if tmp is None:
+                self._get_state(pt, array, a, out[a - lo:b - lo])
+            else:
+                self._get_via(pt.state[array], out[a - lo:b - lo], self._state_beat(pt, a), tmp)
         return out
 
-    def write_range(self, array: str, lo: int, data: np.ndarray) -> None:
+    def write_range(self, array: str, lo: int, data: np.ndarray, tmp: np.ndarray | None = None) -> None:
         """Write float32 `data` into state array `array` at [lo, lo + data.size) (the tail of the last
         64-byte beat may be zeroed: ranges end where the next beat-aligned range starts)."""
         self._check_open()
         data = np.ascontiguousarray(data, np.float32).reshape(-1)
         for pt, a, b in self.pieces(lo, lo + data.size):
-            self._put_state(pt, array, a, data[a - lo:b - lo])
+            if tmp is None:
+                self._put_state(pt, array, a, data[a - lo:b - lo])
+            else:
+                self._put_via(pt.state[array], data[a - lo:b - lo], self._state_beat(pt, a), tmp)
 
     def stream(self, runs: list[tuple[int, int, dict[str, int]]], fill: Any, drain: Any, prepare: Any = None,
                step: int | None = None) -> None:
@@ -458,13 +518,15 @@ class ShardState:
         pbuf = raw.view(np.float32)
         launched = 0
 
+        otmp = obuf.view(np.uint8)  # free between collects: scratch for striped copies
+
         def stage(i: int) -> None:
             pt, a, b, _ = work[i]
             g = gbuf[: b - a]
             fill(a, b, g)
-            self._put(pt.grad_stage[i % 2], g, 0)
+            self._put_via(pt.grad_stage[i % 2], g, 0, otmp)
             if prepare is not None:  # the gradient chunk is on the card: its host chunk is free again
-                prepare(a, b, pbuf[: b - a])
+                prepare(a, b, pbuf[: b - a], otmp)
 
         def launch(i: int) -> None:
             nonlocal launched
@@ -475,7 +537,7 @@ class ShardState:
         def collect(i: int) -> None:
             pt, a, b, _ = work[i]
             o = obuf[: b - a]
-            self._get(pt.out_stage[i % 2], o, 0)
+            self._get_via(pt.out_stage[i % 2], o, 0, raw)  # the gradient/master chunk is free here
             drain(a, b, o)
 
         try:
