@@ -5,34 +5,45 @@ The one-line change in a training script::
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)       # before
     optimizer = NicAdamW(model.parameters(), lr=3e-4)                # after (backend="csim")
 
-How the parameters map onto the card: each param group is flattened, per parameter dtype, into
-one flat shard (a `ShardState`) that holds the fp32 master parameters and both moments in card
-memory for the whole run. `step()` concatenates the gradients of the shard, streams them
-through the kernel and copies the returned parameters back into the model's tensors. A group
-can have its own lr and weight decay (each shard gets its own scalar registers per step), so
-every `torch.optim.lr_scheduler` works: they only write `param_groups[i]["lr"]`.
+How the parameters map onto the card: per param group and parameter dtype, one `ShardState`
+holds the fp32 master parameters and both moments in card memory for the whole run; each
+parameter (for an FSDP2 DTensor parameter: its local shard) has its own beat-aligned range of
+it and its own step count, as torch keeps one per parameter (`buckets.py`). `step()` runs the
+kernel over the runs of consecutive parameters that have a gradient and share a step count,
+each with its own scalar registers, streaming gradients chunk by chunk from `p.grad` and
+writing the results straight into the parameters: two chunks of host memory, shared by all
+shards. A group can have its own lr and weight decay, so every `torch.optim.lr_scheduler` works.
 
-Parameters that are bf16 on the model side use a bf16-gradient / bf16-output kernel: the card
-keeps fp32 masters and returns the bf16 rounding of them (design.md section 3).
+Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
+- parameters without a gradient in a step are skipped (moments and step count untouched);
+  parameters frozen when the optimizer was built have their place on the card and train once
+  they get gradients;
+- any change to a parameter between steps (`p.data` edits, `model.load_state_dict`, a broadcast)
+  is picked up: before the kernel runs on a chunk, the masters on the card are compared bit for
+  bit with the parameters (bf16: with the bf16 rounding the card returned) and replaced where
+  they differ;
+- `optimizer.state[p]` has `step`, `exp_avg`, `exp_avg_sq` (and `master_param` for bf16
+  parameters): each read comes from the card, each assignment goes to it, `del` resets it, and
+  a parameter has state once it stepped. Tools that read it (torch.distributed.checkpoint's
+  `get_optimizer_state_dict`, ZeroRedundancyOptimizer's `load_state_dict`) work; DTensor
+  parameters (FSDP2) get DTensor state placed like the parameter.
 
-`state_dict()` returns exactly `torch.optim.AdamW`'s (or `Adam`'s) format: per parameter `step`
-(float32 scalar tensor), `exp_avg`, `exp_avg_sq` (fp32, read from the card), and param groups
-with torch's keys. For bf16 parameters one more entry, `master_param` (fp32), carries the card's
-master copy; torch ignores it. Loading restores the masters from `master_param` when it is
-present and still rounds to the model's current bf16 values, else from the model's parameters
-(after a stretch under `torch.optim.AdamW`, whose bf16 state has no masters). torch's own
+`state_dict()` returns exactly `torch.optim.AdamW`'s (or `Adam`'s) format, read from the card.
+For bf16 parameters one more entry, `master_param` (fp32), carries the card's master copy;
+torch ignores it. Loading writes the saved masters, and the next step keeps them only where
+they still round to the model's bf16 values (else the model's value). torch's own
 `load_state_dict` casts the moments to the parameter dtype; ours keeps them fp32.
 
 `torch.amp.GradScaler` works as with any torch optimizer: `scaler.step(opt)` unscales the
-gradients on the host and skips the step when one is not finite, so the card sees ordinary
-gradients and its grad-scale register stays 1.0.
+gradients on the host and skips the step when one is not finite.
+
+The optimizer cannot be pickled or deep-copied (its state is on a card): both raise TypeError
+saying to save `state_dict()` instead. After `close()` every call raises DeviceClosed.
 
 Semantics differ from torch's only by rounding (the golden model computes
 `sqrt(v) * f32(1/sqrt(bc2)) + eps` and `step_size = f32(lr/bc1)`; torch divides by
-`sqrt(bc2)`), except for two documented choices: a step whose gradient holds inf/NaN is
-skipped on the card (state unchanged; `skip_nonfinite=False` applies it as torch would), and a
-shard is updated as a whole, so the parameters of one group and dtype must all have a gradient
-in a step or none of them (torch would skip just the ones without).
+`sqrt(bc2)`), and by one documented choice: a step whose gradient holds inf/NaN is skipped on
+the card (state unchanged; `skip_nonfinite=False` applies it as torch would).
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ import torch
 from torch.optim.optimizer import _get_scalar_dtype
 
 from hls.errors import UserError
-from hls.golden import Hyper, to_bf16_bits
+from hls.golden import Hyper
 from hls.spec import KernelSpec, default_name
 from pynq_driver.backends import BACKENDS, open_device
 from pynq_driver.buckets import CardBucket, Slot, is_dtensor, local_tensor, param_slot
@@ -110,71 +121,6 @@ class DevicePool:
         self.devices.clear()
 
 
-class FlatBucket:
-    """Parameters of one group and one dtype laid end to end: offsets, flat copies in and out."""
-
-    def __init__(self, params: list[torch.Tensor]) -> None:
-        self.params = params
-        self.dtype = params[0].dtype
-        self.device = params[0].device
-        self.numels = [p.numel() for p in params]
-        self.offsets = [0, *np.cumsum(self.numels).tolist()]
-        self.n = int(self.offsets[-1])
-        self.versions: list[tuple[int, int]] = []
-
-    def flat_params(self) -> torch.Tensor:
-        """The parameters end to end, on the host (the card is fed from host memory)."""
-        return torch.cat([p.detach().reshape(-1) for p in self.params]).cpu()
-
-    def flat_grads(self, out: torch.Tensor | None = None, *, negate: bool = False) -> torch.Tensor:
-        """The gradients end to end (into `out`, which may be longer: the tail is left alone)."""
-        if out is None:
-            out = torch.empty(self.n, dtype=self.dtype, device=self.device)
-        for p, lo, hi in zip(self.params, self.offsets, self.offsets[1:], strict=False):
-            g = p.grad
-            if g.is_sparse:
-                raise UserError("NicAdamW does not support sparse gradients (neither does torch.optim.AdamW)")
-            if g.dtype != self.dtype:
-                raise UserError(f"a {self.dtype} parameter has a {g.dtype} gradient; the kernel needs {self.dtype}")
-            out[lo:hi].copy_(g.detach().reshape(-1))
-        if negate:  # maximize: the negation is exact, so it is the same update as torch's
-            out[: self.n].neg_()
-        return out
-
-    def write_back(self, flat: torch.Tensor) -> None:
-        """Copy the updated flat parameters (host or any device) into the model's tensors."""
-        for p, lo, hi in zip(self.params, self.offsets, self.offsets[1:], strict=False):
-            p.detach().copy_(flat[lo:hi].view_as(p))
-        self.remember()
-
-    def remember(self) -> None:
-        # A parameter written by anyone but us (model.load_state_dict, manual init) bumps its
-        # version counter; the next step then re-reads the masters from the model.
-        self.versions = [(p._version, p.data_ptr()) for p in self.params]
-
-    def changed_outside(self) -> bool:
-        return self.versions != [(p._version, p.data_ptr()) for p in self.params]
-
-
-def grads_present(bucket: FlatBucket, where: str) -> bool:
-    """True if every parameter of the bucket has a gradient, False if none; a clear error otherwise."""
-    have = [p.grad is not None for p in bucket.params]
-    if all(have):
-        return True
-    if not any(have):
-        return False
-    missing = [i for i, h in enumerate(have) if not h]
-    raise UserError(
-        f"{where}: {len(missing)} of {len(have)} parameters (indices {missing[:8]}) have no gradient this step "
-        "while the others do; the card updates a param group as one flat shard. Put parameters that may "
-        "miss a gradient (frozen or unused) in their own param group, or call zero_grad(set_to_none=False)"
-    )
-
-
-def flat_to_host(x: torch.Tensor) -> np.ndarray:
-    return x.view(torch.int16).numpy().view(np.uint16) if x.dtype == torch.bfloat16 else x.numpy()
-
-
 def hyper_for(group: dict[str, Any], step: int) -> Hyper:
     beta1, beta2 = group["betas"]
     return Hyper(lr=float(group["lr"]), beta1=float(beta1), beta2=float(beta2), eps=float(group["eps"]),
@@ -213,43 +159,6 @@ def torch_defaults(lr: float, betas: tuple[float, float], eps: float, weight_dec
     return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=bool(amsgrad),
                 maximize=bool(maximize), foreach=foreach, capturable=False, differentiable=False, fused=fused,
                 decoupled_weight_decay=adamw)
-
-
-def torch_param_state(step: int, exp_avg: np.ndarray, exp_avg_sq: np.ndarray, p: torch.Tensor,
-                      master: np.ndarray | None) -> dict[str, torch.Tensor]:
-    st = {
-        "step": torch.tensor(float(step), dtype=_get_scalar_dtype()),
-        "exp_avg": torch.from_numpy(exp_avg.copy()).view_as(p),
-        "exp_avg_sq": torch.from_numpy(exp_avg_sq.copy()).view_as(p),
-    }
-    if master is not None:
-        st[MASTER_KEY] = torch.from_numpy(master.copy()).view_as(p)
-    return st
-
-
-def masters_from(bucket: FlatBucket, states: list[dict[str, Any]] | None, lo: int = 0, hi: int | None = None
-                 ) -> np.ndarray:
-    """fp32 masters for flat range [lo, hi) of the bucket: saved ones if still current, else the model's."""
-    current = bucket.flat_params()[lo:hi]  # on the host
-    if bucket.dtype == torch.float32:
-        return current.numpy().copy()
-    if states and all(MASTER_KEY in st for st in states):
-        saved = torch.cat([st[MASTER_KEY].detach().to("cpu", torch.float32).reshape(-1) for st in states])[lo:hi]
-        saved_np = saved.numpy()
-        if np.array_equal(to_bf16_bits(saved_np), flat_to_host(current.contiguous())):
-            return saved_np.copy()
-    return current.to(torch.float32).numpy().copy()
-
-
-def saved_step(states: list[dict[str, Any]], who: str) -> int:
-    steps = {float(st["step"]) for st in states}
-    if len(steps) != 1:
-        raise UserError(f"{who}: the parameters of one param group carry different step counts {sorted(steps)}; "
-                        "the card keeps one count per group")
-    step = steps.pop()
-    if step != int(step) or step < 0:
-        raise UserError(f"{who}: step {step} is not a whole count")
-    return int(step)
 
 
 def map_saved_state(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[int, dict[str, Any]]:
