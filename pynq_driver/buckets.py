@@ -230,7 +230,24 @@ class CardBucket:
                 i += 1
             return out
 
-        def fill(a: int, b: int, g: np.ndarray) -> None:
+        def sole(a: int, b: int, t: torch.Tensor | None) -> np.ndarray | None:
+            """The numpy view of `t` (slot coordinates) when one slot covers all of [a, b) and `t` is
+            host memory: the card can read from / write to it with no copy in between."""
+            parts = overlapping(a, b)
+            if len(parts) != 1 or t is None:
+                return None
+            s, lo, hi = parts[0]
+            if s.offset + lo != a or s.offset + hi != b:
+                return None
+            piece = t[lo:hi]
+            return _np(piece) if piece.device.type == "cpu" and piece.is_contiguous() else None
+
+        def fill(a: int, b: int, g: np.ndarray) -> np.ndarray | None:
+            if not negate:
+                parts = overlapping(a, b)
+                own = sole(a, b, grads[id(parts[0][0])]) if len(parts) == 1 else None
+                if own is not None:
+                    return own
             gt = _torch(g, kd)
             pos = a
             for s, lo, hi in overlapping(a, b):
@@ -243,6 +260,11 @@ class CardBucket:
                 gt[pos - a:].zero_()
             if negate:  # maximize: the negation is exact, so it is the same update as torch's
                 gt.neg_()
+            return None
+
+        def direct(a: int, b: int) -> np.ndarray | None:
+            parts = overlapping(a, b)
+            return sole(a, b, parts[0][0].data()) if len(parts) == 1 else None
 
         def prepare(a: int, b: int, scratch: np.ndarray, tmp: np.ndarray) -> None:
             self.shard.read_range("p", a, scratch, tmp)
@@ -269,7 +291,7 @@ class CardBucket:
                 s.data()[lo:hi].copy_(ot[at - a:at - a + hi - lo])
 
         label = max(s.step for s in slots) + 1
-        self.shard.stream([(lo, hi, bits) for _, lo, hi, bits in runs], fill, drain, prepare, label)
+        self.shard.stream([(lo, hi, bits) for _, lo, hi, bits in runs], fill, drain, prepare, label, direct)
         for s in slots:
             s.step += 1
             s.has_state = True

@@ -498,14 +498,16 @@ class ShardState:
                 self._put_via(pt.state[array], data[a - lo:b - lo], self._state_beat(pt, a), tmp)
 
     def stream(self, runs: list[tuple[int, int, dict[str, int]]], fill: Any, drain: Any, prepare: Any = None,
-               step: int | None = None) -> None:
+               step: int | None = None, direct: Any = None) -> None:
         """Run the kernel over ranges of the shard, each with its own scalar registers, double-buffered.
 
         `runs`: (lo, hi, register bits). For every piece (chunk) [a, b): `fill(a, b, g)` writes its
         gradient into the host chunk `g` (grad dtype), `prepare(a, b, scratch)` may read and fix the
         masters on the card before the kernel runs (scratch: float32 chunk), `drain(a, b, o)` takes
-        the output chunk `o` (out dtype). The host holds these two chunks and nothing else; no
-        checks on the values run here (the caller checks before calling).
+        the output chunk `o` (out dtype). `fill` may instead return an array to send as it is
+        (the gradient's own memory), and `direct(a, b)` may return the array the output goes to
+        (the parameter's own memory), saving a host copy each. The host holds these two chunks
+        and nothing else; no checks on the values run here (the caller checks before calling).
         """
         self._check_open()
         if self.inconsistent:
@@ -523,8 +525,8 @@ class ShardState:
         def stage(i: int) -> None:
             pt, a, b, _ = work[i]
             g = gbuf[: b - a]
-            fill(a, b, g)
-            self._put_via(pt.grad_stage[i % 2], g, 0, otmp)
+            src = fill(a, b, g)  # or the gradient itself, when it can go to the card as it is
+            self._put_via(pt.grad_stage[i % 2], g if src is None else src, 0, otmp)
             if prepare is not None:  # the gradient chunk is on the card: its host chunk is free again
                 prepare(a, b, pbuf[: b - a], otmp)
 
@@ -536,6 +538,10 @@ class ShardState:
 
         def collect(i: int) -> None:
             pt, a, b, _ = work[i]
+            dst = None if direct is None else direct(a, b)
+            if dst is not None:  # straight into the parameter's memory
+                self._get_via(pt.out_stage[i % 2], dst, 0, raw)
+                return
             o = obuf[: b - a]
             self._get_via(pt.out_stage[i % 2], o, 0, raw)  # the gradient/master chunk is free here
             drain(a, b, o)
