@@ -93,6 +93,7 @@ def _groups_worker(rank: int, world_size: int, port: int, out: str) -> None:
         opt.close()
         result.update(_scaler_phase(rank, world_size))
         result.update(_overlap_phase(rank, world_size))
+        result.update(_partial_phase(rank, world_size))
         if rank == 0:
             Path(out).write_text(json.dumps(result))
         dist.barrier()
@@ -158,6 +159,40 @@ def _overlap_phase(rank: int, world_size: int) -> dict:
     return {"overlap_identical": same, "overlap_steps": steps, "overlap_launched": launched}
 
 
+def _partial_phase(rank: int, world_size: int) -> dict:
+    """Mid-run freezing (no gradient on every rank), with overlap and ZeRO-2's freed gradients
+    against the plain step-time reduction (same reduction: same bits) and against torch."""
+    task = regression_task(seed=17)
+    models = [task.model, copy.deepcopy(task.model), copy.deepcopy(task.model)]
+    opts = [ShardedNicOptimizer(models[0].parameters(), lr=3e-3, backend="golden", overlap=True, free_grads=True),
+            ShardedNicOptimizer(models[1].parameters(), lr=3e-3, backend="golden"),
+            torch.optim.AdamW(models[2].parameters(), lr=3e-3)]
+    freed = True
+    for s in range(8):
+        x, y = task.batch(s)
+        for m, opt in zip(models, opts, strict=True):
+            m[2].weight.requires_grad_(s % 2 == 0)  # frozen every other step
+            opt.zero_grad()
+            if m is models[2]:
+                task.loss(m, x, y).backward()
+            else:
+                task.loss(m, x.chunk(world_size)[rank], y.chunk(world_size)[rank]).backward()
+            if m is models[0] and s % 2 == 0:  # reduced from the backward pass, then freed
+                freed &= all(p.grad is None for p in m.parameters())
+            opt.step()
+            if m is models[0]:  # frozen steps: reduced in step(), freed there
+                freed &= all(p.grad is None for p in m.parameters())
+    same = all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True))
+    diff = max((a - b).abs().max().item() for a, b in zip(models[0].parameters(), models[2].parameters(),
+                                                           strict=True))
+    steps = [opts[0].state[p]["step"].item() for p in models[0].parameters()]
+    ref_steps = [opts[2].state[p]["step"].item() for p in models[2].parameters()]
+    for opt in opts[:2]:
+        opt.close()
+    return {"partial_identical": same, "partial_diff": diff, "partial_steps": steps, "partial_ref_steps": ref_steps,
+            "grads_freed": freed}
+
+
 def test_sharded_param_groups_scheduler_checkpoint_and_loss_scaling(tmp_path):
     out = tmp_path / "groups.json"
     run_ranks(_groups_worker, 2, (free_port(), str(out)), timeout_s=240)
@@ -169,6 +204,11 @@ def test_sharded_param_groups_scheduler_checkpoint_and_loss_scaling(tmp_path):
     assert r["scaler_diff"] < PARAM_TOL
     assert r["overlap_identical"] and r["overlap_steps"] == [6, 6]
     assert r["overlap_launched"] == [6 * 2, 0]  # every step, both buckets, from the backward pass
+    assert r["partial_identical"] and r["grads_freed"]
+    # vs single-process torch: 2.3e-6 measured here, the same without freezing (this seed has
+    # near-zero gradients, where the rounding of the two-rank mean flips the sign of Adam's step)
+    assert r["partial_diff"] < 5 * PARAM_TOL
+    assert r["partial_steps"] == r["partial_ref_steps"] and 4.0 in r["partial_steps"]
 
 
 def _clip_worker(rank: int, world_size: int, port: int, out: str) -> None:

@@ -15,7 +15,7 @@ import torch
 
 from pynq_driver.demo import max_param_diff, regression_task
 from pynq_driver.errors import DeviceClosed
-from pynq_driver.optim import NicAdamW
+from pynq_driver.optim import MASTER_KEY, NicAdam, NicAdamW
 
 PARAM_TOL = 2e-6
 
@@ -28,11 +28,15 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def twins(seed=20, **kw):
+def twins(seed=20, adam=False, **kw):
     task = regression_task(seed=seed)
     ref = copy.deepcopy(task.model)
-    nic = NicAdamW(task.model.parameters(), lr=3e-3, backend="golden", **kw)
-    tor = torch.optim.AdamW(ref.parameters(), lr=3e-3)
+    if adam:  # torch.optim.Adam with L2 weight decay
+        nic = NicAdam(task.model.parameters(), lr=3e-3, weight_decay=1e-2, backend="golden", **kw)
+        tor = torch.optim.Adam(ref.parameters(), lr=3e-3, weight_decay=1e-2)
+    else:
+        nic = NicAdamW(task.model.parameters(), lr=3e-3, backend="golden", **kw)
+        tor = torch.optim.AdamW(ref.parameters(), lr=3e-3)
     return task, task.model, ref, nic, tor
 
 
@@ -62,8 +66,9 @@ def test_frozen_at_construction_trains_once_unfrozen():
     assert max_param_diff(model, ref) < PARAM_TOL
 
 
-def test_parameters_without_gradient_are_skipped_as_torch_skips_them():
-    task, model, ref, nic, tor = twins()
+@pytest.mark.parametrize("adam", [False, True], ids=["adamw", "adam"])
+def test_parameters_without_gradient_are_skipped_as_torch_skips_them(adam):
+    task, model, ref, nic, tor = twins(adam=adam)
     for s in range(4):
         both(task, model, ref, nic, tor, s)
     names = [n for n, _ in model.named_parameters()]
@@ -102,6 +107,44 @@ def test_edits_through_data_are_picked_up():
     # and the card's masters are the clamped values, bit for bit
     both(task, model, ref, nic, tor, 12)
     assert max_param_diff(model, ref) < PARAM_TOL
+
+
+def test_bf16_edits_replace_the_masters_element_by_element():
+    """bf16 parameters: the card keeps fp32 masters; an edit replaces exactly the edited elements."""
+    task = regression_task(seed=21)
+    model = task.model.to(torch.bfloat16)
+    nic = NicAdamW(model.parameters(), lr=3e-3, backend="golden")
+    for s in range(3):
+        x, y = task.batch(s)
+        nic.zero_grad()
+        task.loss(model, x.bfloat16(), y.bfloat16()).backward()
+        nic.step()
+    w = model[0].weight
+    before = nic.state[w][MASTER_KEY].clone()
+    assert torch.equal(before.bfloat16(), w.detach())  # the model holds the masters' bf16 rounding
+    w.data[0, :5] = 0.5  # no version bump
+    x, y = task.batch(3)
+    nic.zero_grad()
+    task.loss(model, x.bfloat16(), y.bfloat16()).backward()
+    w.grad = None  # only the other parameters step: the check still runs at w's next step
+    nic.step()
+    for s in range(4, 5):
+        x, y = task.batch(s)
+        nic.zero_grad()
+        task.loss(model, x.bfloat16(), y.bfloat16()).backward()
+        g = w.grad.float().clone()
+        m_before = nic.state[w]["exp_avg"].clone()
+        v_before = nic.state[w]["exp_avg_sq"].clone()
+        nic.step()
+    # Reference: the golden update on masters = before, with the edited elements replaced by 0.5.
+    from hls.golden import Hyper, adam_update, prepare_scalars
+
+    masters = before.clone()
+    masters[0, :5] = 0.5
+    p, m, v = (t.reshape(-1).numpy().copy() for t in (masters, m_before, v_before))
+    sc = prepare_scalars(Hyper(lr=3e-3, step=4, weight_decay=1e-2), "adamw")
+    adam_update(p, m, v, g.reshape(-1).numpy(), sc)
+    assert torch.equal(nic.state[w][MASTER_KEY].reshape(-1), torch.from_numpy(p))  # bit for bit
 
 
 def test_optimizer_state_reads_and_writes_the_card():
