@@ -194,6 +194,8 @@ class CardBucket:
     def grads_finite(self, runs: list[tuple[list[Slot], int, int, dict]]) -> bool:
         """No inf/NaN in any gradient of the runs (read chunk by chunk, nothing chunk-sized allocated
         on the host for CPU gradients: the shard's own scan, a dot product with zeros for fp32)."""
+        if not runs:
+            return True
         shard = self.shard
         name = shard.spec.grad_dtype
         step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block-sized scratch
@@ -210,8 +212,19 @@ class CardBucket:
                         return False
         return True
 
+    def empty_with_grad(self) -> list[Slot]:
+        """Slots with no elements here (an FSDP2 shard that is empty on this rank) but a gradient:
+        torch gives them (empty) state and counts their steps, so do we."""
+        return [s for s in self.slots if not s.numel and s.grad() is not None]
+
     def run(self, runs: list[tuple[list[Slot], int, int, dict]]) -> None:
         """Stream the runs through the kernel; results land in the tensors, step counts advance."""
+        for s in self.empty_with_grad():
+            s.step += 1
+            s.has_state = True
+        if not runs:
+            self.shard_step_changed()
+            return
         slots = [s for r in runs for s in r[0]]
         starts = np.array([s.offset for s in slots])
         grads = {id(s): s.grad() for s in slots}

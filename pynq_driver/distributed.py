@@ -376,8 +376,7 @@ class ShardedNicOptimizer(CardOptimizer):
                     return loss
             for sb, runs in plans:
                 sb.card.maximize = sb.maximize
-                if runs:
-                    sb.card.run(runs)
+                sb.card.run(runs)
                 if bool(sb.present.any()):
                     sb.gather(self.process_group)
         finally:

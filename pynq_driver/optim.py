@@ -486,11 +486,9 @@ class CardOptimizer(torch.optim.Optimizer):
         for group, buckets in zip(self.param_groups, self._buckets, strict=True):
             check_group(group, adamw=self._adamw, who=self._who)
             for b in buckets:
-                if b.shard is None:
-                    continue
                 b.maximize = bool(group.get("maximize", False))
-                runs = b.plan(functools.partial(hyper_for, group), self.kind)
-                if runs:
+                runs = b.plan(functools.partial(hyper_for, group), self.kind) if b.shard is not None else []
+                if runs or b.empty_with_grad():
                     plans.append((b, runs))
         return plans
 

@@ -29,7 +29,7 @@ def _fsdp_models(seed, world, mp=False):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh("cpu", (world,))
-    task = regression_task(seed=seed)
+    task = regression_task(seed=seed, outputs=3)  # 3 rows: at 4 ranks one rank's shard of the last layer is empty
     models = [task.model, copy.deepcopy(task.model), copy.deepcopy(task.model)]
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mp else None
     for m in models:
@@ -165,41 +165,34 @@ def _gathered(model, opt):
 
 
 def test_dcp_resharded_resume_2_4_1(tmp_path):
+    """NicAdamW: 2 ranks save, 4 load and save, 1 loads. torch.optim.AdamW loads the NicAdamW
+    checkpoint of the 2-rank run at 4 ranks (interchange) and runs the same 4 -> 1 resume."""
     runs = {}
+    nic_w2 = tmp_path / "nic-w2"
     for kind, use_torch in (("nic", False), ("torch", True)):
-        ck = [tmp_path / f"{kind}-w2", tmp_path / f"{kind}-w4", tmp_path / f"{kind}-w1"]
+        ck = [tmp_path / f"{kind}-w4", tmp_path / f"{kind}-w1"]
         res = [tmp_path / f"{kind}-{i}.pt" for i in range(3)]
-        run_ranks(_dcp_phase, 2, (free_port(), None, str(ck[0]), 0, 5, str(res[0]), use_torch), timeout_s=240)
-        run_ranks(_dcp_phase, 4, (free_port(), str(ck[0]), str(ck[1]), 5, 5, str(res[1]), use_torch), timeout_s=240)
-        run_ranks(_dcp_phase, 1, (free_port(), str(ck[1]), str(ck[2]), 10, 5, str(res[2]), use_torch), timeout_s=240)
-        runs[kind] = [torch.load(r) for r in res]
+        if kind == "nic":
+            run_ranks(_dcp_phase, 2, (free_port(), None, str(nic_w2), 0, 5, str(res[0]), False), timeout_s=240)
+        run_ranks(_dcp_phase, 4, (free_port(), str(nic_w2), str(ck[0]), 5, 5, str(res[1]), use_torch), timeout_s=240)
+        run_ranks(_dcp_phase, 1, (free_port(), str(ck[0]), str(ck[1]), 10, 5, str(res[2]), use_torch), timeout_s=240)
+        runs[kind] = [torch.load(r) if r.exists() else None for r in res]
         # Sharded on disk: every rank wrote its own file, none the whole state.
-        assert len(list(ck[1].glob("*.distcp"))) == 4
+        assert len(list(ck[0].glob("*.distcp"))) == 4
+    saved_w2 = runs["nic"][0]["saved"]
     for kind in ("nic", "torch"):
         r = runs[kind]
-        for before, after in ((r[0]["saved"], r[1]["loaded"]), (r[1]["saved"], r[2]["loaded"])):
+        for before, after in ((saved_w2, r[1]["loaded"]), (r[1]["saved"], r[2]["loaded"])):
             assert before.keys() == after.keys()
             for k in before:  # what was saved at one world size is what is read back at the next
                 assert torch.equal(before[k], after[k]), (kind, k)
-    # Both optimizers read the same bits from the same kind of checkpoint; the runs track each other.
+    # From the same state at step 5, both optimizers run 4 ranks then 1: they track each other.
     nic, tor = runs["nic"][2]["saved"], runs["torch"][2]["saved"]
     assert nic.keys() == tor.keys()
     diff = max((nic[k] - tor[k]).abs().max().item() for k in nic if not k.endswith("step"))
     print(f"2 -> 4 -> 1 ranks, 15 steps: max |diff| NicAdamW vs AdamW (params and moments) {diff:.3g}")
     assert diff < PARAM_TOL
     assert all(nic[k].item() == tor[k].item() == 15.0 for k in nic if k.endswith("step"))
-
-
-def test_dcp_nic_checkpoint_loads_into_torch_adamw_bit_for_bit(tmp_path):
-    """The NicAdamW checkpoint (saved at 2 ranks) read at 4 ranks by torch.optim.AdamW: the same bits."""
-    ck = tmp_path / "w2"
-    res = [tmp_path / f"{i}.pt" for i in range(2)]
-    run_ranks(_dcp_phase, 2, (free_port(), None, str(ck), 0, 4, str(res[0]), False), timeout_s=240)
-    run_ranks(_dcp_phase, 4, (free_port(), str(ck), str(tmp_path / "w4"), 4, 0, str(res[1]), True), timeout_s=240)
-    saved, loaded = torch.load(res[0])["saved"], torch.load(res[1])["loaded"]
-    assert saved.keys() == loaded.keys()
-    for k in saved:
-        assert torch.equal(saved[k], loaded[k]), k
 
 
 # ---- ZeroRedundancyOptimizer(optimizer_class=NicAdamW) -------------------------------------------
@@ -232,18 +225,22 @@ def _zero_worker(rank, world, port, out):
         sd = opts[0].state_dict() if rank == 0 else None
         objs = [sd]
         dist.broadcast_object_list(objs, src=0)
-        fresh_model = DDP(copy.deepcopy(models[0].module))
+        # The resumed optimizer steps on the same gradients (a second DDP would reduce in another
+        # bucket order, which at 4 ranks rounds differently).
+        fresh_model = copy.deepcopy(models[0].module)
         fresh = ZeroRedundancyOptimizer(fresh_model.parameters(), optimizer_class=NicAdamW, lr=3e-3,
                                         weight_decay=0.05, backend="golden")
         fresh.load_state_dict(objs[0])
-        models.append(fresh_model)
-        opts.append(fresh)
         for s in range(10, 15):
             x, y = task.batch(s)
             for m, opt in zip(models, opts, strict=True):
                 opt.zero_grad()
                 task.loss(m, x.chunk(world)[rank], y.chunk(world)[rank]).backward()
+            for p, q in zip(fresh_model.parameters(), models[0].parameters(), strict=True):
+                p.grad = q.grad.clone()
+            for opt in (*opts, fresh):
                 opt.step()
+        models.append(fresh_model)
         diff = max((a - b).abs().max().item() for a, b in zip(models[0].parameters(), models[1].parameters(),
                                                                strict=True))
         same = all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[2].parameters(), strict=True))
@@ -258,7 +255,7 @@ def _zero_worker(rank, world, port, out):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("world_size", [2])
+@pytest.mark.parametrize("world_size", [2, 4])
 def test_zero_redundancy_optimizer_with_nicadamw(world_size, tmp_path):
     out = tmp_path / "zero.json"
     run_ranks(_zero_worker, world_size, (free_port(), str(out)), timeout_s=240)
