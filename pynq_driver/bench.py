@@ -7,6 +7,10 @@ Two figures, on the same data:
 - peak extra host memory of one step beyond the resident state (the card's buffers and the
   caller's gradient and output arrays), measured with tracemalloc, which sees every numpy
   allocation. Goal: at most two chunks of gradient.
+
+And NicAdamW end to end at 10M and 50M parameters (issue 15): peak host memory per parameter
+beyond the model and its gradients against torch AdamW fused, and the step's time over the bare
+card step on the same backend (`measure_optimizer`; in `make bench` through `measure`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,17 @@ def _median_s(fn: Any, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _median_pair(f: Any, g: Any, repeats: int) -> tuple[float, float]:
+    """Medians of f and g timed alternately: a shared machine's load changes hit both alike."""
+    tf, tg = [], []
+    for _ in range(max(repeats, 3)):
+        for fn, out in ((f, tf), (g, tg)):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(tf), statistics.median(tg)
+
+
 def _bare_kernel_s(bare: Any, p0: np.ndarray, grad: np.ndarray, out: np.ndarray, bits: dict[str, int],
                    repeats: int) -> float:
     n = p0.size
@@ -42,8 +57,14 @@ def _bare_kernel_s(bare: Any, p0: np.ndarray, grad: np.ndarray, out: np.ndarray,
     return _median_s(lambda: bare.run(grad, p, m, v, out, n, bits), repeats)
 
 
+OPTIMIZER_SIZES = (10_000_000, 50_000_000)
+
+
 def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = None,
-            threads: int | None = None, spec: KernelSpec | None = None) -> dict[str, Any]:
+            threads: int | None = None, spec: KernelSpec | None = None,
+            optimizer_params: tuple[int, ...] | None = None, backend: str = "csim") -> dict[str, Any]:
+    """The driver figures, and NicAdamW end to end at `optimizer_params` (default: 10M and 50M when
+    measuring at least 1M parameters, as `make bench` does; none for small test runs)."""
     from hls.csim import CsimKernel
     from pynq_driver import ShardState, open_device
     from pynq_driver.backends import project_for
@@ -80,7 +101,11 @@ def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = 
         shard.step(grad, hyper, out=out)
         peak_extra = tracemalloc.get_traced_memory()[1] - base
         tracemalloc.stop()
+    if optimizer_params is None:
+        optimizer_params = OPTIMIZER_SIZES if params >= 1 << 20 else ()
+    optimizer = [measure_optimizer(n, backend, repeats) for n in optimizer_params]
     return {
+        "optimizer": optimizer,
         "backend": "csim", "spec": spec.to_dict(), "params": params, "repeats": repeats, "chunk_elems": chunk,
         "chunk_bytes": chunk * spec.grad_bytes, "bare_kernel_s": bare_s, "driver_step_s": step_s,
         "overhead_ratio": step_s / bare_s, "overhead_goal": 1.2,
@@ -125,7 +150,7 @@ def _null_card(backend: str, spec: Any, **options: Any) -> Any:
                       timeout_s=options.get("timeout_s", 10.0))
 
 
-def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: int = 3) -> dict[str, Any]:
+def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: int = 5) -> dict[str, Any]:
     """NicAdamW end to end on `params` fp32 parameters (Linear layers, random gradients).
 
     - host memory beyond the model and its gradients = what the optimizer holds between steps
@@ -175,7 +200,6 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
 
     nic = NicAdamW(model.parameters(), lr=1e-3, backend=backend)
     nic.step()
-    step_s = _median_s(nic.step, repeats)
     shard = nic.shards()[0]
     bits = prepare_scalars(Hyper(step=3, lr=1e-3), "adamw").registers("adamw")
 
@@ -185,7 +209,7 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
             pt.runner.wait()
 
     bare()
-    bare_s = _median_s(bare, repeats)
+    step_s, bare_s = _median_pair(nic.step, bare, repeats)
     nic.close()
     nic_extra, torch_extra = nic_held + nic_step_peak, torch_held + torch_step_peak
     return {"backend": backend, "params": n, "chunk_bytes": chunk_bytes,
@@ -231,10 +255,10 @@ def report(r: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    sizes = getattr(args, "optimizer_params", None)
     r = measure(int(getattr(args, "params", 16 << 20)), max(1, int(getattr(args, "repeats", 5))),
-                getattr(args, "chunk", None), getattr(args, "threads", None))
-    sizes = getattr(args, "optimizer_params", None) or []
-    r["optimizer"] = [measure_optimizer(n, getattr(args, "backend", "csim")) for n in sizes]
+                getattr(args, "chunk", None), getattr(args, "threads", None),
+                optimizer_params=None if sizes is None else tuple(sizes), backend=getattr(args, "backend", "csim"))
     if getattr(args, "json", False):
         print(json.dumps(r, indent=2))
     else:
@@ -248,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=None, help="chunk elements (default: the driver's)")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--optimizer-params", type=int, nargs="*", default=[10_000_000, 50_000_000],
+    ap.add_argument("--optimizer-params", type=int, nargs="*", default=None,
                     help="NicAdamW end-to-end sizes (issue 15): host memory vs torch fused, step over bare kernel")
     ap.add_argument("--backend", default="csim", help="backend of the NicAdamW measurement")
     ap.add_argument("--json", action="store_true")

@@ -52,7 +52,7 @@ def _torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return t.view(dtype) if dtype == torch.bfloat16 else t
 
 
-_BLOCK = 1 << 16  # elements per comparison block (cache-sized, no chunk-sized temporaries)
+_BLOCK = 1 << 14  # elements per comparison block (cache-sized, no chunk-sized temporaries)
 
 
 def _bits_equal(a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> bool:
