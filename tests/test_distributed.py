@@ -86,9 +86,16 @@ def _groups_worker(rank: int, world_size: int, port: int, out: str) -> None:
         diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), ref_model.parameters(), strict=True))
         lrs = [g["lr"] for g in opt.param_groups] == [g["lr"] for g in ref.param_groups]
         sd = opt.full_state_dict()
-        # The gathered state loads into a plain torch.optim.AdamW (interchangeable format).
+        # The gathered state loads into a plain torch.optim.AdamW (interchangeable format)...
         torch.optim.AdamW(_groups(copy.deepcopy(model))).load_state_dict(sd)
-        result = {"diff": diff, "lrs_equal": lrs, "shards": len(opt.shards()),
+        # ... and torch.optim.AdamW's plain state loads into ShardedNicOptimizer (each rank its rows).
+        back = ShardedNicOptimizer(_groups(copy.deepcopy(ref_model)), backend="golden")
+        back.load_state_dict(ref.state_dict())
+        ref_sd, back_sd = ref.state_dict(), back.full_state_dict()
+        interchange = all(torch.equal(ref_sd["state"][k][key], back_sd["state"][k][key])
+                          for k in ref_sd["state"] for key in ("step", "exp_avg", "exp_avg_sq"))
+        back.close()
+        result = {"diff": diff, "lrs_equal": lrs, "shards": len(opt.shards()), "interchange": interchange,
                   "steps": [s.step_count for s in opt.shards()]}
         opt.close()
         result.update(_scaler_phase(rank, world_size))
@@ -197,7 +204,7 @@ def test_sharded_param_groups_scheduler_checkpoint_and_loss_scaling(tmp_path):
     out = tmp_path / "groups.json"
     run_ranks(_groups_worker, 2, (free_port(), str(out)), timeout_s=240)
     r = json.loads(out.read_text())
-    assert r["lrs_equal"] and r["shards"] == 2 and r["steps"] == [20, 20]
+    assert r["lrs_equal"] and r["shards"] == 2 and r["steps"] == [20, 20] and r["interchange"]
     assert r["diff"] < PARAM_TOL
     assert all(mine == ref for mine, ref in r["scales"]) and r["scales"][6][0] < r["scales"][5][0]
     assert r["scaler_steps"] == 16 - 1
