@@ -52,13 +52,17 @@ def _torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return t.view(dtype) if dtype == torch.bfloat16 else t
 
 
-_BLOCK = 1 << 14  # elements per comparison block (cache-sized, no chunk-sized temporaries)
+_BLOCK = 1 << 16  # elements per comparison block (cache-sized, no chunk-sized temporaries)
 
 
-def _bits_equal(a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> bool:
-    """a == b bit for bit (same-size integer views), block by block into a small bool scratch."""
-    for k in range(0, a.size, _BLOCK):
-        ne = np.not_equal(a[k:k + _BLOCK], b[k:k + _BLOCK], out=scratch[: min(_BLOCK, a.size - k)])
+def bits_equal(a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> bool:
+    """a == b bit for bit (same-shape integer views, 1-D or rows), block by block into a small
+    bool scratch."""
+    cols = a.shape[1] if a.ndim == 2 else 1
+    step = max(1, _BLOCK // cols)
+    for k in range(0, a.shape[0], step):
+        x, y = a[k:k + step], b[k:k + step]
+        ne = np.not_equal(x, y, out=scratch[: x.size].reshape(x.shape))
         if ne.any():
             return False
     return True
@@ -212,6 +216,26 @@ class CardBucket:
                         return False
         return True
 
+    def _pieces_plan(self, runs: list[tuple[list[Slot], int, int, dict]]) -> list[tuple[int, int, dict]]:
+        """The runs cut so that a parameter of at least half a chunk starts its own chunks: those
+        chunks are all one parameter's, so the card reads its gradient and writes its values in
+        place; small parameters share chunks (every slot starts beat-aligned, so any cut is valid)."""
+        big = self.shard.chunk_elems // 2
+        out: list[tuple[int, int, dict]] = []
+        for slots, _, _, bits in runs:
+            lo = None
+            for s in slots:
+                if s.numel >= big:
+                    if lo is not None:
+                        out.append((lo, s.offset, bits))
+                        lo = None
+                    out.append((s.offset, s.offset + s.numel, bits))
+                elif lo is None:
+                    lo = s.offset
+            if lo is not None:
+                out.append((lo, slots[-1].offset + slots[-1].numel, bits))
+        return out
+
     def empty_with_grad(self) -> list[Slot]:
         """Slots with no elements here (an FSDP2 shard that is empty on this rank) but a gradient:
         torch gives them (empty) state and counts their steps, so do we."""
@@ -280,6 +304,10 @@ class CardBucket:
             return sole(a, b, parts[0][0].data()) if len(parts) == 1 else None
 
         def prepare(a: int, b: int, scratch: np.ndarray, tmp: np.ndarray) -> None:
+            if kd == torch.float32:
+                own = direct(a, b)  # one parameter's chunk: compare stripe by stripe, no gathering
+                if own is not None and self.shard.state_equals("p", a, own.view(np.int32), tmp, self._cmp):
+                    return
             self.shard.read_range("p", a, scratch, tmp)
             for s, lo, hi in overlapping(a, b):
                 card = scratch[s.offset + lo - a:s.offset + hi - a]
@@ -287,7 +315,7 @@ class CardBucket:
                 if cur.device.type != "cpu":
                     cur = cur.cpu()
                 if kd == torch.float32:
-                    if not _bits_equal(card.view(np.int32), _np(cur).view(np.int32), self._cmp):
+                    if not bits_equal(card.view(np.int32), _np(cur).view(np.int32), self._cmp):
                         self.shard.write_range("p", s.offset + lo, _np(cur), tmp)
                 else:  # the card holds fp32 masters of bf16 tensors: compare what it returned (bf16)
                     from hls.golden import to_bf16_bits
@@ -304,7 +332,7 @@ class CardBucket:
                 s.data()[lo:hi].copy_(ot[at - a:at - a + hi - lo])
 
         label = max(s.step for s in slots) + 1
-        self.shard.stream([(lo, hi, bits) for _, lo, hi, bits in runs], fill, drain, prepare, label, direct)
+        self.shard.stream(self._pieces_plan(runs), fill, drain, prepare, label, direct)
         for s in slots:
             s.step += 1
             s.has_state = True

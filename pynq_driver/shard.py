@@ -486,6 +486,35 @@ class ShardState:
                 self._get_via(pt.state[array], out[a - lo:b - lo], self._state_beat(pt, a), tmp)
         return out
 
+    def state_equals(self, array: str, lo: int, expect: np.ndarray, tmp: np.ndarray, cmp: np.ndarray) -> bool:
+        """Whether state array `array` at [lo, lo + expect.size) holds exactly `expect` (a 32-bit
+        integer view), read stripe by stripe into `tmp` and compared in place (no gathering)."""
+        from pynq_driver.buckets import bits_equal
+
+        self._check_open()
+        for pt, a, b in self.pieces(lo, lo + expect.size):
+            want = expect[a - lo:b - lo]
+            bufs = pt.state[array]
+            stripes = len(bufs)
+            beat0 = self._state_beat(pt, a)
+            full = want.size // 16
+            nb = -(-want.size // 16)
+            rows = want[: full * 16].reshape(full, 16)
+            for k, buf in enumerate(bufs):
+                cnt, jfull = layout.stripe_beats(nb, stripes, k), layout.stripe_beats(full, stripes, k)
+                if not cnt:
+                    continue
+                t = tmp[: cnt * 64]
+                self.dev.read(buf, t, 64 * beat0)
+                got = t.view(np.int32)
+                if not bits_equal(got[: jfull * 16].reshape(jfull, 16), rows[k::stripes], cmp):
+                    return False
+                if jfull < cnt:
+                    tail = want[full * 16:]
+                    if not np.array_equal(got[jfull * 16: jfull * 16 + tail.size], tail):
+                        return False
+        return True
+
     def write_range(self, array: str, lo: int, data: np.ndarray, tmp: np.ndarray | None = None) -> None:
         """Write float32 `data` into state array `array` at [lo, lo + data.size) (the tail of the last
         64-byte beat may be zeroed: ranges end where the next beat-aligned range starts)."""
