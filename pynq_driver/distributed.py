@@ -45,7 +45,9 @@ every rank skips the same steps and keeps the same scale (a plain GradScaler is 
 with overlap=True the reduce-scatter read the gradients during backward, so the step unscales on
 the card anyway. `torch.nn.utils.clip_grad_norm_(model.parameters())` clips each rank's local,
 unreduced gradient, which is not the single-process result: use this optimizer's.
-`free_grads=True` drops each full gradient once it is reduced (ZeRO-2's memory saving).
+Each full gradient is dropped (`p.grad = None`) once it is reduced: ZeRO-2's memory saving. With
+overlap=False that happens in `step()`, so code that reads `p.grad` between backward and step
+works; with overlap=True it happens in the backward pass. `free_grads=False` keeps them.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ class ShardedNicOptimizer(CardOptimizer):
                  process_group: Any = None, average_gradients: bool = True, backend: str = DEFAULT_BACKEND,
                  target: str = DEFAULT_TARGET, lanes: int | None = None, skip_nonfinite: bool = True,
                  chunk_elems: int | None = None, maximize: bool = False, overlap: bool = False,
-                 free_grads: bool = False, **device_options: Any) -> None:
+                 free_grads: bool = True, **device_options: Any) -> None:
         if optimizer not in ("adamw", "adam"):
             raise UserError(f"optimizer: {optimizer!r}; choose adamw or adam")
         if not dist.is_available() or not dist.is_initialized():

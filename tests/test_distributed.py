@@ -227,7 +227,7 @@ def _clip_worker(rank: int, world_size: int, port: int, out: str) -> None:
     init_gloo(rank, world_size, port, 60.0)
     try:
         result = {}
-        for overlap in (False, True):
+        for overlap, explicit in ((False, False), (True, False), (False, True), (True, True)):
             task = regression_task(seed=15)
             model, ref_model = task.model, copy.deepcopy(task.model)
             opt = ShardedNicOptimizer(model.parameters(), lr=3e-3, backend="golden", overlap=overlap)
@@ -244,6 +244,8 @@ def _clip_worker(rank: int, world_size: int, port: int, out: str) -> None:
                 scaler.scale(loss * (blow if rank == world_size - 1 else 1.0)).backward()
                 ref.zero_grad()
                 ref_scaler.scale(task.loss(ref_model, x, y) * blow).backward()
+                if explicit:  # torch's pattern: unscale_ first (host with overlap=False; the card with True)
+                    scaler.unscale_(opt)
                 norm = opt.clip_grad_norm_(0.05, grad_scaler=scaler)  # clips most steps
                 ref_scaler.unscale_(ref)
                 ref_norm = torch.nn.utils.clip_grad_norm_(ref_model.parameters(), 0.05)
@@ -254,7 +256,7 @@ def _clip_worker(rank: int, world_size: int, port: int, out: str) -> None:
                 ref_scaler.update()
             diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), ref_model.parameters(),
                                                                    strict=True))
-            result["overlap" if overlap else "plain"] = {
+            result[("overlap" if overlap else "plain") + ("+unscale_" if explicit else "")] = {
                 "diff": diff, "norms": norms, "steps": opt.state[model[0].weight]["step"].item(),
                 "scale": [scaler.get_scale(), ref_scaler.get_scale()]}
             opt.close()
@@ -269,7 +271,7 @@ def test_clip_and_unscale_on_the_card_match_single_process_torch(tmp_path):
     out = tmp_path / "clip.json"
     run_ranks(_clip_worker, 2, (free_port(), str(out)), timeout_s=240)
     r = json.loads(out.read_text())
-    for kind in ("plain", "overlap"):
+    for kind in ("plain", "overlap", "plain+unscale_", "overlap+unscale_"):
         x = r[kind]
         print(f"{kind}: max |param diff| {x['diff']:.3g}")
         assert x["diff"] < PARAM_TOL
