@@ -241,7 +241,7 @@ class CardBucket:
         torch gives them (empty) state and counts their steps, so do we."""
         return [s for s in self.slots if not s.numel and s.grad() is not None]
 
-    def run(self, runs: list[tuple[list[Slot], int, int, dict]]) -> None:
+    def run(self, runs: list[tuple[list[Slot], int, int, dict]], detect: bool = True) -> None:
         """Stream the runs through the kernel; results land in the tensors, step counts advance."""
         for s in self.empty_with_grad():
             s.step += 1
@@ -332,7 +332,7 @@ class CardBucket:
                 s.data()[lo:hi].copy_(ot[at - a:at - a + hi - lo])
 
         label = max(s.step for s in slots) + 1
-        self.shard.stream(self._pieces_plan(runs), fill, drain, prepare, label, direct)
+        self.shard.stream(self._pieces_plan(runs), fill, drain, prepare if detect else None, label, direct)
         for s in slots:
             s.step += 1
             s.has_state = True

@@ -378,7 +378,7 @@ class ShardedNicOptimizer(CardOptimizer):
                     return loss
             for sb, runs in plans:
                 sb.card.maximize = sb.maximize
-                sb.card.run(runs)
+                sb.card.run(runs, detect=self.detect_changes)
                 if bool(sb.present.any()):
                     sb.gather(self.process_group)
         finally:

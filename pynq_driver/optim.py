@@ -21,7 +21,8 @@ Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
 - any change to a parameter between steps (`p.data` edits, `model.load_state_dict`, a broadcast)
   is picked up: before the kernel runs on a chunk, the masters on the card are compared bit for
   bit with the parameters (bf16: with the bf16 rounding the card returned) and replaced where
-  they differ;
+  they differ (`detect_changes=False` skips that readback, for scripts that never touch
+  parameters between steps: an edit would then be overwritten by the card's copy);
 - `optimizer.state[p]` has `step`, `exp_avg`, `exp_avg_sq` (and `master_param` for bf16
   parameters): each read comes from the card, each assignment goes to it, `del` resets it, and
   a parameter has state once it stepped. Tools that read it (torch.distributed.checkpoint's
@@ -278,6 +279,10 @@ class CardOptimizer(torch.optim.Optimizer):
                    chunk_elems: int | None, device_options: dict[str, Any]) -> None:
         self.kind = "adamw" if self._adamw else "adam"
         self.skip_nonfinite = bool(skip_nonfinite)
+        # Exact change detection (the card's masters read back and compared before every chunk).
+        # `detect_changes=False` saves that read for scripts that never touch parameters between
+        # steps; an edit then is overwritten by the card's copy at the next step.
+        self.detect_changes = bool(device_options.pop("detect_changes", True))
         self.chunk_elems = chunk_elems
         self.pool = DevicePool(backend, self.kind, target, lanes, device_options)
         self.skipped_steps = 0
@@ -507,7 +512,7 @@ class CardOptimizer(torch.optim.Optimizer):
             log.warning("%s: step skipped, a gradient holds inf or NaN (state unchanged)", self._who)
             return loss
         for b, runs in plans:
-            b.run(runs)
+            b.run(runs, detect=self.detect_changes)
         return loss
 
 

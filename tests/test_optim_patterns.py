@@ -225,3 +225,16 @@ def test_every_call_after_close_says_closed():
         with pytest.raises(DeviceClosed, match="NicAdamW is closed"):
             call()
     nic.close()  # closing twice is fine
+
+
+def test_detect_changes_off_is_the_documented_opt_out():
+    """detect_changes=False skips the masters' readback: a .data edit is then overwritten."""
+    task, model, ref, nic, tor = twins(detect_changes=False)
+    both(task, model, ref, nic, tor, 0)
+    w = model[0].weight
+    w.data.zero_()
+    x, y = task.batch(1)
+    nic.zero_grad()
+    task.loss(model, x, y).backward()
+    nic.step()
+    assert w.abs().max().item() > 1e-3  # the card's copy won, as documented
