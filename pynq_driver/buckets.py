@@ -25,7 +25,7 @@ import torch
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
 from pynq_driver.device import Device
-from pynq_driver.shard import ShardState, _all_finite
+from pynq_driver.shard import _BLOCK, ShardState, _all_finite, bits_equal
 
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -50,22 +50,6 @@ def _np(t: torch.Tensor) -> np.ndarray:
 def _torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     t = torch.from_numpy(a)
     return t.view(dtype) if dtype == torch.bfloat16 else t
-
-
-_BLOCK = 1 << 16  # elements per comparison block (cache-sized, no chunk-sized temporaries)
-
-
-def bits_equal(a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> bool:
-    """a == b bit for bit (same-shape integer views, 1-D or rows), block by block into a small
-    bool scratch."""
-    cols = a.shape[1] if a.ndim == 2 else 1
-    step = max(1, _BLOCK // cols)
-    for k in range(0, a.shape[0], step):
-        x, y = a[k:k + step], b[k:k + step]
-        ne = np.not_equal(x, y, out=scratch[: x.size].reshape(x.shape))
-        if ne.any():
-            return False
-    return True
 
 
 class Slot:

@@ -107,6 +107,22 @@ def _all_finite(chunk: np.ndarray, dtype_name: str, scratch: np.ndarray, zeros: 
     return bool(np.isfinite(chunk, out=scratch[: chunk.size].view(np.bool_)).all())
 
 
+_BLOCK = 1 << 16  # elements per comparison block (cache-sized, no chunk-sized temporaries)
+
+
+def bits_equal(a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> bool:
+    """a == b bit for bit (same-shape integer views, 1-D or rows), block by block into a small
+    bool scratch."""
+    cols = a.shape[1] if a.ndim == 2 else 1
+    step = max(1, _BLOCK // cols)
+    for k in range(0, a.shape[0], step):
+        x, y = a[k:k + step], b[k:k + step]
+        ne = np.not_equal(x, y, out=scratch[: x.size].reshape(x.shape))
+        if ne.any():
+            return False
+    return True
+
+
 def _cu_ranges(n: int, cus: int, align: int) -> list[tuple[int, int]]:
     """Each compute unit's contiguous part of the shard (parts start stripe-aligned; the last may be short)."""
     per_cu = -(-n // cus)
@@ -489,8 +505,6 @@ class ShardState:
     def state_equals(self, array: str, lo: int, expect: np.ndarray, tmp: np.ndarray, cmp: np.ndarray) -> bool:
         """Whether state array `array` at [lo, lo + expect.size) holds exactly `expect` (a 32-bit
         integer view), read stripe by stripe into `tmp` and compared in place (no gathering)."""
-        from pynq_driver.buckets import bits_equal
-
         self._check_open()
         for pt, a, b in self.pieces(lo, lo + expect.size):
             want = expect[a - lo:b - lo]
@@ -740,4 +754,4 @@ def _numel(x: Any) -> int:
     raise BadGradient(f"params: expected a numpy array or torch tensor, got {type(x).__name__}")
 
 
-__all__ = ["ShardState", "DeviceError", "default_chunk_elems", "read_state_file", "host_array"]
+__all__ = ["ShardState", "DeviceError", "bits_equal", "default_chunk_elems", "read_state_file", "host_array"]
