@@ -343,6 +343,16 @@ class ShardedNicOptimizer(CardOptimizer):
                 self._reduced_stage is None and stage is OptState.READY)
             if scaled:
                 gs = 1.0 / float(scaler.get_scale())
+        elif hasattr(self, "found_inf"):
+            # GradScaler's announced contract (no `grad_scaler` argument): it sets `grad_scale` (None
+            # once the user ran unscale_) and `found_inf` on the optimizer.
+            scale = getattr(self, "grad_scale", None)
+            if scale is not None:
+                gs = 1.0 / float(scale)
+            elif self.overlap:
+                raise UserError("ShardedNicOptimizer(overlap=True): GradScaler unscaled gradients the reduce-"
+                                "scatter had already read, and no longer says by how much; drop scaler.unscale_"
+                                "(optimizer) and pass grad_scaler= to optimizer.clip_grad_norm_")
         if self._clip is not None:
             max_norm, total = self._clip
             gs *= min(1.0, max_norm / (total + 1e-6))  # torch's clip coefficient
@@ -366,9 +376,10 @@ class ShardedNicOptimizer(CardOptimizer):
             for group, sb in buckets:
                 runs = sb.card.plan(lambda step, g=group: _hyper(g, step, gs), self.kind) if sb.card.shard else []
                 plans.append((sb, runs))
-            check = self.skip_nonfinite or grad_scaler is not None
+            local_inf = float(getattr(self, "found_inf", 0.0) or 0.0)  # the announced GradScaler contract
+            check = self.skip_nonfinite or grad_scaler is not None or hasattr(self, "found_inf")
             if check:
-                bad = torch.tensor([float(not all(sb.card.grads_finite(runs) for sb, runs in plans))])
+                bad = torch.tensor([float(local_inf > 0 or not all(sb.card.grads_finite(runs) for sb, runs in plans))])
                 dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
                 if grad_scaler is not None and grad_scaler.is_enabled():
                     found = bad.to(grad_scaler._scale.device if grad_scaler._scale is not None else "cpu")
