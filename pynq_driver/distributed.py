@@ -385,7 +385,8 @@ class ShardedNicOptimizer(CardOptimizer):
                     found = bad.to(grad_scaler._scale.device if grad_scaler._scale is not None else "cpu")
                     grad_scaler._per_optimizer_states[id(self)]["found_inf_per_device"] = {found.device: found}
                 if bad.item():
-                    self.skipped_steps += int(grad_scaler is None)  # a GradScaler skip is the scaler's
+                    # a GradScaler skip is the scaler's, not ours
+                    self.skipped_steps += int(grad_scaler is None and not local_inf)
                     return loss
             for sb, runs in plans:
                 sb.card.maximize = sb.maximize

@@ -352,3 +352,32 @@ def test_needs_an_initialized_process_group():
 
     with pytest.raises(UserError, match="init_process_group"):
         ShardedNicOptimizer(regression_task().model.parameters())
+
+
+def test_grad_scaler_attribute_contract_in_one_process(tmp_path):
+    """GradScaler's announced contract (it sets optimizer.grad_scale / found_inf instead of passing
+    itself): a 1024-scaled gradient unscaled on the card gives the same bits as the plain one."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        task = regression_task(seed=18)
+        models = [task.model, copy.deepcopy(task.model)]
+        opts = [ShardedNicOptimizer(m.parameters(), lr=3e-3, backend="golden") for m in models]
+        for s in range(4):
+            x, y = task.batch(s)
+            for i, (m, opt) in enumerate(zip(models, opts, strict=True)):
+                opt.zero_grad()
+                (task.loss(m, x, y) * (1024.0 if i == 0 else 1.0)).backward()
+            opts[0].grad_scale, opts[0].found_inf = torch.tensor(1024.0), torch.tensor(float(s == 2))
+            for opt in opts:
+                if s == 2 and opt is opts[1]:
+                    continue  # the scaler's skip, on the other side by hand
+                opt.step()
+            del opts[0].grad_scale, opts[0].found_inf
+        assert all(torch.equal(a, b) for a, b in zip(*(m.parameters() for m in models), strict=True))
+        assert opts[0].state[models[0][0].weight]["step"].item() == 3.0 and opts[0].skipped_steps == 0
+        for opt in opts:
+            opt.close()
+    finally:
+        dist.destroy_process_group()
