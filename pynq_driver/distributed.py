@@ -107,8 +107,10 @@ class ShardedBucket:
         self.rank, self.world = rank, world
         dev, dtype = params[0].device, params[0].dtype
         self.dtype = dtype
-        self.bucket = torch.zeros(world * self.seg_len, dtype=dtype, device=dev)  # reduce-scatter in, all-gather out
-        self.shard_grad = torch.zeros(self.seg_len, dtype=dtype, device=dev)
+        # The one buffer: reduce-scatter input, this rank's segment its output (in place, as NCCL
+        # and gloo allow), then all-gather input (that segment) and output.
+        self.bucket = torch.zeros(world * self.seg_len, dtype=dtype, device=dev)
+        self.shard_grad = self.bucket[rank * self.seg_len:(rank + 1) * self.seg_len]
         self.present = torch.zeros(len(params), dtype=torch.int32, device=dev)
         self.card: CardBucket | None = None
         self.reduced = False  # shard_grad holds this step's reduced gradient
@@ -149,7 +151,7 @@ class ShardedBucket:
 
     def gather(self, group: Any) -> None:
         """Every rank's updated rows into every rank's parameters (through the bucket)."""
-        send = self.shard_grad  # its gradient is used up: it carries this rank's rows now
+        send = self.shard_grad  # its gradient is used up: it carries this rank's rows now (in place)
         send.zero_()
         for p, r, off in zip(self.params, self.rows, self.seg_offsets, strict=False):
             send[off:off + r.numel].copy_(p.detach().view(-1)[r.start:r.start + r.numel])
