@@ -419,6 +419,11 @@ class ShardedNicOptimizer(CardOptimizer):
             })
         return rows
 
+    def host_bytes(self) -> int:
+        """Memory this optimizer holds beside the model (host memory when the parameters are on the
+        host): the two host chunks, the comparison blocks, and one flat bucket per group and dtype."""
+        return super().host_bytes() + sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in self._sharded_buckets())
+
     def full_state_dict(self) -> dict[str, Any]:
         """Collective: torch.optim.AdamW's plain state_dict, the full state gathered onto every rank
         (for interchange with a single-process optimizer; checkpoints should stay sharded, DCP)."""
