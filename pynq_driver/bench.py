@@ -7,6 +7,10 @@ Two figures, on the same data:
 - peak extra host memory of one step beyond the resident state (the card's buffers and the
   caller's gradient and output arrays), measured with tracemalloc, which sees every numpy
   allocation. Goal: at most two chunks of gradient.
+
+And NicAdamW end to end at 10M and 50M parameters (issue 15): peak host memory per parameter
+beyond the model and its gradients against torch AdamW fused, and the step's time over the bare
+card step on the same backend (`measure_optimizer`; in `make bench` through `measure`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,17 @@ def _median_s(fn: Any, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _median_pair(f: Any, g: Any, repeats: int) -> tuple[float, float]:
+    """Medians of f and g timed alternately: a shared machine's load changes hit both alike."""
+    tf, tg = [], []
+    for _ in range(max(repeats, 3)):
+        for fn, out in ((f, tf), (g, tg)):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(tf), statistics.median(tg)
+
+
 def _bare_kernel_s(bare: Any, p0: np.ndarray, grad: np.ndarray, out: np.ndarray, bits: dict[str, int],
                    repeats: int) -> float:
     n = p0.size
@@ -42,8 +57,14 @@ def _bare_kernel_s(bare: Any, p0: np.ndarray, grad: np.ndarray, out: np.ndarray,
     return _median_s(lambda: bare.run(grad, p, m, v, out, n, bits), repeats)
 
 
+OPTIMIZER_SIZES = (10_000_000, 50_000_000)
+
+
 def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = None,
-            threads: int | None = None, spec: KernelSpec | None = None) -> dict[str, Any]:
+            threads: int | None = None, spec: KernelSpec | None = None,
+            optimizer_params: tuple[int, ...] | None = None, backend: str = "csim") -> dict[str, Any]:
+    """The driver figures, and NicAdamW end to end at `optimizer_params` (default: 10M and 50M when
+    measuring at least 1M parameters, as `make bench` does; none for small test runs)."""
     from hls.csim import CsimKernel
     from pynq_driver import ShardState, open_device
     from pynq_driver.backends import project_for
@@ -80,7 +101,11 @@ def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = 
         shard.step(grad, hyper, out=out)
         peak_extra = tracemalloc.get_traced_memory()[1] - base
         tracemalloc.stop()
+    if optimizer_params is None:
+        optimizer_params = OPTIMIZER_SIZES if params >= 1 << 20 else ()
+    optimizer = [measure_optimizer(n, backend, repeats) for n in optimizer_params]
     return {
+        "optimizer": optimizer,
         "backend": "csim", "spec": spec.to_dict(), "params": params, "repeats": repeats, "chunk_elems": chunk,
         "chunk_bytes": chunk * spec.grad_bytes, "bare_kernel_s": bare_s, "driver_step_s": step_s,
         "overhead_ratio": step_s / bare_s, "overhead_goal": 1.2,
@@ -88,6 +113,135 @@ def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = 
         "peak_extra_host_bytes": peak_extra, "peak_extra_chunks": peak_extra / (chunk * spec.grad_bytes),
         "peak_goal_chunks": 2.0,
     }
+
+
+# ---- NicAdamW end to end (issue 15): host memory beyond the model, and time over the bare card step -----
+def _rss_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:  # "5": reset the peak resident set size (Linux)
+        f.write("5")
+
+
+def _model(params: int) -> Any:
+    import torch
+
+    width = 1024
+    layers = max(1, params // (width * width + width))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    return model
+
+
+def _null_card(backend: str, spec: Any, **options: Any) -> Any:
+    """A software card whose kernel does nothing: what a step costs the host alone (memory, time)."""
+    from pynq_driver.backends import rendered_manifest
+    from pynq_driver.soft import SoftDevice
+
+    return SoftDevice(rendered_manifest(spec), lambda ports, n, scalars: None, backend="golden",
+                      timeout_s=options.get("timeout_s", 10.0))
+
+
+def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: int = 5) -> dict[str, Any]:
+    """NicAdamW end to end on `params` fp32 parameters (Linear layers, random gradients).
+
+    - host memory beyond the model and its gradients = what the optimizer holds between steps
+      (torch fused: its state tensors; NicAdamW: its host chunks, `host_bytes()`) + the peak of
+      a step above that (resident set, /proc/self/status VmHWM after a reset, warm steps). The
+      NicAdamW step is measured on a software card whose kernel does nothing, so a simulated
+      card's own temporaries (the golden model allocates per run) do not count as host memory.
+    - time: NicAdamW's step over the bare kernel on the same backend and shard (the kernel back to
+      back on every chunk, no host copies), and the step's host part alone (the null card)."""
+    import gc
+
+    import torch
+
+    import pynq_driver.optim as optim_mod
+    from pynq_driver.optim import NicAdamW
+
+    torch.set_num_threads(1)
+    model = _model(params)
+    n = sum(p.numel() for p in model.parameters())
+
+    def step_peak(opt: Any) -> int:
+        for _ in range(3):  # warm: every buffer (and each staging slot of a software card) touched
+            opt.step()
+        gc.collect()
+        base = _rss_bytes("VmRSS")
+        _reset_peak()
+        opt.step()
+        return max(0, _rss_bytes("VmHWM") - base)
+
+    tor = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    torch_step_peak = step_peak(tor)
+    torch_held = sum(t.nbytes for st in tor.state.values() for t in st.values() if isinstance(t, torch.Tensor))
+    torch_step_s = _median_s(tor.step, repeats)
+    del tor
+    gc.collect()
+
+    real_open = optim_mod.open_device
+    optim_mod.open_device = _null_card
+    try:
+        null = NicAdamW(model.parameters(), lr=1e-3, backend="golden")
+        nic_step_peak = step_peak(null)
+        nic_held = null.host_bytes()
+        host_s = _median_s(null.step, repeats)
+        chunk_bytes = 4 * null.shards()[0].chunk_elems
+        null.close()
+    finally:
+        optim_mod.open_device = real_open
+
+    nic = NicAdamW(model.parameters(), lr=1e-3, backend=backend)
+    nic.step()
+    shard = nic.shards()[0]
+    bits = prepare_scalars(Hyper(step=3, lr=1e-3), "adamw").registers("adamw")
+
+    def bare() -> None:  # the kernel back to back on every chunk, state and gradient already on the card
+        for pt, lo, hi in shard._all_chunks():
+            pt.runner.launch(shard._pointers(pt, lo, 0), hi - lo, bits)
+            pt.runner.wait()
+
+    bare()
+    step_s, bare_s = _median_pair(nic.step, bare, repeats)
+    nic.detect_changes = False  # what the readback of the masters (exact change detection) costs
+    step_nodetect_s, _ = _median_pair(nic.step, bare, repeats)
+    nic.close()
+    nic_extra, torch_extra = nic_held + nic_step_peak, torch_held + torch_step_peak
+    return {"backend": backend, "params": n, "chunk_bytes": chunk_bytes,
+            "nic_held_bytes": nic_held, "nic_step_peak_bytes": nic_step_peak,
+            "torch_fused_held_bytes": torch_held, "torch_fused_step_peak_bytes": torch_step_peak,
+            "torch_fused_extra_bytes": torch_extra, "nic_extra_bytes": nic_extra,
+            "torch_fused_extra_per_param": torch_extra / n, "nic_extra_per_param": nic_extra / n,
+            "nic_extra_chunks": nic_extra / chunk_bytes, "nic_step_s": step_s, "bare_card_step_s": bare_s,
+            "host_part_s": host_s, "torch_fused_step_s": torch_step_s, "nic_step_no_detection_s": step_nodetect_s,
+            "step_over_bare": step_s / bare_s, "goal_step_over_bare": 1.2, "goal_extra_chunks": 2.0}
+
+
+def report_optimizer(r: dict[str, Any]) -> str:
+    mib = 1 << 20
+    return "\n".join([
+        f"NicAdamW end to end ({r['backend']} backend, {r['params']:,} fp32 params, chunk "
+        f"{r['chunk_bytes'] / mib:.0f} MiB)",
+        f"  peak host memory beyond model+grads: NicAdamW {r['nic_extra_bytes'] / mib:8.1f} MiB "
+        f"({r['nic_extra_per_param']:.2f} B/param = {r['nic_extra_chunks']:.2f} chunks, goal <= 2: held "
+        f"{r['nic_held_bytes'] / mib:.1f} + step peak {r['nic_step_peak_bytes'] / mib:.1f})",
+        f"                                       torch fused {r['torch_fused_extra_bytes'] / mib:6.1f} MiB "
+        f"({r['torch_fused_extra_per_param']:.2f} B/param: state {r['torch_fused_held_bytes'] / mib:.1f} + step "
+        f"peak {r['torch_fused_step_peak_bytes'] / mib:.1f})",
+        f"  NicAdamW step {r['nic_step_s'] * 1e3:8.1f} ms, bare card step {r['bare_card_step_s'] * 1e3:8.1f} ms: "
+        f"{r['step_over_bare']:.2f}x (goal <= 1.2x); host part alone {r['host_part_s'] * 1e3:.1f} ms; "
+        f"torch fused step {r['torch_fused_step_s'] * 1e3:.1f} ms",
+        f"  without change detection (detect_changes=False): step {r['nic_step_no_detection_s'] * 1e3:.1f} ms = "
+        f"{r['nic_step_no_detection_s'] / r['bare_card_step_s']:.2f}x",
+    ])
 
 
 def report(r: dict[str, Any]) -> str:
@@ -106,9 +260,14 @@ def report(r: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    sizes = getattr(args, "optimizer_params", None)
     r = measure(int(getattr(args, "params", 16 << 20)), max(1, int(getattr(args, "repeats", 5))),
-                getattr(args, "chunk", None), getattr(args, "threads", None))
-    print(json.dumps(r, indent=2) if getattr(args, "json", False) else report(r))
+                getattr(args, "chunk", None), getattr(args, "threads", None),
+                optimizer_params=None if sizes is None else tuple(sizes), backend=getattr(args, "backend", "csim"))
+    if getattr(args, "json", False):
+        print(json.dumps(r, indent=2))
+    else:
+        print("\n".join([report(r), *(report_optimizer(x) for x in r["optimizer"])]))
     return 0
 
 
@@ -118,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=None, help="chunk elements (default: the driver's)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--optimizer-params", type=int, nargs="*", default=None,
+                    help="NicAdamW end-to-end sizes (issue 15): host memory vs torch fused, step over bare kernel")
+    ap.add_argument("--backend", default="csim", help="backend of the NicAdamW measurement")
     ap.add_argument("--json", action="store_true")
     return run(ap.parse_args(argv))
 

@@ -265,7 +265,7 @@ def run_single(backend: str, steps: int, task_name: str = "transformer", progres
         return DemoResult(backend=backend, world_size=1, steps=steps, task=task.description,
                           losses_nic=losses[0], losses_torch=losses[1],
                           max_param_diff=max_param_diff(model_nic, model_ref), placement=nic.placement(),
-                          host_state_tensors=sum(len(v) for v in nic.state.values()), train_s=train_s)
+                          host_state_tensors=_host_tensors(nic), train_s=train_s)
     finally:
         nic.close()
 
@@ -317,7 +317,7 @@ def _sharded_worker(rank: int, world_size: int, port: int, backend: str, steps: 
         dist.all_gather_object(sums, flat.double().sum().item())
         placement: list[Any] = [None] * world_size
         dist.all_gather_object(placement, opt.placement())
-        sd = opt.state_dict()  # collective: the full state in torch.optim.AdamW's format on every rank
+        sd = opt.full_state_dict()  # collective: the full state in torch.optim.AdamW's format on every rank
         if rank == 0:
             ref_sd = ref.state_dict()
             sd_diff = max((sd["state"][k][key] - ref_sd["state"][k][key]).abs().max().item()
@@ -326,7 +326,7 @@ def _sharded_worker(rank: int, world_size: int, port: int, backend: str, steps: 
                                 losses_nic=losses_nic, losses_torch=losses_ref,
                                 max_param_diff=max_param_diff(model, ref_model),
                                 placement=[row for rows in placement for row in rows],
-                                host_state_tensors=sum(len(v) for v in opt.state.values()), train_s=train_s)
+                                host_state_tensors=_host_tensors(opt), train_s=train_s)
             out = result.to_dict()
             out["rank_param_checksums"] = sums
             out["max_moment_diff"] = sd_diff
@@ -336,6 +336,11 @@ def _sharded_worker(rank: int, world_size: int, port: int, backend: str, steps: 
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _host_tensors(opt: Any) -> int:
+    """State tensors an optimizer keeps in host memory (NicAdamW's optimizer.state reads the card)."""
+    return sum(len(v) for v in opt.state.values() if isinstance(v, dict))
 
 
 def _same_format(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -1,38 +1,53 @@
-"""`ShardedNicOptimizer`: ZeRO-style sharded AdamW/Adam over `torch.distributed`, each shard on a card.
+"""`ShardedNicOptimizer`: AdamW/Adam sharded over `torch.distributed` (ZeRO-2), each rank's shard on its card.
 
-Every rank runs the same model on its own slice of the batch. At `step()`, per param group and
-parameter dtype:
+For models that stay whole on every rank (no wrapping, as with DDP). At scale, the recommended
+path is torch's own engine: FSDP2 (`fully_shard`) with `NicAdamW`, which keeps each rank's
+DTensor shard on its card (README). What this class adds over FSDP2 and ZeroRedundancyOptimizer:
+parameters stay replicated (no all-gather in the forward pass, unlike FSDP2), gradients are
+reduce-scattered (half the traffic of ZeroRedundancyOptimizer's all-reduce) and every rank's
+card holds an equal 1/world of every parameter (ZeRO-1 partitions whole parameters, unevenly);
+the reduce-scatter can start from the backward pass (`overlap=True`); gradient clipping and
+loss-scale unscaling run on the card (its grad-scale register), on the reduced gradient.
 
-1. the gradients go end to end into one flat bucket (padded to a multiple of world size x 16
-   elements, so every rank's shard starts on a 64-byte beat), divided by the world size;
-2. `reduce_scatter` leaves rank r with the summed gradient of its shard [r*S, (r+1)*S) only;
-3. the rank's card updates that shard: the fp32 masters and both moments of 1/world of the
-   parameters live there and nowhere else;
-4. `all_gather` brings every rank the updated parameters, which go back into the model.
+Sharding is FSDP2's: every parameter is cut along dim 0 into `world` chunks (torch.chunk), rank r
+keeps chunk r. At `step()`, per param group and dtype:
 
-That is ZeRO stage 1 optimizer-state sharding with stage 2's communication (reduce-scatter of
-flat gradient buckets instead of an all-reduce). It runs on any process group: gloo on CPU,
-NCCL on GPUs. The buckets live on the parameters' device and the collectives run there; only
-the rank's own shard crosses to host memory, which the card reads, and back. (This machine has
-no GPU: the CUDA path is written for, not yet run.)
+1. the gradients go into one flat bucket laid out as FSDP2 lays out its reduce-scatter input
+   (rank r's chunks of every parameter, each padded to the chunk size, then rank r+1's), divided
+   by the world size;
+2. `reduce_scatter` leaves rank r with the summed gradient of its chunks only;
+3. the rank's card updates them: results land straight in rank r's rows of each parameter;
+4. `all_gather` brings every rank every other rank's rows (through the same bucket).
 
-A step whose reduced gradient holds inf/NaN on any rank is skipped on every rank (one
-all-reduce of a flag), so the shards never drift apart. `state_dict()` is collective: it
-gathers the shards into `torch.optim.AdamW`'s format, identical on every rank, and
-`load_state_dict()` takes that format (from this class, NicAdamW or torch.optim.AdamW) and
-keeps each rank's slice.
+The optimizer state is torch's: `optimizer.state[p]` and `state_dict()` hold DTensors (Shard(0)
+over the process group), exactly as FSDP2 + torch.optim.AdamW, so `torch.distributed.checkpoint`
+saves them sharded and loads them at another world size, and `get_optimizer_state_dict(...,
+options=StateDictOptions(full_state_dict=True))` gives torch.optim.AdamW's plain format.
+`load_state_dict()` takes DTensor or plain (full) state.
 
-Loss scaling: use torch's `ShardedGradScaler` (torch.distributed.fsdp.sharded_grad_scaler,
-`ShardedGradScaler("cpu")` on gloo). It all-reduces the inf flags it finds in the local
-gradients, so every rank skips the same steps and keeps the same scale. A plain
-`torch.amp.GradScaler` judges each rank's local gradients alone: ranks could disagree and one
-would wait in the reduce-scatter until the process group's timeout.
+A parameter has a gradient in a step if it has one on any rank (as DDP); parameters without one
+are skipped, their moments and step count untouched. A step whose reduced gradient holds inf/NaN
+on any rank is skipped on every rank.
 
-`overlap=True` launches each bucket's reduce-scatter from the backward pass, as soon as every
-gradient of the bucket is complete (post-accumulate-grad hooks), and `step()` waits for it;
-wrap the backward passes of gradient accumulation but the last in `optimizer.no_sync()`, as with
-DDP. Not yet: freeing each rank's full gradients after the reduce-scatter (ZeRO stage 2's
-memory saving).
+Loss scaling and clipping, with overlap on or off:
+
+    scaler.scale(loss).backward()
+    optimizer.clip_grad_norm_(max_norm, grad_scaler=scaler)   # instead of torch.nn.utils.clip_grad_norm_
+    scaler.step(optimizer); scaler.update()
+
+`clip_grad_norm_` is the 2-norm of the reduced, unscaled gradient over all ranks (one all-reduce),
+what single-process torch computes; its coefficient and 1/scale go to the card's grad-scale
+register in the step. `scaler.step` passes the scaler to `step` (GradScaler's contract for
+optimizers with `_step_supports_amp_scaling`; torch warns once that it will change it): the step
+decides inf/NaN on the reduced gradient of all ranks and records that verdict in the scaler, so
+every rank skips the same steps and keeps the same scale (a plain GradScaler is enough).
+`scaler.unscale_(optimizer)` may still be called: with overlap=False the reduction runs after it;
+with overlap=True the reduce-scatter read the gradients during backward, so the step unscales on
+the card anyway. `torch.nn.utils.clip_grad_norm_(model.parameters())` clips each rank's local,
+unreduced gradient, which is not the single-process result: use this optimizer's.
+Each full gradient is dropped (`p.grad = None`) once it is reduced: ZeRO-2's memory saving. With
+overlap=False that happens in `step()`, so code that reads `p.grad` between backward and step
+works; with overlap=True it happens in the backward pass. `free_grads=False` keeps them.
 """
 
 from __future__ import annotations
@@ -40,87 +55,129 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import math
 import os
 import sys
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from hls.errors import UserError
-from pynq_driver.optim import (
-    DEFAULT_BACKEND,
-    DEFAULT_TARGET,
-    KERNEL_DTYPES,
-    DevicePool,
-    FlatBucket,
-    check_group,
-    grads_present,
-    hyper_for,
-    map_saved_state,
-    masters_from,
-    saved_step,
-    torch_defaults,
-    torch_param_state,
-)
-from pynq_driver.shard import CHUNK_ALIGN, ShardState
+from pynq_driver.buckets import CardBucket, Slot
+from pynq_driver.optim import DEFAULT_BACKEND, DEFAULT_TARGET, CardOptimizer, torch_defaults
 
 # torch 2.13 renamed the tensor collectives; both names work on gloo there, older torch has the old ones.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
+class _Rows:
+    """Parameter `p` cut along dim 0 into `world` chunks (torch.chunk, as FSDP2): rank r's rows."""
+
+    def __init__(self, p: torch.Tensor, rank: int, world: int) -> None:
+        if p.dim() == 0:
+            raise UserError("ShardedNicOptimizer: a 0-dim parameter cannot be sharded along dim 0; "
+                            "reshape it to (1,)")
+        rows = self.rows = p.shape[0]
+        self.cols = p.numel() // rows if rows else 0
+        self.chunk_rows = -(-rows // world)
+        self.padded = self.chunk_rows * self.cols  # elements of every rank's chunk in the bucket
+        self.rank_rows = [max(0, min(rows, (r + 1) * self.chunk_rows) - r * self.chunk_rows) for r in range(world)]
+        self.start = min(rows, rank * self.chunk_rows) * self.cols  # this rank's first element of p
+        self.numel = self.rank_rows[rank] * self.cols
+        self.local_shape = (self.rank_rows[rank], *p.shape[1:])
+
+    def of_rank(self, r: int) -> tuple[int, int]:
+        lo = min(self.rows, r * self.chunk_rows) * self.cols
+        return lo, lo + self.rank_rows[r] * self.cols
+
+
 class ShardedBucket:
-    """One flat bucket of the whole model-side group, and this rank's slice of it on the card."""
+    """One param group and dtype: the flat reduce-scatter / all-gather bucket and this rank's card slots."""
 
-    def __init__(self, params: list[torch.Tensor], rank: int, world: int, align: int) -> None:
-        self.flat = FlatBucket(params)
-        self.dtype = self.flat.dtype
-        unit = world * align
-        self.padded = -(-self.flat.n // unit) * unit
-        self.shard_len = self.padded // world
-        self.lo = rank * self.shard_len
-        self.hi = self.lo + self.shard_len
-        # Buckets live where the parameters live (collectives run there: gloo on CPU, NCCL on GPUs);
-        # the card reads and writes host memory, so the shard crosses to the host and back.
-        dev = self.flat.device
-        self.grad = torch.zeros(self.padded, dtype=self.dtype, device=dev)  # the tail stays zero
-        self.gathered = torch.empty(self.padded, dtype=self.dtype, device=dev)
-        self.shard_grad = torch.empty(self.shard_len, dtype=self.dtype, device=dev)
-        self.shard_out = torch.empty(self.shard_len, dtype=self.dtype, device=dev)
-        self.host_out = self.shard_out if dev.type == "cpu" else torch.empty(self.shard_len, dtype=self.dtype)
-        self.shard: ShardState | None = None
+    def __init__(self, params: list[torch.Tensor], rank: int, world: int) -> None:
+        self.params = params
+        self.rows = [_Rows(p, rank, world) for p in params]
+        self.seg_offsets = [0]
+        for r in self.rows:
+            self.seg_offsets.append(self.seg_offsets[-1] + r.padded)
+        self.seg_len = max(1, self.seg_offsets[-1])
+        self.rank, self.world = rank, world
+        dev, dtype = params[0].device, params[0].dtype
+        self.dtype = dtype
+        # The one buffer: reduce-scatter input, this rank's segment its output (in place, as NCCL
+        # and gloo allow), then all-gather input (that segment) and output.
+        self.bucket = torch.zeros(world * self.seg_len, dtype=dtype, device=dev)
+        self.shard_grad = self.bucket[rank * self.seg_len:(rank + 1) * self.seg_len]
+        self.present = torch.zeros(len(params), dtype=torch.int32, device=dev)
+        self.card: CardBucket | None = None
+        self.reduced = False  # shard_grad holds this step's reduced gradient
+        self.work: Any = None  # the reduce-scatter launched from the backward pass
+        self.ready = 0
         self.maximize = False
-        self.ready = 0  # parameters whose gradient is complete in this backward pass (overlap mode)
-        self.work: Any = None  # the reduce-scatter launched from the backward pass, if any
 
-    def masters(self, states: list[dict[str, Any]] | None = None) -> np.ndarray:
-        """fp32 masters of this rank's slice, zero-padded past the last parameter."""
-        out = np.zeros(self.shard_len, np.float32)
-        lo, hi = min(self.lo, self.flat.n), min(self.hi, self.flat.n)
-        if hi > lo:
-            out[: hi - lo] = masters_from(self.flat, states, lo, hi)
-        return out
+    def slot(self, i: int) -> Slot:
+        p, r, off = self.params[i], self.rows[i], self.seg_offsets[i]
 
-    def slice_of(self, full: torch.Tensor) -> np.ndarray:
-        out = np.zeros(self.shard_len, np.float32)
-        lo, hi = min(self.lo, self.flat.n), min(self.hi, self.flat.n)
-        out[: hi - lo] = full[lo:hi].numpy()
-        return out
+        def data() -> torch.Tensor:
+            return p.detach().view(-1)[r.start:r.start + r.numel]
+
+        def grad() -> torch.Tensor | None:
+            if not self.reduced or not self.present[i].item():
+                return None
+            return self.shard_grad[off:off + r.numel]
+
+        return Slot(p, r.numel, data, grad)
+
+    def fill(self, divide: bool) -> None:
+        """Every rank's chunks of every gradient into the bucket (zeros where there is none)."""
+        self.bucket.zero_()
+        for i, (p, r) in enumerate(zip(self.params, self.rows, strict=True)):
+            g = p.grad
+            self.present[i] = int(g is not None)
+            if g is None:
+                continue
+            if g.is_sparse:
+                raise UserError("ShardedNicOptimizer does not support sparse gradients")
+            flat = g.detach().reshape(-1)
+            for k in range(self.world):
+                lo, hi = r.of_rank(k)
+                at = k * self.seg_len + self.seg_offsets[i]
+                self.bucket[at:at + hi - lo].copy_(flat[lo:hi])
+        if divide:
+            self.bucket.div_(self.world)
+
+    def gather(self, group: Any) -> None:
+        """Every rank's updated rows into every rank's parameters (through the bucket)."""
+        send = self.shard_grad  # its gradient is used up: it carries this rank's rows now (in place)
+        send.zero_()
+        for p, r, off in zip(self.params, self.rows, self.seg_offsets, strict=False):
+            send[off:off + r.numel].copy_(p.detach().view(-1)[r.start:r.start + r.numel])
+        _all_gather(self.bucket, send, group=group)
+        for i, (p, r) in enumerate(zip(self.params, self.rows, strict=True)):
+            flat = p.detach().view(-1)
+            for k in range(self.world):
+                if k == self.rank:
+                    continue
+                lo, hi = r.of_rank(k)
+                at = k * self.seg_len + self.seg_offsets[i]
+                flat[lo:hi].copy_(self.bucket[at:at + hi - lo])
 
 
-class ShardedNicOptimizer(torch.optim.Optimizer):
+class ShardedNicOptimizer(CardOptimizer):
     """AdamW (or Adam) sharded over the ranks of a process group; each rank's shard on its card."""
+
+    _step_supports_amp_scaling = True  # GradScaler hands over the scale; the card unscales
+    _who = "ShardedNicOptimizer"
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float | None = None, *, optimizer: str = "adamw",
                  process_group: Any = None, average_gradients: bool = True, backend: str = DEFAULT_BACKEND,
                  target: str = DEFAULT_TARGET, lanes: int | None = None, skip_nonfinite: bool = True,
                  chunk_elems: int | None = None, maximize: bool = False, overlap: bool = False,
-                 **device_options: Any) -> None:
+                 free_grads: bool = True, **device_options: Any) -> None:
         if optimizer not in ("adamw", "adam"):
             raise UserError(f"optimizer: {optimizer!r}; choose adamw or adam")
         if not dist.is_available() or not dist.is_initialized():
@@ -130,74 +187,114 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
         if weight_decay is None:  # torch's defaults: AdamW 1e-2, Adam 0
             weight_decay = 1e-2 if self._adamw else 0.0
         defaults = torch_defaults(lr, betas, eps, weight_decay, adamw=self._adamw, maximize=maximize)
-        super().__init__(params, defaults)
-        self.kind = optimizer
         self.process_group = process_group if process_group is not None else dist.group.WORLD
         self.world = dist.get_world_size(self.process_group)
         self.rank = dist.get_rank(self.process_group)
         self.average = bool(average_gradients)
-        self.skip_nonfinite = bool(skip_nonfinite)
-        self.chunk_elems = chunk_elems
         if backend == "alveo" and "device_index" not in device_options:
             # Each rank drives its own card: its rank on this host picks it (override with device_index=).
             device_options = {**device_options, "device_index": host_local_rank(self.process_group)}
-        self.pool = DevicePool(backend, optimizer, target, lanes, device_options)
-        self.skipped_steps = 0
         self.overlap = bool(overlap)
+        self.free_grads = bool(free_grads)
         self.overlapped_reductions = 0  # buckets reduced from the backward pass (a check that overlap happens)
         self._sync = True
         self._hooks: list[Any] = []
-        self._buckets: list[list[ShardedBucket]] = []
-        try:
-            for group in self.param_groups:
-                check_group(group, adamw=self._adamw, who=type(self).__name__)
-                self._buckets.append(self._make_buckets(group))
-        except BaseException:
-            self.close()
-            raise
+        self._sharded: dict[int, ShardedBucket] = {}  # id(CardBucket) -> its ShardedBucket
+        self._mesh: Any = None
+        self._clip: tuple[float, float] | None = None  # (max_norm, total norm of the reduced, unscaled gradient)
+        self._reduced_stage: Any = None  # the GradScaler's stage when this step's reduction ran (if known)
+        super().__init__(params, defaults)
+        self._init_card(backend, target, lanes, skip_nonfinite, chunk_elems, device_options)
 
-    def _make_buckets(self, group: dict[str, Any]) -> list[ShardedBucket]:
-        by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = defaultdict(list)
+    # ---- layout ----------------------------------------------------------------------------------
+    def _make_buckets(self, group: dict[str, Any]) -> list[CardBucket]:
+        from pynq_driver.optim import KERNEL_DTYPES
+
+        by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
         for p in group["params"]:
             if p.dtype not in KERNEL_DTYPES:
                 raise UserError(f"ShardedNicOptimizer: parameters of dtype {p.dtype} are not supported; use one of "
                                 f"{', '.join(str(d) for d in KERNEL_DTYPES)}")
-            if p.requires_grad:
-                by_dtype[p.dtype, p.device].append(p)
+            by_dtype.setdefault((p.dtype, p.device), []).append(p)
         out = []
         for (dtype, _), params in by_dtype.items():
-            b = ShardedBucket(params, self.rank, self.world, CHUNK_ALIGN)
-            b.shard = ShardState(self.pool.get(*KERNEL_DTYPES[dtype]), b.masters(), self.chunk_elems,
-                                 nonfinite="skip")
-            b.flat.remember()
-            b.maximize = bool(group.get("maximize", False))
+            sb = ShardedBucket(params, self.rank, self.world)
+            slots = [sb.slot(i) for i in range(len(params))]
+            card = CardBucket(slots, self.pool.get(*KERNEL_DTYPES[dtype]), dtype, self.chunk_elems)
+            sb.card = card
+            self._sharded[id(card)] = sb
+            for p, s in zip(params, slots, strict=True):
+                self._slots[id(p)] = (card, s)
             if self.overlap:
                 for p in params:
-                    self._hooks.append(p.register_post_accumulate_grad_hook(functools.partial(self._grad_ready, b)))
-            out.append(b)
+                    self._hooks.append(p.register_post_accumulate_grad_hook(functools.partial(self._grad_ready, sb)))
+            out.append(card)
         return out
 
-    # ---- overlap: reduce-scatter each bucket as soon as backward has produced all its gradients --------
-    def _grad_ready(self, b: ShardedBucket, _param: torch.Tensor) -> None:
+    def _sharded_buckets(self) -> list[tuple[dict[str, Any], ShardedBucket]]:
+        return [(g, self._sharded[id(b)]) for g, bs in zip(self.param_groups, self._buckets, strict=True) for b in bs]
+
+    def mesh(self) -> Any:
+        """The 1-D device mesh of the process group (state DTensors live on it)."""
+        if self._mesh is None:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            dev = next((sb.bucket.device for _, sb in self._sharded_buckets()), torch.device("cpu"))
+            self._mesh = DeviceMesh.from_group(self.process_group, dev.type)
+        return self._mesh
+
+    def _wrap_state(self, p: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor, Shard
+
+        rows = _Rows(p, self.rank, self.world)
+        return DTensor.from_local(local.view(rows.local_shape).to(p.device), self.mesh(), [Shard(0)],
+                                  run_check=False, shape=p.shape, stride=p.stride())
+
+    def _local_value(self, p: torch.Tensor, value: Any, key: str) -> torch.Tensor:
+        if isinstance(value, torch.Tensor) and getattr(value, "_local_tensor", None) is None \
+                and value.numel() == p.numel():  # full (plain) state: this rank's rows of it
+            r = _Rows(p, self.rank, self.world)
+            return value.detach().reshape(-1)[r.start:r.start + r.numel]
+        return super()._local_value(p, value, key)
+
+    # ---- reduction -------------------------------------------------------------------------------
+    def _grad_ready(self, sb: ShardedBucket, _param: torch.Tensor) -> None:
         if not self._sync:
             return
-        b.ready += 1
-        if b.ready == len(b.flat.params):
-            b.ready = 0
-            self._launch(b, async_op=True)
+        sb.ready += 1
+        if sb.ready == len(sb.params):
+            sb.ready = 0
+            self._launch(sb, async_op=True)
             self.overlapped_reductions += 1
 
-    def _launch(self, b: ShardedBucket, *, async_op: bool) -> None:
-        if b.work is not None:  # a previous backward's reduction that no step consumed
-            b.work.wait()
-        if b.flat.changed_outside():
-            self._reload_masters(b)
+    def _launch(self, sb: ShardedBucket, *, async_op: bool) -> None:
+        if sb.work is not None:  # a previous backward's reduction that no step consumed
+            sb.work.wait()
         with torch.no_grad():
-            b.flat.flat_grads(b.grad, negate=b.maximize)
-            if self.average:
-                b.grad.div_(self.world)
-        work = _reduce_scatter(b.shard_grad, b.grad, group=self.process_group, async_op=async_op)
-        b.work = work if async_op else None
+            sb.fill(self.average)
+        if self.free_grads:
+            for p in sb.params:
+                p.grad = None
+        work = _reduce_scatter(sb.shard_grad, sb.bucket, group=self.process_group, async_op=async_op)
+        # Which parameters have a gradient: any rank's (as DDP); one small all-reduce.
+        dist.all_reduce(sb.present, op=dist.ReduceOp.MAX, group=self.process_group)
+        sb.work = work if async_op else None
+        sb.reduced = not async_op
+
+    def _reduce_all(self) -> list[tuple[dict[str, Any], ShardedBucket]]:
+        """Make sure every bucket's reduced gradient is here (launched now, or waited for)."""
+        out = []
+        for group, sb in self._sharded_buckets():
+            sb.ready = 0
+            sb.maximize = bool(group.get("maximize", False))
+            if sb.work is not None:
+                sb.work.wait()
+                sb.work = None
+                sb.reduced = True
+            elif not sb.reduced:
+                self._launch(sb, async_op=False)
+            out.append((group, sb))
+        return out
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -208,143 +305,151 @@ class ShardedNicOptimizer(torch.optim.Optimizer):
         finally:
             self._sync = before
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        super().add_param_group(param_group)
-        if hasattr(self, "_buckets"):  # collective: every rank adds the same group
-            check_group(self.param_groups[-1], adamw=self._adamw, who=type(self).__name__)
-            self._buckets.append(self._make_buckets(self.param_groups[-1]))
+    # ---- clipping on the card --------------------------------------------------------------------
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, grad_scaler: Any = None) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ on the reduced gradient: the global 2-norm over all ranks'
+        shards (one all-reduce), unscaled by `grad_scaler`'s scale when given; the clip factor is
+        applied on the card in the next step (grad-scale register). Returns the total norm."""
+        self._check_open()
+        if float(norm_type) != 2.0:
+            raise UserError("ShardedNicOptimizer.clip_grad_norm_: only the 2-norm is implemented")
+        if grad_scaler is not None and grad_scaler.is_enabled() and not any(
+                sb.reduced or sb.work is not None for _, sb in self._sharded_buckets()):
+            self._reduced_stage = grad_scaler._per_optimizer_states[id(self)]["stage"]
+        buckets = self._reduce_all()
+        sq = torch.zeros((), dtype=torch.float64)
+        for _, sb in buckets:
+            for s in sb.card.slots:
+                g = s.grad()
+                if g is not None and s.numel:
+                    sq += g.double().pow(2).sum().cpu()
+        dist.all_reduce(sq, group=self.process_group)
+        total = math.sqrt(sq.item())
+        if grad_scaler is not None and grad_scaler.is_enabled():
+            from torch.amp.grad_scaler import OptState
 
-    # ---- what lives where ----------------------------------------------------------------------
-    def shards(self) -> list[ShardState]:
-        return [b.shard for buckets in self._buckets for b in buckets]
+            stage = grad_scaler._per_optimizer_states[id(self)]["stage"]
+            if self.overlap or (self._reduced_stage or stage) is OptState.READY:  # still scaled
+                total /= float(grad_scaler.get_scale())
+        self._clip = (float(max_norm), total)
+        return torch.tensor(total, dtype=torch.float32)
 
+    def _grad_scale(self, scaler: Any) -> float:
+        """The factor the card multiplies every gradient by: 1/loss scale (when the reduced gradient is
+        still scaled), times the clip coefficient."""
+        gs = 1.0
+        if scaler is not None and scaler.is_enabled():
+            from torch.amp.grad_scaler import OptState
+
+            stage = scaler._per_optimizer_states[id(self)]["stage"]
+            # Reduced before any unscale_: from the backward pass (overlap), or while the scaler was READY.
+            scaled = self.overlap or self._reduced_stage is OptState.READY or (
+                self._reduced_stage is None and stage is OptState.READY)
+            if scaled:
+                gs = 1.0 / float(scaler.get_scale())
+        elif hasattr(self, "found_inf"):
+            # GradScaler's announced contract (no `grad_scaler` argument): it sets `grad_scale` (None
+            # once the user ran unscale_) and `found_inf` on the optimizer.
+            scale = getattr(self, "grad_scale", None)
+            if scale is not None:
+                gs = 1.0 / float(scale)
+            elif self.overlap:
+                raise UserError("ShardedNicOptimizer(overlap=True): GradScaler unscaled gradients the reduce-"
+                                "scatter had already read, and no longer says by how much; drop scaler.unscale_"
+                                "(optimizer) and pass grad_scaler= to optimizer.clip_grad_norm_")
+        if self._clip is not None:
+            max_norm, total = self._clip
+            gs *= min(1.0, max_norm / (total + 1e-6))  # torch's clip coefficient
+        return gs
+
+    # ---- the step --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None, grad_scaler: Any = None) -> Any:
+        """One step. Under `GradScaler.step(opt)` the scaler passes itself (`grad_scaler`): the card
+        unscales, every rank skips a step whose reduced gradient is not finite on any rank, and the
+        scaler's inf record is that global verdict, so every rank's scale stays the same."""
+        self._check_open()
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        try:
+            buckets = self._reduce_all()
+            gs = self._grad_scale(grad_scaler)
+            plans = []
+            for group, sb in buckets:
+                runs = sb.card.plan(lambda step, g=group: _hyper(g, step, gs), self.kind) if sb.card.shard else []
+                plans.append((sb, runs))
+            local_inf = float(getattr(self, "found_inf", 0.0) or 0.0)  # the announced GradScaler contract
+            check = self.skip_nonfinite or grad_scaler is not None or hasattr(self, "found_inf")
+            if check:
+                bad = torch.tensor([float(local_inf > 0 or not all(sb.card.grads_finite(runs) for sb, runs in plans))])
+                dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
+                if grad_scaler is not None and grad_scaler.is_enabled():
+                    found = bad.to(grad_scaler._scale.device if grad_scaler._scale is not None else "cpu")
+                    grad_scaler._per_optimizer_states[id(self)]["found_inf_per_device"] = {found.device: found}
+                if bad.item():
+                    # a GradScaler skip is the scaler's, not ours
+                    self.skipped_steps += int(grad_scaler is None and not local_inf)
+                    return loss
+            for sb, runs in plans:
+                sb.card.maximize = sb.maximize
+                sb.card.run(runs, detect=self.detect_changes)
+                if bool(sb.present.any()):
+                    sb.gather(self.process_group)
+        finally:
+            self._clip = None
+            self._reduced_stage = None
+            for _, sb in self._sharded_buckets():
+                sb.reduced = False
+        return loss
+
+    # ---- what lives where ------------------------------------------------------------------------
     def placement(self) -> list[dict[str, Any]]:
-        """This rank's shards: elements [lo, hi) of each flat bucket, backend, bytes on the card."""
+        """This rank's shards: its rows of every parameter, backend, bytes on the card."""
         rows = []
-        for gi, buckets in enumerate(self._buckets):
-            for b in buckets:
-                rows.append({
-                    "rank": self.rank, "world_size": self.world, "group": gi,
-                    "dtype": str(b.dtype).replace("torch.", ""), "bucket_params": b.flat.n, "padded": b.padded,
-                    "shard_lo": b.lo, "shard_hi": b.hi, "shard_params": b.shard.n, "backend": b.shard.backend,
-                    "kernel": b.shard.spec.name, "state_bytes": 12 * b.shard.n,
-                })
+        for gi, (_, sb) in enumerate(self._sharded_buckets()):
+            card = sb.card
+            rows.append({
+                "rank": self.rank, "world_size": self.world, "group": gi,
+                "dtype": str(sb.dtype).replace("torch.", ""), "bucket_params": sum(p.numel() for p in sb.params),
+                "padded": sb.world * sb.seg_len, "shard_lo": sb.rank * sb.seg_len,
+                "shard_hi": (sb.rank + 1) * sb.seg_len, "shard_params": sum(s.numel for s in card.slots),
+                "backend": card.shard.backend if card.shard else None,
+                "kernel": card.shard.spec.name if card.shard else None,
+                "state_bytes": 12 * (card.shard.n if card.shard else 0),
+            })
         return rows
 
-    def device_state_bytes(self) -> int:
-        return sum(12 * s.n for s in self.shards())
+    def host_bytes(self) -> int:
+        """Memory this optimizer holds beside the model (host memory when the parameters are on the
+        host): the two host chunks, the comparison blocks, and one flat bucket per group and dtype."""
+        return super().host_bytes() + sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in self._sharded_buckets())
+
+    def full_state_dict(self) -> dict[str, Any]:
+        """Collective: torch.optim.AdamW's plain state_dict, the full state gathered onto every rank
+        (for interchange with a single-process optimizer; checkpoints should stay sharded, DCP)."""
+        sd = self.state_dict()
+        for st in sd["state"].values():
+            for k, v in st.items():
+                if getattr(v, "_local_tensor", None) is not None:
+                    st[k] = v.full_tensor()
+        return sd
 
     def close(self) -> None:
         for h in getattr(self, "_hooks", []):
             h.remove()
         self._hooks = []
-        for buckets in getattr(self, "_buckets", []):
-            for b in buckets:
-                if b.shard is not None:
-                    b.shard.close()
-        self._buckets = []
-        self.pool.close()
+        super().close()
 
-    # ---- the step -----------------------------------------------------------------------------
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        who = type(self).__name__
-        work: list[tuple[dict[str, Any], ShardedBucket]] = []
-        for group, buckets in zip(self.param_groups, self._buckets, strict=True):
-            check_group(group, adamw=self._adamw, who=who)
-            for b in buckets:
-                b.ready = 0
-                b.maximize = bool(group.get("maximize", False))
-                if b.work is None:  # not launched from the backward pass: reduce now
-                    if not grads_present(b.flat, who):
-                        continue  # every rank runs the same model, so every rank skips it
-                    self._launch(b, async_op=False)
-                else:
-                    b.work.wait()
-                    b.work = None
-                work.append((group, b))
-        if not work:
-            return loss
-        if self.skip_nonfinite:
-            # One flag for all buckets: if any rank's reduced shard is not finite, all skip the step.
-            bad = torch.tensor([float(not all(bool(torch.isfinite(b.shard_grad).all()) for _, b in work))],
-                               device=work[0][1].grad.device)
-            dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
-            if bad.item():
-                self.skipped_steps += 1
-                return loss
-        for group, b in work:
-            hyper = hyper_for(group, b.shard.step_count + 1)
-            b.shard.step(b.shard_grad.cpu(), hyper, out=b.host_out, apply_nonfinite=True)
-            if b.host_out is not b.shard_out:
-                b.shard_out.copy_(b.host_out)
-            _all_gather(b.gathered, b.shard_out, group=self.process_group)
-            b.flat.write_back(b.gathered)
-        return loss
 
-    def _reload_masters(self, b: ShardedBucket) -> None:
-        sd = b.shard.state_dict()
-        sd["params"] = b.masters()
-        b.shard.load_state_dict(sd)
-        b.flat.remember()
+def _hyper(group: dict[str, Any], step: int, grad_scale: float) -> Any:
+    from dataclasses import replace
 
-    # ---- state_dict: torch.optim.AdamW's format, gathered from every rank (collective) -----------
-    def _gather_full(self, b: ShardedBucket, local: np.ndarray) -> torch.Tensor:
-        dev = b.grad.device
-        full = torch.empty(b.padded, dtype=torch.float32, device=dev)
-        _all_gather(full, torch.from_numpy(np.ascontiguousarray(local)).to(dev), group=self.process_group)
-        return full[: b.flat.n].cpu()
+    from pynq_driver.optim import hyper_for
 
-    def state_dict(self) -> dict[str, Any]:
-        """Collective: every rank must call it. Returns the full state in torch.optim.AdamW's format."""
-        state: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
-        for buckets in self._buckets:
-            for b in buckets:
-                sd = b.shard.state_dict()
-                steps = torch.tensor([float(sd["step"])], device=b.grad.device)
-                dist.all_reduce(steps, op=dist.ReduceOp.MAX, group=self.process_group)
-                if steps.item() == 0:
-                    continue
-                full = {k: self._gather_full(b, sd[k]) for k in ("exp_avg", "exp_avg_sq", "params")}
-                f = b.flat
-                for p, lo, hi in zip(f.params, f.offsets, f.offsets[1:], strict=False):
-                    master = full["params"][lo:hi].numpy() if b.dtype != torch.float32 else None
-                    state[p] = torch_param_state(sd["step"], full["exp_avg"][lo:hi].numpy(),
-                                                 full["exp_avg_sq"][lo:hi].numpy(), p, master)
-        kept = self.state
-        self.state = state
-        try:
-            return super().state_dict()
-        finally:
-            self.state = kept
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a full torch.optim.AdamW-format state (every rank the same); each rank keeps its slice."""
-        saved = map_saved_state(self, state_dict)
-        super().load_state_dict(state_dict)
-        self.state = defaultdict(dict)
-        who = type(self).__name__
-        for group, buckets in zip(self.param_groups, self._buckets, strict=True):
-            check_group(group, adamw=self._adamw, who=who)
-            for b in buckets:
-                states = [saved.get(id(p)) for p in b.flat.params]
-                present = [st is not None and "exp_avg" in st for st in states]
-                if not any(present):
-                    zeros = np.zeros(b.shard_len, np.float32)
-                    sd = {"step": 0, "exp_avg": zeros, "exp_avg_sq": zeros, "params": b.masters()}
-                elif not all(present):
-                    raise UserError(f"{who}: the state dict has state for only some parameters of a param group")
-                else:
-                    cat = {k: torch.cat([st[k].detach().to("cpu", torch.float32).reshape(-1) for st in states])
-                           for k in ("exp_avg", "exp_avg_sq")}
-                    sd = {"step": saved_step(states, who), "exp_avg": b.slice_of(cat["exp_avg"]),
-                          "exp_avg_sq": b.slice_of(cat["exp_avg_sq"]), "params": b.masters(states)}
-                b.shard.load_state_dict(sd)
-                b.flat.remember()
+    return replace(hyper_for(group, step), grad_scale=grad_scale)
 
 
 def host_local_rank(group: Any = None) -> int:

@@ -5,41 +5,55 @@ The one-line change in a training script::
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)       # before
     optimizer = NicAdamW(model.parameters(), lr=3e-4)                # after (backend="csim")
 
-How the parameters map onto the card: each param group is flattened, per parameter dtype, into
-one flat shard (a `ShardState`) that holds the fp32 master parameters and both moments in card
-memory for the whole run. `step()` concatenates the gradients of the shard, streams them
-through the kernel and copies the returned parameters back into the model's tensors. A group
-can have its own lr and weight decay (each shard gets its own scalar registers per step), so
-every `torch.optim.lr_scheduler` works: they only write `param_groups[i]["lr"]`.
+How the parameters map onto the card: per param group and parameter dtype, one `ShardState`
+holds the fp32 master parameters and both moments in card memory for the whole run; each
+parameter (for an FSDP2 DTensor parameter: its local shard) has its own beat-aligned range of
+it and its own step count, as torch keeps one per parameter (`buckets.py`). `step()` runs the
+kernel over the runs of consecutive parameters that have a gradient and share a step count,
+each with its own scalar registers, streaming gradients chunk by chunk from `p.grad` and
+writing the results straight into the parameters: two chunks of host memory, shared by all
+shards. A group can have its own lr and weight decay, so every `torch.optim.lr_scheduler` works.
 
-Parameters that are bf16 on the model side use a bf16-gradient / bf16-output kernel: the card
-keeps fp32 masters and returns the bf16 rounding of them (design.md section 3).
+Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
+- parameters without a gradient in a step are skipped (moments and step count untouched);
+  parameters frozen when the optimizer was built have their place on the card and train once
+  they get gradients;
+- any change to a parameter between steps (`p.data` edits, `model.load_state_dict`, a broadcast)
+  is picked up: before the kernel runs on a chunk, the masters on the card are compared bit for
+  bit with the parameters (bf16: with the bf16 rounding the card returned) and replaced where
+  they differ (`detect_changes=False` skips that readback, for scripts that never touch
+  parameters between steps: an edit would then be overwritten by the card's copy);
+- `optimizer.state[p]` has `step`, `exp_avg`, `exp_avg_sq` (and `master_param` for bf16
+  parameters): each read comes from the card, each assignment goes to it, `del` resets it, and
+  a parameter has state once it stepped. Tools that read it (torch.distributed.checkpoint's
+  `get_optimizer_state_dict`, ZeroRedundancyOptimizer's `load_state_dict`) work; DTensor
+  parameters (FSDP2) get DTensor state placed like the parameter.
 
-`state_dict()` returns exactly `torch.optim.AdamW`'s (or `Adam`'s) format: per parameter `step`
-(float32 scalar tensor), `exp_avg`, `exp_avg_sq` (fp32, read from the card), and param groups
-with torch's keys. For bf16 parameters one more entry, `master_param` (fp32), carries the card's
-master copy; torch ignores it. Loading restores the masters from `master_param` when it is
-present and still rounds to the model's current bf16 values, else from the model's parameters
-(after a stretch under `torch.optim.AdamW`, whose bf16 state has no masters). torch's own
+`state_dict()` returns exactly `torch.optim.AdamW`'s (or `Adam`'s) format, read from the card.
+For bf16 parameters one more entry, `master_param` (fp32), carries the card's master copy;
+torch ignores it. Loading writes the saved masters, and the next step keeps them only where
+they still round to the model's bf16 values (else the model's value). torch's own
 `load_state_dict` casts the moments to the parameter dtype; ours keeps them fp32.
 
 `torch.amp.GradScaler` works as with any torch optimizer: `scaler.step(opt)` unscales the
-gradients on the host and skips the step when one is not finite, so the card sees ordinary
-gradients and its grad-scale register stays 1.0.
+gradients on the host and skips the step when one is not finite.
+
+The optimizer cannot be pickled or deep-copied (its state is on a card): both raise TypeError
+saying to save `state_dict()` instead. After `close()` every call raises DeviceClosed.
 
 Semantics differ from torch's only by rounding (the golden model computes
 `sqrt(v) * f32(1/sqrt(bc2)) + eps` and `step_size = f32(lr/bc1)`; torch divides by
-`sqrt(bc2)`), except for two documented choices: a step whose gradient holds inf/NaN is
-skipped on the card (state unchanged; `skip_nonfinite=False` applies it as torch would), and a
-shard is updated as a whole, so the parameters of one group and dtype must all have a gradient
-in a step or none of them (torch would skip just the ones without).
+`sqrt(bc2)`), and by one documented choice: a step whose gradient holds inf/NaN is skipped on
+the card (state unchanged; `skip_nonfinite=False` applies it as torch would).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from itertools import chain
 from typing import Any
 
@@ -48,11 +62,15 @@ import torch
 from torch.optim.optimizer import _get_scalar_dtype
 
 from hls.errors import UserError
-from hls.golden import Hyper, to_bf16_bits
+from hls.golden import Hyper
 from hls.spec import KernelSpec, default_name
 from pynq_driver.backends import BACKENDS, open_device
+from pynq_driver.buckets import CardBucket, Slot, is_dtensor, local_tensor, param_slot
 from pynq_driver.device import Device
+from pynq_driver.errors import DeviceClosed
 from pynq_driver.shard import ShardState
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BACKEND = "csim"
 DEFAULT_TARGET = "u55c"
@@ -62,6 +80,7 @@ KERNEL_DTYPES: dict[torch.dtype, tuple[str, str]] = {
     torch.bfloat16: ("bf16", "bf16"),
 }
 MASTER_KEY = "master_param"
+STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
 
 
 class DevicePool:
@@ -101,71 +120,6 @@ class DevicePool:
         for dev in self.devices.values():
             dev.close()
         self.devices.clear()
-
-
-class FlatBucket:
-    """Parameters of one group and one dtype laid end to end: offsets, flat copies in and out."""
-
-    def __init__(self, params: list[torch.Tensor]) -> None:
-        self.params = params
-        self.dtype = params[0].dtype
-        self.device = params[0].device
-        self.numels = [p.numel() for p in params]
-        self.offsets = [0, *np.cumsum(self.numels).tolist()]
-        self.n = int(self.offsets[-1])
-        self.versions: list[tuple[int, int]] = []
-
-    def flat_params(self) -> torch.Tensor:
-        """The parameters end to end, on the host (the card is fed from host memory)."""
-        return torch.cat([p.detach().reshape(-1) for p in self.params]).cpu()
-
-    def flat_grads(self, out: torch.Tensor | None = None, *, negate: bool = False) -> torch.Tensor:
-        """The gradients end to end (into `out`, which may be longer: the tail is left alone)."""
-        if out is None:
-            out = torch.empty(self.n, dtype=self.dtype, device=self.device)
-        for p, lo, hi in zip(self.params, self.offsets, self.offsets[1:], strict=False):
-            g = p.grad
-            if g.is_sparse:
-                raise UserError("NicAdamW does not support sparse gradients (neither does torch.optim.AdamW)")
-            if g.dtype != self.dtype:
-                raise UserError(f"a {self.dtype} parameter has a {g.dtype} gradient; the kernel needs {self.dtype}")
-            out[lo:hi].copy_(g.detach().reshape(-1))
-        if negate:  # maximize: the negation is exact, so it is the same update as torch's
-            out[: self.n].neg_()
-        return out
-
-    def write_back(self, flat: torch.Tensor) -> None:
-        """Copy the updated flat parameters (host or any device) into the model's tensors."""
-        for p, lo, hi in zip(self.params, self.offsets, self.offsets[1:], strict=False):
-            p.detach().copy_(flat[lo:hi].view_as(p))
-        self.remember()
-
-    def remember(self) -> None:
-        # A parameter written by anyone but us (model.load_state_dict, manual init) bumps its
-        # version counter; the next step then re-reads the masters from the model.
-        self.versions = [(p._version, p.data_ptr()) for p in self.params]
-
-    def changed_outside(self) -> bool:
-        return self.versions != [(p._version, p.data_ptr()) for p in self.params]
-
-
-def grads_present(bucket: FlatBucket, where: str) -> bool:
-    """True if every parameter of the bucket has a gradient, False if none; a clear error otherwise."""
-    have = [p.grad is not None for p in bucket.params]
-    if all(have):
-        return True
-    if not any(have):
-        return False
-    missing = [i for i, h in enumerate(have) if not h]
-    raise UserError(
-        f"{where}: {len(missing)} of {len(have)} parameters (indices {missing[:8]}) have no gradient this step "
-        "while the others do; the card updates a param group as one flat shard. Put parameters that may "
-        "miss a gradient (frozen or unused) in their own param group, or call zero_grad(set_to_none=False)"
-    )
-
-
-def flat_to_host(x: torch.Tensor) -> np.ndarray:
-    return x.view(torch.int16).numpy().view(np.uint16) if x.dtype == torch.bfloat16 else x.numpy()
 
 
 def hyper_for(group: dict[str, Any], step: int) -> Hyper:
@@ -208,43 +162,6 @@ def torch_defaults(lr: float, betas: tuple[float, float], eps: float, weight_dec
                 decoupled_weight_decay=adamw)
 
 
-def torch_param_state(step: int, exp_avg: np.ndarray, exp_avg_sq: np.ndarray, p: torch.Tensor,
-                      master: np.ndarray | None) -> dict[str, torch.Tensor]:
-    st = {
-        "step": torch.tensor(float(step), dtype=_get_scalar_dtype()),
-        "exp_avg": torch.from_numpy(exp_avg.copy()).view_as(p),
-        "exp_avg_sq": torch.from_numpy(exp_avg_sq.copy()).view_as(p),
-    }
-    if master is not None:
-        st[MASTER_KEY] = torch.from_numpy(master.copy()).view_as(p)
-    return st
-
-
-def masters_from(bucket: FlatBucket, states: list[dict[str, Any]] | None, lo: int = 0, hi: int | None = None
-                 ) -> np.ndarray:
-    """fp32 masters for flat range [lo, hi) of the bucket: saved ones if still current, else the model's."""
-    current = bucket.flat_params()[lo:hi]  # on the host
-    if bucket.dtype == torch.float32:
-        return current.numpy().copy()
-    if states and all(MASTER_KEY in st for st in states):
-        saved = torch.cat([st[MASTER_KEY].detach().to("cpu", torch.float32).reshape(-1) for st in states])[lo:hi]
-        saved_np = saved.numpy()
-        if np.array_equal(to_bf16_bits(saved_np), flat_to_host(current.contiguous())):
-            return saved_np.copy()
-    return current.to(torch.float32).numpy().copy()
-
-
-def saved_step(states: list[dict[str, Any]], who: str) -> int:
-    steps = {float(st["step"]) for st in states}
-    if len(steps) != 1:
-        raise UserError(f"{who}: the parameters of one param group carry different step counts {sorted(steps)}; "
-                        "the card keeps one count per group")
-    step = steps.pop()
-    if step != int(step) or step < 0:
-        raise UserError(f"{who}: step {step} is not a whole count")
-    return int(step)
-
-
 def map_saved_state(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Saved per-parameter state keyed by id() of our parameter (torch's id matching, no casts)."""
     saved_groups = state_dict["param_groups"]
@@ -259,9 +176,354 @@ def map_saved_state(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
     return {id(id_map[k]): v for k, v in state_dict["state"].items() if k in id_map}
 
 
-class _NicAdamBase(torch.optim.Optimizer):
-    _adamw = True
+class CardState(MutableMapping):
+    """`optimizer.state` of a card optimizer: torch's per-parameter state, read from and written to the card.
 
+    `opt.state[p]` is a mapping with torch's keys (`step`, `exp_avg`, `exp_avg_sq`, and for bf16
+    parameters `master_param`); each read is a fresh tensor read from the card (a DTensor shaped
+    and placed like `p` when `p` is one), each assignment is written to the card. Parameters have
+    state once they stepped (or state was loaded), as in torch; `len(opt.state)` counts them.
+    """
+
+    def __init__(self, opt: CardOptimizer) -> None:
+        self._opt = opt
+        self._other: dict[Any, Any] = {}  # keys that are not our parameters (torch's defaultdict keeps them)
+
+    def __getitem__(self, p: Any) -> Any:
+        self._opt._check_open()
+        if isinstance(p, torch.Tensor) and id(p) in self._opt._slots:
+            return ParamState(self._opt, p)
+        return self._other.setdefault(p, {})
+
+    def __contains__(self, p: Any) -> bool:
+        self._opt._check_open()
+        if isinstance(p, torch.Tensor) and id(p) in self._opt._slots:
+            return self._opt._slots[id(p)][1].has_state
+        return p in self._other
+
+    def __setitem__(self, p: Any, value: Any) -> None:
+        self._opt._check_open()
+        if isinstance(p, torch.Tensor) and id(p) in self._opt._slots:
+            self._opt._set_param_state(p, dict(value))
+        else:
+            self._other[p] = value
+
+    def __delitem__(self, p: Any) -> None:
+        self._opt._check_open()
+        if isinstance(p, torch.Tensor) and id(p) in self._opt._slots:
+            if not self._opt._slots[id(p)][1].has_state:
+                raise KeyError(p)
+            self._opt._set_param_state(p, {})
+        else:
+            del self._other[p]
+
+    def __iter__(self) -> Iterator[Any]:
+        self._opt._check_open()
+        for group in self._opt.param_groups:
+            for p in group["params"]:
+                found = self._opt._slots.get(id(p))
+                if found is not None and found[1].has_state:
+                    yield p
+        yield from self._other
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"CardState({len(self)} parameters with state on the card)"
+
+
+class ParamState(MutableMapping):
+    """The state of one parameter: every read comes from the card, every assignment goes to it."""
+
+    def __init__(self, opt: CardOptimizer, p: torch.Tensor) -> None:
+        self._opt, self._p = opt, p
+
+    def _keys(self) -> tuple[str, ...]:
+        bucket, slot = self._opt._slots[id(self._p)]
+        if not slot.has_state:
+            return ()
+        return (*STATE_KEYS, MASTER_KEY) if bucket.dtype != torch.float32 else STATE_KEYS
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        self._opt._check_open()
+        if key not in self._keys():
+            raise KeyError(key)
+        return self._opt._read_param_state(self._p, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._opt._check_open()
+        self._opt._write_param_state(self._p, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        raise UserError(f"optimizer.state[p][{key!r}]: the card keeps step, exp_avg and exp_avg_sq together; "
+                        "`del optimizer.state[p]` resets all of them")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __repr__(self) -> str:
+        return f"ParamState(keys={list(self._keys())}, on the card)"
+
+
+class CardOptimizer(torch.optim.Optimizer):
+    """What NicAdamW/NicAdam and ShardedNicOptimizer share: slots on cards, torch's state and state_dict."""
+
+    _adamw = True
+    _who = "NicAdamW"
+
+    def _init_card(self, backend: str, target: str, lanes: int | None, skip_nonfinite: bool,
+                   chunk_elems: int | None, device_options: dict[str, Any]) -> None:
+        self.kind = "adamw" if self._adamw else "adam"
+        self.skip_nonfinite = bool(skip_nonfinite)
+        # Exact change detection (the card's masters read back and compared before every chunk).
+        # `detect_changes=False` saves that read for scripts that never touch parameters between
+        # steps; an edit then is overwritten by the card's copy at the next step.
+        self.detect_changes = bool(device_options.pop("detect_changes", True))
+        self.chunk_elems = chunk_elems
+        self.pool = DevicePool(backend, self.kind, target, lanes, device_options)
+        self.skipped_steps = 0
+        self._closed = False
+        self._buckets: list[list[CardBucket]] = []
+        self._slots: dict[int, tuple[CardBucket, Slot]] = {}
+        try:
+            for group in self.param_groups:
+                check_group(group, adamw=self._adamw, who=self._who)
+                self._buckets.append(self._make_buckets(group))
+        except BaseException:
+            self.close()
+            raise
+        self._share_host_chunks()
+        self.state = CardState(self)  # type: ignore[assignment]
+
+    def _share_host_chunks(self) -> None:
+        """One pair of host chunks for all of this optimizer's shards (they step one after another)."""
+        shards = self.shards()
+        if shards:
+            nbytes = 4 * max(s.chunk_elems for s in shards)
+            if getattr(self, "_host_raw", None) is None or self._host_raw[0].nbytes < nbytes:
+                self._host_raw = (np.empty(nbytes, np.uint8), np.empty(nbytes, np.uint8))
+            for s in shards:
+                s.share_host_chunks(*self._host_raw)
+
+    # ---- layout: overridden by the sharded optimizer --------------------------------------------
+    def _slots_for(self, params: list[torch.Tensor]) -> list[Slot]:
+        return [param_slot(p) for p in params]
+
+    def _wrap_state(self, p: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """A state tensor of `p` from the slot's fp32 values: shaped (and for DTensors placed) as `p`."""
+        if is_dtensor(p):
+            from torch.distributed.tensor import DTensor
+
+            loc = local.view(local_tensor(p).shape).to(p.device)
+            return DTensor.from_local(loc, p.device_mesh, p.placements, run_check=False, shape=p.shape,
+                                      stride=p.stride())
+        return local.view_as(p).to(p.device)
+
+    def _local_value(self, p: torch.Tensor, value: Any, key: str) -> torch.Tensor:
+        """This optimizer's part of a state value for `p` (a DTensor's local shard, else the value)."""
+        if not isinstance(value, torch.Tensor):
+            raise UserError(f"{self._who}: state {key!r} must be a tensor, got {type(value).__name__}")
+        if is_dtensor(value):
+            if is_dtensor(p) and tuple(value.placements) != tuple(p.placements):
+                value = value.redistribute(p.device_mesh, p.placements)
+            return local_tensor(value)
+        if is_dtensor(p) and value.numel() == p.numel() != local_tensor(p).numel():
+            from torch.distributed.tensor import distribute_tensor
+
+            return local_tensor(distribute_tensor(value.to(p.device), p.device_mesh, p.placements))
+        return value
+
+    def _make_buckets(self, group: dict[str, Any]) -> list[CardBucket]:
+        by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = defaultdict(list)
+        for p in group["params"]:
+            if p.dtype not in KERNEL_DTYPES:
+                raise UserError(f"{self._who}: parameters of dtype {p.dtype} are not supported; "
+                                f"use one of {', '.join(str(d) for d in KERNEL_DTYPES)}")
+            # Frozen parameters get a place too: unfrozen later, they train (torch gives them state
+            # at their first gradient; until then the card keeps zeros for them).
+            by_dtype[p.dtype, local_tensor(p).device].append(p)
+        out = []
+        for (dtype, _), params in by_dtype.items():
+            slots = self._slots_for(params)
+            bucket = CardBucket(slots, self.pool.get(*KERNEL_DTYPES[dtype]), dtype, self.chunk_elems)
+            for p, s in zip(params, slots, strict=True):
+                self._slots[id(p)] = (bucket, s)
+            out.append(bucket)
+        return out
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        if getattr(self, "_closed", False):
+            self._check_open()
+        super().add_param_group(param_group)
+        if hasattr(self, "_buckets"):  # not during __init__, which builds them itself
+            check_group(self.param_groups[-1], adamw=self._adamw, who=self._who)
+            self._buckets.append(self._make_buckets(self.param_groups[-1]))
+            self._share_host_chunks()
+
+    def shards(self) -> list[ShardState]:
+        return [b.shard for buckets in self._buckets for b in buckets if b.shard is not None]
+
+    def device_state_bytes(self) -> int:
+        return sum(12 * s.n for s in self.shards())
+
+    def host_bytes(self) -> int:
+        """Host memory this optimizer holds for its steps: the shared pair of host chunks and each
+        bucket's block-sized scratch (the state itself is on the card)."""
+        raw = getattr(self, "_host_raw", None) or ()
+        return sum(a.nbytes for a in raw) + sum(b._cmp.nbytes for bs in self._buckets for b in bs)
+
+    # ---- life cycle ------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if getattr(self, "_closed", False):
+            raise DeviceClosed(f"{self._who} is closed (close() released its cards and their state); "
+                               "create a new optimizer and load_state_dict a saved state_dict into it")
+
+    def close(self) -> None:
+        for buckets in getattr(self, "_buckets", []):
+            for b in buckets:
+                b.close()
+        self._buckets = []
+        self._slots = {}
+        if hasattr(self, "pool"):
+            self.pool.close()
+        self._closed = True
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._check_open()
+        super().zero_grad(set_to_none)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(f"{self._who} cannot be pickled or deep-copied: its state lives on a card, which a copy "
+                        "cannot share. Save optimizer.state_dict() (torch.save works on it) and load it into a new "
+                        f"{self._who} over the copied model's parameters")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        self.__reduce_ex__(4)
+
+    # ---- per-parameter state (optimizer.state, state_dict) ----------------------------------------
+    def _read_param_state(self, p: torch.Tensor, key: str) -> torch.Tensor:
+        bucket, slot = self._slots[id(p)]
+        if key == "step":
+            return torch.tensor(float(slot.step), dtype=_get_scalar_dtype())
+        array = {"exp_avg": "m", "exp_avg_sq": "v", MASTER_KEY: "p"}[key]
+        return self._wrap_state(p, bucket.read(slot, array))
+
+    def _param_state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: self._read_param_state(p, k) for k in ParamState(self, p)}
+
+    def _write_param_state(self, p: torch.Tensor, key: str, value: Any) -> None:
+        bucket, slot = self._slots[id(p)]
+        if key == "step":
+            slot.step = _as_step(value, self._who)
+            slot.has_state = True
+            bucket.shard_step_changed()
+            return
+        array = {"exp_avg": "m", "exp_avg_sq": "v", MASTER_KEY: "p"}.get(key)
+        if array is None or (key == MASTER_KEY and bucket.dtype == torch.float32):
+            raise UserError(f"{self._who}: optimizer.state[p][{key!r}]: the card keeps step, exp_avg, exp_avg_sq"
+                            + (" and master_param" if bucket.dtype != torch.float32 else ""))
+        bucket.write(slot, array, self._local_value(p, value, key))
+        slot.has_state = True
+
+    def _set_param_state(self, p: torch.Tensor, st: dict[str, Any]) -> None:
+        """Replace the whole state of `p` (torch's keys; empty: no state, as before its first step)."""
+        bucket, slot = self._slots[id(p)]
+        if not st:
+            bucket.write(slot, "m", None)
+            bucket.write(slot, "v", None)
+            slot.step, slot.has_state = 0, False
+            bucket.shard_step_changed()
+            return
+        missing = [k for k in STATE_KEYS if k not in st]
+        if missing:
+            raise UserError(f"{self._who}: state for a parameter lacks {', '.join(missing)} (torch.optim.AdamW "
+                            "keeps step, exp_avg and exp_avg_sq)")
+        unknown = sorted(set(st) - {*STATE_KEYS, MASTER_KEY})
+        if unknown:
+            raise UserError(f"{self._who}: state keys {unknown} have no place on the card (amsgrad's max_exp_avg_sq "
+                            "is not implemented by the kernel)")
+        step = _as_step(st["step"], self._who)
+        m = self._local_value(p, st["exp_avg"], "exp_avg")
+        v = self._local_value(p, st["exp_avg_sq"], "exp_avg_sq")
+        master = st.get(MASTER_KEY) if bucket.dtype != torch.float32 else None
+        for value, key in ((m, "exp_avg"), (v, "exp_avg_sq")):
+            if value.numel() != slot.numel:
+                raise UserError(f"{self._who}: state {key!r} has {value.numel()} elements, the parameter "
+                                f"{slot.numel} (a state_dict of another model or sharding?)")
+        bucket.write(slot, "m", m)
+        bucket.write(slot, "v", v)
+        # bf16: the saved fp32 masters where they still round to the parameter, else the parameter;
+        # the next step compares element by element (CardBucket.run), so writing them is enough.
+        bucket.write(slot, "p", self._local_value(p, master, MASTER_KEY) if master is not None else slot.data())
+        slot.step, slot.has_state = step, True
+        bucket.shard_step_changed()
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch.optim.AdamW's (or Adam's) state_dict, the state read from the card."""
+        self._check_open()
+        kept = self.state
+        self.state = {p: self._param_state(p) for p in kept}  # type: ignore[assignment]
+        try:
+            return super().state_dict()
+        finally:
+            self.state = kept
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load torch.optim.AdamW's (or Adam's, or ours) format; each value goes straight to the card."""
+        self._check_open()
+        saved = map_saved_state(self, state_dict)
+        # torch's load casts every state tensor (a host copy of the whole state); the card needs none.
+        super().load_state_dict({**state_dict, "state": {}})
+        self.state = CardState(self)  # type: ignore[assignment]
+        for group in self.param_groups:
+            check_group(group, adamw=self._adamw, who=self._who)
+            for p in group["params"]:
+                if id(p) in self._slots:
+                    self._set_param_state(p, saved.get(id(p)) or {})
+
+    # ---- the step --------------------------------------------------------------------------------
+    def _plan(self) -> list[tuple[CardBucket, list[Any]]]:
+        plans = []
+        for group, buckets in zip(self.param_groups, self._buckets, strict=True):
+            check_group(group, adamw=self._adamw, who=self._who)
+            for b in buckets:
+                b.maximize = bool(group.get("maximize", False))
+                runs = b.plan(functools.partial(hyper_for, group), self.kind) if b.shard is not None else []
+                if runs or b.empty_with_grad():
+                    plans.append((b, runs))
+        return plans
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        self._check_open()
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        plans = self._plan()
+        if not plans:
+            return loss
+        if self.skip_nonfinite and not all(b.grads_finite(runs) for b, runs in plans):
+            self.skipped_steps += 1
+            log.warning("%s: step skipped, a gradient holds inf or NaN (state unchanged)", self._who)
+            return loss
+        for b, runs in plans:
+            b.run(runs, detect=self.detect_changes)
+        return loss
+
+
+def _as_step(value: Any, who: str) -> int:
+    step = float(value.item() if isinstance(value, torch.Tensor) else value)
+    if step != int(step) or step < 0:
+        raise UserError(f"{who}: step {step} is not a whole count >= 0")
+    return int(step)
+
+
+class _NicAdamBase(CardOptimizer):
     def __init__(self, params: Iterable[Any], lr: float, betas: tuple[float, float], eps: float,
                  weight_decay: float, *, amsgrad: bool = False, maximize: bool = False,
                  foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,
@@ -271,54 +533,18 @@ class _NicAdamBase(torch.optim.Optimizer):
         defaults = torch_defaults(lr, betas, eps, weight_decay, adamw=self._adamw, amsgrad=amsgrad,
                                   maximize=maximize, foreach=foreach, capturable=capturable,
                                   differentiable=differentiable, fused=fused)
+        self._who = type(self).__name__
         super().__init__(params, defaults)
-        self.kind = "adamw" if self._adamw else "adam"
-        self.skip_nonfinite = bool(skip_nonfinite)
-        self.chunk_elems = chunk_elems
-        self.pool = DevicePool(backend, self.kind, target, lanes, device_options)
-        self.skipped_steps = 0
-        self._buckets: list[list[tuple[FlatBucket, ShardState]]] = []
-        try:
-            for group in self.param_groups:
-                check_group(group, adamw=self._adamw, who=type(self).__name__)
-                self._buckets.append(self._make_buckets(group))
-        except BaseException:
-            self.close()
-            raise
-
-    # ---- layout ------------------------------------------------------------------------------
-    def _make_buckets(self, group: dict[str, Any]) -> list[tuple[FlatBucket, ShardState]]:
-        by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = defaultdict(list)
-        for p in group["params"]:
-            if p.dtype not in KERNEL_DTYPES:
-                raise UserError(f"{type(self).__name__}: parameters of dtype {p.dtype} are not supported; "
-                                f"use one of {', '.join(str(d) for d in KERNEL_DTYPES)}")
-            if p.requires_grad:  # frozen parameters never get state, as in torch
-                by_dtype[p.dtype, p.device].append(p)
-        out = []
-        for (dtype, _), params in by_dtype.items():
-            bucket = FlatBucket(params)
-            dev = self.pool.get(*KERNEL_DTYPES[dtype])
-            shard = ShardState(dev, bucket.flat_params().to(torch.float32), self.chunk_elems,
-                               nonfinite="skip")
-            bucket.remember()
-            out.append((bucket, shard))
-        return out
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        super().add_param_group(param_group)
-        if hasattr(self, "_buckets"):  # not during __init__, which builds them itself
-            check_group(self.param_groups[-1], adamw=self._adamw, who=type(self).__name__)
-            self._buckets.append(self._make_buckets(self.param_groups[-1]))
-
-    def shards(self) -> list[ShardState]:
-        return [s for buckets in self._buckets for _, s in buckets]
+        self._init_card(backend, target, lanes, skip_nonfinite, chunk_elems, device_options)
 
     def placement(self) -> list[dict[str, Any]]:
         """Where the optimizer state lives: one entry per shard (backend, kernel, banks, bytes)."""
         rows = []
         for gi, buckets in enumerate(self._buckets):
-            for bucket, shard in buckets:
+            for bucket in buckets:
+                shard = bucket.shard
+                if shard is None:
+                    continue
                 banks = {cu: shard.dev.banks(cu) for cu in range(shard.dev.cus)}
                 rows.append({
                     "group": gi, "dtype": str(bucket.dtype).replace("torch.", ""), "params": shard.n,
@@ -328,94 +554,6 @@ class _NicAdamBase(torch.optim.Optimizer):
                                          if port.startswith(a) and port.endswith("_rd")}) for a in ("p", "m", "v")},
                 })
         return rows
-
-    def device_state_bytes(self) -> int:
-        return sum(12 * s.n for s in self.shards())
-
-    def close(self) -> None:
-        for buckets in getattr(self, "_buckets", []):
-            for _, shard in buckets:
-                shard.close()
-        self._buckets = []
-        self.pool.close()
-
-    # ---- the step ----------------------------------------------------------------------------
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        who = type(self).__name__
-        for group, buckets in zip(self.param_groups, self._buckets, strict=True):
-            check_group(group, adamw=self._adamw, who=who)
-            for bucket, shard in buckets:
-                if not grads_present(bucket, who):
-                    continue
-                if bucket.changed_outside():
-                    self._reload_masters(bucket, shard)
-                # GPU gradients come to the host in one copy: the card reads host memory over PCIe.
-                grad = bucket.flat_grads(negate=bool(group.get("maximize", False))).cpu()
-                hyper = hyper_for(group, shard.step_count + 1)
-                out = torch.empty(bucket.n, dtype=bucket.dtype)
-                result = shard.step(grad, hyper, out=out, apply_nonfinite=not self.skip_nonfinite)
-                if result is None:
-                    self.skipped_steps += 1
-                    continue
-                bucket.write_back(out)
-        return loss
-
-    def _reload_masters(self, bucket: FlatBucket, shard: ShardState) -> None:
-        sd = shard.state_dict()
-        sd["params"] = masters_from(bucket, None)
-        shard.load_state_dict(sd)
-        bucket.remember()
-
-    # ---- state_dict interchange with torch.optim.AdamW / Adam --------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        state: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
-        for buckets in self._buckets:
-            for bucket, shard in buckets:
-                if shard.step_count == 0:
-                    continue  # torch has no state for a parameter before its first step
-                sd = shard.state_dict()
-                for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:], strict=False):
-                    master = sd["params"][lo:hi] if bucket.dtype != torch.float32 else None
-                    state[p] = torch_param_state(sd["step"], sd["exp_avg"][lo:hi], sd["exp_avg_sq"][lo:hi], p, master)
-        kept = self.state
-        self.state = state
-        try:
-            return super().state_dict()
-        finally:
-            self.state = kept
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        saved = map_saved_state(self, state_dict)
-        super().load_state_dict(state_dict)  # param groups (lr, betas, ...) and torch's hooks
-        self.state = defaultdict(dict)  # the state lives on the card, not in host tensors
-        who = type(self).__name__
-        for group, buckets in zip(self.param_groups, self._buckets, strict=True):
-            check_group(group, adamw=self._adamw, who=who)
-            for bucket, shard in buckets:
-                states = [saved.get(id(p)) for p in bucket.params]
-                present = [st is not None and "exp_avg" in st for st in states]
-                if not any(present):
-                    sd = {"step": 0, "exp_avg": np.zeros(bucket.n, np.float32),
-                          "exp_avg_sq": np.zeros(bucket.n, np.float32), "params": masters_from(bucket, None)}
-                elif not all(present):
-                    raise UserError(f"{who}: the state dict has state for only some parameters of a param group; "
-                                    "the card keeps one shard per group")
-                else:
-                    sd = {
-                        "step": saved_step(states, who),
-                        "exp_avg": torch.cat([st["exp_avg"].detach().to("cpu", torch.float32).reshape(-1)
-                                              for st in states]),
-                        "exp_avg_sq": torch.cat([st["exp_avg_sq"].detach().to("cpu", torch.float32).reshape(-1)
-                                                 for st in states]),
-                        "params": masters_from(bucket, states),
-                    }
-                shard.load_state_dict(sd)
-                bucket.remember()
 
 
 class NicAdamW(_NicAdamBase):
@@ -438,4 +576,4 @@ class NicAdam(_NicAdamBase):
         super().__init__(params, lr, betas, eps, weight_decay, **options)
 
 
-__all__ = ["NicAdam", "NicAdamW", "DevicePool", "FlatBucket", "KERNEL_DTYPES", "MASTER_KEY"]
+__all__ = ["CardOptimizer", "CardState", "NicAdam", "NicAdamW", "DevicePool", "KERNEL_DTYPES", "MASTER_KEY"]

@@ -107,6 +107,22 @@ def _all_finite(chunk: np.ndarray, dtype_name: str, scratch: np.ndarray, zeros: 
     return bool(np.isfinite(chunk, out=scratch[: chunk.size].view(np.bool_)).all())
 
 
+_BLOCK = 1 << 16  # elements per comparison block (cache-sized, no chunk-sized temporaries)
+
+
+def bits_equal(a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> bool:
+    """a == b bit for bit (same-shape integer views, 1-D or rows), block by block into a small
+    bool scratch."""
+    cols = a.shape[1] if a.ndim == 2 else 1
+    step = max(1, _BLOCK // cols)
+    for k in range(0, a.shape[0], step):
+        x, y = a[k:k + step], b[k:k + step]
+        ne = np.not_equal(x, y, out=scratch[: x.size].reshape(x.shape))
+        if ne.any():
+            return False
+    return True
+
+
 def _cu_ranges(n: int, cus: int, align: int) -> list[tuple[int, int]]:
     """Each compute unit's contiguous part of the shard (parts start stripe-aligned; the last may be short)."""
     per_cu = -(-n // cus)
@@ -193,10 +209,13 @@ class ShardState:
         dev._check_open()
         if nonfinite not in NONFINITE_POLICIES:
             raise UserError(f"nonfinite: {nonfinite!r}; choose one of {', '.join(NONFINITE_POLICIES)}")
-        n = _numel(params)
+        # `params` may be a number of elements: the shard starts at zeros and the caller writes its
+        # masters range by range (write_range), so no full-size host copy is ever needed.
+        by_count = isinstance(params, (int, np.integer)) and not isinstance(params, bool)
+        n = int(params) if by_count else _numel(params)
         if n < 1:
             raise BadGradient("params: the shard needs at least one parameter")
-        p_host = host_array(params, "fp32", n, "params")
+        p_host = None if by_count else host_array(params, "fp32", n, "params")
         self.dev = dev
         self.spec: KernelSpec = dev.spec
         self.backend = dev.backend
@@ -232,7 +251,7 @@ class ShardState:
                     stage[slot].append(buf)
             zeros = np.zeros(min(n, chunk), np.float32)
             for part, lo, hi in self._all_chunks():
-                self._put_state(part, "p", lo, p_host[lo:hi])
+                self._put_state(part, "p", lo, zeros[: hi - lo] if p_host is None else p_host[lo:hi])
                 self._put_state(part, "m", lo, zeros[: hi - lo])
                 self._put_state(part, "v", lo, zeros[: hi - lo])
         except BaseException:
@@ -245,6 +264,7 @@ class ShardState:
         self.closed = False
         self._scratch = np.empty(2 * chunk, np.uint8)
         self._zeros = np.zeros(chunk, np.float32) if self.spec.grad_dtype == "fp32" else None
+        self._host_chunks: tuple[np.ndarray, np.ndarray] | None = None
 
     # ---- life cycle ------------------------------------------------------------------------
     def _alloc(self, nbytes: int, bank: str) -> Any:
@@ -395,6 +415,195 @@ class ShardState:
                 self.inconsistent = (
                     f"step {step} stopped after {launched} of {len(chunks)} chunks ({type(exc).__name__}); "
                     f"the state on the card mixes steps {self.step_count} and {step}"
+                )
+            raise
+
+    # ---- striped copies through a caller's scratch (no allocation: the streamed step's path) -------
+    def _put_via(self, bufs: list[Any], data: np.ndarray, beat0: int, tmp: np.ndarray) -> None:
+        """As `_put`, but each stripe is gathered into `tmp` (uint8, at least one stripe's bytes)."""
+        if len(bufs) == 1:
+            self.dev.write(bufs[0], data, 64 * beat0)
+            return
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        stripes = len(bufs)
+        full = raw.size // 64
+        rows = raw[: full * 64].reshape(full, 64)
+        nb = -(-raw.size // 64)
+        for k, buf in enumerate(bufs):
+            cnt, jfull = layout.stripe_beats(nb, stripes, k), layout.stripe_beats(full, stripes, k)
+            if not cnt:
+                continue
+            t = tmp[: cnt * 64]
+            t[: jfull * 64].reshape(jfull, 64)[...] = rows[k::stripes]
+            if jfull < cnt:  # this stripe holds the last, partial beat: zero-padded, as layout.split
+                tail = raw[full * 64:]
+                t[jfull * 64: jfull * 64 + tail.size] = tail
+                t[jfull * 64 + tail.size:] = 0
+            self.dev.write(buf, t, 64 * beat0)
+
+    def _get_via(self, bufs: list[Any], out: np.ndarray, beat0: int, tmp: np.ndarray) -> None:
+        """As `_get`, but each stripe is read into `tmp` and scattered into `out` in place."""
+        if len(bufs) == 1:
+            self.dev.read(bufs[0], out, 64 * beat0)
+            return
+        raw = out.reshape(-1).view(np.uint8)
+        stripes = len(bufs)
+        full = raw.size // 64
+        rows = raw[: full * 64].reshape(full, 64)
+        nb = -(-raw.size // 64)
+        for k, buf in enumerate(bufs):
+            cnt, jfull = layout.stripe_beats(nb, stripes, k), layout.stripe_beats(full, stripes, k)
+            if not cnt:
+                continue
+            t = tmp[: cnt * 64]
+            self.dev.read(buf, t, 64 * beat0)
+            rows[k::stripes] = t[: jfull * 64].reshape(jfull, 64)
+            if jfull < cnt:
+                tail = raw[full * 64:]
+                tail[...] = t[jfull * 64: jfull * 64 + tail.size]
+
+    # ---- streaming by ranges (the torch layer: gradients read from, results written to, the model) --
+    def pieces(self, lo: int, hi: int) -> list[tuple[_CuPart, int, int]]:
+        """[lo, hi) cut at compute-unit parts and into chunks; `lo` must be a multiple of beat_align()."""
+        align = self.stripes.beat_align()
+        if lo % align or not 0 <= lo <= hi <= self.n:
+            raise UserError(f"range [{lo}, {hi}) of a {self.n}-element shard must start at a multiple of {align}")
+        out = []
+        for pt in self.parts:
+            a, b = max(lo, pt.lo), min(hi, pt.hi)
+            out += [(pt, x, min(x + self.chunk_elems, b)) for x in range(a, b, self.chunk_elems)]
+        return out
+
+    def host_chunks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The two host chunks a streamed step uses: 4 bytes x chunk (gradient, then the masters to
+        compare) and one output chunk. Allocated once, on first use."""
+        if self._host_chunks is None:
+            self._host_chunks = (np.empty(4 * self.chunk_elems, np.uint8),
+                                 np.empty(self.chunk_elems, _OUT_NP[self.spec.out_dtype]))
+        return self._host_chunks
+
+    def share_host_chunks(self, raw: np.ndarray, out_raw: np.ndarray) -> None:
+        """Use the caller's host chunks (uint8, at least 4 x chunk_elems bytes each): the shards of
+        one optimizer run one after another, so they can share two chunks instead of two each."""
+        if raw.nbytes < 4 * self.chunk_elems or out_raw.nbytes < 4 * self.chunk_elems:
+            raise UserError(f"share_host_chunks: needs {4 * self.chunk_elems} bytes per chunk")
+        out_np = _OUT_NP[self.spec.out_dtype]
+        self._host_chunks = (raw[: 4 * self.chunk_elems],
+                             out_raw[: self.chunk_elems * out_np.itemsize].view(out_np))
+
+    def read_range(self, array: str, lo: int, out: np.ndarray, tmp: np.ndarray | None = None) -> np.ndarray:
+        """State array `array` ("p", "m" or "v") at [lo, lo + out.size) into the float32 array `out`
+        (`tmp`: uint8 scratch of a chunk's bytes, so that striped reads allocate nothing)."""
+        self._check_open()
+        for pt, a, b in self.pieces(lo, lo + out.size):
+            if tmp is None:
+                self._get_state(pt, array, a, out[a - lo:b - lo])
+            else:
+                self._get_via(pt.state[array], out[a - lo:b - lo], self._state_beat(pt, a), tmp)
+        return out
+
+    def state_equals(self, array: str, lo: int, expect: np.ndarray, tmp: np.ndarray, cmp: np.ndarray) -> bool:
+        """Whether state array `array` at [lo, lo + expect.size) holds exactly `expect` (a 32-bit
+        integer view), read stripe by stripe into `tmp` and compared in place (no gathering)."""
+        self._check_open()
+        for pt, a, b in self.pieces(lo, lo + expect.size):
+            want = expect[a - lo:b - lo]
+            bufs = pt.state[array]
+            stripes = len(bufs)
+            beat0 = self._state_beat(pt, a)
+            full = want.size // 16
+            nb = -(-want.size // 16)
+            rows = want[: full * 16].reshape(full, 16)
+            for k, buf in enumerate(bufs):
+                cnt, jfull = layout.stripe_beats(nb, stripes, k), layout.stripe_beats(full, stripes, k)
+                if not cnt:
+                    continue
+                t = tmp[: cnt * 64]
+                self.dev.read(buf, t, 64 * beat0)
+                got = t.view(np.int32)
+                if not bits_equal(got[: jfull * 16].reshape(jfull, 16), rows[k::stripes], cmp):
+                    return False
+                if jfull < cnt:
+                    tail = want[full * 16:]
+                    if not np.array_equal(got[jfull * 16: jfull * 16 + tail.size], tail):
+                        return False
+        return True
+
+    def write_range(self, array: str, lo: int, data: np.ndarray, tmp: np.ndarray | None = None) -> None:
+        """Write float32 `data` into state array `array` at [lo, lo + data.size) (the tail of the last
+        64-byte beat may be zeroed: ranges end where the next beat-aligned range starts)."""
+        self._check_open()
+        data = np.ascontiguousarray(data, np.float32).reshape(-1)
+        for pt, a, b in self.pieces(lo, lo + data.size):
+            if tmp is None:
+                self._put_state(pt, array, a, data[a - lo:b - lo])
+            else:
+                self._put_via(pt.state[array], data[a - lo:b - lo], self._state_beat(pt, a), tmp)
+
+    def stream(self, runs: list[tuple[int, int, dict[str, int]]], fill: Any, drain: Any, prepare: Any = None,
+               step: int | None = None, direct: Any = None) -> None:
+        """Run the kernel over ranges of the shard, each with its own scalar registers, double-buffered.
+
+        `runs`: (lo, hi, register bits). For every piece (chunk) [a, b): `fill(a, b, g)` writes its
+        gradient into the host chunk `g` (grad dtype), `prepare(a, b, scratch)` may read and fix the
+        masters on the card before the kernel runs (scratch: float32 chunk), `drain(a, b, o)` takes
+        the output chunk `o` (out dtype). `fill` may instead return an array to send as it is
+        (the gradient's own memory), and `direct(a, b)` may return the array the output goes to
+        (the parameter's own memory), saving a host copy each. The host holds these two chunks
+        and nothing else; no checks on the values run here (the caller checks before calling).
+        """
+        self._check_open()
+        if self.inconsistent:
+            raise StateError(f"{self.inconsistent}; load a checkpoint (load_state_dict / ShardState.load) first")
+        work = [(pt, a, b, bits) for lo, hi, bits in runs for pt, a, b in self.pieces(lo, hi)]
+        if not work:
+            return
+        raw, obuf = self.host_chunks()
+        gbuf = raw[: self.chunk_elems * self.spec.grad_bytes].view(_GRAD_NP[self.spec.grad_dtype])
+        pbuf = raw.view(np.float32)
+        launched = 0
+
+        otmp = obuf.view(np.uint8)  # free between collects: scratch for striped copies
+
+        def stage(i: int) -> None:
+            pt, a, b, _ = work[i]
+            g = gbuf[: b - a]
+            src = fill(a, b, g)  # or the gradient itself, when it can go to the card as it is
+            self._put_via(pt.grad_stage[i % 2], g if src is None else src, 0, otmp)
+            if prepare is not None:  # the gradient chunk is on the card: its host chunk is free again
+                prepare(a, b, pbuf[: b - a], otmp)
+
+        def launch(i: int) -> None:
+            nonlocal launched
+            pt, a, b, bits = work[i]
+            pt.runner.launch(self._pointers(pt, a, i % 2), b - a, bits)
+            launched += 1
+
+        def collect(i: int) -> None:
+            pt, a, b, _ = work[i]
+            dst = None if direct is None else direct(a, b)
+            if dst is not None:  # straight into the parameter's memory
+                self._get_via(pt.out_stage[i % 2], dst, 0, raw)
+                return
+            o = obuf[: b - a]
+            self._get_via(pt.out_stage[i % 2], o, 0, raw)  # the gradient/master chunk is free here
+            drain(a, b, o)
+
+        try:
+            stage(0)
+            launch(0)
+            for i in range(1, len(work)):
+                stage(i)  # overlaps the kernel on piece i-1
+                work[i - 1][0].runner.wait()
+                launch(i)
+                collect(i - 1)  # overlaps the kernel on piece i
+            work[-1][0].runner.wait()
+            collect(len(work) - 1)
+        except BaseException as exc:
+            if launched:
+                self.inconsistent = (
+                    f"step {step} stopped after {launched} of {len(work)} chunks ({type(exc).__name__}); "
+                    "the state on the card mixes two steps"
                 )
             raise
 
@@ -622,4 +831,4 @@ def _numel(x: Any) -> int:
     raise BadGradient(f"params: expected a numpy array or torch tensor, got {type(x).__name__}")
 
 
-__all__ = ["ShardState", "DeviceError", "default_chunk_elems", "read_state_file", "host_array"]
+__all__ = ["ShardState", "DeviceError", "bits_equal", "default_chunk_elems", "read_state_file", "host_array"]

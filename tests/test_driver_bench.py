@@ -13,3 +13,14 @@ def test_bench_small_run(capsys) -> None:
     assert r["peak_extra_chunks"] <= 2.0, r
     assert bench.run(argparse.Namespace(params=50_000, repeats=1, threads=None, json=True)) == 0
     assert '"overhead_ratio"' in capsys.readouterr().out
+
+
+def test_optimizer_bench_small_run(capsys) -> None:
+    """NicAdamW end to end (golden): the figures exist; what the optimizer holds is two chunks."""
+    r = bench.measure_optimizer(params=600_000, backend="golden", repeats=1)
+    print(bench.report_optimizer(r))
+    from pynq_driver.shard import _BLOCK
+
+    assert r["nic_held_bytes"] <= 2 * r["chunk_bytes"] + 2 * _BLOCK, r  # two chunks and a 128 KiB block
+    assert r["torch_fused_held_bytes"] >= 8 * r["params"]  # exp_avg + exp_avg_sq (fp32) and steps
+    assert r["nic_step_s"] > 0 and r["bare_card_step_s"] > 0 and r["host_part_s"] > 0

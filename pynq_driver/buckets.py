@@ -1,0 +1,335 @@
+"""Tensors of one param group and dtype on one card shard: the layer between torch and `ShardState`.
+
+Each tensor (a parameter, the local shard of an FSDP2 DTensor parameter, or a rank's slice of a
+replicated parameter) gets its own range of the card shard, starting on a multiple of the
+kernel's beat alignment, and its own step count, as torch keeps one per parameter. A step runs
+the kernel over the runs of consecutive tensors that have a gradient and share a step count,
+each run with its own scalar registers; tensors without a gradient are not touched (their
+moments and step count stay as they are), exactly as torch skips them.
+
+Gradients stream from wherever they live (`p.grad`, a reduce-scatter output) into one host chunk,
+results go from one host chunk straight into the tensors: a step holds two chunks of host
+memory beyond the model. Before the kernel runs on a chunk, the masters on the card are read
+back and compared bit for bit with the tensors (fp32), or with the bf16 rounding the card last
+returned (bf16): whatever changed a tensor since the last step (`p.data` edits, `load_state_dict`
+of the model, a broadcast) is picked up, element by element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from hls.errors import UserError
+from hls.golden import Hyper, prepare_scalars
+from pynq_driver.device import Device
+from pynq_driver.shard import _BLOCK, ShardState, _all_finite, bits_equal
+
+_TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The local part of a DTensor (FSDP2's sharded parameters and gradients), else the tensor."""
+    inner = getattr(t, "_local_tensor", None)
+    return inner if inner is not None else t
+
+
+def is_dtensor(t: torch.Tensor) -> bool:
+    return getattr(t, "_local_tensor", None) is not None
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of a contiguous CPU tensor (bf16 as its uint16 bit patterns)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def _torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    return t.view(dtype) if dtype == torch.bfloat16 else t
+
+
+class Slot:
+    """One tensor's range on the card: [offset, offset + numel), its step count and accessors."""
+
+    __slots__ = ("key", "offset", "numel", "step", "has_state", "data", "grad")
+
+    def __init__(self, key: torch.Tensor, numel: int, data: Callable[[], torch.Tensor],
+                 grad: Callable[[], torch.Tensor | None]) -> None:
+        self.key = key  # the parameter torch knows (state is keyed by it)
+        self.offset = 0
+        self.numel = numel
+        self.step = 0
+        self.has_state = False  # torch has state for a parameter once it stepped (or state was loaded)
+        self.data = data  # -> 1-D tensor the results go into (a view of the parameter)
+        self.grad = grad  # -> 1-D gradient for this slot, or None when there is none this step
+
+
+def param_slot(p: torch.Tensor) -> Slot:
+    """A slot for parameter `p` (its local shard if it is a DTensor): results land in `p` itself."""
+    loc = local_tensor(p)
+    if not loc.is_contiguous():
+        raise UserError("NicAdamW: a non-contiguous parameter (its local tensor has strides "
+                        f"{tuple(loc.stride())}); the card writes results in place into contiguous memory")
+
+    def data() -> torch.Tensor:
+        return local_tensor(p).detach().view(-1)
+
+    def grad() -> torch.Tensor | None:
+        g = p.grad
+        if g is None:
+            return None
+        if g.is_sparse:
+            raise UserError("NicAdamW does not support sparse gradients (neither does torch.optim.AdamW)")
+        return local_tensor(g).detach().reshape(-1)
+
+    return Slot(p, loc.numel(), data, grad)
+
+
+class CardBucket:
+    """Slots of one dtype laid out on one `ShardState`, each on a beat-aligned offset."""
+
+    def __init__(self, slots: list[Slot], dev: Device, dtype: torch.dtype, chunk_elems: int | None) -> None:
+        self.slots = slots
+        self.dtype = dtype
+        self.kernel_dtype = _TORCH_FOR_KERNEL[dev.spec.grad_dtype]
+        align = dev.stripes.beat_align()
+        off = 0
+        for s in slots:
+            s.offset = off
+            off = -(-(off + s.numel) // align) * align
+        self.n = max((s.offset + s.numel for s in slots), default=0)
+        self.shard: ShardState | None = None
+        if self.n:
+            self.shard = ShardState(dev, self.n, chunk_elems, nonfinite="skip")
+            try:
+                for s in slots:
+                    self.reset_masters(s)
+            except BaseException:
+                self.shard.close()
+                raise
+        self.maximize = False
+        self._cmp = np.empty(2 * _BLOCK, np.bool_)  # comparisons and scans go block by block
+
+    # ---- per-slot state on the card ------------------------------------------------------------
+    def _ranges(self, s: Slot) -> list[tuple[int, int]]:
+        """The slot cut into chunk-sized host transfers (each starts beat-aligned)."""
+        c = self.shard.chunk_elems
+        return [(a, min(a + c, s.numel)) for a in range(0, s.numel, c)]
+
+    def read(self, s: Slot, array: str) -> torch.Tensor:
+        """A fresh fp32 copy of state array `array` ("p", "m", "v") of the slot, from the card."""
+        out = np.empty(s.numel, np.float32)
+        if s.numel:
+            self.shard.read_range(array, s.offset, out)
+        return torch.from_numpy(out)
+
+    def write(self, s: Slot, array: str, value: torch.Tensor | None) -> None:
+        """Write `value` (any float dtype and device, s.numel elements) or zeros into the slot's state."""
+        if not s.numel:
+            return
+        if value is not None:
+            value = value.detach().reshape(-1)
+            if value.numel() != s.numel:
+                raise UserError(f"state has {value.numel()} elements, the parameter has {s.numel}")
+        scratch = self.shard.host_chunks()[0].view(np.float32)
+        for a, b in self._ranges(s):
+            buf = scratch[: b - a]
+            if value is None:
+                buf[...] = 0
+            else:
+                torch.from_numpy(buf).copy_(value[a:b])
+            self.shard.write_range(array, s.offset + a, buf, self.shard.host_chunks()[1].view(np.uint8))
+
+    def reset_masters(self, s: Slot) -> None:
+        """The card's masters of the slot := the tensor's current values (widened exactly to fp32)."""
+        self.write(s, "p", s.data())
+
+    # ---- the step --------------------------------------------------------------------------------
+    def plan(self, group_hyper: Callable[[int], Hyper], optimizer: str) -> list[tuple[list[Slot], int, int, dict]]:
+        """Runs of consecutive slots that have a gradient and share a step count, with their registers."""
+        runs: list[tuple[list[Slot], int, int, dict]] = []
+        cur: list[Slot] = []
+        bits_of: dict[int, dict[str, int]] = {}
+
+        def close() -> None:
+            if cur:
+                step = cur[0].step + 1
+                if step not in bits_of:
+                    bits_of[step] = prepare_scalars(group_hyper(step), optimizer).registers(optimizer)
+                runs.append((list(cur), cur[0].offset, cur[-1].offset + cur[-1].numel, bits_of[step]))
+                cur.clear()
+
+        for s in self.slots:
+            if not s.numel:
+                continue
+            g = s.grad()
+            if g is None:
+                close()
+                continue
+            if g.dtype != self.kernel_dtype:
+                raise UserError(f"a {self.dtype} parameter has a {g.dtype} gradient; the kernel needs "
+                                f"{self.kernel_dtype}")
+            if cur and cur[0].step != s.step:
+                close()
+            cur.append(s)
+        close()
+        return runs
+
+    def grads_finite(self, runs: list[tuple[list[Slot], int, int, dict]]) -> bool:
+        """No inf/NaN in any gradient of the runs (read chunk by chunk, nothing chunk-sized allocated
+        on the host for CPU gradients: the shard's own scan, a dot product with zeros for fp32)."""
+        if not runs:
+            return True
+        shard = self.shard
+        name = shard.spec.grad_dtype
+        step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block-sized scratch
+        for slots, *_ in runs:
+            for s in slots:
+                g = s.grad()
+                for a in range(0, s.numel, step):
+                    piece = g[a:a + step]
+                    if piece.device.type == "cpu" and piece.is_contiguous():
+                        ok = _all_finite(_np(piece), name, self._cmp.view(np.uint8), shard._zeros)
+                    else:
+                        ok = bool(torch.isfinite(piece).all())
+                    if not ok:
+                        return False
+        return True
+
+    def _pieces_plan(self, runs: list[tuple[list[Slot], int, int, dict]]) -> list[tuple[int, int, dict]]:
+        """The runs cut so that a parameter of at least half a chunk starts its own chunks: those
+        chunks are all one parameter's, so the card reads its gradient and writes its values in
+        place; small parameters share chunks (every slot starts beat-aligned, so any cut is valid)."""
+        big = self.shard.chunk_elems // 2
+        out: list[tuple[int, int, dict]] = []
+        for slots, _, _, bits in runs:
+            lo = None
+            for s in slots:
+                if s.numel >= big:
+                    if lo is not None:
+                        out.append((lo, s.offset, bits))
+                        lo = None
+                    out.append((s.offset, s.offset + s.numel, bits))
+                elif lo is None:
+                    lo = s.offset
+            if lo is not None:
+                out.append((lo, slots[-1].offset + slots[-1].numel, bits))
+        return out
+
+    def empty_with_grad(self) -> list[Slot]:
+        """Slots with no elements here (an FSDP2 shard that is empty on this rank) but a gradient:
+        torch gives them (empty) state and counts their steps, so do we."""
+        return [s for s in self.slots if not s.numel and s.grad() is not None]
+
+    def run(self, runs: list[tuple[list[Slot], int, int, dict]], detect: bool = True) -> None:
+        """Stream the runs through the kernel; results land in the tensors, step counts advance."""
+        for s in self.empty_with_grad():
+            s.step += 1
+            s.has_state = True
+        if not runs:
+            self.shard_step_changed()
+            return
+        slots = [s for r in runs for s in r[0]]
+        starts = np.array([s.offset for s in slots])
+        grads = {id(s): s.grad() for s in slots}
+        kd = self.kernel_dtype
+        negate = self.maximize
+
+        def overlapping(a: int, b: int) -> list[tuple[Slot, int, int]]:
+            """(slot, lo, hi): the part [lo, hi) of each slot inside card range [a, b), in slot coordinates."""
+            i = max(0, int(np.searchsorted(starts, a, side="right")) - 1)
+            out = []
+            while i < len(slots) and slots[i].offset < b:
+                s = slots[i]
+                lo, hi = max(a, s.offset), min(b, s.offset + s.numel)
+                if hi > lo:
+                    out.append((s, lo - s.offset, hi - s.offset))
+                i += 1
+            return out
+
+        def sole(a: int, b: int, t: torch.Tensor | None) -> np.ndarray | None:
+            """The numpy view of `t` (slot coordinates) when one slot covers all of [a, b) and `t` is
+            host memory: the card can read from / write to it with no copy in between."""
+            parts = overlapping(a, b)
+            if len(parts) != 1 or t is None:
+                return None
+            s, lo, hi = parts[0]
+            if s.offset + lo != a or s.offset + hi != b:
+                return None
+            piece = t[lo:hi]
+            return _np(piece) if piece.device.type == "cpu" and piece.is_contiguous() else None
+
+        def fill(a: int, b: int, g: np.ndarray) -> np.ndarray | None:
+            if not negate:
+                parts = overlapping(a, b)
+                own = sole(a, b, grads[id(parts[0][0])]) if len(parts) == 1 else None
+                if own is not None:
+                    return own
+            gt = _torch(g, kd)
+            pos = a
+            for s, lo, hi in overlapping(a, b):
+                at = s.offset + lo
+                if at > pos:
+                    gt[pos - a:at - a].zero_()
+                gt[at - a:at - a + hi - lo].copy_(grads[id(s)][lo:hi])
+                pos = at + hi - lo
+            if pos < b:
+                gt[pos - a:].zero_()
+            if negate:  # maximize: the negation is exact, so it is the same update as torch's
+                gt.neg_()
+            return None
+
+        def direct(a: int, b: int) -> np.ndarray | None:
+            parts = overlapping(a, b)
+            return sole(a, b, parts[0][0].data()) if len(parts) == 1 else None
+
+        def prepare(a: int, b: int, scratch: np.ndarray, tmp: np.ndarray) -> None:
+            if kd == torch.float32:
+                own = direct(a, b)  # one parameter's chunk: compare stripe by stripe, no gathering
+                if own is not None and self.shard.state_equals("p", a, own.view(np.int32), tmp, self._cmp):
+                    return
+            self.shard.read_range("p", a, scratch, tmp)
+            for s, lo, hi in overlapping(a, b):
+                card = scratch[s.offset + lo - a:s.offset + hi - a]
+                cur = s.data()[lo:hi]
+                if cur.device.type != "cpu":
+                    cur = cur.cpu()
+                if kd == torch.float32:
+                    if not bits_equal(card.view(np.int32), _np(cur).view(np.int32), self._cmp):
+                        self.shard.write_range("p", s.offset + lo, _np(cur), tmp)
+                else:  # the card holds fp32 masters of bf16 tensors: compare what it returned (bf16)
+                    from hls.golden import to_bf16_bits
+
+                    changed = to_bf16_bits(card) != _np(cur)  # bf16 only: a chunk of bools, rarely
+                    if changed.any():
+                        card[changed] = cur.to(torch.float32).numpy()[changed]
+                        self.shard.write_range("p", s.offset + lo, card, tmp)
+
+        def drain(a: int, b: int, o: np.ndarray) -> None:
+            ot = _torch(o, kd)
+            for s, lo, hi in overlapping(a, b):
+                at = s.offset + lo
+                s.data()[lo:hi].copy_(ot[at - a:at - a + hi - lo])
+
+        label = max(s.step for s in slots) + 1
+        self.shard.stream(self._pieces_plan(runs), fill, drain, prepare if detect else None, label, direct)
+        for s in slots:
+            s.step += 1
+            s.has_state = True
+        self.shard_step_changed()
+
+    def shard_step_changed(self) -> None:
+        """The shard's own count (checkpoints, placement) follows the slots: the highest of them."""
+        if self.shard is not None:
+            self.shard.step_count = max((s.step for s in self.slots), default=0)
+
+    def close(self) -> None:
+        if self.shard is not None:
+            self.shard.close()
+
+
+__all__ = ["CardBucket", "Slot", "is_dtensor", "local_tensor", "param_slot"]

@@ -1,0 +1,240 @@
+"""NicAdamW behaves as torch.optim.AdamW in the patterns of real training scripts (issue 15, point 1).
+
+Each test runs the same script with torch.optim.AdamW and with NicAdamW (golden backend) and
+compares: parameters within the fp32 tolerance of tests/test_optim.py, and what torch leaves
+untouched (moments and step counts of parameters without a gradient) bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+
+from pynq_driver.demo import max_param_diff, regression_task
+from pynq_driver.errors import DeviceClosed
+from pynq_driver.optim import MASTER_KEY, NicAdam, NicAdamW
+
+PARAM_TOL = 2e-6
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def twins(seed=20, adam=False, **kw):
+    task = regression_task(seed=seed)
+    ref = copy.deepcopy(task.model)
+    if adam:  # torch.optim.Adam with L2 weight decay
+        nic = NicAdam(task.model.parameters(), lr=3e-3, weight_decay=1e-2, backend="golden", **kw)
+        tor = torch.optim.Adam(ref.parameters(), lr=3e-3, weight_decay=1e-2)
+    else:
+        nic = NicAdamW(task.model.parameters(), lr=3e-3, backend="golden", **kw)
+        tor = torch.optim.AdamW(ref.parameters(), lr=3e-3)
+    return task, task.model, ref, nic, tor
+
+
+def both(task, model, ref, nic, tor, s, between=None):
+    for m, opt in ((model, nic), (ref, tor)):
+        x, y = task.batch(s)
+        opt.zero_grad()
+        task.loss(m, x, y).backward()
+        if between is not None:
+            between(m)
+        opt.step()
+
+
+def test_frozen_at_construction_trains_once_unfrozen():
+    task, model, ref, nic, tor = twins()
+    for m in (model, ref):
+        m[0].weight.requires_grad_(False)
+    for s in range(5):
+        both(task, model, ref, nic, tor, s)
+    assert model[0].weight not in nic.state
+    for m in (model, ref):
+        m[0].weight.requires_grad_(True)
+    for s in range(5, 15):
+        both(task, model, ref, nic, tor, s)
+    assert nic.state[model[0].weight]["step"].item() == 10.0 == tor.state[ref[0].weight]["step"].item()
+    assert nic.state[model[0].bias]["step"].item() == 15.0
+    assert max_param_diff(model, ref) < PARAM_TOL
+
+
+@pytest.mark.parametrize("adam", [False, True], ids=["adamw", "adam"])
+def test_parameters_without_gradient_are_skipped_as_torch_skips_them(adam):
+    task, model, ref, nic, tor = twins(adam=adam)
+    for s in range(4):
+        both(task, model, ref, nic, tor, s)
+    names = [n for n, _ in model.named_parameters()]
+
+    def drop(m, which):  # mid-run freezing, an unused branch: these parameters get no gradient
+        for n, p in m.named_parameters():
+            if n in which:
+                p.grad = None
+
+    for s in range(4, 16):
+        which = {names[s % len(names)], names[(s * 3) % len(names)]}
+        keep = {n: {k: v.clone() for k, v in nic.state[p].items()} for n, p in model.named_parameters() if n in which}
+        both(task, model, ref, nic, tor, s, between=lambda m, w=which: drop(m, w))
+        for n, p in model.named_parameters():
+            if n in which:  # untouched, bit for bit: moments, step count
+                for k, v in keep[n].items():
+                    assert torch.equal(nic.state[p][k], v), (n, k)
+    for (n, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert nic.state[p]["step"].item() == tor.state[q]["step"].item(), n
+    assert max_param_diff(model, ref) < PARAM_TOL
+
+
+def test_edits_through_data_are_picked_up():
+    """WGAN-style clamping through p.data (no version bump) and a manual re-init between steps."""
+    task, model, ref, nic, tor = twins()
+    for s in range(12):
+        both(task, model, ref, nic, tor, s)
+        for m in (model, ref):
+            for p in m.parameters():
+                p.data.clamp_(-0.05, 0.05)
+        if s == 6:
+            for m in (model, ref):
+                m[2].weight.data.mul_(0.5)
+                m[0].bias.data[:3] = 0.25
+    assert max_param_diff(model, ref) < PARAM_TOL
+    # and the card's masters are the clamped values, bit for bit
+    both(task, model, ref, nic, tor, 12)
+    assert max_param_diff(model, ref) < PARAM_TOL
+
+
+def test_bf16_edits_replace_the_masters_element_by_element():
+    """bf16 parameters: the card keeps fp32 masters; an edit replaces exactly the edited elements."""
+    task = regression_task(seed=21)
+    model = task.model.to(torch.bfloat16)
+    nic = NicAdamW(model.parameters(), lr=3e-3, backend="golden")
+    for s in range(3):
+        x, y = task.batch(s)
+        nic.zero_grad()
+        task.loss(model, x.bfloat16(), y.bfloat16()).backward()
+        nic.step()
+    w = model[0].weight
+    before = nic.state[w][MASTER_KEY].clone()
+    assert torch.equal(before.bfloat16(), w.detach())  # the model holds the masters' bf16 rounding
+    w.data[0, :5] = 0.5  # no version bump
+    x, y = task.batch(3)
+    nic.zero_grad()
+    task.loss(model, x.bfloat16(), y.bfloat16()).backward()
+    w.grad = None  # only the other parameters step: the check still runs at w's next step
+    nic.step()
+    for s in range(4, 5):
+        x, y = task.batch(s)
+        nic.zero_grad()
+        task.loss(model, x.bfloat16(), y.bfloat16()).backward()
+        g = w.grad.float().clone()
+        m_before = nic.state[w]["exp_avg"].clone()
+        v_before = nic.state[w]["exp_avg_sq"].clone()
+        nic.step()
+    # Reference: the golden update on masters = before, with the edited elements replaced by 0.5.
+    from hls.golden import Hyper, adam_update, prepare_scalars
+
+    masters = before.clone()
+    masters[0, :5] = 0.5
+    p, m, v = (t.reshape(-1).numpy().copy() for t in (masters, m_before, v_before))
+    sc = prepare_scalars(Hyper(lr=3e-3, step=4, weight_decay=1e-2), "adamw")
+    adam_update(p, m, v, g.reshape(-1).numpy(), sc)
+    assert torch.equal(nic.state[w][MASTER_KEY].reshape(-1), torch.from_numpy(p))  # bit for bit
+
+
+def test_optimizer_state_reads_and_writes_the_card():
+    task, model, ref, nic, tor = twins()
+    for s in range(3):
+        both(task, model, ref, nic, tor, s)
+    p, q = model[0].weight, ref[0].weight
+    assert len(nic.state) == len(tor.state) == len(list(model.parameters()))
+    assert set(nic.state[p]) == set(tor.state[q]) == {"step", "exp_avg", "exp_avg_sq"}
+    assert nic.state[p]["exp_avg"].shape == p.shape and nic.state[p]["step"].dtype == tor.state[q]["step"].dtype
+    torch.testing.assert_close(nic.state[p]["exp_avg_sq"], tor.state[q]["exp_avg_sq"], rtol=1e-5, atol=1e-12)
+    # Assignment writes to the card (and torch's optimizer, given the same, steps the same).
+    for opt, par in ((nic, p), (tor, q)):
+        opt.state[par]["exp_avg"] = torch.full_like(par, 1e-3)
+        opt.state[par]["step"] = torch.tensor(100.0)
+    assert torch.equal(nic.state[p]["exp_avg"], torch.full_like(p, 1e-3))
+    for s in range(3, 8):
+        both(task, model, ref, nic, tor, s)
+    assert nic.state[p]["step"].item() == 105.0
+    assert max_param_diff(model, ref) < PARAM_TOL
+    # Deleting a parameter's state: it starts over, as in torch.
+    del nic.state[p]
+    del tor.state[q]
+    assert p not in nic.state
+    both(task, model, ref, nic, tor, 8)
+    assert nic.state[p]["step"].item() == 1.0
+    assert max_param_diff(model, ref) < PARAM_TOL
+
+
+def test_dcp_state_dict_helpers_take_no_phantom_step():
+    """get/set_optimizer_state_dict (torch.distributed.checkpoint.state_dict) on a trained optimizer."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    task, model, ref, nic, tor = twins()
+    twin_task, twin, _, twin_nic, _ = twins()
+    for s in range(10):
+        both(task, model, ref, nic, tor, s)
+        x, y = task.batch(s)
+        twin_nic.zero_grad()
+        task.loss(twin, x, y).backward()
+        twin_nic.step()
+    osd = get_optimizer_state_dict(model, nic)
+    assert osd["state"]["0.weight"]["step"].item() == 10.0
+    # A fresh optimizer (on another model copy) gets the state through set_optimizer_state_dict.
+    fresh_model = copy.deepcopy(model)
+    fresh = NicAdamW(fresh_model.parameters(), lr=3e-3, backend="golden")
+    set_optimizer_state_dict(fresh_model, fresh, osd)
+    for s in range(10, 20):
+        for m, opt in ((model, nic), (twin, twin_nic), (fresh_model, fresh)):
+            x, y = task.batch(s)
+            opt.zero_grad()
+            task.loss(m, x, y).backward()
+            opt.step()
+    for a, b, c in zip(model.parameters(), twin.parameters(), fresh_model.parameters(), strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)  # no phantom step, no decay: bit for bit
+    assert nic.state[model[0].weight]["step"].item() == 20.0
+
+
+def test_pickle_and_deepcopy_fail_clearly():
+    _, model, _, nic, _ = twins()
+    with pytest.raises(TypeError, match="state lives on a card"):
+        pickle.dumps(nic)
+    with pytest.raises(TypeError, match="state lives on a card"):
+        copy.deepcopy(nic)
+    # A model deep copy is unaffected (what people usually mean), and the state_dict pickles.
+    copy.deepcopy(model)
+    pickle.dumps(nic.state_dict())
+
+
+def test_every_call_after_close_says_closed():
+    task, model, ref, nic, tor = twins()
+    both(task, model, ref, nic, tor, 0)
+    sd = nic.state_dict()
+    nic.close()
+    p = model[0].weight
+    for call in (nic.step, nic.state_dict, lambda: nic.load_state_dict(sd), nic.zero_grad,
+                 lambda: nic.state[p], lambda: len(nic.state), lambda: nic.add_param_group({"params": []})):
+        with pytest.raises(DeviceClosed, match="NicAdamW is closed"):
+            call()
+    nic.close()  # closing twice is fine
+
+
+def test_detect_changes_off_is_the_documented_opt_out():
+    """detect_changes=False skips the masters' readback: a .data edit is then overwritten."""
+    task, model, ref, nic, tor = twins(detect_changes=False)
+    both(task, model, ref, nic, tor, 0)
+    w = model[0].weight
+    w.data.zero_()
+    x, y = task.batch(1)
+    nic.zero_grad()
+    task.loss(model, x, y).backward()
+    nic.step()
+    assert w.abs().max().item() > 1e-3  # the card's copy won, as documented
