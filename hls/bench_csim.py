@@ -16,11 +16,13 @@ otherwise charge one implementation for the one timed before it.
   kernel, parameters written back);
 - torch: `torch.optim.AdamW(fused=True)` and `AdamW(foreach=True)` on the same size;
 - memory: one `Tensor.copy_` of 4N fp32 into 4N fp32 on the same threads (one parallel region),
-  the same 32 bytes per parameter the csim kernel moves (grad, p, m, v in; p, m, v, out back).
-  Its fastest repeat gives the machine's bandwidth and so each implementation's bytes-moved
-  floor: csim 32 bytes per parameter, torch's AdamW 28 (grad, p, exp_avg, exp_avg_sq in; the
-  last three back; no separate output). The copy's destination is read before it is written
-  (write-allocate), as the csim kernel's output is, so the floor is one the hardware can reach.
+  the 32 bytes per parameter the csim kernel moves. Its fastest repeat gives the machine's memory
+  bandwidth, counted as DRAM traffic: a cache line written without being read first is read
+  anyway (write-allocate), so the copy's traffic is 48 bytes per parameter (16 read, 16 read
+  for ownership, 16 written). Each implementation's floor is that bandwidth over its own traffic:
+  csim 36 bytes per parameter (grad, p, m, v read; p, m, v written in place; the output written
+  and read for ownership), torch's AdamW 28 (grad, p, exp_avg, exp_avg_sq read, the last three
+  written in place, no separate output).
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ import numpy as np
 from hls.paths import BUILD_DIR
 
 SIZES = (1 << 20, 16 << 20, 50_000_000)
-CSIM_BYTES_PER_PARAM = 32  # grad 4 + p, m, v 12 read + p, m, v 12 written + out 4
-TORCH_BYTES_PER_PARAM = 28  # grad 4 + p, exp_avg, exp_avg_sq 12 read + 12 written
+# DRAM traffic per parameter (bytes), write-allocate reads included.
+CSIM_BYTES_PER_PARAM = 32  # what the kernel moves: grad 4 + p, m, v 12 read + p, m, v 12 written + out 4
+CSIM_TRAFFIC = 36  # ... + out 4 read for ownership before it is written
+TORCH_TRAFFIC = 28  # grad 4 + p, exp_avg, exp_avg_sq 12 read + 12 written in place
+COPY_TRAFFIC = 48  # 4 fp32 read + 4 read for ownership + 4 written
 IMPLEMENTATIONS = ("csim", "csim_own_headers", "nic_adamw_csim", "torch_fused", "torch_foreach", "memory_copy")
 LABELS = {
     "csim": "csim kernel (AMD headers)",
@@ -134,8 +139,8 @@ def measure(params: int, repeats: int = 5, threads: int | None = None, project: 
     gc.collect()
 
     rate = {k: params / statistics.median(t) for k, t in times.items()}
-    copy_gbps = params / min(times["memory_copy"]) * CSIM_BYTES_PER_PARAM / 1e9  # the fastest: the limit
-    floor = {"csim": copy_gbps * 1e9 / CSIM_BYTES_PER_PARAM, "torch": copy_gbps * 1e9 / TORCH_BYTES_PER_PARAM}
+    copy_gbps = params / min(times["memory_copy"]) * COPY_TRAFFIC / 1e9  # the fastest repeat: the limit
+    floor = {"csim": copy_gbps * 1e9 / CSIM_TRAFFIC, "torch": copy_gbps * 1e9 / TORCH_TRAFFIC}
     result = {
         "params": params,
         "threads": threads,
@@ -153,8 +158,8 @@ def measure(params: int, repeats: int = 5, threads: int | None = None, project: 
             "torch_fused": rate["torch_fused"] / floor["torch"],
             "torch_foreach": rate["torch_foreach"] / floor["torch"],
         },
-        "csim_gb_per_s": rate["csim"] * CSIM_BYTES_PER_PARAM / 1e9,
-        "torch_fused_gb_per_s": rate["torch_fused"] * TORCH_BYTES_PER_PARAM / 1e9,
+        "csim_gb_per_s": rate["csim"] * CSIM_TRAFFIC / 1e9,
+        "torch_fused_gb_per_s": rate["torch_fused"] * TORCH_TRAFFIC / 1e9,
         "seconds": times,
     }
     if log:
@@ -168,7 +173,13 @@ def measure_sizes(sizes: tuple[int, ...] = SIZES, repeats: int = 5, threads: int
     rows = [measure(n, repeats, threads, log=log) for n in sizes]
     return {"sizes": list(sizes), "threads": rows[0]["threads"], "repeats": repeats, "rows": rows,
             "goal": "csim kernel >= 1.0x torch fused at 16M and 50M",
-            "meets_goal": all(r["ratio_vs_torch_fused"]["csim"] >= 1.0 for r in rows if r["params"] >= 16 << 20)}
+            "meets_goal": _meets_goal(rows)}
+
+
+def _meets_goal(rows: list[dict[str, Any]]) -> bool:
+    """The issue's goal: the csim kernel (default headers) at or above torch fused at 16M and at 50M."""
+    big = [r for r in rows if r["params"] >= 16_000_000]
+    return bool(big) and all(r["ratio_vs_torch_fused"]["csim"] >= 1.0 for r in big)
 
 
 def table(result: dict[str, Any]) -> list[str]:
@@ -185,7 +196,7 @@ def table(result: dict[str, Any]) -> list[str]:
 
 
 def floors(result: dict[str, Any]) -> list[str]:
-    lines = ["| params | copy bandwidth (fastest repeat) | csim floor (32 B/param) | torch floor (28 B/param) |",
+    lines = ["| params | memory bandwidth (copy, fastest) | csim floor (36 B/param) | torch floor (28 B/param) |",
              "|---|---|---|---|"]
     for r in result["rows"]:
         f = r["floor_params_per_s"]

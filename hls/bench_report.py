@@ -130,7 +130,7 @@ def _plot_csim(ax: Any, c: dict[str, Any]) -> None:
                label=LABELS[k], color=color)
     for i, r in enumerate(rows):
         ax.hlines(r["floor_params_per_s"]["csim"] / 1e9, i - 0.45, i + 0.45, colors="black", linestyles="dashed",
-                  label="csim bytes floor (copy bandwidth / 32 B)" if i == 0 else None)
+                  label="csim bytes floor (memory bandwidth / 36 B)" if i == 0 else None)
     ax.set_xticks(range(len(rows)), [f"{r['params'] / 1e6:.3g}M" for r in rows])
     ax.set_ylabel("G parameters / s")
     ax.set_title(f"Adam step on this CPU, {c['threads']} threads")
@@ -166,8 +166,9 @@ def markdown(r: dict[str, Any]) -> str:
         "interleaved repeats, each timed call right after an untimed one of the same implementation. "
         "csim kernel: the generated HLS kernel (U55C AdamW, 16 lanes, fp32) on 64-byte aligned stripe buffers "
         "(`CsimKernel.run_ports`, what the driver's csim device calls); NicAdamW(csim): the whole optimizer "
-        "step on one fp32 parameter; copy: `Tensor.copy_` of the csim kernel's 32 bytes per parameter on the "
-        "same threads, whose bandwidth gives each implementation's bytes floor (csim 32 B/param, torch 28).",
+        "step on one fp32 parameter; copy: one `Tensor.copy_` of the csim kernel's 32 bytes per parameter on the "
+        "same threads, whose fastest repeat gives the memory bandwidth (48 B/param of DRAM traffic with the "
+        "write-allocate reads) and so each implementation's bytes floor (csim 36 B/param of traffic, torch 28).",
         "",
         *bench_csim.table(c),
         "",

@@ -1,0 +1,22 @@
+"""`optimusnic bench csim` (part of `make bench`): every implementation measured, ratios and floors reported."""
+
+from __future__ import annotations
+
+from hls import bench_csim
+
+
+def test_measure_sizes_reports_every_implementation() -> None:
+    result = bench_csim.measure_sizes((4096, 70_001), repeats=1, threads=2)
+    assert [r["params"] for r in result["rows"]] == [4096, 70_001]
+    for row in result["rows"]:
+        assert set(row["params_per_s"]) == set(bench_csim.IMPLEMENTATIONS)
+        assert all(rate > 0 for rate in row["params_per_s"].values())
+        assert row["ratio_vs_torch_fused"]["torch_fused"] == 1.0
+        assert row["threads"] == 2
+        floor = row["floor_params_per_s"]
+        assert abs(floor["torch"] / floor["csim"] - bench_csim.CSIM_TRAFFIC / bench_csim.TORCH_TRAFFIC) < 1e-9
+    assert result["meets_goal"] is False  # no row at 16M or more: the goal is not claimed
+    table = bench_csim.table(result)
+    assert len(table) == 2 + 2 * len(bench_csim.IMPLEMENTATIONS)
+    assert "csim kernel (AMD headers)" in "\n".join(table)
+    assert len(bench_csim.floors(result)) == 4
