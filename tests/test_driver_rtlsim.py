@@ -94,3 +94,9 @@ def test_rtlsim_bf16_kernel() -> None:
     spec = KernelSpec(grad_dtype="bf16", out_dtype="bf16")
     with open_device("rtlsim", spec, timeout_s=60.0) as dev:
         run_steps(dev, spec, steps=2, seed=5)
+
+
+def test_rtlsim_on_the_hbm_memory_model() -> None:
+    """The same driver path with every port on its memory-plan channel at the channel's bandwidth."""
+    with open_device("rtlsim", KernelSpec(), timeout_s=60.0, memory="hbm") as dev:
+        run_steps(dev, dev.spec, steps=1, seed=6)
