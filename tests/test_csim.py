@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 import threading
@@ -400,3 +401,28 @@ def test_library_exports_only_its_abi() -> None:
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     assert {"optimusnic_csim_abi", "optimusnic_csim_ports", "optimusnic_csim_run"} <= names
     assert not [n for n in names if "Znw" in n or "Zdl" in n], names
+
+
+@pytest.mark.parametrize("headers", HEADERS)
+def test_stream_warnings_are_counted_not_printed(headers: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    """A kernel whose processes disagree on a beat count (its output store reads one beat fewer than
+    compute writes): the simulation model's warning lines (AMD's and ours print the same) are taken
+    off std::cout, counted, and reported as a CsimError."""
+    spec = spec_of(DEFAULT_VARIANTS[2])  # one stripe of every array
+    write_project(spec, tmp_path)
+    source = tmp_path / "hls" / f"{spec.name}.cpp"
+    loop = "for (unsigned int b = 0; b < count; ++b) {\n#pragma HLS PIPELINE II=1\n    out0[b] = s.read();"
+    text = source.read_text()
+    assert loop in text
+    source.write_text(text.replace(loop, loop.replace("b < count", "b + 1 < count")))
+    # The project is edited on purpose: read its manifest without checking the files' hashes.
+    monkeypatch.setattr(csim, "load_manifest", lambda d: json.loads((Path(d) / "manifest.json").read_text()))
+    kernel = CsimKernel(tmp_path, headers=headers)
+    n = 5000
+    f = np.zeros(n, np.float32)
+    regs = prepare_scalars(Hyper(), spec.optimizer).registers(spec.optimizer)
+    capfd.readouterr()
+    with pytest.raises(csim.CsimError, match=r"reported \d+ stream underflow\(s\) or leftover beat"):
+        kernel.run(np.zeros(n, np.float16), f, f.copy(), f.copy(), np.zeros(n, np.uint16), n, regs)
+    assert "WARNING" not in capfd.readouterr().out
