@@ -24,6 +24,7 @@ from __future__ import annotations
 import pytest
 
 from hls import rtlsim, simulators
+from hls.paths import BUILD_DIR
 from hls.sizing import size_spec
 from hls.spec import KernelSpec
 from hls.targets import get_target
@@ -133,3 +134,20 @@ def test_kernel_icarus() -> None:
                       stripes=2, name="optimusnic_adam")
     check(rtlsim.simulate(spec, simulator="icarus", tests=("test_update", "test_control"),
                           elements=[0, 3, 37, 70], runs=3, stalls=0.2, latency=64, memory="ideal"))
+
+
+@pytest.mark.parametrize("elem_bytes", [4, 2])
+@pytest.mark.parametrize("stripes", [1, 2, 3, 5, 7, 32])
+def test_stripe_beats(stripes: int, elem_bytes: int) -> None:
+    """onic_stripe_beats (the per-stripe beat counts every engine loads) equals hls/layout.py for
+    element counts up to 2^32 - 1, which the kernel bench cannot reach."""
+    simulator = "icarus" if simulators.available("icarus") else "verilator"
+    xml = simulators.run_cocotb(
+        sources=[rtlsim.KERNEL_RTL / "onic_stripe_beats.v"], toplevel="onic_stripe_beats",
+        test_module="test_onic_stripe_beats", test_dir=rtlsim.KERNEL_TB,
+        build_dir=BUILD_DIR / "sim" / "kernel" / f"stripe_beats-{stripes}-{elem_bytes}-{simulator}",
+        simulator=simulator, parameters={"STRIPES": stripes, "ELEM_BYTES": elem_bytes},
+        extra_env={"STRIPES": str(stripes), "ELEM_BYTES": str(elem_bytes)},
+    )
+    ran, failed = simulators.check_results(xml)
+    assert ran == 1 and failed == 0, f"onic_stripe_beats STRIPES={stripes} ELEM_BYTES={elem_bytes}: see {xml}"
