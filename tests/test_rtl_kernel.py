@@ -13,7 +13,8 @@ Default run (one Verilator build per spec, shared by its tests):
   memory (64-clock read latency)
 each: 3 consecutive bit-exact runs per element count (0, not and exactly a multiple of the
 lanes), random ready/valid stalls on every AXI channel, and the ap_ctrl_hs control test; plus
-lint (verilator -Wall) and an Icarus compile of several specs.
+lint (verilator -Wall) and an Icarus compile of several specs, and onic_stripe_beats on its own
+(beat counts of 1 to 32 stripes for n up to 2^32 - 1 against hls/layout.py).
 `--full` (marker slow): a covering set of every optimizer x gradient dtype x output dtype x
 source x lanes (1, 4, 16) x stripes (1, 2, 3, 5 state; 1, 2 grad and out) value, longer shards,
 both memory models, a 200-clock latency, and one variant on Icarus.
