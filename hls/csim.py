@@ -48,8 +48,8 @@ HLS4ML_REQUIREMENT = "hls4ml==1.3.0"
 AMD_HEADERS = ("ap_int.h", "ap_int_base.h", "ap_int_ref.h", "ap_common.h", "etc/ap_private.h", "hls_stream.h")
 HEADER_SETS = ("amd", "own")
 # 3: per-port beat, stripe and flag words; aligned scratch copies; a shared worker pool; stream
-# warnings of the simulation model counted (any HLS headers)
-ABI_VERSION = 3
+# warnings of the simulation model counted (any HLS headers). 4: buffer lengths, checked in C too.
+ABI_VERSION = 4
 # IEEE-754 binary32 exactly as design.md section 3: no contraction into FMA, none of the
 # fast-math relaxations (-fno-math-errno only drops errno writes; results are unchanged, and
 # it lets sqrt compile to the correctly rounded vector instruction).
@@ -314,7 +314,7 @@ class CsimKernel:
         if abi != ABI_VERSION:
             raise CsimError(f"{self.library}: harness ABI {abi}, expected {ABI_VERSION}; delete build/csim and retry")
         self._run = self._lib.optimusnic_csim_run
-        self._run.argtypes = [ptr, ptr, u64, ptr, u64, u64, ptr, ctypes.c_int, u64, u64]
+        self._run.argtypes = [ptr, ptr, ptr, u64, ptr, u64, u64, u64, ptr, ctypes.c_int, u64, u64]
         self._run.restype = ctypes.c_long
         nports = self._lib.optimusnic_csim_ports
         nports.restype = u64
@@ -395,14 +395,20 @@ class CsimKernel:
                 raise ValueError(f"buffers[{name!r}]: {arr.nbytes} bytes, fewer than the {need[name]} its "
                                  f"stripe takes for n={n} (whole 64-byte beats)")
         ports = (ctypes.c_void_p * max(1, len(self.ports)))(*[buffers[p].ctypes.data for p in self.ports])
+        lengths = (ctypes.c_ulonglong * max(1, len(self.ports)))(*[buffers[p].nbytes for p in self.ports])
         grad = buffers["grad"].ctypes.data if stream else None
+        grad_length = buffers["grad"].nbytes if stream else 0
         threads = self.threads if n >= 1 << 16 else 1  # below that, handing work to threads costs more than it saves
-        rc = self._run(ports, self._info.ctypes.data, len(self.ports), grad, self.spec.grad_bytes if stream else 0, n,
-                       bits.ctypes.data, threads, self.chunk, self.align)
+        rc = self._run(ports, lengths, self._info.ctypes.data, len(self.ports), grad,
+                       self.spec.grad_bytes if stream else 0, grad_length, n, bits.ctypes.data, threads, self.chunk,
+                       self.align)
         if rc == -2:
             raise CsimError(f"{self.library}: port count does not match the kernel; regenerate the project")
         if rc == -3:
             raise MemoryError(f"{self.spec.name}: C simulation could not allocate its scratch buffers")
+        if rc == -4:
+            raise CsimError(f"{self.library}: the harness refused the buffers (shorter than n={n} elements take, "
+                            "or a layout that is not this kernel's); nothing was read or written")
         if rc:
             raise CsimError(f"{self.spec.name}: the C simulation model reported {rc} stream underflow(s) or "
                             "leftover beat(s) (two dataflow processes disagree on a beat count)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import subprocess
@@ -426,3 +427,29 @@ def test_stream_warnings_are_counted_not_printed(headers: str, tmp_path: Path, m
     with pytest.raises(csim.CsimError, match=r"reported \d+ stream underflow\(s\) or leftover beat"):
         kernel.run(np.zeros(n, np.float16), f, f.copy(), f.copy(), np.zeros(n, np.uint16), n, regs)
     assert "WARNING" not in capfd.readouterr().out
+
+
+def test_c_abi_refuses_short_buffers_untouched() -> None:
+    """Called directly through its C ABI, the library checks each buffer's length (and the layout
+    words) before touching memory: a port one beat short is refused with -4 and nothing written."""
+    kernel = kernel_for(DEFAULT_VARIANTS[0])
+    n = 1000
+    need = kernel.port_bytes(n)
+    buffers = [np.full(need[p], 0x5A, np.uint8) for p in kernel.ports]  # real buffers are large enough
+    ports = (ctypes.c_void_p * len(buffers))(*[b.ctypes.data for b in buffers])
+    bits = kernel.scalar_bits(prepare_scalars(Hyper(), "adamw").registers("adamw"))
+
+    def call(lengths: list[int], info: np.ndarray, align: int) -> int:
+        arr = (ctypes.c_ulonglong * len(lengths))(*lengths)
+        return kernel._run(ports, arr, info.ctypes.data, len(buffers), None, 0, 0, n, bits.ctypes.data, 1,
+                           kernel.chunk, align)
+
+    good = [b.nbytes for b in buffers]
+    short = [*good[:-1], good[-1] - 64]  # the output stripe one beat short
+    assert call(short, kernel._info, kernel.align) == -4
+    bad_info = kernel._info.copy()
+    bad_info[0, 0] = 8  # not 16 or 32 elements a beat
+    assert call(good, bad_info, kernel.align) == -4
+    assert call(good, kernel._info, 16) == -4  # chunks that would not start a round of the 2 state stripes
+    assert all((b == 0x5A).all() for b in buffers)
+    assert call(good, kernel._info, kernel.align) == 0

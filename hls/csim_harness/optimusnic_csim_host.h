@@ -240,9 +240,11 @@ class WarningFilter : public std::streambuf {
 
 struct Ports {
   std::uint8_t* const* buffers;  // one per pointer argument, register-map order
+  const std::uint64_t* lengths;  // bytes of each of those buffers
   const std::uint64_t* info;     // per port 4 words: elements per beat, stripes, stripe index, flags
   const std::uint8_t* grad;      // stream-source kernels: the gradient array
   std::uint64_t grad_bytes;      // element bytes of that gradient
+  std::uint64_t grad_length;     // bytes of that array
   std::uint64_t nports;
   bool scratch[kMaxPorts];       // the port goes through an aligned copy
   bool written[kMaxPorts];       // the kernel writes through the port
@@ -470,13 +472,33 @@ std::size_t pointer_count(void (*)(A...)) {
   return Signature<A...>::kPointers;
 }
 
+// Whether the buffers hold what n elements take, and the layout words and chunk alignment make
+// sense, checked before any memory is touched (hls/csim.py checks the same; this guards direct
+// callers of the C ABI).
+template <class... A>
+bool layout_ok(void (*)(A...), const Ports& p, std::uint64_t n, std::uint64_t align) {
+  using S = Signature<A...>;
+  for (std::size_t i = 0; i < p.nports; ++i) {
+    const std::uint64_t per = elements_per_beat(p, i), s = stripes_of(p, i);
+    if ((per != 16 && per != 32) || s == 0 || s > 64 || stripe_index(p, i) >= s) return false;
+    if (align == 0 || align % (per * s) != 0) return false;
+    if (n && (!p.buffers[i] || chunk_bytes(p, i, n) > p.lengths[i])) return false;
+  }
+  if (S::kStreams && n) {
+    if ((p.grad_bytes != 2 && p.grad_bytes != 4) || !p.grad || n * p.grad_bytes > p.grad_length) return false;
+  }
+  return true;
+}
+
 // Returns the number of stream warnings (0 when the kernel is right), -1 for an element count the
-// 32-bit `n` register cannot hold, -2 for a port count that is not the kernel's, -3 when out of memory.
+// 32-bit `n` register cannot hold, -2 for a port count that is not the kernel's, -3 when out of
+// memory, -4 for a buffer shorter than n elements take or a layout that is not the kernel's.
 template <class... A>
 long run(void (*kernel)(A...), Ports& p, std::uint64_t n, const std::uint32_t* bits, int threads, std::uint64_t chunk_n,
          std::uint64_t align) {
   if (n > kMaxElements) return -1;
   if (p.nports != pointer_count(kernel)) return -2;
+  if (!layout_ok(kernel, p, n, align)) return -4;
   if (n == 0) return 0;
   const PointerTraits traits = pointer_traits(kernel);
   p.any_scratch = false;
@@ -487,7 +509,6 @@ long run(void (*kernel)(A...), Ports& p, std::uint64_t n, const std::uint32_t* b
   }
   float s[kScalars];
   std::memcpy(s, bits, sizeof(s));
-  align = std::max<std::uint64_t>(align, 1);
   chunk_n = std::max<std::uint64_t>(align, chunk_n / align * align);
   std::function<void(std::uint64_t, std::uint64_t)> work = [&](std::uint64_t begin, std::uint64_t end) {
     for (std::uint64_t c = begin; c < end; c += chunk_n) {
@@ -589,27 +610,32 @@ void operator delete(void* p, std::size_t size, std::align_val_t align) noexcept
 }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 
-// The C ABI hls/csim.py loads (ABI 3). `ports` are the stripe buffers in register-map order;
-// `port_info` 4 words per port: elements per 64-byte beat of its array, stripes of its array, its
+// The C ABI hls/csim.py loads (ABI 4). `ports` are the stripe buffers in register-map order and
+// `lengths` their sizes in bytes; `port_info` 4 words per port: elements per 64-byte beat of its array, stripes of its array, its
 // stripe index, flags (bit 0: prefetch the next chunk);
-// `grad`/`grad_bytes` the gradient of a stream-source kernel (else null/0); `scalars` the 9
+// `grad`/`grad_bytes`/`grad_length` the gradient of a stream-source kernel, its element size and
+// its size in bytes (else null/0/0); `scalars` the 9
 // register bit patterns in register-map order; `threads` the most worker threads this call uses;
 // `chunk` the elements per kernel call and `align` the chunk alignment in elements. Returns as
 // optimusnic_csim::run.
 #define OPTIMUSNIC_CSIM_ENTRY(KERNEL)                                                                          \
-  extern "C" int optimusnic_csim_abi(void) { return 3; }                                                       \
+  extern "C" int optimusnic_csim_abi(void) { return 4; }                                                       \
   extern "C" unsigned long long optimusnic_csim_ports(void) { return optimusnic_csim::pointer_count(&KERNEL); } \
-  extern "C" long optimusnic_csim_run(void* const* ports, const unsigned long long* port_info,                 \
-                                      unsigned long long nports, const void* grad, unsigned long long grad_bytes, \
-                                      unsigned long long n, const unsigned int* scalars, int threads,           \
-                                      unsigned long long chunk, unsigned long long align) {                     \
+  extern "C" long optimusnic_csim_run(void* const* ports, const unsigned long long* lengths,                   \
+                                      const unsigned long long* port_info, unsigned long long nports,           \
+                                      const void* grad, unsigned long long grad_bytes,                          \
+                                      unsigned long long grad_length, unsigned long long n,                     \
+                                      const unsigned int* scalars, int threads, unsigned long long chunk,       \
+                                      unsigned long long align) {                                               \
     static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t), "64-bit counts");                      \
     if (nports > optimusnic_csim::kMaxPorts) return -2;                                                        \
     optimusnic_csim::Ports p{};                                                                                \
     p.buffers = reinterpret_cast<std::uint8_t* const*>(ports);                                                 \
+    p.lengths = reinterpret_cast<const std::uint64_t*>(lengths);                                               \
     p.info = reinterpret_cast<const std::uint64_t*>(port_info);                                                \
     p.grad = static_cast<const std::uint8_t*>(grad);                                                           \
     p.grad_bytes = grad_bytes;                                                                                 \
+    p.grad_length = grad_length;                                                                               \
     p.nports = nports;                                                                                         \
     return optimusnic_csim::run(&KERNEL, p, n, scalars, threads, chunk, align);                                \
   }
