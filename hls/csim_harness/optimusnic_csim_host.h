@@ -15,14 +15,16 @@
 //     round, so the chunk is the same kernel call on each port's buffer advanced by
 //     start / (elements per beat x stripes of its array) beats. The last chunk ends at n, where
 //     the kernel's own tail handling (lanes past n keep their state) runs on the caller's buffers;
-//   - chunks are small (hls/csim.py passes a few hundred elements), which is how the dataflow
-//     processes stream here: C simulation runs them one after another, so per chunk the FIFOs
-//     hold a few KiB and stay in L1;
+//   - chunks are small (hls/csim.py passes 1024 elements), which is how the dataflow processes
+//     stream here: C simulation runs them one after another, so per chunk each FIFO holds 4 KiB
+//     and they stay in L1/L2;
+//   - every buffer's length, the layout words and the chunk alignment are checked against n
+//     before any memory is touched;
 //   - a port whose buffer is not aligned as the kernel's beat type requires (AMD's hls::vector
 //     is alignas(64); numpy gives 16 bytes) goes through a 64-byte aligned scratch copy of the
 //     chunk: copied in before the call for a read port, out after it for a written port;
 //   - before each call the harness prefetches the next chunk's lines of the ports flagged for it
-//     (`flags` bit 1);
+//     (`flags` bit 0);
 //   - independent chunks run on the calling thread and on a pool of worker threads shared by
 //     every call of the library: concurrent calls (the compute units of one card, run by the
 //     driver at the same time) share its workers instead of each starting its own, and each call
