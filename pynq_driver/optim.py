@@ -431,13 +431,13 @@ class CardOptimizer(torch.optim.Optimizer):
 
     def _set_param_state(self, p: torch.Tensor, st: dict[str, Any]) -> None:
         """Replace the whole state of `p` (torch's keys; empty: no state, as before its first step)."""
+        self._apply_param_state(p, self._check_param_state(p, st))
+
+    def _check_param_state(self, p: torch.Tensor, st: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Everything `_apply_param_state` needs, checked; nothing is written (None: no state)."""
         bucket, slot = self._slots[id(p)]
         if not st:
-            bucket.write(slot, "m", None)
-            bucket.write(slot, "v", None)
-            slot.step, slot.has_state = 0, False
-            bucket.shard_step_changed()
-            return
+            return None
         missing = [k for k in STATE_KEYS if k not in st]
         if missing:
             raise UserError(f"{self._who}: state for a parameter lacks {', '.join(missing)} (torch.optim.AdamW "
@@ -454,11 +454,26 @@ class CardOptimizer(torch.optim.Optimizer):
             if value.numel() != slot.numel:
                 raise UserError(f"{self._who}: state {key!r} has {value.numel()} elements, the parameter "
                                 f"{slot.numel} (a state_dict of another model or sharding?)")
+        master = self._local_value(p, master, MASTER_KEY) if master is not None else None
+        if master is not None and master.numel() != slot.numel:
+            raise UserError(f"{self._who}: state {MASTER_KEY!r} has {master.numel()} elements, the parameter "
+                            f"{slot.numel}")
+        return step, m, v, master
+
+    def _apply_param_state(self, p: torch.Tensor, checked: tuple[Any, ...] | None) -> None:
+        bucket, slot = self._slots[id(p)]
+        if checked is None:
+            bucket.write(slot, "m", None)
+            bucket.write(slot, "v", None)
+            slot.step, slot.has_state = 0, False
+            bucket.shard_step_changed()
+            return
+        step, m, v, master = checked
         bucket.write(slot, "m", m)
         bucket.write(slot, "v", v)
         # bf16: the saved fp32 masters where they still round to the parameter, else the parameter;
         # the next step compares element by element (CardBucket.run), so writing them is enough.
-        bucket.write(slot, "p", self._local_value(p, master, MASTER_KEY) if master is not None else slot.data())
+        bucket.write(slot, "p", master if master is not None else slot.data())
         slot.step, slot.has_state = step, True
         bucket.shard_step_changed()
 
@@ -476,14 +491,17 @@ class CardOptimizer(torch.optim.Optimizer):
         """Load torch.optim.AdamW's (or Adam's, or ours) format; each value goes straight to the card."""
         self._check_open()
         saved = map_saved_state(self, state_dict)
+        # All or nothing: every group and every parameter's state is checked before anything changes.
+        for group, new in zip(self.param_groups, state_dict["param_groups"], strict=True):
+            check_group({**group, **{k: v for k, v in new.items() if k != "params"}}, adamw=self._adamw,
+                        who=self._who)
+        checked = {id(p): (p, self._check_param_state(p, saved.get(id(p)) or {}))
+                   for group in self.param_groups for p in group["params"] if id(p) in self._slots}
         # torch's load casts every state tensor (a host copy of the whole state); the card needs none.
         super().load_state_dict({**state_dict, "state": {}})
         self.state = CardState(self)  # type: ignore[assignment]
-        for group in self.param_groups:
-            check_group(group, adamw=self._adamw, who=self._who)
-            for p in group["params"]:
-                if id(p) in self._slots:
-                    self._set_param_state(p, saved.get(id(p)) or {})
+        for p, values in checked.values():
+            self._apply_param_state(p, values)
 
     # ---- the step --------------------------------------------------------------------------------
     def _plan(self) -> list[tuple[CardBucket, list[Any]]]:

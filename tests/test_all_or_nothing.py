@@ -1,12 +1,10 @@
 """All or nothing (issue 14, point 4): an optimizer step or load_state_dict that raises leaves
 everything as it was: parameters, card state, step counts, param_groups, bit for bit.
 
-PENDING: these need changes in pynq_driver/optim.py and pynq_driver/distributed.py (being rewritten
-by their owners while issue 14 was worked on): check every group, hyperparameter and gradient
-before the first shard steps, and check the whole state dict before loading anything. Until that
-lands, the tests that fail today are marked xfail (non-strict) with the pending change as reason;
-remove PENDING below to enable them. (ShardedNicOptimizer already checks lr, sparse and missing
-gradients of every group before its first shard steps: those cases run unmarked.)
+Every error class below is checked before the first shard steps (NicAdamW/NicAdam/_plan and
+ShardedNicOptimizer) and before anything is loaded (load_state_dict validates every group and
+every parameter's state first). A parameter without a gradient is not an error: it is skipped
+exactly as torch skips it (tests/test_optim_patterns.py).
 """
 
 from __future__ import annotations
@@ -21,13 +19,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pynq_driver.optim import NicAdam, NicAdamW  # noqa: E402
-
-PENDING = pytest.mark.xfail(
-    reason="pending in pynq_driver/optim.py (NicAdamW/NicAdam.step and load_state_dict) and "
-           "pynq_driver/distributed.py (ShardedNicOptimizer.step): validate every group, hyperparameter and "
-           "gradient before the first shard steps; validate the whole state dict before loading any of it",
-    strict=False,
-)
 
 
 def _model(seed: int = 0) -> tuple[torch.nn.Parameter, ...]:
@@ -67,10 +58,6 @@ def _nan_eps(opt: Any, params: Any) -> None:
     opt.param_groups[1]["eps"] = float("nan")
 
 
-def _missing_grad(opt: Any, params: Any) -> None:  # one of group 1's two parameters lost its gradient
-    params[1].grad = None
-
-
 def _sparse_grad(opt: Any, params: Any) -> None:
     params[2].grad = params[2].grad.to_sparse()
 
@@ -84,11 +71,10 @@ def _amsgrad(opt: Any, params: Any) -> None:
 
 
 ERRORS = {"lr<0 in group 1": _bad_lr, "betas out of range in group 1": _bad_betas, "eps NaN in group 1": _nan_eps,
-          "a missing grad in group 1": _missing_grad, "a sparse grad in group 1": _sparse_grad,
+          "a sparse grad in group 1": _sparse_grad,
           "weight_decay<0 in group 1": _negative_weight_decay, "amsgrad in group 1": _amsgrad}
 
 
-@PENDING
 @pytest.mark.parametrize("cls", [NicAdamW, NicAdam])
 @pytest.mark.parametrize("case", sorted(ERRORS))
 def test_step_error_leaves_everything_unchanged(cls: type, case: str) -> None:
@@ -107,7 +93,6 @@ def test_step_error_leaves_everything_unchanged(cls: type, case: str) -> None:
         opt.close()
 
 
-@PENDING
 @pytest.mark.parametrize("cls", [NicAdamW, NicAdam])
 @pytest.mark.parametrize("case", ["wrong size in group 1", "step mismatch in group 1", "missing exp_avg_sq",
                                   "lr string in group 1"])
@@ -140,8 +125,7 @@ def test_load_state_dict_error_leaves_everything_unchanged(cls: type, case: str)
         opt.close()
 
 
-@pytest.mark.parametrize("case", ["lr<0 in group 1", "a sparse grad in group 1", "a missing grad in group 1",
-                                  pytest.param("betas out of range in group 1", marks=PENDING)])
+@pytest.mark.parametrize("case", ["lr<0 in group 1", "a sparse grad in group 1", "betas out of range in group 1"])
 def test_sharded_step_error_leaves_everything_unchanged(case: str) -> None:
     import torch.distributed as dist
 
@@ -183,7 +167,6 @@ _values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(
                     st.tuples(st.floats(-1, 2), st.floats(-1, 2)))
 
 
-@PENDING
 @settings(max_examples=int(os.environ.get("FUZZ_OPTIM_EXAMPLES", "10")), deadline=None, database=None,
           suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
 @given(group=st.integers(0, 1), key=st.sampled_from(["lr", "eps", "weight_decay", "betas", "maximize", "amsgrad"]),
