@@ -80,7 +80,7 @@ def open_device(
         from pynq_driver.soft import SoftDevice, csim_executor
 
         pdir, manifest = project_for(spec, project_dir)
-        executor = csim_executor(pdir, threads=options.pop("threads", None))
+        executor = csim_executor(pdir, threads=options.pop("threads", None), headers=options.pop("headers", "amd"))
         return SoftDevice(manifest, executor, backend="csim", timeout_s=timeout_s, **options)
     if backend == "rtlsim":
         from pynq_driver.rtlsim import RtlSimDevice

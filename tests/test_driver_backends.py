@@ -120,3 +120,15 @@ def test_small_shard_and_default_chunk() -> None:
         assert np.allclose(out, 0.5)
     with open_device("golden", KernelSpec()) as dev, ShardState(dev, np.ones(5_000_000, np.float32)) as shard:
         assert shard.chunk_elems == 1 << 20  # the sizing default
+
+
+def test_csim_backend_with_our_headers_is_bit_exact() -> None:
+    """open_device("csim", headers="own"): the faster stand-in stream model, same bits as AMD's headers."""
+    rng = np.random.default_rng(5)
+    p0 = rng.standard_normal(3000).astype(np.float32)
+    g = grad_of(rng, 3000, "fp32")
+    outs = []
+    for headers in ("amd", "own"):
+        with open_device("csim", KernelSpec(), headers=headers) as dev, ShardState(dev, p0) as shard:
+            outs.append(shard.step(g, Hyper(step=1, lr=1e-2, weight_decay=0.1)))
+    assert outs[0].tobytes() == outs[1].tobytes()
