@@ -312,24 +312,18 @@ class ShardState:
     # ---- striped copies (hls/layout.py: stripe k holds beats k, k + S, ...) -------------------
     def _put(self, bufs: list[Any], data: np.ndarray, beat0: int) -> None:
         """Write `data` into its stripes, starting at stripe beat `beat0` (a chunk's first beat / S)."""
-        if len(bufs) == 1:
-            self.dev.write(bufs[0], data, 64 * beat0)
-            return
-        for buf, part in zip(bufs, layout.split(data, len(bufs)), strict=True):
-            if part.size:
-                self.dev.write(buf, part, 64 * beat0)
+        self._put_via(bufs, data, beat0, self._stripe_scratch(bufs, data))
 
     def _get(self, bufs: list[Any], out: np.ndarray, beat0: int) -> None:
         """Fill `out` from its stripes, starting at stripe beat `beat0`."""
+        self._get_via(bufs, out, beat0, self._stripe_scratch(bufs, out))
+
+    @staticmethod
+    def _stripe_scratch(bufs: list[Any], data: np.ndarray) -> np.ndarray:
+        """Room for stripe 0 of `data` (the largest); none is needed with one stripe."""
         if len(bufs) == 1:
-            self.dev.read(bufs[0], out, 64 * beat0)
-            return
-        nb = layout.beats(out.size, out.itemsize)
-        parts = [np.empty(layout.stripe_beats(nb, len(bufs), k) * 64, np.uint8) for k in range(len(bufs))]
-        for buf, part in zip(bufs, parts, strict=True):
-            if part.size:
-                self.dev.read(buf, part, 64 * beat0)
-        out[...] = layout.join(parts, out.size, out.dtype)
+            return np.empty(0, np.uint8)
+        return np.empty(layout.stripe_bytes(data.size, data.itemsize, len(bufs)), np.uint8)
 
     def _state_beat(self, part: _CuPart, lo: int) -> int:
         return (lo - part.lo) // 16 // self.stripes.state
