@@ -441,6 +441,16 @@ class CsimKernel:
         """
         self._check(grad, p, m, v, out, n)
         n = int(n)
+        buffers, state, outs = self.stripe_arrays(grad, p, m, v, n)
+        self.run_ports(buffers, n, scalars)
+        for name, arr in (("p", p), ("m", m), ("v", v)):
+            arr[:n] = layout.join(state[name], n, _F32)
+        out[:n] = layout.join(outs, n, out.dtype)
+
+    def stripe_arrays(self, grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray,
+                      n: int) -> tuple[dict[str, np.ndarray], dict[str, list[np.ndarray]], list[np.ndarray]]:
+        """Whole arrays striped as the card holds them (hls.layout.split): the buffer of every port
+        (a state stripe's _rd and _wr ports share one), the state stripes and the out stripes."""
         s = self.stripes
         buffers: dict[str, np.ndarray] = {}
         if self.spec.grad_source == "stream":
@@ -456,10 +466,7 @@ class CsimKernel:
         outs = [np.zeros(self.port_info[f"out{k}"].nbytes(n), np.uint8) for k in range(s.out)]
         for k, part in enumerate(outs):
             buffers[f"out{k}"] = part
-        self.run_ports(buffers, n, scalars)
-        for name, arr in (("p", p), ("m", m), ("v", v)):
-            arr[:n] = layout.join(state[name], n, _F32)
-        out[:n] = layout.join(outs, n, out.dtype)
+        return buffers, state, outs
 
     def close(self) -> None:
         # ctypes cannot unload safely while references may remain; dropping ours is enough, and the
