@@ -278,10 +278,14 @@ def test_readme_fsdp2_example_runs(tmp_path):
     code = re.search(r"<!-- fsdp2-example -->\s*```python\n(.*?)```", text, re.S).group(1)
     (tmp_path / "example.py").write_text(code)
     env = {**os.environ, "PYTHONPATH": str(root), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    # Each rank's stdout to a file of its own: two ranks printing at once interleave on one pipe.
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                        "--master-port", str(free_port()), "example.py"],
+                        "--master-port", str(free_port()), "--log-dir", str(tmp_path / "logs"), "--redirects", "1",
+                        "example.py"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]
-    lines = sorted(line for line in r.stdout.splitlines() if line[:1] in "01")
-    assert len(lines) == 2 and all(line.split()[-1] == "10.0" for line in lines), r.stdout
+    outs = sorted((tmp_path / "logs").rglob("stdout.log"))
+    lines = sorted(line for f in outs for line in f.read_text().splitlines() if line[:1] in "01")
+    assert len(outs) == 2 and len(lines) == 2, [f.read_text() for f in outs]
+    assert all(line.split()[-1] == "10.0" for line in lines), lines
     assert (tmp_path / "ckpt").is_dir()
