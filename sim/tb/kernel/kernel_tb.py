@@ -146,6 +146,10 @@ class KernelTB:
     async def write_reg(self, offset: int, value: int) -> None:
         await self.host.write(offset, int(value & 0xFFFFFFFF).to_bytes(4, "little"))
 
+    async def read_status(self) -> int:
+        """The sticky STATUS word of the last run (manifest register_map.status)."""
+        return await self.read_reg(self.regmap["status"]["offset"])
+
     async def write_args(self, regs: Mapping[str, int]) -> None:
         """Argument registers by name: pointers take two words, scalars one (manifest offsets)."""
         for name, value in regs.items():

@@ -21,6 +21,10 @@ test_update      bit-exact against hls/golden.py for every element count and run
                  shard carries junk beats before its TLAST, which the kernel must drop
 test_control     ap_ctrl_hs: idle after reset, argument read-back, ap_done clear-on-read,
                  interrupt only when enabled, a start written while busy is ignored
+test_status      the sticky STATUS word: a misaligned pointer (nothing read or written, a stream
+                 shard dropped), an error response on a read and on a write port, stream shards
+                 one beat short and one beat long; every run reaches ap_done and the next clean
+                 run is bit-exact with STATUS 0 (every run of test_update checks STATUS too)
 test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too), and
                  per memory channel the beats it moved
 """
@@ -231,6 +235,9 @@ async def update_session(tb: KernelTB, cfg: dict[str, Any], n: int, rng: np.rand
         want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
                                       grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
         cycles.append(await run_kernel(tb, regs, timeout_cycles=200 * n + 20_000))
+        status = await tb.read_status()
+        want_status = 1 << status_bit(cfg, "stream_long") if junk else 0
+        assert status == want_status, f"n={n} run {run + 1}: STATUS {status:#x}, want {want_status:#x}"
         got = read_results(tb, lay, spec)
         errors = [describe_mismatch(k, got[k], w) for k, w in (("p", p), ("m", m), ("v", v), ("out", want_out))]
         errors = [e for e in errors if e]
@@ -241,6 +248,89 @@ async def update_session(tb: KernelTB, cfg: dict[str, Any], n: int, rng: np.rand
         if spec["grad_source"] == "stream":
             assert not tb.stream.count(), f"n={n} run {run + 1}: the kernel left stream beats unread"
     return cycles
+
+
+def status_bit(cfg: dict[str, Any], name: str) -> int:
+    return int(cfg["manifest"]["register_map"]["status"]["bits"][name])
+
+
+async def status_run(tb: KernelTB, cfg: dict[str, Any], lay: Layout, rng: np.random.Generator, *,
+                     grad_cut: int = 0, grad_extra: bytes = b"", regs_change: dict[str, int] | None = None,
+                     check: bool = False) -> tuple[int, bool]:
+    """One run on fresh state: (STATUS, whether memory outside p, m, v and out stayed untouched).
+    `grad_cut` bytes are taken off the stream shard's end, `grad_extra` added before its TLAST;
+    with `check` the results must be bit-exact."""
+    spec, n = cfg["spec"], lay.n
+    for key in lay.base:
+        start = lay.base[key] - (lay.base[key] % PAGE)
+        tb.mem.write(start, rng.integers(0, 256, lay.end[key] - start, dtype=np.uint8).tobytes())
+    p, m, v = make_state(rng, n)
+    write_state(tb, lay, p, m, v)
+    grad = make_grad(rng, n, spec["grad_dtype"], 0)
+    regions = {key: tb.mem.read(lay.base[key], lay.end[key] - lay.base[key]) for key in lay.base}
+    scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
+    regs = {**kernel_regs(tb, lay, n, scalars, spec["optimizer"]), **(regs_change or {})}
+    if spec["grad_source"] == "stream":
+        data = grad.tobytes()
+        tb.send_stream(data[: len(data) - grad_cut] + grad_extra)
+    else:
+        lay.write(tb.mem, "grad", grad)
+        regions = {key: tb.mem.read(lay.base[key], lay.end[key] - lay.base[key]) for key in lay.base}
+    await run_kernel(tb, regs, timeout_cycles=200 * n + 20_000)
+    status = await tb.read_status()
+    untouched = all(tb.mem.read(lay.base[key], len(before)) == before for key, before in regions.items())
+    if check:
+        want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
+                                      grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
+        got = read_results(tb, lay, spec)
+        errors = [describe_mismatch(k, got[k], w) for k, w in (("p", p), ("m", m), ("v", v), ("out", want_out))]
+        assert not any(errors), "; ".join(e for e in errors if e)
+    if spec["grad_source"] == "stream":
+        assert not tb.stream.count(), "the kernel left stream beats unread"
+    return status, untouched
+
+
+@cocotb.test()
+async def test_status(dut: Any) -> None:
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    rng = np.random.default_rng(seed + 7)
+    n = 20 * spec["lanes"] + 3
+    lay = Layout(spec, stripe_counts(cfg), n, skew=61 * 64)
+    tb = make_tb(dut, cfg, lay.size, cfg["stalls"], seed)
+    dut._log.info("test_status: seed %d", seed)
+    await tb.reset()
+    assert await tb.read_status() == 0, "STATUS must read 0 after reset"
+    bit = {name: 1 << status_bit(cfg, name) for name in cfg["manifest"]["register_map"]["status"]["bits"]}
+    ports = [a for a, arg in tb.args.items() if arg["kind"] == "pointer"]
+    writer = next(a for a in ports if a.endswith("_wr") or a.startswith("out"))
+    reader = next(a for a in ports if not (a.endswith("_wr") or a.startswith("out")))
+
+    status, untouched = await status_run(tb, cfg, lay, rng, regs_change={writer: lay.base[lay.ports[writer]] + 4})
+    assert status == bit["misaligned"] and untouched, f"misaligned {writer}: STATUS {status:#x}, untouched {untouched}"
+    status, _ = await status_run(tb, cfg, lay, rng, check=True)
+    assert status == 0, f"clean run after a misaligned pointer: STATUS {status:#x}"
+
+    tb.ports[reader].read_if.error_bursts = 1
+    status, _ = await status_run(tb, cfg, lay, rng)
+    assert status == bit["read_response"], f"SLVERR on {reader}: STATUS {status:#x}"
+    tb.ports[writer].write_if.error_bursts = 1
+    status, _ = await status_run(tb, cfg, lay, rng)
+    assert status == bit["write_response"], f"SLVERR on {writer}: STATUS {status:#x}"
+    status, _ = await status_run(tb, cfg, lay, rng, check=True)
+    assert status == 0, f"clean run after error responses: STATUS {status:#x}"
+
+    if spec["grad_source"] == "stream":
+        nbytes = n * (4 if spec["grad_dtype"] == "fp32" else 2)
+        status, _ = await status_run(tb, cfg, lay, rng, grad_cut=nbytes % 64 or 64)
+        assert status == bit["stream_short"], f"shard one beat short: STATUS {status:#x}"
+        status, _ = await status_run(tb, cfg, lay, rng, grad_extra=bytes(-nbytes % 64 + 64), check=True)
+        assert status == bit["stream_long"], f"shard one beat long: STATUS {status:#x}"
+        status, _ = await status_run(tb, cfg, lay, rng, regs_change={writer: lay.base[lay.ports[writer]] + 4})
+        assert status == bit["misaligned"], f"misaligned with a stream shard: STATUS {status:#x}"
+        status, _ = await status_run(tb, cfg, lay, rng, check=True)
+        assert status == 0, f"clean run after stream framing errors: STATUS {status:#x}"
 
 
 @cocotb.test()
