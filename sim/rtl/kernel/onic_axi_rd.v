@@ -80,7 +80,9 @@ module onic_axi_rd #(
     localparam [FIFO_LOG2+1:0] DEPTH_W = {2'b01, {FIFO_LOG2{1'b0}}};
     wire [FIFO_LOG2+1:0] room = DEPTH_W - {1'b0, fifo_count} - {1'b0, outstanding_reg};
     wire        issue      = !ar_valid_reg && ar_left_reg != 0 && burst_len <= room;
-    wire        r_beat     = m_axi_rvalid && m_axi_rready;
+    // a beat with nothing outstanding (an interconnect that was not reset with the kernel still
+    // answering a burst from before the reset) is dropped, and the count never goes below zero
+    wire        r_beat     = m_axi_rvalid && m_axi_rready && outstanding_reg != 0;
 
     always @(posedge clk) begin
         if (rst) begin

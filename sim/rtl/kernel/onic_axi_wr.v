@@ -99,7 +99,8 @@ module onic_axi_wr #(
 
     wire        w_fire = fifo_valid && lenq_valid && m_axi_wready;
     wire        w_last = w_beat_reg == lenq_head;
-    wire        b_fire = m_axi_bvalid;
+    // a response with no burst waiting (from before a reset) is ignored
+    wire        b_fire = m_axi_bvalid && b_wait_reg != 0;
 
     always @(posedge clk) begin
         if (rst) begin

@@ -25,6 +25,9 @@ test_status      the sticky STATUS word: a misaligned pointer (nothing read or w
                  shard dropped), an error response on a read and on a write port, stream shards
                  one beat short and one beat long; every run reaches ap_done and the next clean
                  run is bit-exact with STATUS 0 (every run of test_update checks STATUS too)
+test_reset       ap_rst_n pulsed low mid-run at a random clock (seed printed; ONIC_SEED replays it)
+                 while bursts are in flight: ap_idle after it, and the next run is bit-exact with
+                 STATUS 0 (the protocol monitor checks nothing is valid during reset)
 test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too), and
                  per memory channel the beats it moved
 """
@@ -321,6 +324,11 @@ async def test_status(dut: Any) -> None:
     status, _ = await status_run(tb, cfg, lay, rng, check=True)
     assert status == 0, f"clean run after error responses: STATUS {status:#x}"
 
+    # bases 3 beats before a 4 KiB page: every stripe with more beats splits into several bursts
+    assert tb.monitor.multi_burst_ports, "no port made a multi-burst transfer"
+    dut._log.info("test_status: %d bursts monitored, multi-burst on %s", tb.monitor.bursts,
+                  sorted(tb.monitor.multi_burst_ports))
+
     if spec["grad_source"] == "stream":
         nbytes = n * (4 if spec["grad_dtype"] == "fp32" else 2)
         status, _ = await status_run(tb, cfg, lay, rng, grad_cut=nbytes % 64 or 64)
@@ -331,6 +339,41 @@ async def test_status(dut: Any) -> None:
         assert status == bit["misaligned"], f"misaligned with a stream shard: STATUS {status:#x}"
         status, _ = await status_run(tb, cfg, lay, rng, check=True)
         assert status == 0, f"clean run after stream framing errors: STATUS {status:#x}"
+
+
+@cocotb.test()
+async def test_reset(dut: Any) -> None:
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    rng = np.random.default_rng(seed + 11)
+    pick = random.Random(seed + 11)
+    n = 64 * spec["lanes"] + 5
+    lay = Layout(spec, stripe_counts(cfg), n, skew=62 * 64)
+    tb = make_tb(dut, cfg, lay.size, cfg["stalls"], seed)
+    await tb.reset()
+    for attempt in range(2):
+        at, low = pick.randrange(20, 400), pick.randrange(2, 9)
+        dut._log.info("test_reset: seed %d, reset %d clocks after ap_start for %d clocks", seed, at, low)
+        p, m, v = make_state(rng, n)
+        write_state(tb, lay, p, m, v)
+        grad = make_grad(rng, n, spec["grad_dtype"], 0)
+        feed_grad(tb, lay, spec, grad)
+        scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
+        await tb.write_args(kernel_regs(tb, lay, n, scalars, spec["optimizer"]))
+        await tb.write_reg(CTRL, AP_START)
+        await ClockCycles(dut.ap_clk, at)
+        dut.ap_rst_n.value = 0
+        await ClockCycles(dut.ap_clk, low)
+        dut.ap_rst_n.value = 1
+        await ClockCycles(dut.ap_clk, 4)
+        tb.card.start()
+        if tb.stream is not None:
+            tb.stream.clear()
+        assert await tb.read_reg(CTRL) & AP_IDLE, f"attempt {attempt}: not idle after a reset mid-run"
+        assert tb.monitor.errors == [], "; ".join(tb.monitor.errors)
+        status, _ = await status_run(tb, cfg, lay, rng, check=True)
+        assert status == 0, f"attempt {attempt}: STATUS {status:#x} on the run after a reset"
 
 
 @cocotb.test()
