@@ -28,6 +28,8 @@ test_status      the sticky STATUS word: a misaligned pointer (nothing read or w
 test_reset       ap_rst_n pulsed low mid-run at a random clock (seed printed; ONIC_SEED replays it)
                  while bursts are in flight: ap_idle after it, and the next run is bit-exact with
                  STATUS 0 (the protocol monitor checks nothing is valid during reset)
+test_lite_restart  AXI4-Lite writes with random partial WSTRB merge bytes; auto_restart reruns
+                 until cleared, then the next run is bit-exact with STATUS 0
 test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too), and
                  per memory channel the beats it moved
 """
@@ -50,6 +52,7 @@ from hls import golden, layout
 
 F32 = np.float32
 PAGE = 4096
+AUTO_RESTART = 1 << 7
 
 
 def _env(name: str, default: str) -> str:
@@ -374,6 +377,58 @@ async def test_reset(dut: Any) -> None:
         assert tb.monitor.errors == [], "; ".join(tb.monitor.errors)
         status, _ = await status_run(tb, cfg, lay, rng, check=True)
         assert status == 0, f"attempt {attempt}: STATUS {status:#x} on the run after a reset"
+
+
+@cocotb.test()
+async def test_lite_restart(dut: Any) -> None:
+    """AXI4-Lite writes with partial WSTRB merge bytes; auto_restart reruns until cleared; the run
+    after it is bit-exact with STATUS 0. Seeded (ONIC_SEED replays it)."""
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    pick = random.Random(seed + 23)
+    rng = np.random.default_rng(seed + 23)
+    n = 8 * spec["lanes"] + 1
+    lay = Layout(spec, stripe_counts(cfg), n, skew=63 * 64)
+    tb = make_tb(dut, cfg, lay.size, cfg["stalls"], seed)
+    await tb.reset()
+    scalars = [name for name, arg in tb.args.items() if arg["kind"] == "scalar"]
+    for _ in range(8):
+        name = pick.choice(scalars)
+        offset = tb.args[name]["offset"]
+        old, new = pick.getrandbits(32), pick.getrandbits(32)
+        strb = pick.randrange(1, 15)
+        dut._log.info("test_lite_restart: seed %d, %s: %#x then %#x with WSTRB %#x", seed, name, old, new, strb)
+        await tb.write_reg(offset, old)
+        for byte in range(4):
+            if strb >> byte & 1:
+                await tb.host.write(offset + byte, bytes([new >> (8 * byte) & 0xFF]))
+        mask = sum(0xFF << (8 * b) for b in range(4) if strb >> b & 1)
+        want = (new & mask) | (old & ~mask & 0xFFFFFFFF)
+        got = await tb.read_reg(offset)
+        assert got == want, f"{name}: WSTRB {strb:#x} wrote {got:#x}, want {want:#x}"
+
+    # auto_restart with n = 0: the kernel reruns by itself until bit 7 is cleared
+    await tb.write_args({"n": 0})
+    await tb.write_reg(CTRL, AP_START | AUTO_RESTART)
+    dones = 0
+    for _ in range(200):
+        await ClockCycles(dut.ap_clk, 4)
+        dones += bool(await tb.read_reg(CTRL) & AP_DONE)
+        if dones >= 3:
+            break
+    assert dones >= 3, f"auto_restart: {dones} runs seen"
+    await tb.write_reg(CTRL, 0)
+    for _ in range(200):
+        ctrl = await tb.read_reg(CTRL)
+        if ctrl & AP_IDLE and not ctrl & AP_START:
+            break
+        await ClockCycles(dut.ap_clk, 4)
+    assert ctrl & AP_IDLE and not ctrl & AP_START, f"auto_restart cleared, CTRL {ctrl:#x}"
+    await ClockCycles(dut.ap_clk, 50)
+    assert await tb.read_reg(CTRL) & AP_IDLE, "the kernel restarted after auto_restart was cleared"
+    status, _ = await status_run(tb, cfg, lay, rng, check=True)
+    assert status == 0, f"STATUS {status:#x} after auto_restart runs"
 
 
 @cocotb.test()
