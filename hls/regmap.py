@@ -29,6 +29,23 @@ CTRL_AUTO_RESTART = 1 << 7
 POINTER_STRIDE = 12
 SCALAR_STRIDE = 8
 
+# The sticky STATUS word that follows the arguments: cleared when a run starts, set by the run's
+# errors, read by the driver after every run (the kernel still reaches ap_done on any of them).
+STATUS_BITS = {
+    "read_response": 0,  # an RRESP of SLVERR/DECERR on any read port
+    "write_response": 1,  # a BRESP of SLVERR/DECERR on any write port
+    "stream_short": 2,  # TLAST came before the shard's n elements (the rest read as zero gradients)
+    "stream_long": 3,  # the shard's last beat had no TLAST (beats dropped up to TLAST)
+    "misaligned": 4,  # a pointer not 64-byte aligned (nothing read or written)
+}
+STATUS_CAUSES = {
+    "read_response": "a memory read returned an error response (RRESP): wrong bank or address",
+    "write_response": "a memory write returned an error response (BRESP): wrong bank or address",
+    "stream_short": "the gradient stream shard ended (TLAST) before n elements",
+    "stream_long": "the gradient stream shard was longer than n elements (dropped up to TLAST)",
+    "misaligned": "a buffer pointer is not 64-byte aligned (the kernel read and wrote nothing)",
+}
+
 
 
 @dataclass(frozen=True)
@@ -97,9 +114,22 @@ def register_map(spec: KernelSpec, stripes: StripeCounts) -> list[Arg]:
     return args
 
 
+def status_offset(args: list[Arg]) -> int:
+    """The STATUS word: the next free offset after the arguments."""
+    return max((a.offset + a.size for a in args if a.offset is not None), default=ARGS_BASE)
+
+
+def status_causes(value: int) -> list[str]:
+    """The names of the STATUS bits set in `value` (unknown bits as `bit<k>`)."""
+    names = [name for name, bit in STATUS_BITS.items() if value >> bit & 1]
+    known = sum(1 << bit for bit in STATUS_BITS.values())
+    names += [f"bit{k}" for k in range(32) if (value & ~known) >> k & 1]
+    return names
+
+
 def address_range(args: list[Arg]) -> int:
     """Size of the AXI4-Lite address space, a power of two (at least 0x1000 as XRT expects)."""
-    end = max((a.offset + a.size for a in args if a.offset is not None), default=ARGS_BASE)
+    end = status_offset(args) + 4
     size = 0x1000
     while size < end:
         size *= 2
@@ -115,4 +145,5 @@ def to_manifest(spec: KernelSpec, stripes: StripeCounts) -> dict[str, object]:
         "address_bits": (address_range(args) - 1).bit_length(),
         "stripes": {"grad": stripes.grad, "state": stripes.state, "out": stripes.out},
         "args": [a.to_dict() for a in args],
+        "status": {"offset": status_offset(args), "bits": dict(STATUS_BITS)},
     }

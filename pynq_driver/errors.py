@@ -9,6 +9,7 @@ __all__ = [
     "BitstreamMismatch",
     "DeviceClosed",
     "DeviceError",
+    "KernelStatusError",
     "KernelTimeout",
     "NonFiniteGradient",
     "ShardTooLarge",
@@ -24,6 +25,16 @@ class DeviceError(OptimusError, RuntimeError):
 
 class KernelTimeout(DeviceError):
     """The kernel did not raise ap_done within the timeout. Card memory is still readable."""
+
+
+class KernelStatusError(DeviceError):
+    """The kernel reached ap_done but its STATUS register reports errors (`causes`: bit names of
+    the manifest's register_map.status). The run's output and state are not to be trusted."""
+
+    def __init__(self, message: str, status: int = 0, causes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.status = status
+        self.causes = causes
 
 
 class DeviceClosed(DeviceError):

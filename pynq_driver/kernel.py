@@ -2,16 +2,20 @@
 
 Offsets come from the manifest's register map (design.md section 4), never from constants
 here: pointer arguments take their low and high words, scalars their word, then ap_start; the
-end is ap_done. On `alveo` these are PYNQ register writes, on `rtlsim` AXI4-Lite transactions
-into the RTL kernel, on `csim`/`golden` writes into the software card's register file.
+end is ap_done, then the sticky STATUS word after the arguments (errors of the run: read or
+write response errors, stream framing, misaligned pointers; a manifest without it has no
+STATUS): any error raises KernelStatusError, and the shard marks itself inconsistent. On
+`alveo` these are PYNQ register writes, on `rtlsim` AXI4-Lite transactions into the RTL kernel,
+on `csim`/`golden` writes into the software card's register file.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hls.regmap import STATUS_CAUSES
 from pynq_driver.device import Buffer, Device
-from pynq_driver.errors import DeviceError
+from pynq_driver.errors import DeviceError, KernelStatusError
 
 
 class KernelRunner:
@@ -26,6 +30,9 @@ class KernelRunner:
                 "this kernel takes gradients from its network stream (grad_source=stream); the host "
                 "driver streams shards through kernels with grad_source=memory"
             )
+        status = device.manifest["register_map"].get("status")
+        self.status_offset = int(status["offset"]) if status else None
+        self.status_bits = {str(k): int(b) for k, b in status["bits"].items()} if status else {}
         self.busy = False
 
     def launch(self, pointers: dict[str, tuple[Buffer, int]], n: int, scalar_bits: dict[str, int]) -> None:
@@ -57,6 +64,20 @@ class KernelRunner:
             # After a timeout the run is abandoned: the driver never launches over it (the shard
             # is marked inconsistent), but the runner must not block a reset of the state.
             self.busy = False
+        self.check_status()
+
+    def check_status(self) -> None:
+        """Raise KernelStatusError naming every cause the STATUS register of the last run reports."""
+        if self.status_offset is None:
+            return
+        value = self.device.read_reg(self.status_offset, self.cu)
+        if value == 0:
+            return
+        causes = [name for name, bit in self.status_bits.items() if value >> bit & 1]
+        known = sum(1 << bit for bit in self.status_bits.values())
+        causes += [f"bit{k}" for k in range(32) if (value & ~known) >> k & 1]
+        text = "; ".join(f"{c}: {STATUS_CAUSES.get(c, 'unknown status bit')}" for c in causes)
+        raise KernelStatusError(f"CU {self.cu} STATUS 0x{value:x} after the run: {text}", value, tuple(causes))
 
     def describe(self) -> dict[str, Any]:
         return {"pointers": self.pointers, "scalars": self.scalars}

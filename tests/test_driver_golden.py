@@ -97,3 +97,33 @@ def test_checkpoint_saved_before_stripes_still_loads() -> None:
             sd = shard.state_dict()
             for key in ("params", "exp_avg", "exp_avg_sq"):
                 assert first_mismatch(sd[key], arrays[key]) is None
+
+
+def test_status_error_names_the_cause_and_marks_the_shard_inconsistent() -> None:
+    """The driver reads STATUS (manifest register_map.status) after every run; the soft devices
+    read 0 there. A set bit raises KernelStatusError naming the cause, and the shard refuses to
+    step again until a checkpoint is loaded."""
+    from hls.regmap import STATUS_BITS
+    from pynq_driver.errors import KernelStatusError, StateError
+
+    spec = KernelSpec()
+    rng = np.random.default_rng(2)
+    p0 = rng.standard_normal(N).astype(np.float32)
+    with open_device("golden", spec) as dev, ShardState(dev, p0, chunk_elems=CHUNK) as shard:
+        status = dev.manifest["register_map"]["status"]
+        assert status["bits"] == STATUS_BITS
+        shard.step(make_grad(rng, N, spec.grad_dtype), Hyper(step=1, lr=1e-2))
+        assert dev.read_reg(status["offset"]) == 0
+        plain = dev.read_reg
+
+        def read_reg(offset: int, cu: int = 0) -> int:
+            value = plain(offset, cu)
+            return value | 1 << STATUS_BITS["read_response"] if offset == status["offset"] else value
+
+        dev.read_reg = read_reg  # type: ignore[method-assign]
+        with pytest.raises(KernelStatusError, match="read_response") as err:
+            shard.step(make_grad(rng, N, spec.grad_dtype), Hyper(step=2, lr=1e-2))
+        assert err.value.causes == ("read_response",)
+        dev.read_reg = plain  # type: ignore[method-assign]
+        with pytest.raises(StateError, match="checkpoint"):
+            shard.step(make_grad(rng, N, spec.grad_dtype), Hyper(step=2, lr=1e-2))

@@ -97,8 +97,9 @@ def test_lint_and_icarus_compile(spec: KernelSpec) -> None:
 @pytest.mark.parametrize(("spec", "memory"), list(zip(DEFAULT, DEFAULT_MEMORY, strict=True)),
                          ids=[_id(s) for s in DEFAULT])
 def test_kernel_bit_exact_and_control(spec: KernelSpec, memory: str) -> None:
-    result = rtlsim.simulate(spec, tests=("test_update", "test_control"), elements=default_elements(spec),
-                             runs=3, stalls=0.2, latency=64, seed=3, memory=memory)
+    result = rtlsim.simulate(spec, tests=("test_update", "test_control", "test_status", "test_reset",
+                                                 "test_lite_restart"),
+                             elements=default_elements(spec), runs=3, stalls=0.2, latency=64, seed=3, memory=memory)
     check(result)
     assert result.memory == memory
     assert set(result.cycles) == {str(n) for n in default_elements(spec)}
@@ -107,8 +108,9 @@ def test_kernel_bit_exact_and_control(spec: KernelSpec, memory: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", FULL, ids=_id)
 def test_kernel_full(spec: KernelSpec) -> None:
-    check(rtlsim.simulate(spec, tests=("test_update", "test_control"), elements=full_elements(spec),
-                          runs=3, stalls=0.25, latency=64, seed=11))
+    check(rtlsim.simulate(spec, tests=("test_update", "test_control", "test_status", "test_reset",
+                                                 "test_lite_restart"),
+                          elements=full_elements(spec), runs=3, stalls=0.25, latency=64, seed=11))
     check(rtlsim.simulate(spec, tests=("test_update",), elements=[3, 777], runs=3, stalls=0.1, latency=200,
                           seed=12, memory="ideal"))
 

@@ -26,6 +26,8 @@ module onic_axi_rd #(
     input  wire [63:0]   addr,
     input  wire [31:0]   beats,
     output wire          busy,
+    // sticky for the run: an RRESP of SLVERR or DECERR was seen (cleared by start)
+    output wire          resp_err,
 
     /* beats out */
     output wire [511:0]  m_data,
@@ -66,6 +68,7 @@ module onic_axi_rd #(
     reg  [7:0]         ar_len_reg;
     reg                ar_valid_reg;
     reg  [FIFO_LOG2:0] outstanding_reg; // beats requested, not yet received
+    reg                resp_err_reg;
 
     wire [FIFO_LOG2:0] fifo_count;
     wire               fifo_s_ready;
@@ -77,7 +80,9 @@ module onic_axi_rd #(
     localparam [FIFO_LOG2+1:0] DEPTH_W = {2'b01, {FIFO_LOG2{1'b0}}};
     wire [FIFO_LOG2+1:0] room = DEPTH_W - {1'b0, fifo_count} - {1'b0, outstanding_reg};
     wire        issue      = !ar_valid_reg && ar_left_reg != 0 && burst_len <= room;
-    wire        r_beat     = m_axi_rvalid && m_axi_rready;
+    // a beat with nothing outstanding (an interconnect that was not reset with the kernel still
+    // answering a burst from before the reset) is dropped, and the count never goes below zero
+    wire        r_beat     = m_axi_rvalid && m_axi_rready && outstanding_reg != 0;
 
     always @(posedge clk) begin
         if (rst) begin
@@ -86,7 +91,9 @@ module onic_axi_rd #(
             outstanding_reg <= {(FIFO_LOG2+1){1'b0}};
             ar_addr_reg     <= 64'd0;
             ar_len_reg      <= 8'd0;
+            resp_err_reg    <= 1'b0;
         end else if (start) begin
+            resp_err_reg    <= 1'b0;
             ar_valid_reg    <= 1'b0;
             ar_left_reg     <= beats;
             ar_addr_reg     <= {addr[63:6], 6'd0};
@@ -100,6 +107,9 @@ module onic_axi_rd #(
                 ar_len_reg   <= burst_len[7:0] - 8'd1;
                 ar_left_reg  <= ar_left_reg - burst_len;
             end
+            if (r_beat && m_axi_rresp[1]) begin
+                resp_err_reg <= 1'b1;
+            end
             outstanding_reg <= outstanding_reg + (issue ? burst_len[FIFO_LOG2:0] : {(FIFO_LOG2+1){1'b0}})
                                - {{FIFO_LOG2{1'b0}}, r_beat};
             if (ar_valid_reg && m_axi_arready) begin
@@ -108,6 +118,7 @@ module onic_axi_rd #(
         end
     end
 
+    assign resp_err = resp_err_reg;
     assign busy = ar_left_reg != 0 || ar_valid_reg || outstanding_reg != 0;
 
     onic_fifo #(
@@ -140,7 +151,7 @@ module onic_axi_rd #(
     assign m_axi_rready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_rid, m_axi_rresp, m_axi_rlast, fifo_s_ready, addr[5:0], room[FIFO_LOG2+1], 1'b0};
+    wire _unused_ok = &{1'b0, m_axi_rid, m_axi_rresp[0], m_axi_rlast, fifo_s_ready, addr[5:0], room[FIFO_LOG2+1], 1'b0};
 
 endmodule
 

@@ -29,6 +29,8 @@ module onic_axi_wr #(
     input  wire [31:0]   beats,
     input  wire [6:0]    last_bytes,
     output wire          busy,
+    // sticky for the run: a BRESP of SLVERR or DECERR was seen (cleared by start)
+    output wire          resp_err,
 
     /* beats in */
     input  wire [511:0]  s_data,
@@ -76,6 +78,7 @@ module onic_axi_wr #(
     reg  [7:0]         w_beat_reg;     // beat index within the current burst
     reg  [31:0]        b_wait_reg;     // bursts whose response has not come back
     reg  [63:0]        last_strb_reg;
+    reg                resp_err_reg;
 
     wire [511:0]       fifo_data;
     wire               fifo_valid;
@@ -96,7 +99,8 @@ module onic_axi_wr #(
 
     wire        w_fire = fifo_valid && lenq_valid && m_axi_wready;
     wire        w_last = w_beat_reg == lenq_head;
-    wire        b_fire = m_axi_bvalid;
+    // a response with no burst waiting (from before a reset) is ignored
+    wire        b_fire = m_axi_bvalid && b_wait_reg != 0;
 
     always @(posedge clk) begin
         if (rst) begin
@@ -109,7 +113,9 @@ module onic_axi_wr #(
             w_beat_reg    <= 8'd0;
             b_wait_reg    <= 32'd0;
             last_strb_reg <= {64{1'b1}};
+            resp_err_reg  <= 1'b0;
         end else if (start) begin
+            resp_err_reg  <= 1'b0;
             aw_valid_reg  <= 1'b0;
             aw_left_reg   <= beats;
             aw_addr_reg   <= {addr[63:6], 6'd0};
@@ -135,9 +141,13 @@ module onic_axi_wr #(
                 w_beat_reg <= w_last ? 8'd0 : w_beat_reg + 8'd1;
             end
             b_wait_reg <= b_wait_reg + {31'd0, issue} - {31'd0, b_fire};
+            if (b_fire && m_axi_bresp[1]) begin
+                resp_err_reg <= 1'b1;
+            end
         end
     end
 
+    assign resp_err = resp_err_reg;
     assign busy = aw_left_reg != 0 || aw_valid_reg || w_left_reg != 0 || b_wait_reg != 0;
 
     onic_fifo #(
@@ -191,7 +201,7 @@ module onic_axi_wr #(
     assign m_axi_bready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_bid, m_axi_bresp, lenq_s_ready, addr[5:0], 1'b0};
+    wire _unused_ok = &{1'b0, m_axi_bid, m_axi_bresp[0], lenq_s_ready, addr[5:0], 1'b0};
 
 endmodule
 

@@ -101,6 +101,7 @@ class LatencyAxiRamRead(AxiRamRead):
         self.clock_ns = clock_ns
         self._ar_queue: Queue = Queue(maxsize=max_outstanding)
         self._ar_task = None
+        self.error_bursts = 0  # error injection: this many next bursts answer SLVERR on every beat
         super().__init__(*args, **kwargs)
 
     async def _accept_addresses(self) -> None:
@@ -122,8 +123,9 @@ class LatencyAxiRamRead(AxiRamRead):
         while True:
             ar, due = await self._ar_queue.get()
             wait = due - get_sim_time("ns")
-            if wait > 0:
-                await Timer(wait, "ns")
+            # whole picoseconds: a float sum of ns may not be representable at the 1 ps precision
+            if round(wait * 1000) > 0:
+                await Timer(round(wait * 1000), "ps")
             arid = int(getattr(ar, "arid", 0))
             addr = int(ar.araddr)
             length = int(getattr(ar, "arlen", 0)) + 1
@@ -133,11 +135,15 @@ class LatencyAxiRamRead(AxiRamRead):
             num_bytes = 2**size
             assert num_bytes == self.byte_lanes, f"arsize {size}: the kernel reads full beats"
             assert 0x1000 - (addr & 0xFFF) >= num_bytes * length, f"read burst at {addr:#x} crosses 4 KiB"
+            resp = AxiResp.OKAY
+            if self.error_bursts > 0:
+                self.error_bursts -= 1
+                resp = AxiResp.SLVERR
             for i in range(length):
                 r = self.r_channel._transaction_obj()
                 r.rid = arid
                 r.rlast = i == length - 1
-                r.rresp = AxiResp.OKAY
+                r.rresp = resp
                 word = ((addr + i * num_bytes) // self.byte_lanes) * self.byte_lanes
                 r.rdata = int.from_bytes(self.read(word % self.size, self.byte_lanes), "little")
                 await self.r_channel.send(r)
@@ -154,14 +160,16 @@ class LatencyAxiRamWrite(AxiRamWrite):
         self.clock_ns = clock_ns
         self._b_queue: Queue = Queue()
         self._b_task = None
+        self.error_bursts = 0  # error injection: this many next bursts answer SLVERR (data still written)
         super().__init__(*args, **kwargs)
 
     async def _send_responses(self) -> None:
         while True:
             b, due = await self._b_queue.get()
             wait = due - get_sim_time("ns")
-            if wait > 0:
-                await Timer(wait, "ns")
+            # whole picoseconds: a float sum of ns may not be representable at the 1 ps precision
+            if round(wait * 1000) > 0:
+                await Timer(round(wait * 1000), "ps")
             await self.b_channel.send(b)
 
     def _handle_reset(self, state: Any) -> None:
@@ -201,6 +209,9 @@ class LatencyAxiRamWrite(AxiRamWrite):
             b = self.b_channel._transaction_obj()
             b.bid = awid
             b.bresp = AxiResp.OKAY
+            if self.error_bursts > 0:
+                self.error_bursts -= 1
+                b.bresp = AxiResp.SLVERR
             await self._b_queue.put((b, get_sim_time("ns") + self._draw() * self.clock_ns))
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import cocotb
 import hbm_memory
+from axi_monitor import AxiMonitor
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
@@ -103,6 +104,7 @@ class KernelTB:
         self.memory = memory
         self.card = card_memory(dut, manifest, mode=memory, mem=self.mem, read_latency=read_latency, seed=seed)
         self.ports = self.card.ports
+        self.monitor = AxiMonitor(dut, list(self.ports), dut.ap_clk, dut.ap_rst_n)
         self.stream = None
         if "grad" in self.args and self.args["grad"]["kind"] == "stream":
             self.stream = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_grad"), dut.ap_clk, dut.ap_rst_n,
@@ -145,6 +147,10 @@ class KernelTB:
 
     async def write_reg(self, offset: int, value: int) -> None:
         await self.host.write(offset, int(value & 0xFFFFFFFF).to_bytes(4, "little"))
+
+    async def read_status(self) -> int:
+        """The sticky STATUS word of the last run (manifest register_map.status)."""
+        return await self.read_reg(self.regmap["status"]["offset"])
 
     async def write_args(self, regs: Mapping[str, int]) -> None:
         """Argument registers by name: pointers take two words, scalars one (manifest offsets)."""
@@ -209,6 +215,8 @@ async def run_kernel(
     await tb.write_reg(CTRL, AP_START)
     await wait_done(tb, timeout_cycles=timeout_cycles, use_interrupt=use_interrupt)
     cycles = round((get_sim_time("ns") - t0) / CLOCK_NS)
+    tb.monitor.check_idle()
+    assert not tb.monitor.errors, "AXI4 protocol monitor: " + "; ".join(tb.monitor.errors)
     if use_interrupt:
         await tb.write_reg(ISR, await tb.read_reg(ISR))
         await tb.read_reg(CTRL)  # clears ap_done

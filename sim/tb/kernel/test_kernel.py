@@ -21,6 +21,15 @@ test_update      bit-exact against hls/golden.py for every element count and run
                  shard carries junk beats before its TLAST, which the kernel must drop
 test_control     ap_ctrl_hs: idle after reset, argument read-back, ap_done clear-on-read,
                  interrupt only when enabled, a start written while busy is ignored
+test_status      the sticky STATUS word: a misaligned pointer (nothing read or written, a stream
+                 shard dropped), an error response on a read and on a write port, stream shards
+                 one beat short and one beat long; every run reaches ap_done and the next clean
+                 run is bit-exact with STATUS 0 (every run of test_update checks STATUS too)
+test_reset       ap_rst_n pulsed low mid-run at a random clock (seed printed; ONIC_SEED replays it)
+                 while bursts are in flight: ap_idle after it, and the next run is bit-exact with
+                 STATUS 0 (the protocol monitor checks nothing is valid during reset)
+test_lite_restart  AXI4-Lite writes with random partial WSTRB merge bytes; auto_restart reruns
+                 until cleared, then the next run is bit-exact with STATUS 0
 test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too), and
                  per memory channel the beats it moved
 """
@@ -43,6 +52,7 @@ from hls import golden, layout
 
 F32 = np.float32
 PAGE = 4096
+AUTO_RESTART = 1 << 7
 
 
 def _env(name: str, default: str) -> str:
@@ -231,6 +241,9 @@ async def update_session(tb: KernelTB, cfg: dict[str, Any], n: int, rng: np.rand
         want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
                                       grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
         cycles.append(await run_kernel(tb, regs, timeout_cycles=200 * n + 20_000))
+        status = await tb.read_status()
+        want_status = 1 << status_bit(cfg, "stream_long") if junk else 0
+        assert status == want_status, f"n={n} run {run + 1}: STATUS {status:#x}, want {want_status:#x}"
         got = read_results(tb, lay, spec)
         errors = [describe_mismatch(k, got[k], w) for k, w in (("p", p), ("m", m), ("v", v), ("out", want_out))]
         errors = [e for e in errors if e]
@@ -241,6 +254,181 @@ async def update_session(tb: KernelTB, cfg: dict[str, Any], n: int, rng: np.rand
         if spec["grad_source"] == "stream":
             assert not tb.stream.count(), f"n={n} run {run + 1}: the kernel left stream beats unread"
     return cycles
+
+
+def status_bit(cfg: dict[str, Any], name: str) -> int:
+    return int(cfg["manifest"]["register_map"]["status"]["bits"][name])
+
+
+async def status_run(tb: KernelTB, cfg: dict[str, Any], lay: Layout, rng: np.random.Generator, *,
+                     grad_cut: int = 0, grad_extra: bytes = b"", regs_change: dict[str, int] | None = None,
+                     check: bool = False) -> tuple[int, bool]:
+    """One run on fresh state: (STATUS, whether memory outside p, m, v and out stayed untouched).
+    `grad_cut` bytes are taken off the stream shard's end, `grad_extra` added before its TLAST;
+    with `check` the results must be bit-exact."""
+    spec, n = cfg["spec"], lay.n
+    for key in lay.base:
+        start = lay.base[key] - (lay.base[key] % PAGE)
+        tb.mem.write(start, rng.integers(0, 256, lay.end[key] - start, dtype=np.uint8).tobytes())
+    p, m, v = make_state(rng, n)
+    write_state(tb, lay, p, m, v)
+    grad = make_grad(rng, n, spec["grad_dtype"], 0)
+    regions = {key: tb.mem.read(lay.base[key], lay.end[key] - lay.base[key]) for key in lay.base}
+    scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
+    regs = {**kernel_regs(tb, lay, n, scalars, spec["optimizer"]), **(regs_change or {})}
+    if spec["grad_source"] == "stream":
+        data = grad.tobytes()
+        tb.send_stream(data[: len(data) - grad_cut] + grad_extra)
+    else:
+        lay.write(tb.mem, "grad", grad)
+        regions = {key: tb.mem.read(lay.base[key], lay.end[key] - lay.base[key]) for key in lay.base}
+    await run_kernel(tb, regs, timeout_cycles=200 * n + 20_000)
+    status = await tb.read_status()
+    untouched = all(tb.mem.read(lay.base[key], len(before)) == before for key, before in regions.items())
+    if check:
+        want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
+                                      grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
+        got = read_results(tb, lay, spec)
+        errors = [describe_mismatch(k, got[k], w) for k, w in (("p", p), ("m", m), ("v", v), ("out", want_out))]
+        assert not any(errors), "; ".join(e for e in errors if e)
+    if spec["grad_source"] == "stream":
+        assert not tb.stream.count(), "the kernel left stream beats unread"
+    return status, untouched
+
+
+@cocotb.test()
+async def test_status(dut: Any) -> None:
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    rng = np.random.default_rng(seed + 7)
+    n = 20 * spec["lanes"] + 3
+    lay = Layout(spec, stripe_counts(cfg), n, skew=61 * 64)
+    tb = make_tb(dut, cfg, lay.size, cfg["stalls"], seed)
+    dut._log.info("test_status: seed %d", seed)
+    await tb.reset()
+    assert await tb.read_status() == 0, "STATUS must read 0 after reset"
+    bit = {name: 1 << status_bit(cfg, name) for name in cfg["manifest"]["register_map"]["status"]["bits"]}
+    ports = [a for a, arg in tb.args.items() if arg["kind"] == "pointer"]
+    writer = next(a for a in ports if a.endswith("_wr") or a.startswith("out"))
+    reader = next(a for a in ports if not (a.endswith("_wr") or a.startswith("out")))
+
+    status, untouched = await status_run(tb, cfg, lay, rng, regs_change={writer: lay.base[lay.ports[writer]] + 4})
+    assert status == bit["misaligned"] and untouched, f"misaligned {writer}: STATUS {status:#x}, untouched {untouched}"
+    status, _ = await status_run(tb, cfg, lay, rng, check=True)
+    assert status == 0, f"clean run after a misaligned pointer: STATUS {status:#x}"
+
+    tb.ports[reader].read_if.error_bursts = 1
+    status, _ = await status_run(tb, cfg, lay, rng)
+    assert status == bit["read_response"], f"SLVERR on {reader}: STATUS {status:#x}"
+    tb.ports[writer].write_if.error_bursts = 1
+    status, _ = await status_run(tb, cfg, lay, rng)
+    assert status == bit["write_response"], f"SLVERR on {writer}: STATUS {status:#x}"
+    status, _ = await status_run(tb, cfg, lay, rng, check=True)
+    assert status == 0, f"clean run after error responses: STATUS {status:#x}"
+
+    # bases 3 beats before a 4 KiB page: every stripe with more beats splits into several bursts
+    assert tb.monitor.multi_burst_ports, "no port made a multi-burst transfer"
+    dut._log.info("test_status: %d bursts monitored, multi-burst on %s", tb.monitor.bursts,
+                  sorted(tb.monitor.multi_burst_ports))
+
+    if spec["grad_source"] == "stream":
+        nbytes = n * (4 if spec["grad_dtype"] == "fp32" else 2)
+        status, _ = await status_run(tb, cfg, lay, rng, grad_cut=nbytes % 64 or 64)
+        assert status == bit["stream_short"], f"shard one beat short: STATUS {status:#x}"
+        status, _ = await status_run(tb, cfg, lay, rng, grad_extra=bytes(-nbytes % 64 + 64), check=True)
+        assert status == bit["stream_long"], f"shard one beat long: STATUS {status:#x}"
+        status, _ = await status_run(tb, cfg, lay, rng, regs_change={writer: lay.base[lay.ports[writer]] + 4})
+        assert status == bit["misaligned"], f"misaligned with a stream shard: STATUS {status:#x}"
+        status, _ = await status_run(tb, cfg, lay, rng, check=True)
+        assert status == 0, f"clean run after stream framing errors: STATUS {status:#x}"
+
+
+@cocotb.test()
+async def test_reset(dut: Any) -> None:
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    rng = np.random.default_rng(seed + 11)
+    pick = random.Random(seed + 11)
+    n = 64 * spec["lanes"] + 5
+    lay = Layout(spec, stripe_counts(cfg), n, skew=62 * 64)
+    tb = make_tb(dut, cfg, lay.size, cfg["stalls"], seed)
+    await tb.reset()
+    for attempt in range(2):
+        at, low = pick.randrange(20, 400), pick.randrange(2, 9)
+        dut._log.info("test_reset: seed %d, reset %d clocks after ap_start for %d clocks", seed, at, low)
+        p, m, v = make_state(rng, n)
+        write_state(tb, lay, p, m, v)
+        grad = make_grad(rng, n, spec["grad_dtype"], 0)
+        feed_grad(tb, lay, spec, grad)
+        scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
+        await tb.write_args(kernel_regs(tb, lay, n, scalars, spec["optimizer"]))
+        await tb.write_reg(CTRL, AP_START)
+        await ClockCycles(dut.ap_clk, at)
+        dut.ap_rst_n.value = 0
+        await ClockCycles(dut.ap_clk, low)
+        dut.ap_rst_n.value = 1
+        await ClockCycles(dut.ap_clk, 4)
+        tb.card.start()
+        if tb.stream is not None:
+            tb.stream.clear()
+        assert await tb.read_reg(CTRL) & AP_IDLE, f"attempt {attempt}: not idle after a reset mid-run"
+        assert tb.monitor.errors == [], "; ".join(tb.monitor.errors)
+        status, _ = await status_run(tb, cfg, lay, rng, check=True)
+        assert status == 0, f"attempt {attempt}: STATUS {status:#x} on the run after a reset"
+
+
+@cocotb.test()
+async def test_lite_restart(dut: Any) -> None:
+    """AXI4-Lite writes with partial WSTRB merge bytes; auto_restart reruns until cleared; the run
+    after it is bit-exact with STATUS 0. Seeded (ONIC_SEED replays it)."""
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    pick = random.Random(seed + 23)
+    rng = np.random.default_rng(seed + 23)
+    n = 8 * spec["lanes"] + 1
+    lay = Layout(spec, stripe_counts(cfg), n, skew=63 * 64)
+    tb = make_tb(dut, cfg, lay.size, cfg["stalls"], seed)
+    await tb.reset()
+    scalars = [name for name, arg in tb.args.items() if arg["kind"] == "scalar"]
+    for _ in range(8):
+        name = pick.choice(scalars)
+        offset = tb.args[name]["offset"]
+        old, new = pick.getrandbits(32), pick.getrandbits(32)
+        strb = pick.randrange(1, 15)
+        dut._log.info("test_lite_restart: seed %d, %s: %#x then %#x with WSTRB %#x", seed, name, old, new, strb)
+        await tb.write_reg(offset, old)
+        for byte in range(4):
+            if strb >> byte & 1:
+                await tb.host.write(offset + byte, bytes([new >> (8 * byte) & 0xFF]))
+        mask = sum(0xFF << (8 * b) for b in range(4) if strb >> b & 1)
+        want = (new & mask) | (old & ~mask & 0xFFFFFFFF)
+        got = await tb.read_reg(offset)
+        assert got == want, f"{name}: WSTRB {strb:#x} wrote {got:#x}, want {want:#x}"
+
+    # auto_restart with n = 0: the kernel reruns by itself until bit 7 is cleared
+    await tb.write_args({"n": 0})
+    await tb.write_reg(CTRL, AP_START | AUTO_RESTART)
+    dones = 0
+    for _ in range(200):
+        await ClockCycles(dut.ap_clk, 4)
+        dones += bool(await tb.read_reg(CTRL) & AP_DONE)
+        if dones >= 3:
+            break
+    assert dones >= 3, f"auto_restart: {dones} runs seen"
+    await tb.write_reg(CTRL, 0)
+    for _ in range(200):
+        ctrl = await tb.read_reg(CTRL)
+        if ctrl & AP_IDLE and not ctrl & AP_START:
+            break
+        await ClockCycles(dut.ap_clk, 4)
+    assert ctrl & AP_IDLE and not ctrl & AP_START, f"auto_restart cleared, CTRL {ctrl:#x}"
+    await ClockCycles(dut.ap_clk, 50)
+    assert await tb.read_reg(CTRL) & AP_IDLE, "the kernel restarted after auto_restart was cleared"
+    status, _ = await status_run(tb, cfg, lay, rng, check=True)
+    assert status == 0, f"STATUS {status:#x} after auto_restart runs"
 
 
 @cocotb.test()

@@ -1,0 +1,192 @@
+"""A passive AXI4 protocol monitor for the kernel's m_axi ports (every kernel test attaches one).
+
+Checks, per port, every clock on the rising edge: VALID held and payload stable until READY
+(AR, AW, W; R and B are the memory model's), no burst crossing 4 KiB, AxLEN within MAX_BURST,
+AxSIZE a full beat and INCR bursts, W beats per burst equal AWLEN + 1 with WLAST on the last,
+W bursts (counted to WLAST, which AXI4 lets come before their AW) matching the AWLENs in
+order, every R/B for a burst that was asked for, outstanding bursts bounded, nothing valid
+while ap_rst_n is low, and nothing in flight at ap_done (`check_idle`). Violations are kept in
+`errors` (the test asserts it is empty); the monitor never drives a signal.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import cocotb
+from cocotb.triggers import RisingEdge
+
+MAX_BURST = 64
+MAX_OUTSTANDING = 256
+
+
+def _v(sig: Any) -> int:
+    try:
+        return int(sig.value)
+    except ValueError:  # X or Z
+        return -1
+
+
+class _Port:
+    def __init__(self, dut: Any, name: str) -> None:
+        self.name = name
+        p = f"m_axi_{name}_"
+        self.has_ar = hasattr(dut, p + "arvalid")
+        self.has_aw = hasattr(dut, p + "awvalid")
+        g = lambda s: getattr(dut, p + s)  # noqa: E731
+        if self.has_ar:
+            self.ar = [g(s) for s in ("araddr", "arlen", "arsize", "arburst")]
+            self.arvalid, self.arready = g("arvalid"), g("arready")
+            self.rvalid, self.rready, self.rlast = g("rvalid"), g("rready"), g("rlast")
+        if self.has_aw:
+            self.aw = [g(s) for s in ("awaddr", "awlen", "awsize", "awburst")]
+            self.awvalid, self.awready = g("awvalid"), g("awready")
+            self.w = [g(s) for s in ("wdata", "wstrb", "wlast")]
+            self.wvalid, self.wready = g("wvalid"), g("wready")
+            self.bvalid, self.bready = g("bvalid"), g("bready")
+        self.reset()
+
+    def reset(self) -> None:
+        self.ar_hold: list[int] | None = None
+        self.aw_hold: list[int] | None = None
+        self.w_hold: list[int] | None = None
+        self.r_bursts: deque[int] = deque()  # beats still to come per read burst
+        self.aw_lens: deque[int] = deque()  # AWLEN + 1 of bursts whose W beats are not all seen
+        self.w_lens: deque[int] = deque()  # beats of W bursts (to WLAST) not yet matched to an AW
+        self.w_beats = 0  # beats of the W burst in progress
+        self.b_wait = 0  # bursts with address and data done, response not yet back
+
+
+class AxiMonitor:
+    def __init__(self, dut: Any, ports: list[str], clock: Any, reset_n: Any) -> None:
+        self.ports = [_Port(dut, name) for name in ports]
+        self.clock = clock
+        self.reset_n = reset_n
+        self.errors: list[str] = []
+        self.bursts = 0
+        self.multi_burst_ports: set[str] = set()
+        self._per_port_bursts: dict[str, int] = {}
+        cocotb.start_soon(self._run())
+
+    def flush(self) -> None:
+        """Forget everything in flight (a reset: the memory model flushes too)."""
+        for port in self.ports:
+            port.reset()
+
+    def _fail(self, port: _Port, text: str) -> None:
+        if len(self.errors) < 20:
+            self.errors.append(f"m_axi_{port.name}: {text}")
+
+    def _burst(self, port: _Port, addr: int, length: int, size: int, burst: int, kind: str) -> None:
+        self.bursts += 1
+        count = self._per_port_bursts.get(port.name + kind, 0) + 1
+        self._per_port_bursts[port.name + kind] = count
+        if count > 1:
+            self.multi_burst_ports.add(port.name)
+        if length > MAX_BURST:
+            self._fail(port, f"{kind}LEN {length - 1} above {MAX_BURST - 1}")
+        if size != 6 or burst != 1:
+            self._fail(port, f"{kind}SIZE {size} / {kind}BURST {burst}: full-beat INCR bursts only")
+        if (addr & 0xFFF) + length * 64 > 0x1000:
+            self._fail(port, f"{kind} burst at {addr:#x} of {length} beats crosses 4 KiB")
+        if addr % 64:
+            self._fail(port, f"{kind}ADDR {addr:#x} not 64-byte aligned")
+
+    async def _run(self) -> None:
+        while True:
+            await RisingEdge(self.clock)
+            if not _v(self.reset_n) == 1:
+                for port in self.ports:
+                    port.reset()  # the memory model flushes on reset too
+                    valids = []
+                    if port.has_ar:
+                        valids += [("ARVALID", port.arvalid)]
+                    if port.has_aw:
+                        valids += [("AWVALID", port.awvalid), ("WVALID", port.wvalid)]
+                    for name, sig in valids:
+                        if _v(sig) != 0:
+                            self._fail(port, f"{name} {_v(sig)} while ap_rst_n is low")
+                continue
+            for port in self.ports:
+                if port.has_ar:
+                    self._read_side(port)
+                if port.has_aw:
+                    self._write_side(port)
+
+    def _stable(self, port: _Port, hold: list[int] | None, now: list[int], valid: int, ready: int,
+                chan: str) -> list[int] | None:
+        if hold is not None:
+            if valid != 1:
+                self._fail(port, f"{chan}VALID dropped before {chan}READY")
+            elif now != hold:
+                self._fail(port, f"{chan} payload changed while {chan}VALID waited for {chan}READY")
+        return now if valid == 1 and ready != 1 else None
+
+    def _read_side(self, port: _Port) -> None:
+        arvalid, arready = _v(port.arvalid), _v(port.arready)
+        if arvalid == 1 or port.ar_hold is not None:
+            now = [_v(s) for s in port.ar]
+            port.ar_hold = self._stable(port, port.ar_hold, now, arvalid, arready, "AR")
+            if arvalid == 1 and arready == 1:
+                addr, alen, size, burst = now
+                self._burst(port, addr, alen + 1, size, burst, "AR")
+                port.r_bursts.append(alen + 1)
+                if len(port.r_bursts) > MAX_OUTSTANDING:
+                    self._fail(port, f"{len(port.r_bursts)} read bursts outstanding")
+        if _v(port.rvalid) == 1 and _v(port.rready) == 1:
+            if not port.r_bursts:
+                self._fail(port, "R beat with no read burst outstanding")
+                return
+            port.r_bursts[0] -= 1
+            if (port.r_bursts[0] == 0) != (_v(port.rlast) == 1):
+                self._fail(port, "RLAST disagrees with ARLEN")
+            if port.r_bursts[0] == 0:
+                port.r_bursts.popleft()
+
+    def _write_side(self, port: _Port) -> None:
+        awvalid, awready = _v(port.awvalid), _v(port.awready)
+        if awvalid == 1 or port.aw_hold is not None:
+            now = [_v(s) for s in port.aw]
+            port.aw_hold = self._stable(port, port.aw_hold, now, awvalid, awready, "AW")
+            if awvalid == 1 and awready == 1:
+                addr, alen, size, burst = now
+                self._burst(port, addr, alen + 1, size, burst, "AW")
+                port.aw_lens.append(alen + 1)
+                if len(port.aw_lens) + port.b_wait > MAX_OUTSTANDING:
+                    self._fail(port, f"{len(port.aw_lens) + port.b_wait} write bursts outstanding")
+        wvalid, wready = _v(port.wvalid), _v(port.wready)
+        if wvalid == 1 or port.w_hold is not None:
+            now = [_v(s) for s in port.w]
+            port.w_hold = self._stable(port, port.w_hold, now, wvalid, wready, "W")
+            if wvalid == 1 and wready == 1:
+                port.w_beats += 1
+                if now[2] == 1:
+                    port.w_lens.append(port.w_beats)
+                    port.w_beats = 0
+                elif port.w_beats >= MAX_BURST:
+                    self._fail(port, f"{port.w_beats} W beats without WLAST")
+        while port.aw_lens and port.w_lens:
+            want, got = port.aw_lens.popleft(), port.w_lens.popleft()
+            if want != got:
+                self._fail(port, f"WLAST after {got} beats of a burst with AWLEN {want - 1}")
+            port.b_wait += 1
+        if _v(port.bvalid) == 1 and _v(port.bready) == 1:
+            if port.b_wait == 0:
+                self._fail(port, "B response with no write burst outstanding")
+            else:
+                port.b_wait -= 1
+
+    def check_idle(self) -> None:
+        """After ap_done: every burst asked for has all its beats and its response."""
+        for port in self.ports:
+            left = []
+            if port.r_bursts:
+                left.append(f"{len(port.r_bursts)} read bursts short of beats")
+            if port.aw_lens or port.w_lens or port.w_beats:
+                left.append(f"AW {len(port.aw_lens)} / W {len(port.w_lens)} bursts unmatched, {port.w_beats} W beats "
+                            "past the last WLAST")
+            if port.b_wait:
+                left.append(f"{port.b_wait} write responses outstanding")
+            if left:
+                self._fail(port, "at ap_done: " + "; ".join(left))
