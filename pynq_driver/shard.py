@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,19 @@ def check_fits(dev: Device, n: int, chunk: int) -> None:
                 f"model over at least {cards} cards, or generate a kernel with more stripes (optimusnic size "
                 f"--params {n} says how many)"
             )
+
+
+def _stripe_rows(raw: np.ndarray, stripes: int) -> Iterator[tuple[int, int, int, np.ndarray, np.ndarray]]:
+    """For the bytes `raw` of a chunk (hls/layout.py: stripe k holds beats k, k + S, ...), each stripe
+    that holds beats: (k, its beats, its whole beats, a view of its whole beats, the partial tail)."""
+    full = raw.size // 64
+    rows = raw[: full * 64].reshape(full, 64)
+    nb = -(-raw.size // 64)
+    tail = raw[full * 64:]
+    for k in range(stripes):
+        cnt = layout.stripe_beats(nb, stripes, k)
+        if cnt:
+            yield k, cnt, layout.stripe_beats(full, stripes, k), rows[k::stripes], tail
 
 
 class ShardState:
@@ -419,42 +433,25 @@ class ShardState:
             self.dev.write(bufs[0], data, 64 * beat0)
             return
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        stripes = len(bufs)
-        full = raw.size // 64
-        rows = raw[: full * 64].reshape(full, 64)
-        nb = -(-raw.size // 64)
-        for k, buf in enumerate(bufs):
-            cnt, jfull = layout.stripe_beats(nb, stripes, k), layout.stripe_beats(full, stripes, k)
-            if not cnt:
-                continue
+        for k, cnt, whole, rows, tail in _stripe_rows(raw, len(bufs)):
             t = tmp[: cnt * 64]
-            t[: jfull * 64].reshape(jfull, 64)[...] = rows[k::stripes]
-            if jfull < cnt:  # this stripe holds the last, partial beat: zero-padded, as layout.split
-                tail = raw[full * 64:]
-                t[jfull * 64: jfull * 64 + tail.size] = tail
-                t[jfull * 64 + tail.size:] = 0
-            self.dev.write(buf, t, 64 * beat0)
+            t[: whole * 64].reshape(whole, 64)[...] = rows
+            if whole < cnt:  # this stripe holds the last, partial beat: zero-padded, as layout.split
+                t[whole * 64: whole * 64 + tail.size] = tail
+                t[whole * 64 + tail.size:] = 0
+            self.dev.write(bufs[k], t, 64 * beat0)
 
     def _get_via(self, bufs: list[Any], out: np.ndarray, beat0: int, tmp: np.ndarray) -> None:
         """As `_get`, but each stripe is read into `tmp` and scattered into `out` in place."""
         if len(bufs) == 1:
             self.dev.read(bufs[0], out, 64 * beat0)
             return
-        raw = out.reshape(-1).view(np.uint8)
-        stripes = len(bufs)
-        full = raw.size // 64
-        rows = raw[: full * 64].reshape(full, 64)
-        nb = -(-raw.size // 64)
-        for k, buf in enumerate(bufs):
-            cnt, jfull = layout.stripe_beats(nb, stripes, k), layout.stripe_beats(full, stripes, k)
-            if not cnt:
-                continue
+        for k, cnt, whole, rows, tail in _stripe_rows(out.reshape(-1).view(np.uint8), len(bufs)):
             t = tmp[: cnt * 64]
-            self.dev.read(buf, t, 64 * beat0)
-            rows[k::stripes] = t[: jfull * 64].reshape(jfull, 64)
-            if jfull < cnt:
-                tail = raw[full * 64:]
-                tail[...] = t[jfull * 64: jfull * 64 + tail.size]
+            self.dev.read(bufs[k], t, 64 * beat0)
+            rows[...] = t[: whole * 64].reshape(whole, 64)
+            if whole < cnt:
+                tail[...] = t[whole * 64: whole * 64 + tail.size]
 
     # ---- streaming by ranges (the torch layer: gradients read from, results written to, the model) --
     def pieces(self, lo: int, hi: int) -> list[tuple[_CuPart, int, int]]:
