@@ -123,17 +123,25 @@ class AxiMonitor:
                 self._fail(port, f"{chan} payload changed while {chan}VALID waited for {chan}READY")
         return now if valid == 1 and ready != 1 else None
 
+    def _address(self, port: _Port, chan: str, hold: Any, signals: Any, valid: Any,
+                 ready: Any) -> tuple[Any, int | None]:
+        """One clock of an AR or AW channel: its stability and bounds; the beats of a burst it hands over."""
+        if valid != 1 and hold is None:
+            return None, None
+        now = [_v(s) for s in signals]
+        hold = self._stable(port, hold, now, valid, ready, chan)
+        if valid == 1 and ready == 1:
+            addr, alen, size, burst = now
+            self._burst(port, addr, alen + 1, size, burst, chan)
+            return hold, alen + 1
+        return hold, None
+
     def _read_side(self, port: _Port) -> None:
-        arvalid, arready = _v(port.arvalid), _v(port.arready)
-        if arvalid == 1 or port.ar_hold is not None:
-            now = [_v(s) for s in port.ar]
-            port.ar_hold = self._stable(port, port.ar_hold, now, arvalid, arready, "AR")
-            if arvalid == 1 and arready == 1:
-                addr, alen, size, burst = now
-                self._burst(port, addr, alen + 1, size, burst, "AR")
-                port.r_bursts.append(alen + 1)
-                if len(port.r_bursts) > MAX_OUTSTANDING:
-                    self._fail(port, f"{len(port.r_bursts)} read bursts outstanding")
+        port.ar_hold, beats = self._address(port, "AR", port.ar_hold, port.ar, _v(port.arvalid), _v(port.arready))
+        if beats is not None:
+            port.r_bursts.append(beats)
+            if len(port.r_bursts) > MAX_OUTSTANDING:
+                self._fail(port, f"{len(port.r_bursts)} read bursts outstanding")
         if _v(port.rvalid) == 1 and _v(port.rready) == 1:
             if not port.r_bursts:
                 self._fail(port, "R beat with no read burst outstanding")
@@ -145,16 +153,11 @@ class AxiMonitor:
                 port.r_bursts.popleft()
 
     def _write_side(self, port: _Port) -> None:
-        awvalid, awready = _v(port.awvalid), _v(port.awready)
-        if awvalid == 1 or port.aw_hold is not None:
-            now = [_v(s) for s in port.aw]
-            port.aw_hold = self._stable(port, port.aw_hold, now, awvalid, awready, "AW")
-            if awvalid == 1 and awready == 1:
-                addr, alen, size, burst = now
-                self._burst(port, addr, alen + 1, size, burst, "AW")
-                port.aw_lens.append(alen + 1)
-                if len(port.aw_lens) + port.b_wait > MAX_OUTSTANDING:
-                    self._fail(port, f"{len(port.aw_lens) + port.b_wait} write bursts outstanding")
+        port.aw_hold, beats = self._address(port, "AW", port.aw_hold, port.aw, _v(port.awvalid), _v(port.awready))
+        if beats is not None:
+            port.aw_lens.append(beats)
+            if len(port.aw_lens) + port.b_wait > MAX_OUTSTANDING:
+                self._fail(port, f"{len(port.aw_lens) + port.b_wait} write bursts outstanding")
         wvalid, wready = _v(port.wvalid), _v(port.wready)
         if wvalid == 1 or port.w_hold is not None:
             now = [_v(s) for s in port.w]
