@@ -66,13 +66,26 @@ WARN_FLAGS = ("-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas")
 # C++14 as run_hls.tcl; -faligned-new because C++14 has no aligned operator new, so without it the
 # std::deque inside AMD's hls::stream would put alignas(64) hls::vector beats at 16-byte addresses
 # (an aligned vector load there faults).
-BASE_FLAGS = ("-std=c++14", "-faligned-new", "-O3", "-fPIC", "-shared", "-pthread", *IEEE_FLAGS, *WARN_FLAGS)
+# _GLIBCXX_DEQUE_BUF_SIZE: the bytes of one std::deque node in libstdc++ (512 by default, i.e. 8
+# beats of 64 bytes). AMD's hls::stream is a std::deque, so with 512-byte nodes every 8th write
+# of every stream allocated a node and every 8th read freed one, and the map of nodes was
+# reallocated as a FIFO grew: a third of the time of a C simulation step. 4 KiB nodes hold 64
+# beats (the harness recycles blocks of that size per thread). Only the node size changes, not
+# what a stream holds or returns; the deques live inside this library, which exports nothing but
+# its C functions (exports.map), so no std::deque crosses into code built with the default size.
+DEQUE_FLAGS = ("-D_GLIBCXX_DEQUE_BUF_SIZE=4096",)
+BASE_FLAGS = ("-std=c++14", "-faligned-new", "-O3", "-fPIC", "-shared", "-pthread", *DEQUE_FLAGS, *IEEE_FLAGS,
+              *WARN_FLAGS)
 NATIVE_FLAGS = ("-march=native",)
 # The library exports its three optimusnic_csim_* functions and nothing else (see exports.map).
 LINK_FLAGS = (f"-Wl,--version-script={HARNESS_DIR / 'exports.map'}",)
-# Elements per kernel call (rounded to the stripe alignment): 64 beats a FIFO, which keeps a chunk's
-# FIFOs in L1/L2 and pays the per-call construction of AMD's deque-based streams once per 1024.
-DEFAULT_CHUNK = 1024
+# Elements per kernel call (rounded to the stripe alignment). C simulation runs the dataflow
+# processes one after another, so each call's FIFOs hold the whole chunk: for 8192 fp32 elements
+# 128 KiB of g, p, m, v beats in and 128 KiB of p, m, v, out beats out, within a core's L2; and
+# constructing the call's streams (a name string and a deque map each, with AMD's hls_stream.h)
+# is paid once per 8192 elements. On one thread (4M elements, CPU time): 1024 -> 8192 took the
+# U55C AdamW kernel from about 60 to 44 ns per 16-element beat with AMD's headers.
+DEFAULT_CHUNK = 8192
 FLAG_PREFETCH = 1  # port flag of the harness ABI
 MAX_ELEMENTS = (1 << 32) - 33  # the `n` register is 32 bits; the harness keeps a 32-element margin
 

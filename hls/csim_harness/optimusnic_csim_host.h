@@ -15,9 +15,9 @@
 //     round, so the chunk is the same kernel call on each port's buffer advanced by
 //     start / (elements per beat x stripes of its array) beats. The last chunk ends at n, where
 //     the kernel's own tail handling (lanes past n keep their state) runs on the caller's buffers;
-//   - chunks are small (hls/csim.py passes 1024 elements), which is how the dataflow processes
-//     stream here: C simulation runs them one after another, so per chunk each FIFO holds 4 KiB
-//     and they stay in L1/L2;
+//   - chunks are small (hls/csim.py passes 8192 elements), which is how the dataflow processes
+//     stream here: C simulation runs them one after another, so per chunk each FIFO holds the
+//     chunk's beats of its port (up to 32 KiB) and they stay in L2;
 //   - every buffer's length, the layout words and the chunk alignment are checked against n
 //     before any memory is touched;
 //   - a port whose buffer is not aligned as the kernel's beat type requires (AMD's hls::vector

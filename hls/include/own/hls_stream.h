@@ -12,8 +12,8 @@
 //
 // Speed (the csim backend calls the kernel once per small chunk, so every call constructs its
 // streams afresh): the FIFO is an array inside the stream object, so constructing one costs
-// nothing and a chunk's beats stay in L1; only a FIFO holding more than 4 KiB moves to a heap
-// array (recycled per thread). read() and write() are one compare, one copy and one increment;
+// nothing; only a FIFO holding more than 4 KiB moves to a heap array, recycled per thread, so
+// from the second call on it grows once. read() and write() are one compare, one copy and one increment;
 // the rare paths (growth, underflow) are out of line so the kernel's pipelined loops stay tight.
 #ifndef OPTIMUSNIC_HLS_STREAM_H
 #define OPTIMUSNIC_HLS_STREAM_H
@@ -105,7 +105,7 @@ class stream {
   void release() {
     if (!heap_) return;
     auto& blocks = pool();
-    if (blocks.size() < 16) {
+    if (blocks.size() < 64) {  // every stream of a few kernel calls in flight on this thread
       blocks.push_back(Block{heap_, cap_});
     } else {
       std::free(heap_);
@@ -116,22 +116,25 @@ class stream {
               << std::endl;
   }
   // Full: slide the live contents to the front when at least half the array is already read,
-  // else move them to an array twice as large.
+  // else move them to an array at least twice as large: the largest recycled one, so a stream of
+  // the next kernel call (the same chunk size) grows once, straight to the size it needs.
   void make_room() {
     const std::size_t live = tail_ - head_;
     if (head_ && 2 * head_ >= cap_) {
       std::memmove(static_cast<void*>(buf_), buf_ + head_, live * sizeof(T));
     } else {
-      const std::size_t cap = 2 * cap_;
+      std::size_t cap = 2 * cap_;
       T* data = nullptr;
       auto& blocks = pool();
+      std::size_t best = blocks.size();
       for (std::size_t i = 0; i < blocks.size(); ++i) {
-        if (blocks[i].cap >= cap) {
-          data = blocks[i].data;
-          blocks[i] = blocks.back();
-          blocks.pop_back();
-          break;
-        }
+        if (blocks[i].cap >= cap && (best == blocks.size() || blocks[i].cap > blocks[best].cap)) best = i;
+      }
+      if (best < blocks.size()) {
+        data = blocks[best].data;
+        cap = blocks[best].cap;
+        blocks[best] = blocks.back();
+        blocks.pop_back();
       }
       if (!data) {
         void* mem = nullptr;
