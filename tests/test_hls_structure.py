@@ -215,6 +215,25 @@ def test_dataflow_is_canonical_single_producer_single_consumer(kernel) -> None:
     assert sorted(n for n, _ in calls if n.startswith(("load_", "store_"))) == sorted(want)
 
 
+def test_one_fifo_hop_per_port_between_memory_and_compute(kernel) -> None:
+    """Beats go port -> load -> compute -> store -> port: compute itself picks the stripe of beat b
+    of p, m, v (round robin), as it already hands each result to its stripe, so no merge process
+    sits between the stripe FIFOs and compute. The only extra process is merge_grad, where the
+    memory gradient is striped or 16-bit and needs interleaving or widening."""
+    spec, code, manifest, funcs = kernel
+    top = funcs[spec.name]
+    calls = re.findall(r"^\s*(\w+)\(", re.sub(r"#pragma[^\n]*", "", top.body), re.M)
+    stripes = manifest["register_map"]["stripes"]
+    gmerge = spec.grad_source == "memory" and (spec.grad_dtype != "fp32" or stripes["grad"] > 1)
+    extra = [c for c in calls if not c.startswith(("load_", "store_")) and c != "compute"]
+    assert extra == (["merge_grad"] if gmerge else [])
+    compute = funcs["compute"]
+    for a in ("p", "m", "v"):
+        for k in range(stripes["state"]):
+            assert f"{a}{k}_in" in compute.params and re.search(rf"\b{a}{k}_in\.read\(", compute.body)
+            assert f"{a}{k}_out" in compute.params and re.search(rf"\b{a}{k}_out\.write\(", compute.body)
+
+
 def _count_ops(update_one: Function) -> dict[str, int]:
     body = update_one.body
     counts = {op: 0 for op in (*OPS.values(), "fsqrt")}
