@@ -15,6 +15,16 @@ demo. Vendor headers are system headers (their warnings are theirs); ours build 
 Builds are cached in `build/csim/` under a name made of the sha256 of everything that goes into
 them (sources, headers, flags, compiler, CPU), so a changed kernel gets a new, uniquely named
 library and an old one already loaded in this process is never reloaded under the same name.
+
+Speed: C simulation executes the DATAFLOW region as written, so every 512-bit beat goes through
+one FIFO per m_axi port (8 for the U55C AdamW kernel: grad, p/m/v read, p/m/v write, out), each a
+std::deque in AMD's hls::stream, and the processes run one after another, so memory traffic is
+not overlapped with the arithmetic. Measured on one thread (CPU time per 16-element beat, 4M
+elements, EPYC): about 45 ns, of which about 5 ns is the arithmetic, about 20 ns the FIFO
+writes and reads and the per-port copies (in cache), and the rest waiting on DRAM; the same
+update_one in a plain loop over the buffers takes about 19 ns. What made it so (from about
+93 ns): compute reading the stripe FIFOs itself (no merge process), hls::vector as one SIMD word
+(hls/include/hls_vector.h), 4 KiB deque nodes (DEQUE_FLAGS) and 8192-element chunks.
 """
 
 from __future__ import annotations
