@@ -453,3 +453,41 @@ def test_c_abi_refuses_short_buffers_untouched() -> None:
     assert call(good, kernel._info, 16) == -4  # chunks that would not start a round of the 2 state stripes
     assert all((b == 0x5A).all() for b in buffers)
     assert call(good, kernel._info, kernel.align) == 0
+
+
+def test_hls_vector_stand_in_behaves_as_an_array(tmp_path: Path) -> None:
+    """Our hls::vector keeps power-of-two beats in one SIMD word (for speed) and others in an array;
+    both are the vendor type's value semantics: value-initialised to zero, broadcast, per-element
+    access in order, aligned to the largest power of two dividing their size, and (as in AMD's
+    hls::stream, which returns T() from an empty read) copied whole."""
+    src = tmp_path / "vec.cpp"
+    src.write_text(r"""
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include "hls_vector.h"
+template <class T, std::size_t N> int check() {
+  hls::vector<T, N> z = hls::vector<T, N>();
+  for (std::size_t i = 0; i < N; ++i) if (z[i] != T(0)) return 1;
+  hls::vector<T, N> b(T(7));
+  for (std::size_t i = 0; i < N; ++i) if (b[i] != T(7)) return 2;
+  for (std::size_t i = 0; i < N; ++i) b[i] = T(i + 1);
+  const hls::vector<T, N> c = b;
+  T flat[N];
+  std::memcpy(flat, &c, sizeof(flat));
+  for (std::size_t i = 0; i < N; ++i) if (c[i] != T(i + 1) || flat[i] != T(i + 1)) return 3;
+  if (sizeof(c) != sizeof(T) * N || alignof(hls::vector<T, N>) != hls::details::gp2(sizeof(T) * N)) return 4;
+  return 0;
+}
+int main() {
+  const int r[] = {check<float, 16>(), check<std::uint16_t, 32>(), check<std::uint16_t, 16>(), check<float, 3>(),
+                   check<float, 1>()};
+  for (int i = 0; i < 5; ++i) if (r[i]) { std::printf("case %d failed: %d\n", i, r[i]); return 1; }
+  return 0;
+}
+""")
+    exe = tmp_path / "vec"
+    subprocess.run([csim.compiler(), "-std=c++14", "-O2", "-Wall", "-Wextra", "-Werror", "-I",
+                    str(csim.HLS_INCLUDE_DIR), "-o", str(exe), str(src)], check=True, capture_output=True, text=True)
+    result = subprocess.run([str(exe)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
