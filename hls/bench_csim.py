@@ -23,6 +23,12 @@ otherwise charge one implementation for the one timed before it.
   csim 36 bytes per parameter (grad, p, m, v read; p, m, v written in place; the output written
   and read for ownership), torch's AdamW 28 (grad, p, exp_avg, exp_avg_sq read, the last three
   written in place, no separate output).
+
+Also, per size, the CPU time one step costs per 16 parameters (one 512-bit beat of the kernel) on
+one thread: the thread's own CPU time (`time.thread_time`), the least of the repeats, for the
+csim kernel with either header set and torch's two AdamW. Waiting on memory counts, time spent
+running other processes does not, so on a loaded machine, where the timed ratios above become
+ratios of CPU cost, this table says why; on an idle one the bytes floors bound the ratios.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ CSIM_TRAFFIC = 36  # ... + out 4 read for ownership before it is written
 TORCH_TRAFFIC = 28  # grad 4 + p, exp_avg, exp_avg_sq 12 read + 12 written in place
 COPY_TRAFFIC = 48  # 4 fp32 read + 4 read for ownership + 4 written
 IMPLEMENTATIONS = ("csim", "csim_own_headers", "nic_adamw_csim", "torch_fused", "torch_foreach", "memory_copy")
+CPU_COSTED = ("csim", "csim_own_headers", "torch_fused", "torch_foreach")  # single-thread CPU time per beat
 LABELS = {
     "csim": "csim kernel (AMD headers)",
     "csim_own_headers": "csim kernel (our headers)",
@@ -60,6 +67,17 @@ def _timed(fn: Any) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
+
+
+def _cpu_ns_per_beat(fn: Any, params: int, repeats: int) -> float:
+    """Least CPU time of this thread over `repeats` calls of fn, per 16 parameters, in ns."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - t)
+    return best / (params / 16) * 1e9
 
 
 def _kernel_buffers(kernel: Any, params: int, p: np.ndarray, grad: np.ndarray) -> dict[str, np.ndarray]:
@@ -131,6 +149,12 @@ def measure(params: int, repeats: int = 5, threads: int | None = None, project: 
             runs[label]()  # untimed: its threads awake, as in a training loop's back-to-back steps
             times[label].append(_timed(runs[label]))
     load = os.getloadavg()
+    # One thread each (the kernel's calls run on the calling thread alone, torch's intra-op work too).
+    torch.set_num_threads(1)
+    for kernel in kernels:
+        kernel.threads = 1
+    cpu = {label: _cpu_ns_per_beat(runs[label], params, max(3, repeats)) for label in CPU_COSTED}
+    torch.set_num_threads(threads)
     nic.close()
     for kernel in kernels:
         kernel.close()
@@ -158,6 +182,7 @@ def measure(params: int, repeats: int = 5, threads: int | None = None, project: 
             "torch_fused": rate["torch_fused"] / floor["torch"],
             "torch_foreach": rate["torch_foreach"] / floor["torch"],
         },
+        "cpu_ns_per_16_params": cpu,
         "csim_gb_per_s": rate["csim"] * CSIM_TRAFFIC / 1e9,
         "torch_fused_gb_per_s": rate["torch_fused"] * TORCH_TRAFFIC / 1e9,
         "seconds": times,
@@ -205,6 +230,17 @@ def floors(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def cpu_costs(result: dict[str, Any]) -> list[str]:
+    """Markdown rows: single-thread CPU time per 16 parameters of every CPU-costed implementation."""
+    lines = ["| params | " + " | ".join(LABELS[k] for k in CPU_COSTED) + " | csim / torch fused |",
+             "|---|" + "---|" * (len(CPU_COSTED) + 1)]
+    for r in result["rows"]:
+        c = r["cpu_ns_per_16_params"]
+        lines.append(f"| {r['params']:,} | " + " | ".join(f"{c[k]:.1f} ns" for k in CPU_COSTED) +
+                     f" | {c['csim'] / c['torch_fused']:.2f}x |")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from hls.commands.common import emit_json
 
@@ -218,5 +254,8 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(table(result)))
     print()
     print("\n".join(floors(result)))
+    print()
+    print("CPU time per 16 parameters on one thread (least of the repeats):")
+    print("\n".join(cpu_costs(result)))
     print(f"goal ({result['goal']}): {'met' if result['meets_goal'] else 'NOT met'}")
     return 0

@@ -174,6 +174,13 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         *bench_csim.floors(c),
         "",
+        "CPU time one step costs per 16 parameters (one 512-bit beat) on one thread: the thread's own CPU "
+        "time, least of the repeats. On a loaded machine the timed ratios above tend to these ratios; C "
+        "simulation runs the kernel's DATAFLOW processes one after another, every beat through one FIFO "
+        "per m_axi port (hls/csim.py says where the time goes).",
+        "",
+        *bench_csim.cpu_costs(c),
+        "",
         f"Goal ({c['goal']}): {'met' if c['meets_goal'] else 'NOT met'}.",
         "",
         "## Driver overhead (csim backend)",

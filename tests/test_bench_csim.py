@@ -20,3 +20,8 @@ def test_measure_sizes_reports_every_implementation() -> None:
     assert len(table) == 2 + 2 * len(bench_csim.IMPLEMENTATIONS)
     assert "csim kernel (AMD headers)" in "\n".join(table)
     assert len(bench_csim.floors(result)) == 4
+    for row in result["rows"]:
+        assert set(row["cpu_ns_per_16_params"]) == set(bench_csim.CPU_COSTED)
+        assert all(ns > 0 for ns in row["cpu_ns_per_16_params"].values())
+    costs = bench_csim.cpu_costs(result)
+    assert len(costs) == 2 + len(result["rows"]) and costs[2].endswith("x |")
