@@ -24,7 +24,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from hls.paths import HLS_INCLUDE_DIR, RTL_DIR
+from hls.paths import RTL_DIR
 
 NAMES_FILE = Path(__file__).resolve().parent / "reserved_names.txt"
 
@@ -91,7 +91,15 @@ _IDENT = re.compile(r"\b[A-Za-z][A-Za-z0-9_]*\b")
 
 def probe(cxx: str = "g++") -> set[str]:
     """Ask the compiler: the names that collide at global scope in the csim translation unit of
-    generated kernels (every optimizer, dtype and gradient source), or are macros there."""
+    generated kernels (every optimizer, dtype and gradient source), or are macros there, with
+    each header set csim compiles against (AMD's and our stand-ins)."""
+    from hls.csim import HEADER_SETS
+
+    return set().union(*(_probe(cxx, headers) for headers in HEADER_SETS))
+
+
+def _probe(cxx: str, headers: str) -> set[str]:
+    from hls.csim import include_flags
     from hls.generate import write_project
     from hls.spec import KernelSpec
 
@@ -112,7 +120,7 @@ def probe(cxx: str = "g++") -> set[str]:
         head = "\n".join([*includes, '#include "optimusnic_csim_host.h"', "#include <bits/stdc++.h>",
                           *(f"#include <{h}>" for h in ("stdio.h", "stdlib.h", "string.h", "math.h", "stdint.h",
                                                          "immintrin.h", "pthread.h", "unistd.h"))]) + "\n"
-        flags = ["-std=c++17", "-march=native", "-I", str(HLS_INCLUDE_DIR)]
+        flags = ["-std=c++17", "-march=native", *include_flags(headers)]
         (t / "head.cpp").write_text(head)
         pre = subprocess.run([cxx, *flags, "-E", "-P", str(t / "head.cpp")], capture_output=True, text=True,
                              check=True).stdout
