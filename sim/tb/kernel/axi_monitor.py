@@ -69,6 +69,11 @@ class AxiMonitor:
         self._per_port_bursts: dict[str, int] = {}
         cocotb.start_soon(self._run())
 
+    def burst_counts(self) -> dict[str, int]:
+        """Bursts seen so far per port and channel ("p0_wrAW", "grad0AR"): diff two of these
+        to count one run's bursts (multi_burst_ports counts over the monitor's whole life)."""
+        return dict(self._per_port_bursts)
+
     def flush(self) -> None:
         """Forget everything in flight (a reset: the memory model flushes too)."""
         for port in self.ports:
