@@ -29,7 +29,8 @@ test_reset       ap_rst_n pulsed low mid-run at a random clock (seed printed; ON
                  while bursts are in flight: ap_idle after it, and the next run is bit-exact with
                  STATUS 0 (the protocol monitor checks nothing is valid during reset)
 test_lite_restart  AXI4-Lite writes with random partial WSTRB merge bytes; auto_restart reruns
-                 until cleared, then the next run is bit-exact with STATUS 0
+                 until cleared (n = 0, then three runs on data in place, bit-exact against three
+                 golden steps), then the next run is bit-exact with STATUS 0
 test_suppress    no write-back of wrong beats: an RRESP error on a random beat of a random p/m/v
                  read port (or, on the stream, a shard one beat short): STATUS and PORT_ERR name
                  it, every element of p, m, v and out is its old value or the golden one, and
@@ -444,6 +445,46 @@ async def test_lite_restart(dut: Any) -> None:
     assert ctrl & AP_IDLE and not ctrl & AP_START, f"auto_restart cleared, CTRL {ctrl:#x}"
     await ClockCycles(dut.ap_clk, 50)
     assert await tb.read_reg(CTRL) & AP_IDLE, "the kernel restarted after auto_restart was cleared"
+
+    # auto_restart with data: cleared right after the second ap_done, while the third run (which
+    # starts on the clock of that done) goes on, so exactly three runs update the state in place
+    # (on the stream, three shards queued back to back), each bit-exact against the golden model
+    p, m, v = make_state(rng, n)
+    write_state(tb, lay, p, m, v)
+    grad = make_grad(rng, n, spec["grad_dtype"], 0)
+    step_scalars = golden.prepare_scalars(golden.Hyper(step=2), spec["optimizer"])
+    if spec["grad_source"] == "stream":
+        for _ in range(3):
+            tb.send_stream(grad.tobytes())
+    else:
+        lay.write(tb.mem, "grad", grad)
+    await tb.write_args(kernel_regs(tb, lay, n, step_scalars, spec["optimizer"]))
+    await tb.write_reg(CTRL, AP_START | AUTO_RESTART)
+    dones = 0
+    for _ in range(20_000):
+        ctrl = await tb.read_reg(CTRL)
+        dones += bool(ctrl & AP_DONE)
+        if dones == 2:
+            await tb.write_reg(CTRL, 0)
+            break
+    for _ in range(20_000):
+        ctrl = await tb.read_reg(CTRL)
+        dones += bool(ctrl & AP_DONE)
+        if ctrl & AP_IDLE and not ctrl & AP_START:
+            break
+    assert dones == 3, f"auto_restart with n={n}: {dones} runs, want 3 (cleared after the second)"
+    for _ in range(3):
+        want_out = golden.adam_update(p, m, v, grad, step_scalars, optimizer=spec["optimizer"],
+                                      grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
+    got = read_results(tb, lay, spec)
+    errors = [describe_mismatch(k, got[k], w) for k, w in (("p", p), ("m", m), ("v", v), ("out", want_out))]
+    assert not any(errors), "three auto_restart runs: " + "; ".join(e for e in errors if e)
+    assert await tb.read_status() == 0, "STATUS after auto_restart runs with data"
+    tb.monitor.check_idle()
+    assert not tb.monitor.errors, "AXI4 protocol monitor: " + "; ".join(tb.monitor.errors)
+    if tb.stream is not None:
+        assert not tb.stream.count(), "auto_restart runs left stream shards unread"
+
     status, _ = await status_run(tb, cfg, lay, rng, check=True)
     assert status == 0, f"STATUS {status:#x} after auto_restart runs"
 
