@@ -65,6 +65,7 @@ class AxiMonitor:
         self.reset_n = reset_n
         self.errors: list[str] = []
         self.bursts = 0
+        # ports with more than one burst over the monitor's life (any runs): see burst_counts
         self.multi_burst_ports: set[str] = set()
         self._per_port_bursts: dict[str, int] = {}
         cocotb.start_soon(self._run())

@@ -345,10 +345,9 @@ async def test_status(dut: Any) -> None:
     assert status == 0, f"clean run after error responses: STATUS {status:#x}"
     assert await tb.read_port_errors() == [], "PORT_ERR must clear when a run starts"
 
-    # bases 3 beats before a 4 KiB page: every stripe with more beats splits into several bursts
-    assert tb.monitor.multi_burst_ports, "no port made a multi-burst transfer"
-    dut._log.info("test_status: %d bursts monitored, multi-burst on %s", tb.monitor.bursts,
-                  sorted(tb.monitor.multi_burst_ports))
+    # (multi-burst transfers within one run are checked by test_random: multi_burst_ports counts
+    # bursts over all runs of a test, so it is only logged here)
+    dut._log.info("test_status: %d bursts monitored", tb.monitor.bursts)
 
     if spec["grad_source"] == "stream":
         nbytes = n * (4 if spec["grad_dtype"] == "fp32" else 2)
