@@ -4,6 +4,11 @@ Vitis HLS `ap_ctrl_hs` layout: control words at 0x00-0x0C, then the arguments fr
 declaration order, a 64-bit pointer taking 12 bytes (low, high, reserved) and a 32-bit scalar
 8 bytes (value, reserved). The manifest carries this map; the HLS C++, the RTL control block,
 kernel.xml and the driver all read it from there, so they cannot drift apart.
+
+After the arguments: the sticky STATUS word, then the PORT_ERR words (one bit per m_axi port in
+register-map order, 32 ports per word: an RRESP error on a read port, a BRESP error on a write
+port). Only the RTL kernel implements them: a Vitis HLS m_axi adapter does not hand RRESP or
+BRESP to the C++, and the HLS kernel reads 0 at both (its control block has nothing there).
 """
 
 from __future__ import annotations
@@ -45,7 +50,11 @@ STATUS_CAUSES = {
     "stream_long": "the gradient stream shard was longer than n elements (dropped up to TLAST)",
     "misaligned": "a buffer pointer is not 64-byte aligned (the kernel read and wrote nothing)",
 }
-
+# After a read response error or a short stream shard the rest of the run's results are wrong:
+# the kernel finishes every burst it started but with WSTRB = 0, so memory keeps the values it
+# had from the beat where the error entered the datapath on (earlier beats may be kept too).
+SUPPRESSING = ("read_response", "stream_short")
+PORTS_PER_WORD = 32
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,23 @@ def status_offset(args: list[Arg]) -> int:
     return max((a.offset + a.size for a in args if a.offset is not None), default=ARGS_BASE)
 
 
+def pointer_ports(args: list[Arg]) -> list[str]:
+    """The m_axi ports in register-map order: bit k % 32 of PORT_ERR word k // 32 is port k."""
+    return [a.name for a in args if a.kind == "pointer"]
+
+
+def port_error_offsets(args: list[Arg]) -> list[int]:
+    """The PORT_ERR words, right after STATUS: one per 32 m_axi ports."""
+    words = -(-len(pointer_ports(args)) // PORTS_PER_WORD)
+    return [status_offset(args) + 4 * (1 + k) for k in range(words)]
+
+
+def port_errors(ports: list[str], words: list[int]) -> list[str]:
+    """The ports (register-map order) whose bit is set in the PORT_ERR `words` (offset order)."""
+    return [port for k, port in enumerate(ports)
+            if k // PORTS_PER_WORD < len(words) and words[k // PORTS_PER_WORD] >> (k % PORTS_PER_WORD) & 1]
+
+
 def status_causes(value: int) -> list[str]:
     """The names of the STATUS bits set in `value` (unknown bits as `bit<k>`)."""
     names = [name for name, bit in STATUS_BITS.items() if value >> bit & 1]
@@ -129,7 +155,7 @@ def status_causes(value: int) -> list[str]:
 
 def address_range(args: list[Arg]) -> int:
     """Size of the AXI4-Lite address space, a power of two (at least 0x1000 as XRT expects)."""
-    end = status_offset(args) + 4
+    end = max([status_offset(args), *port_error_offsets(args)]) + 4
     size = 0x1000
     while size < end:
         size *= 2
@@ -145,5 +171,7 @@ def to_manifest(spec: KernelSpec, stripes: StripeCounts) -> dict[str, object]:
         "address_bits": (address_range(args) - 1).bit_length(),
         "stripes": {"grad": stripes.grad, "state": stripes.state, "out": stripes.out},
         "args": [a.to_dict() for a in args],
-        "status": {"offset": status_offset(args), "bits": dict(STATUS_BITS)},
+        "status": {"offset": status_offset(args), "bits": dict(STATUS_BITS),
+                   "port_errors": {"offsets": port_error_offsets(args), "ports": pointer_ports(args),
+                                   "ports_per_word": PORTS_PER_WORD}},
     }

@@ -45,7 +45,7 @@ FP_RTL = RTL_DIR / "fp"
 KERNEL_TB = TB_DIR / "kernel"
 TEST_MODULE = "test_kernel"
 TESTS = ("test_update", "test_control", "test_status", "test_reset", "test_lite_restart",
-         "test_throughput")
+         "test_suppress", "test_random", "test_throughput")
 DEFAULT_LATENCY = 64
 DEFAULT_STALLS = 0.2
 MEMORY_MODES = ("hbm", "ideal")

@@ -29,12 +29,15 @@ class KernelTimeout(DeviceError):
 
 class KernelStatusError(DeviceError):
     """The kernel reached ap_done but its STATUS register reports errors (`causes`: bit names of
-    the manifest's register_map.status). The run's output and state are not to be trusted."""
+    the manifest's register_map.status; `ports`: the m_axi ports whose PORT_ERR bit is set, each
+    with "RRESP" or "BRESP"). The run's output and state are not to be trusted."""
 
-    def __init__(self, message: str, status: int = 0, causes: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, status: int = 0, causes: tuple[str, ...] = (),
+                 ports: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(message)
         self.status = status
         self.causes = causes
+        self.ports = ports
 
 
 class DeviceClosed(DeviceError):

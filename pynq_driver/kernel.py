@@ -4,7 +4,9 @@ Offsets come from the manifest's register map (design.md section 4), never from 
 here: pointer arguments take their low and high words, scalars their word, then ap_start; the
 end is ap_done, then the sticky STATUS word after the arguments (errors of the run: read or
 write response errors, stream framing, misaligned pointers; a manifest without it has no
-STATUS): any error raises KernelStatusError, and the shard marks itself inconsistent. On
+STATUS) and, on a response error, the PORT_ERR words after it that say which m_axi port saw
+it: any error raises KernelStatusError naming the cause and the port, and the shard marks
+itself inconsistent. On
 `alveo` these are PYNQ register writes, on `rtlsim` AXI4-Lite transactions into the RTL kernel,
 on `csim`/`golden` writes into the software card's register file.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hls.regmap import STATUS_CAUSES
+from hls.regmap import STATUS_CAUSES, port_errors
 from pynq_driver.device import Buffer, Device
 from pynq_driver.errors import DeviceError, KernelStatusError
 
@@ -33,6 +35,10 @@ class KernelRunner:
         status = device.manifest["register_map"].get("status")
         self.status_offset = int(status["offset"]) if status else None
         self.status_bits = {str(k): int(b) for k, b in status["bits"].items()} if status else {}
+        per_port = status.get("port_errors") if status else None
+        self.port_error_offsets = [int(o) for o in per_port["offsets"]] if per_port else []
+        self.port_error_ports = [str(p) for p in per_port["ports"]] if per_port else []
+        self.write_ports = {a["name"] for a in args if a["kind"] == "pointer" and a["direction"] == "out"}
         self.busy = False
 
     def launch(self, pointers: dict[str, tuple[Buffer, int]], n: int, scalar_bits: dict[str, int]) -> None:
@@ -76,8 +82,15 @@ class KernelRunner:
         causes = [name for name, bit in self.status_bits.items() if value >> bit & 1]
         known = sum(1 << bit for bit in self.status_bits.values())
         causes += [f"bit{k}" for k in range(32) if (value & ~known) >> k & 1]
+        ports: list[tuple[str, str]] = []
+        if {"read_response", "write_response"} & set(causes) and self.port_error_offsets:
+            words = [self.device.read_reg(o, self.cu) for o in self.port_error_offsets]
+            ports = [(p, "BRESP" if p in self.write_ports else "RRESP")
+                     for p in port_errors(self.port_error_ports, words)]
         text = "; ".join(f"{c}: {STATUS_CAUSES.get(c, 'unknown status bit')}" for c in causes)
-        raise KernelStatusError(f"CU {self.cu} STATUS 0x{value:x} after the run: {text}", value, tuple(causes))
+        text += "".join(f"; {resp} error on port {port}" for port, resp in ports)
+        raise KernelStatusError(f"CU {self.cu} STATUS 0x{value:x} after the run: {text}", value, tuple(causes),
+                                tuple(ports))
 
     def describe(self) -> dict[str, Any]:
         return {"pointers": self.pointers, "scalars": self.scalars}

@@ -127,3 +127,35 @@ def test_status_error_names_the_cause_and_marks_the_shard_inconsistent() -> None
         dev.read_reg = plain  # type: ignore[method-assign]
         with pytest.raises(StateError, match="checkpoint"):
             shard.step(make_grad(rng, N, spec.grad_dtype), Hyper(step=2, lr=1e-2))
+
+
+def test_status_error_names_the_port() -> None:
+    """A response error names the m_axi port(s) from the PORT_ERR words after STATUS (bit k of
+    word k // 32 is the k-th pointer argument): "RRESP error on port p1_rd"."""
+    from hls.regmap import STATUS_BITS
+    from pynq_driver.errors import KernelStatusError
+
+    spec = KernelSpec(stripes=3)
+    rng = np.random.default_rng(3)
+    p0 = rng.standard_normal(N).astype(np.float32)
+    with open_device("golden", spec) as dev, ShardState(dev, p0, chunk_elems=CHUNK) as shard:
+        status = dev.manifest["register_map"]["status"]
+        per_port = status["port_errors"]
+        pointers = [a["name"] for a in dev.manifest["register_map"]["args"] if a["kind"] == "pointer"]
+        assert per_port["ports"] == pointers and len(per_port["offsets"]) == -(-len(pointers) // 32)
+        assert per_port["offsets"][0] == status["offset"] + 4
+        plain = dev.read_reg
+        bad = {"p1_rd": "RRESP", "v2_wr": "BRESP"}
+        bits = sum(1 << pointers.index(p) for p in bad)
+        fake = {status["offset"]: 1 << STATUS_BITS["read_response"] | 1 << STATUS_BITS["write_response"],
+                **{o: bits >> (32 * k) & 0xFFFFFFFF for k, o in enumerate(per_port["offsets"])}}
+
+        def read_reg(offset: int, cu: int = 0) -> int:
+            return fake.get(offset, plain(offset, cu))
+
+        dev.read_reg = read_reg  # type: ignore[method-assign]
+        with pytest.raises(KernelStatusError, match="RRESP error on port p1_rd") as err:
+            shard.step(make_grad(rng, N, spec.grad_dtype), Hyper(step=1, lr=1e-2))
+        assert err.value.ports == (("p1_rd", "RRESP"), ("v2_wr", "BRESP"))
+        assert "BRESP error on port v2_wr" in str(err.value)
+        dev.read_reg = plain  # type: ignore[method-assign]

@@ -25,6 +25,8 @@ SPECS = [
     KernelSpec(grad_source="stream", grad_dtype="bf16", out_dtype="bf16", lanes=4),
     KernelSpec(optimizer="adam", grad_source="stream", name="opt_adam_s", lanes=1, target="u280"),
     KernelSpec(target="u250", grad_dtype="fp16", name="k250"),
+    # 34 m_axi ports (grad 2, state 5, out 2 stripes): two PORT_ERR words
+    KernelSpec(optimizer="adam", grad_dtype="fp16", out_dtype="bf16", lanes=16, target="u50", name="k_u50"),
 ]
 
 
@@ -106,6 +108,16 @@ def test_register_map_agrees_everywhere(spec: KernelSpec) -> None:
             assert name not in v, f"stream argument {name} must have no register"
         else:
             assert v.get(name) == offset, f"control block {name}: {v.get(name)} != manifest {offset}"
+    # STATUS, then one PORT_ERR word per 32 m_axi ports (register-map order), all inside the range
+    status = manifest["register_map"]["status"]
+    assert v["status"] == status["offset"]
+    pointers = [n for n, a in zip(names, manifest["register_map"]["args"], strict=True) if a["kind"] == "pointer"]
+    assert status["port_errors"]["ports"] == pointers
+    offsets = status["port_errors"]["offsets"]
+    assert offsets == [status["offset"] + 4 * (k + 1) for k in range(-(-len(pointers) // 32))]
+    assert [v.get(f"port_err_{k}") for k in range(len(offsets))] == offsets
+    assert offsets[-1] + 4 <= 2 ** manifest["register_map"]["address_bits"]
+    assert re.search(rf"input  wire \[{len(pointers) - 1}:0\]\s+port_err,", ctrl)
     assert re.search(rf"parameter integer ADDR_BITS = {manifest['register_map']['address_bits']}\b", ctrl)
 
     # the Verilog top: one AXI4 master per pointer argument, the stream port iff a stream argument

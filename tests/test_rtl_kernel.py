@@ -12,7 +12,12 @@ Default run (one Verilator build per spec, shared by its tests):
 - Adam, bf16 gradients from the stream, bf16 out, 16 lanes (3 state stripes, out 1), on ideal
   memory (64-clock read latency)
 each: 3 consecutive bit-exact runs per element count (0, not and exactly a multiple of the
-lanes), random ready/valid stalls on every AXI channel, and the ap_ctrl_hs control test; plus
+lanes), random ready/valid stalls on every AXI channel, the ap_ctrl_hs control test, STATUS and
+PORT_ERR (error responses, misaligned pointers, stream framing), reset mid-run, partial-WSTRB
+AXI4-Lite writes and auto_restart, no write-back after a read error or a short shard
+(test_suppress), and constrained-random runs (test_random: random bases including 4 KiB - 64,
+per-run random per-burst latency, multi-burst transfers, back-to-back stream shards). The bench
+seed is printed; ONIC_RTL_SEED=<n> replays it, ONIC_RTL_SEED=random draws a fresh one. Plus
 lint (verilator -Wall) and an Icarus compile of several specs, and onic_stripe_beats on its own
 (beat counts of 1 to 32 stripes for n up to 2^32 - 1 against hls/layout.py).
 `--full` (marker slow): a covering set of every optimizer x gradient dtype x output dtype x
@@ -21,6 +26,9 @@ both memory models, a 200-clock latency, and one variant on Icarus.
 """
 
 from __future__ import annotations
+
+import os
+import random
 
 import pytest
 
@@ -76,9 +84,10 @@ def full_elements(spec: KernelSpec) -> list[int]:
     return [0, 1, spec.lanes + 1, 64 * spec.lanes, 1500 + spec.lanes - 1, 5003]
 
 
-def check(result: rtlsim.SimResult) -> None:
+def check(result: rtlsim.SimResult, seed: int | None = None) -> None:
+    replay = f" (seed {seed}: ONIC_RTL_SEED={seed} replays it)" if seed is not None else ""
     assert result.passed, (f"{_id(KernelSpec.from_dict(result.spec))} on {result.simulator}: "
-                           f"{result.failed} of {result.ran} bench tests failed; see {result.log}")
+                           f"{result.failed} of {result.ran} bench tests failed{replay}; see {result.log}")
 
 
 LINT_MORE = [KernelSpec(grad_dtype="fp16", out_dtype="bf16", lanes=1),
@@ -94,13 +103,26 @@ def test_lint_and_icarus_compile(spec: KernelSpec) -> None:
         assert ok and not messages.strip(), f"iverilog -g2012:\n{messages}"
 
 
+def bench_seed() -> int:
+    """The bench seed of the default kernel tests: ONIC_RTL_SEED (a number, or "random" for a fresh
+    one), else 3. Every failure message prints it; ONIC_RTL_SEED=<seed> replays the run."""
+    value = os.environ.get("ONIC_RTL_SEED", "3")
+    seed = random.SystemRandom().randrange(1, 2**31) if value == "random" else int(value)
+    print(f"kernel bench seed {seed} (replay: ONIC_RTL_SEED={seed})")
+    return seed
+
+
+CHECKS = ("test_update", "test_control", "test_status", "test_reset", "test_lite_restart", "test_suppress",
+          "test_random")
+
+
 @pytest.mark.parametrize(("spec", "memory"), list(zip(DEFAULT, DEFAULT_MEMORY, strict=True)),
                          ids=[_id(s) for s in DEFAULT])
 def test_kernel_bit_exact_and_control(spec: KernelSpec, memory: str) -> None:
-    result = rtlsim.simulate(spec, tests=("test_update", "test_control", "test_status", "test_reset",
-                                                 "test_lite_restart"),
-                             elements=default_elements(spec), runs=3, stalls=0.2, latency=64, seed=3, memory=memory)
-    check(result)
+    seed = bench_seed()
+    result = rtlsim.simulate(spec, tests=CHECKS, elements=default_elements(spec), runs=3, stalls=0.2, latency=64,
+                             seed=seed, memory=memory)
+    check(result, seed)
     assert result.memory == memory
     assert set(result.cycles) == {str(n) for n in default_elements(spec)}
 
@@ -108,9 +130,8 @@ def test_kernel_bit_exact_and_control(spec: KernelSpec, memory: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", FULL, ids=_id)
 def test_kernel_full(spec: KernelSpec) -> None:
-    check(rtlsim.simulate(spec, tests=("test_update", "test_control", "test_status", "test_reset",
-                                                 "test_lite_restart"),
-                          elements=full_elements(spec), runs=3, stalls=0.25, latency=64, seed=11))
+    check(rtlsim.simulate(spec, tests=CHECKS, elements=full_elements(spec), runs=3, stalls=0.25, latency=64,
+                          seed=11))
     check(rtlsim.simulate(spec, tests=("test_update",), elements=[3, 777], runs=3, stalls=0.1, latency=200,
                           seed=12, memory="ideal"))
 

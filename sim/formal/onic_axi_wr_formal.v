@@ -10,7 +10,9 @@
  * idle, B only for bursts whose address and data went out. Asserted: AWVALID/AW payload and
  * WVALID/WLAST/WSTRB held until READY, no burst crosses 4 KiB, AWLEN below MAX_BURST, WLAST on the
  * beat the burst's AWLEN says (bursts in issue order; up to 8 tracked), beats written never
- * above `beats` and equal to it (with every response back) when the engine goes idle.
+ * above `beats` and equal to it (with every response back) when the engine goes idle. `suppress`
+ * is a free input, so all of that holds with write-back suppressed at any clock too; and once
+ * suppress has been seen, every W beat presented after the one then waiting has WSTRB = 0.
  */
 module onic_axi_wr_formal #(
     parameter integer FIFO_LOG2 = 3,
@@ -22,6 +24,7 @@ module onic_axi_wr_formal #(
     input  wire [63:0]   addr,
     input  wire [7:0]    beats_in,
     input  wire [6:0]    last_bytes,
+    input  wire          suppress,
     input  wire [511:0]  s_data,
     input  wire          s_valid,
     input  wire          m_axi_awready,
@@ -45,7 +48,7 @@ module onic_axi_wr_formal #(
         .MAX_BURST(MAX_BURST)
     ) dut (
         .clk(clk), .rst(rst), .start(start), .addr(addr), .beats({24'd0, beats_in}), .last_bytes(last_bytes),
-        .busy(busy), .resp_err(resp_err), .s_data(s_data), .s_valid(s_valid), .s_ready(s_ready),
+        .busy(busy), .suppress(suppress), .resp_err(resp_err), .s_data(s_data), .s_valid(s_valid), .s_ready(s_ready),
         .m_axi_awid(awid), .m_axi_awaddr(awaddr), .m_axi_awlen(awlen), .m_axi_awsize(awsize),
         .m_axi_awburst(awburst), .m_axi_awlock(awlock), .m_axi_awcache(awcache), .m_axi_awprot(awprot),
         .m_axi_awqos(awqos), .m_axi_awvalid(awvalid), .m_axi_awready(m_axi_awready), .m_axi_wdata(wdata),
@@ -64,6 +67,8 @@ module onic_axi_wr_formal #(
     reg [15:0] f_end [0:7];   // beat count at the end of burst k
     reg [7:0]  f_beats;
     reg        f_started;
+    reg        f_sup;         // suppress seen since start
+    reg        f_kill;        // ... and the W beat waiting then (if any) has gone
     always @(posedge clk) f_past_valid <= 1'b1;
 
     wire issue = awvalid && !f_awvalid_q;
@@ -79,7 +84,11 @@ module onic_axi_wr_formal #(
             f_b       <= 4'd0;
             f_started <= !rst;
             f_beats   <= beats_in;
+            f_sup     <= 1'b0;
+            f_kill    <= 1'b0;
         end else begin
+            if (suppress) f_sup <= 1'b1;
+            if ((suppress || f_sup) && !(wvalid && !m_axi_wready)) f_kill <= 1'b1;
             if (issue) begin
                 f_issued <= f_issued + {8'd0, awlen} + 16'd1;
                 f_end[f_bursts[2:0]] <= f_issued + {8'd0, awlen} + 16'd1;
@@ -125,6 +134,7 @@ module onic_axi_wr_formal #(
                 assert(wlast == (f_written + 16'd1 == f_end[f_wbursts[2:0]]));
             end
             assert(f_written <= {8'd0, f_beats} && f_issued <= {8'd0, f_beats});
+            if (f_kill && wvalid) assert(wstrb == 64'd0);
             if (!busy) assert(f_written == {8'd0, f_beats} && f_b == f_bursts && f_aw_done == f_bursts);
         end
     end

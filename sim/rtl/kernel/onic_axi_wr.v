@@ -13,6 +13,12 @@
  * `last_bytes` bytes (the array's elements end there): memory past the array is never written.
  * `busy` stays high until every write response has come back. A write-only AXI4 master: AW, W
  * and B channels only.
+ *
+ * `suppress` (an error elsewhere made the rest of the run's results wrong) is sticky until the
+ * next start: every W beat presented after it goes out with WSTRB = 0 (a beat already waiting
+ * for WREADY keeps its WSTRB, as AXI requires; the datapath from an R beat to W is far longer
+ * than that clock). Bursts, beat counts, WLAST and responses stay as they were, so the run still
+ * ends with ap_done, but memory keeps its old values from there on.
  */
 module onic_axi_wr #(
     // log2 of the write FIFO depth in beats (at least two bursts)
@@ -29,6 +35,8 @@ module onic_axi_wr #(
     input  wire [31:0]   beats,
     input  wire [6:0]    last_bytes,
     output wire          busy,
+    // no write-back from now until the next start (WSTRB = 0 on every beat); may be a pulse
+    input  wire          suppress,
     // sticky for the run: a BRESP of SLVERR or DECERR was seen (cleared by start)
     output wire          resp_err,
 
@@ -79,6 +87,8 @@ module onic_axi_wr #(
     reg  [31:0]        b_wait_reg;     // bursts whose response has not come back
     reg  [63:0]        last_strb_reg;
     reg                resp_err_reg;
+    reg                suppress_reg;   // suppress was seen this run
+    reg                kill_reg;       // WSTRB = 0 (changes only between W beats)
 
     wire [511:0]       fifo_data;
     wire               fifo_valid;
@@ -114,8 +124,12 @@ module onic_axi_wr #(
             b_wait_reg    <= 32'd0;
             last_strb_reg <= {64{1'b1}};
             resp_err_reg  <= 1'b0;
+            suppress_reg  <= 1'b0;
+            kill_reg      <= 1'b0;
         end else if (start) begin
             resp_err_reg  <= 1'b0;
+            suppress_reg  <= 1'b0;
+            kill_reg      <= 1'b0;
             aw_valid_reg  <= 1'b0;
             aw_left_reg   <= beats;
             aw_addr_reg   <= {addr[63:6], 6'd0};
@@ -143,6 +157,12 @@ module onic_axi_wr #(
             b_wait_reg <= b_wait_reg + {31'd0, issue} - {31'd0, b_fire};
             if (b_fire && m_axi_bresp[1]) begin
                 resp_err_reg <= 1'b1;
+            end
+            if (suppress) begin
+                suppress_reg <= 1'b1;
+            end
+            if (!(m_axi_wvalid && !m_axi_wready)) begin
+                kill_reg <= suppress_reg || suppress;
             end
         end
     end
@@ -194,7 +214,7 @@ module onic_axi_wr #(
     assign m_axi_awqos   = 4'd0;
     assign m_axi_awvalid = aw_valid_reg;
     assign m_axi_wdata   = fifo_data;
-    assign m_axi_wstrb   = (w_left_reg == 32'd1) ? last_strb_reg : {64{1'b1}};
+    assign m_axi_wstrb   = kill_reg ? 64'd0 : (w_left_reg == 32'd1) ? last_strb_reg : {64{1'b1}};
     assign m_axi_wlast   = w_last;
     assign m_axi_wvalid  = fifo_valid && lenq_valid;
     // responses are only counted, never stalled

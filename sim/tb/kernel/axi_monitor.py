@@ -65,9 +65,15 @@ class AxiMonitor:
         self.reset_n = reset_n
         self.errors: list[str] = []
         self.bursts = 0
+        # ports with more than one burst over the monitor's life (any runs): see burst_counts
         self.multi_burst_ports: set[str] = set()
         self._per_port_bursts: dict[str, int] = {}
         cocotb.start_soon(self._run())
+
+    def burst_counts(self) -> dict[str, int]:
+        """Bursts seen so far per port and channel ("p0_wrAW", "grad0AR"): diff two of these
+        to count one run's bursts (multi_burst_ports counts over the monitor's whole life)."""
+        return dict(self._per_port_bursts)
 
     def flush(self) -> None:
         """Forget everything in flight (a reset: the memory model flushes too)."""

@@ -68,6 +68,11 @@ class _LatencyDraw:
     """A fixed latency, or one drawn per burst from [lo, hi] clocks with the port's own Random."""
 
     def __init__(self, latency: Latency, rng: random.Random | None) -> None:
+        self.rng = rng or random.Random(0)
+        self.set(latency)
+
+    def set(self, latency: Latency) -> None:
+        """A new latency (or range) from the next draw on, with the same Random."""
         if isinstance(latency, tuple):
             lo, hi = latency
             if not 0 <= lo <= hi:
@@ -77,7 +82,6 @@ class _LatencyDraw:
             if latency < 0:
                 raise ValueError(f"latency {latency}: need >= 0 clocks")
             self.lo = self.hi = int(latency)
-        self.rng = rng or random.Random(0)
 
     def __call__(self) -> int:
         return self.lo if self.lo == self.hi else self.rng.randint(self.lo, self.hi)
@@ -102,7 +106,16 @@ class LatencyAxiRamRead(AxiRamRead):
         self._ar_queue: Queue = Queue(maxsize=max_outstanding)
         self._ar_task = None
         self.error_bursts = 0  # error injection: this many next bursts answer SLVERR on every beat
+        # error injection by beat: R beats are numbered from 0 (`beats_sent`, reset by
+        # `fail_beats`); those in `error_beats` answer SLVERR, the data still the memory's
+        self.error_beats: set[int] = set()
+        self.beats_sent = 0
         super().__init__(*args, **kwargs)
+
+    def fail_beats(self, beats: set[int] | list[int]) -> None:
+        """SLVERR on these R beats, counted from 0 from now on (the next run's beats, in order)."""
+        self.error_beats = set(beats)
+        self.beats_sent = 0
 
     async def _accept_addresses(self) -> None:
         while True:
@@ -143,7 +156,8 @@ class LatencyAxiRamRead(AxiRamRead):
                 r = self.r_channel._transaction_obj()
                 r.rid = arid
                 r.rlast = i == length - 1
-                r.rresp = resp
+                r.rresp = AxiResp.SLVERR if self.beats_sent in self.error_beats else resp
+                self.beats_sent += 1
                 word = ((addr + i * num_bytes) // self.byte_lanes) * self.byte_lanes
                 r.rdata = int.from_bytes(self.read(word % self.size, self.byte_lanes), "little")
                 await self.r_channel.send(r)
@@ -329,6 +343,17 @@ class CardMemory:
     def reset_counters(self) -> None:
         for ch in self.channels.values():
             ch.reset_counters()
+
+    def set_latency(self, read: Latency, write: Latency) -> None:
+        """Read and write latency (clocks, or a (lo, hi) range drawn per burst) of every port
+        from the next burst on; each port keeps its own seeded Random."""
+        for port in self.ports.values():
+            if port.read_if is not None:
+                port.read_if._draw.set(read)
+                port.read_if.latency = read
+            if port.write_if is not None:
+                port.write_if._draw.set(write)
+                port.write_if.latency = write
 
     def stats(self) -> list[dict[str, Any]]:
         return [self.channels[i].stats() for i in sorted(self.channels)]

@@ -43,6 +43,8 @@ from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFram
 from cocotbext.axi.memory import Memory
 from hbm_memory import stall_generator
 
+from hls.regmap import port_errors
+
 CLOCK_NS = 4  # 250 MHz; only the clock count matters
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE, AP_READY = 1, 2, 4, 8
@@ -151,6 +153,12 @@ class KernelTB:
     async def read_status(self) -> int:
         """The sticky STATUS word of the last run (manifest register_map.status)."""
         return await self.read_reg(self.regmap["status"]["offset"])
+
+    async def read_port_errors(self) -> list[str]:
+        """The m_axi ports whose PORT_ERR bit is set (a response error in the last run)."""
+        per_port = self.regmap["status"]["port_errors"]
+        words = [await self.read_reg(offset) for offset in per_port["offsets"]]
+        return port_errors(per_port["ports"], words)
 
     async def write_args(self, regs: Mapping[str, int]) -> None:
         """Argument registers by name: pointers take two words, scalars one (manifest offsets)."""

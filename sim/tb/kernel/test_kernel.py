@@ -29,7 +29,17 @@ test_reset       ap_rst_n pulsed low mid-run at a random clock (seed printed; ON
                  while bursts are in flight: ap_idle after it, and the next run is bit-exact with
                  STATUS 0 (the protocol monitor checks nothing is valid during reset)
 test_lite_restart  AXI4-Lite writes with random partial WSTRB merge bytes; auto_restart reruns
-                 until cleared, then the next run is bit-exact with STATUS 0
+                 until cleared (n = 0, then three runs on data in place, bit-exact against three
+                 golden steps), then the next run is bit-exact with STATUS 0
+test_suppress    no write-back of wrong beats: an RRESP error on a random beat of a random p/m/v
+                 read port (or, on the stream, a shard one beat short): STATUS and PORT_ERR name
+                 it, every element of p, m, v and out is its old value or the golden one, and
+                 every element from the failing beat on keeps its old value (seed printed)
+test_random      constrained-random runs (seed printed; ONIC_SEED replays): per run a random n,
+                 per stripe a random 64-byte-aligned base (0, 4 KiB - 64 or any step), random
+                 per-burst read and write latency ranges and stall rates; every run bit-exact
+                 with STATUS 0 and at least one run with a multi-burst transfer on one port; on
+                 the stream the next shard is queued before each run starts (back to back)
 test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too), and
                  per memory channel the beats it moved
 """
@@ -89,14 +99,17 @@ ARRAY_PORTS = {"grad": ("{k}",), "p": ("{k}_rd", "{k}_wr"), "m": ("{k}_rd", "{k}
 
 class Layout:
     """Where each stripe buffer lives in card memory: page-spaced regions, bases off the page
-    start by `skew` bytes (64-byte aligned) so bursts have to split at 4 KiB boundaries.
+    start by `skew` bytes (64-byte aligned) so bursts have to split at 4 KiB boundaries; with
+    `skews` (a seeded Random) each stripe draws its own: 0, 4 KiB - 64 (its first burst is one
+    beat) or any 64-byte step.
 
     `stripes[array]` is the array's stripe count (0: not in memory); `base[(array, k)]`,
     `used[(array, k)]` (bytes of the array's data in it) and `end[(array, k)]` (end of the
     region: guard bytes up to here) per stripe; `ports[port] = (array, k)`.
     """
 
-    def __init__(self, spec: dict[str, Any], stripes: dict[str, int], n: int, skew: int) -> None:
+    def __init__(self, spec: dict[str, Any], stripes: dict[str, int], n: int, skew: int,
+                 skews: random.Random | None = None) -> None:
         gb = 4 if spec["grad_dtype"] == "fp32" else 2
         ob = 4 if spec["out_dtype"] == "fp32" else 2
         self.n = n
@@ -113,6 +126,8 @@ class Layout:
             nb = layout.beats(n, eb)
             pad = nb * layout.BEAT_BYTES - n * eb
             for k in range(count):
+                if skews is not None:
+                    skew = skews.choice([0, PAGE - 64, PAGE - 64, 64 * skews.randrange(64)])
                 beats = layout.stripe_beats(nb, count, k)
                 used = beats * layout.BEAT_BYTES - (pad if nb and k == (nb - 1) % count else 0)
                 region = ((beats * layout.BEAT_BYTES + skew + 2 * PAGE - 1) // PAGE) * PAGE
@@ -321,16 +336,20 @@ async def test_status(dut: Any) -> None:
     tb.ports[reader].read_if.error_bursts = 1
     status, _ = await status_run(tb, cfg, lay, rng)
     assert status == bit["read_response"], f"SLVERR on {reader}: STATUS {status:#x}"
-    tb.ports[writer].write_if.error_bursts = 1
+    assert await tb.read_port_errors() == [reader], f"SLVERR on {reader}: PORT_ERR {await tb.read_port_errors()}"
+    # the last port in register-map order: its bit is in the last PORT_ERR word
+    last = [a for a in ports if a.endswith("_wr") or a.startswith("out")][-1]
+    tb.ports[last].write_if.error_bursts = 1
     status, _ = await status_run(tb, cfg, lay, rng)
-    assert status == bit["write_response"], f"SLVERR on {writer}: STATUS {status:#x}"
+    assert status == bit["write_response"], f"SLVERR on {last}: STATUS {status:#x}"
+    assert await tb.read_port_errors() == [last], f"SLVERR on {last}: PORT_ERR {await tb.read_port_errors()}"
     status, _ = await status_run(tb, cfg, lay, rng, check=True)
     assert status == 0, f"clean run after error responses: STATUS {status:#x}"
+    assert await tb.read_port_errors() == [], "PORT_ERR must clear when a run starts"
 
-    # bases 3 beats before a 4 KiB page: every stripe with more beats splits into several bursts
-    assert tb.monitor.multi_burst_ports, "no port made a multi-burst transfer"
-    dut._log.info("test_status: %d bursts monitored, multi-burst on %s", tb.monitor.bursts,
-                  sorted(tb.monitor.multi_burst_ports))
+    # (multi-burst transfers within one run are checked by test_random: multi_burst_ports counts
+    # bursts over all runs of a test, so it is only logged here)
+    dut._log.info("test_status: %d bursts monitored", tb.monitor.bursts)
 
     if spec["grad_source"] == "stream":
         nbytes = n * (4 if spec["grad_dtype"] == "fp32" else 2)
@@ -427,6 +446,46 @@ async def test_lite_restart(dut: Any) -> None:
     assert ctrl & AP_IDLE and not ctrl & AP_START, f"auto_restart cleared, CTRL {ctrl:#x}"
     await ClockCycles(dut.ap_clk, 50)
     assert await tb.read_reg(CTRL) & AP_IDLE, "the kernel restarted after auto_restart was cleared"
+
+    # auto_restart with data: cleared right after the second ap_done, while the third run (which
+    # starts on the clock of that done) goes on, so exactly three runs update the state in place
+    # (on the stream, three shards queued back to back), each bit-exact against the golden model
+    p, m, v = make_state(rng, n)
+    write_state(tb, lay, p, m, v)
+    grad = make_grad(rng, n, spec["grad_dtype"], 0)
+    step_scalars = golden.prepare_scalars(golden.Hyper(step=2), spec["optimizer"])
+    if spec["grad_source"] == "stream":
+        for _ in range(3):
+            tb.send_stream(grad.tobytes())
+    else:
+        lay.write(tb.mem, "grad", grad)
+    await tb.write_args(kernel_regs(tb, lay, n, step_scalars, spec["optimizer"]))
+    await tb.write_reg(CTRL, AP_START | AUTO_RESTART)
+    dones = 0
+    for _ in range(20_000):
+        ctrl = await tb.read_reg(CTRL)
+        dones += bool(ctrl & AP_DONE)
+        if dones == 2:
+            await tb.write_reg(CTRL, 0)
+            break
+    for _ in range(20_000):
+        ctrl = await tb.read_reg(CTRL)
+        dones += bool(ctrl & AP_DONE)
+        if ctrl & AP_IDLE and not ctrl & AP_START:
+            break
+    assert dones == 3, f"auto_restart with n={n}: {dones} runs, want 3 (cleared after the second)"
+    for _ in range(3):
+        want_out = golden.adam_update(p, m, v, grad, step_scalars, optimizer=spec["optimizer"],
+                                      grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
+    got = read_results(tb, lay, spec)
+    errors = [describe_mismatch(k, got[k], w) for k, w in (("p", p), ("m", m), ("v", v), ("out", want_out))]
+    assert not any(errors), "three auto_restart runs: " + "; ".join(e for e in errors if e)
+    assert await tb.read_status() == 0, "STATUS after auto_restart runs with data"
+    tb.monitor.check_idle()
+    assert not tb.monitor.errors, "AXI4 protocol monitor: " + "; ".join(tb.monitor.errors)
+    if tb.stream is not None:
+        assert not tb.stream.count(), "auto_restart runs left stream shards unread"
+
     status, _ = await status_run(tb, cfg, lay, rng, check=True)
     assert status == 0, f"STATUS {status:#x} after auto_restart runs"
 
@@ -594,3 +653,177 @@ async def test_control(dut: Any) -> None:
     assert await tb.read_reg(ISR) == 0
     await tb.read_reg(CTRL)
     assert await tb.read_reg(CTRL) & AP_IDLE
+
+
+def kept_or_golden(name: str, before: np.ndarray, got: np.ndarray, want: np.ndarray, first_bad: int) -> list[str]:
+    """Every element is its old value or the golden one; from `first_bad` on, the old one."""
+    old = golden.bits_equal(got, before)
+    new = golden.bits_equal(got, want)
+    errors = []
+    wrong = np.flatnonzero(~(old | new))
+    if wrong.size:
+        errors.append(f"{name}: {wrong.size} elements neither old nor golden, first at {wrong[0]}")
+    late = np.flatnonzero(~old[first_bad:])
+    if late.size:
+        errors.append(f"{name}: {late.size} elements at or after element {first_bad} (the failing beat) were "
+                      f"written, first at {first_bad + late[0]}")
+    return errors
+
+
+async def suppress_run(tb: KernelTB, cfg: dict[str, Any], lay: Layout, rng: np.random.Generator, *,
+                       grad_cut: int = 0) -> tuple[int, dict[str, np.ndarray], dict[str, np.ndarray],
+                                                   dict[str, np.ndarray]]:
+    """One run on fresh state whose error the caller armed: (STATUS, arrays before, after, golden)."""
+    spec, n = cfg["spec"], lay.n
+    for key in lay.base:
+        start = lay.base[key] - (lay.base[key] % PAGE)
+        tb.mem.write(start, rng.integers(0, 256, lay.end[key] - start, dtype=np.uint8).tobytes())
+    p, m, v = make_state(rng, n)
+    write_state(tb, lay, p, m, v)
+    grad = make_grad(rng, n, spec["grad_dtype"], 0)
+    scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
+    if spec["grad_source"] == "stream":
+        data = grad.tobytes()
+        tb.send_stream(data[: len(data) - grad_cut])
+    else:
+        lay.write(tb.mem, "grad", grad)
+    before = read_results(tb, lay, spec)
+    await run_kernel(tb, kernel_regs(tb, lay, n, scalars, spec["optimizer"]), timeout_cycles=200 * n + 20_000)
+    status = await tb.read_status()
+    want_out = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
+                                  grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
+    want = {"p": p, "m": m, "v": v, "out": want_out}
+    if spec["grad_source"] == "stream":
+        assert not tb.stream.count(), "the kernel left stream beats unread"
+    return status, before, read_results(tb, lay, spec), want
+
+
+@cocotb.test()
+async def test_suppress(dut: Any) -> None:
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    pick = random.Random(seed + 41)
+    rng = np.random.default_rng(seed + 41)
+    stripes = stripe_counts(cfg)["state"]
+    # a short shard with any beat failing, then a long one failing late in a stripe: a read runs at
+    # most its 256-beat FIFO (plus the 128-beat write FIFO) ahead of the write-back, so from stripe
+    # beat 450 on the beats before the failing one have partly been written back already
+    late = 450
+    sizes = [40 * spec["lanes"] + 7, (late + 40) * stripes * 16 + 5]
+    lays = [Layout(spec, stripe_counts(cfg), n, skew=0, skews=pick) for n in sizes]
+    tb = make_tb(dut, cfg, max(lay.size for lay in lays), cfg["stalls"], seed)
+    await tb.reset()
+    bit = {name: 1 << status_bit(cfg, name) for name in cfg["manifest"]["register_map"]["status"]["bits"]}
+    for attempt, lay in enumerate(lays):
+        nb = layout.beats(lay.n, 4)
+        array = pick.choice(["p", "m", "v"])
+        k = pick.randrange(min(stripes, nb))
+        count = layout.stripe_beats(nb, stripes, k)
+        beat = pick.randrange(count) if attempt == 0 else pick.randrange(late, count)
+        port = f"{array}{k}_rd"
+        first_bad = (beat * stripes + k) * 16  # beat b of stripe k is array beat b * S + k: 16 fp32 each
+        dut._log.info("test_suppress: seed %d, n=%d, SLVERR on beat %d of %s (elements %d on)", seed, lay.n, beat,
+                      port, first_bad)
+        tb.ports[port].read_if.fail_beats({beat})
+        status, before, got, want = await suppress_run(tb, cfg, lay, rng)
+        tb.ports[port].read_if.fail_beats(set())
+        assert status == bit["read_response"], f"SLVERR on {port} beat {beat}: STATUS {status:#x}"
+        assert await tb.read_port_errors() == [port], f"PORT_ERR {await tb.read_port_errors()}, want [{port}]"
+        errors = []
+        for name in ("p", "m", "v", "out"):
+            errors += kept_or_golden(name, before[name], got[name], want[name], first_bad)
+        assert not errors, f"SLVERR on {port} beat {beat}: " + "; ".join(errors)
+        written = int(np.count_nonzero(golden.bits_equal(got["p"], want["p"]) & ~golden.bits_equal(got["p"],
+                                                                                                   before["p"])))
+        dut._log.info("test_suppress: %d of %d p elements written back (first bad element %d)", written, lay.n,
+                      first_bad)
+        if attempt == 1:
+            assert written > 0, "nothing was written back before a late read error: suppress came too early"
+    if spec["grad_source"] == "stream":
+        lay = lays[0]
+        nbytes = lay.n * (4 if spec["grad_dtype"] == "fp32" else 2)
+        cut = nbytes % 64 or 64
+        first_bad = (nbytes - cut) // lay.elem["grad"]  # the first element of the missing beat
+        status, before, got, want = await suppress_run(tb, cfg, lay, rng, grad_cut=cut)
+        assert status == bit["stream_short"], f"shard one beat short: STATUS {status:#x}"
+        errors = []
+        for name in ("p", "m", "v", "out"):
+            errors += kept_or_golden(name, before[name], got[name], want[name], first_bad)
+        assert not errors, "shard one beat short: " + "; ".join(errors)
+    status, _ = await status_run(tb, cfg, lays[0], rng, check=True)
+    assert status == 0 and await tb.read_port_errors() == [], f"clean run after: STATUS {status:#x}"
+
+
+@cocotb.test()
+async def test_random(dut: Any) -> None:
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    pick = random.Random(seed + 53)
+    rng = np.random.default_rng(seed + 53)
+    lanes = spec["lanes"]
+    runs = []
+    for _ in range(int(_env("ONIC_RANDOM_RUNS", "5"))):
+        n = pick.choice([pick.randrange(1, 8 * lanes), pick.randrange(8 * lanes, 400 * lanes // 4 + 600)])
+        lay = Layout(spec, stripe_counts(cfg), n, skew=0, skews=pick)
+        read_lo = pick.randrange(1, 120)
+        write_lo = pick.randrange(0, 120)
+        runs.append({"n": n, "lay": lay, "read": (read_lo, read_lo + pick.randrange(0, 200)),
+                     "write": (write_lo, write_lo + pick.randrange(0, 200)), "stalls": pick.choice([0.0, 0.1, 0.3])})
+    # the biggest n last but one: the multi-burst check below needs a long stripe at 4 KiB - 64
+    big = max(range(len(runs)), key=lambda i: runs[i]["n"])
+    runs.append(runs.pop(big))
+    tb = make_tb(dut, cfg, max(r["lay"].size for r in runs), 0.0, seed)
+    await tb.reset()
+    stream = spec["grad_source"] == "stream"
+    plans = []
+    for r in runs:
+        n, lay = r["n"], r["lay"]
+        p, m, v = make_state(rng, n)
+        hyper = golden.Hyper(lr=float(rng.choice([1e-3, 1e-2])), weight_decay=0.01, step=int(rng.integers(1, 50)),
+                             grad_scale=float(rng.choice([1.0, 0.5])))
+        plans.append({"p": p, "m": m, "v": v, "grad": make_grad(rng, n, spec["grad_dtype"], len(plans)),
+                      "scalars": golden.prepare_scalars(hyper, spec["optimizer"])})
+    if stream:
+        tb.send_stream(plans[0]["grad"].tobytes())
+    multi = set()
+    for i, (r, plan) in enumerate(zip(runs, plans, strict=True)):
+        n, lay = r["n"], r["lay"]
+        dut._log.info("test_random: seed %d run %d: n=%d, bases %s, read latency %s, write latency %s, stalls %.1f",
+                      seed, i, n, sorted({b % PAGE for b in lay.base.values()}), r["read"], r["write"], r["stalls"])
+        tb.card.set_latency(r["read"], r["write"])
+        tb.set_stalls(random.Random(pick.random()), r["stalls"])
+        for key in lay.base:
+            start = lay.base[key] - (lay.base[key] % PAGE)
+            tb.mem.write(start, rng.integers(0, 256, lay.end[key] - start, dtype=np.uint8).tobytes())
+        write_state(tb, lay, plan["p"], plan["m"], plan["v"])
+        if stream:
+            # back to back: the next shard waits right behind this one, no gap between the two
+            if i + 1 < len(plans):
+                tb.send_stream(plans[i + 1]["grad"].tobytes())
+        else:
+            lay.write(tb.mem, "grad", plan["grad"])
+        guard = lay.guards(tb.mem)
+        bursts = tb.monitor.burst_counts()
+        await run_kernel(tb, kernel_regs(tb, lay, n, plan["scalars"], spec["optimizer"]),
+                         timeout_cycles=400 * n + 40_000)
+        after = tb.monitor.burst_counts()
+        multi |= {k for k, c in after.items() if c - bursts.get(k, 0) > 1}
+        status = await tb.read_status()
+        assert status == 0, f"run {i} (n={n}): STATUS {status:#x}"
+        want_out = golden.adam_update(plan["p"], plan["m"], plan["v"], plan["grad"], plan["scalars"],
+                                      optimizer=spec["optimizer"], grad_dtype=spec["grad_dtype"],
+                                      out_dtype=spec["out_dtype"])
+        got = read_results(tb, lay, spec)
+        errors = [describe_mismatch(k, got[k], w) for k, w in (("p", plan["p"]), ("m", plan["m"]),
+                                                              ("v", plan["v"]), ("out", want_out))]
+        errors = [e for e in errors if e]
+        for key, before in guard.items():
+            if tb.mem.read(lay.base[key] + lay.used[key], len(before)) != before:
+                errors.append(f"{key[0]} stripe {key[1]}: memory past its {lay.used[key]} bytes was written")
+        assert not errors, f"test_random seed {seed} run {i} (n={n}): " + "; ".join(errors)
+    if stream:
+        assert not tb.stream.count(), "the kernel left stream beats unread"
+    assert multi, "no run made a multi-burst transfer on any port"
+    dut._log.info("test_random: %d runs bit-exact; multi-burst transfers on %s", len(runs), sorted(multi))
