@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from hls import synth
+from hls import synth, timing
 from hls.commands.common import add_json, add_spec_options, emit_json, spec_from_args, table
 from hls.errors import UserError
 from hls.targets import get_target
@@ -26,6 +27,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cached", action="store_true",
                    help="do not run yosys: scale the last saved lane and infrastructure figures for this "
                    "optimizer/dtypes to the lanes and CUs asked (fails if there are none)")
+    p.add_argument("--timing", action="store_true",
+                   help="report LUT levels between registers and the highest fan-out net instead of resources: "
+                   "every RTL module alone, then the kernel at 1, 4 and 16 lanes (progress on stderr)")
+    p.add_argument("--lanes16", choices=("scaled", "full"), default="scaled",
+                   help="--timing: the 16-lane kernel scaled from the 1- and 4-lane runs (default, minutes) "
+                   "or synthesized (full; much slower)")
+    p.add_argument("--no-units", action="store_true", help="--timing: the kernel rows only")
+    p.add_argument("--no-kernel", action="store_true", help="--timing: the per-module rows only")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -33,6 +42,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
+    if args.timing:
+        if args.cached:
+            raise UserError("--timing has no --cached form: it reads the cached yosys runs by itself")
+        rep = timing.report(spec, target, lanes16=args.lanes16, units=not args.no_units, kernel=not args.no_kernel,
+                            use_cache=not args.no_cache, log=lambda m: print(m, file=sys.stderr, flush=True))
+        if args.json:
+            emit_json(rep)
+        else:
+            print(format_timing(rep))
+        return 0
     if args.cached:
         result = synth.cached_estimate(spec, target)
         if result is None:
@@ -83,4 +102,17 @@ def format_estimate(r: dict, target_name: str) -> str:
         "yosys runs: " + ", ".join(f"{u['unit']} {u['seconds']} s{' (cached)' if u['cached'] else ''}"
                                    for u in r["runs"]),
     ]
+    return "\n".join(lines)
+
+
+def format_timing(rep: dict) -> str:
+    header, rows = timing.table_rows(rep)
+    lines = [f"{rep['yosys']}: {rep['command']}", f"goal: {rep['goal']}", "", table(rows, header), ""]
+    for r in rep["kernel"]:
+        if r.get("method"):
+            lines.append(f"{r['unit']}: {r['method']}")
+    verdict = {True: "met", False: "NOT met"}
+    lines += [f"note: {rep['caveat']}", "I/O levels: in->reg / reg->out / in->out, not judged (a module's "
+              "ports are registered, or not, by its neighbours)",
+              f"all rows: {verdict[rep['met']]}; kernel rows: {verdict[rep['kernel_met']]}"]
     return "\n".join(lines)
