@@ -242,6 +242,15 @@ def test_synth_cli_timing_json_and_text(tmp_path: Path, monkeypatch: pytest.Monk
     text = capsys.readouterr().out
     assert "lut_chain" in text and "en_q" in text and "all rows: met" in text
     assert "FDRE din_q" in text and "FDRE chain_q (D)" in text
+    # bench/results.md: the section goes before the chart, and a rerun replaces it instead of adding one.
+    from hls import bench_report
+
+    (tmp_path / "results.md").write_text("# r\n\n## RTL\n\ntext\n\n![benchmark chart](results.png)\n")
+    bench_report.write_synth_section(rep, tmp_path)
+    md = bench_report.write_synth_section(rep, tmp_path).read_text()
+    assert md.count(bench_report.SYNTH_HEADING) == 1 and md.index("## RTL") < md.index(bench_report.SYNTH_HEADING)
+    assert md.index(bench_report.SYNTH_HEADING) < md.index("![benchmark chart]")
+    assert "| lut_chain | 5 | 0 | 0 | FDRE din_q" in md and "every row met" in md
 
 
 @needs_yosys

@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or synthesized (full; much slower)")
     p.add_argument("--no-units", action="store_true", help="--timing: the kernel rows only")
     p.add_argument("--no-kernel", action="store_true", help="--timing: the per-module rows only")
+    p.add_argument("--write-results", action="store_true",
+                   help="--timing: also replace the timing section of bench/results.md (and results.json) "
+                   "without rerunning the other benchmarks")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -47,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--timing has no --cached form: it reads the cached yosys runs by itself")
         rep = timing.report(spec, target, lanes16=args.lanes16, units=not args.no_units, kernel=not args.no_kernel,
                             use_cache=not args.no_cache, log=lambda m: print(m, file=sys.stderr, flush=True))
+        if args.write_results:
+            from hls.bench_report import write_synth_section
+
+            rep["command"] = "optimusnic synth --timing --write-results"
+            print(f"written: {write_synth_section(rep)}", file=sys.stderr)
         if args.json:
             emit_json(rep)
         else:
