@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2
 GOAL_LUT_LEVELS = 6
 GOAL_MAX_FANOUT = 1000
 TOP_NETS = 5
@@ -211,7 +211,7 @@ def analyze(netlist: dict[str, Any] | Path | str, top: str | None = None, top_ne
         "in_to_out": _path("port", *endpoint_max("port", port_ends), preds, driver, through, kinds, names, cells,
                            bit_name, in_bits),
     }
-    nets = _fanout(mod, cells, names, loads, clock_bits, bit_name, top_nets)
+    nets = _fanout(mod, cells, names, loads, clock_bits, bit_name, top_nets, driver)
     # Every large net by name, so runs at two lane counts can be matched net by net when scaling.
     by_name = {bit_name.get(b, str(b)): n for b, n in loads.items() if n >= BIG_NET and b not in clock_bits}
     rr = paths["reg_to_reg"]
@@ -343,7 +343,8 @@ def _cell_ref(idx: int, names: list[str], cells: dict[str, Any], bit_name: dict[
 
 
 def _fanout(mod: dict[str, Any], cells: dict[str, Any], names: list[str], loads: dict[int, int],
-            clock_bits: set[int], bit_name: dict[int, str], top_nets: int) -> list[dict[str, Any]]:
+            clock_bits: set[int], bit_name: dict[int, str], top_nets: int,
+            driver: dict[int, int]) -> list[dict[str, Any]]:
     """The `top_nets` bits with most loads, clocks left out, with the pins they drive by name."""
     ranked = sorted(((n, b) for b, n in loads.items() if b not in clock_bits), key=lambda t: (-t[0], t[1]))[:top_nets]
     wanted = {b for _, b in ranked}
@@ -357,8 +358,21 @@ def _fanout(mod: dict[str, Any], cells: dict[str, Any], names: list[str], loads:
             for b in bits:
                 if b in wanted:
                     pins[b][f"{cell['type']}.{port}"] += 1
-    return [{"net": bit_name.get(b, str(b)), "loads": n,
+    return [{"net": bit_name.get(b, str(b)), "loads": n, "driver": _driver_text(b, driver, cells, names, bit_name),
              "pins": dict(sorted(pins[b].items(), key=lambda t: -t[1])[:6])} for n, b in ranked]
+
+
+def _driver_text(b: int, driver: dict[int, int], cells: dict[str, Any], names: list[str],
+                 bit_name: dict[int, str]) -> str:
+    """What drives a net, with the named nets feeding it: how to find a net yosys named `$abc$...`."""
+    if b not in driver:
+        return "input port"
+    cell = cells[names[driver[b]]]
+    dirs = cell.get("port_directions", {})
+    ins = [bit_name.get(x, str(x)) for p, bits in cell["connections"].items() if dirs.get(p, "input") != "output"
+           for x in bits if isinstance(x, int)]
+    shown = sorted({n for n in ins if not n.startswith("$")})[:4]
+    return f"{cell['type']}({', '.join(shown) if shown else '...'})"
 
 
 # --- the report: every unit alone, the kernel at 1, 4 and 16 lanes ---------------------------------
@@ -404,7 +418,7 @@ def row(run: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "dsp": path.get("dsp", 0),
         "path_start": _where(path.get("start")),
         "path_end": _where(path.get("end")),
-        "max_fanout_net": worst["net"],
+        "max_fanout_net": _net_label(worst),
         "max_fanout": worst["loads"],
         "max_fanout_pins": worst["pins"],
         "io_lut_levels": {k: (v["lut_levels"] if v else None) for k, v in t["io_paths"].items()},
@@ -412,6 +426,13 @@ def row(run: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "seconds": run["seconds"],
         "cached": run["cached"],
     } | judge(t["lut_levels"], worst["loads"]) | extra
+
+
+def _net_label(net: dict[str, Any]) -> str | None:
+    """A yosys-made name says nothing: show what drives it instead."""
+    if net["net"] and net["net"].startswith("$") and net.get("driver"):
+        return f"output of {net['driver']}"
+    return net["net"]
 
 
 def _where(ref: dict[str, Any] | None) -> str | None:

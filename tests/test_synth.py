@@ -133,7 +133,7 @@ def test_timing_finds_the_constructed_lut_chain_and_enable_fanout(tmp_path: Path
     assert [h["net"] for h in path["through"]] == [f"stage[{i}]" for i in range(1, 6)]
     assert path["start"]["type"] == "FDRE" and path["start"]["net"].startswith("din_q[")
     assert path["end"]["type"] == "FDRE" and path["end"]["net"] == "chain_q" and path["end"]["pin"] == "D"
-    assert t["max_fanout"] == {"net": "en_q", "loads": 64, "pins": {"FDRE.CE": 64}}
+    assert t["max_fanout"] == {"net": "en_q", "loads": 64, "driver": "FDRE(en)", "pins": {"FDRE.CE": 64}}
     assert t["clock_nets"] and t["met"] is True
     # The input ports reach registers without logic (in -> reg is 0 levels), never counted as reg -> reg.
     assert t["io_paths"]["in_to_reg"]["lut_levels"] == 0
