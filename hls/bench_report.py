@@ -263,8 +263,10 @@ def synth_section(rep: dict[str, Any] | None) -> list[str]:
         f"synthesized alone (default parameters; the lane as {s['optimizer']} {s['grad_dtype']}->{s['out_dtype']}, "
         "the core at 1 lane), then the generated kernel top at 1, 4 and 16 lanes. LUT levels: LUTs on the longest "
         "path between two sequential cells (FD*, SRL/LUT-RAM, BRAM, registered DSP); CARRY and MUXF cells on that "
-        "path are counted apart. I/O levels (in->reg / reg->out / in->out) are paths through a module's ports, "
-        "not judged. Loads: pins on the highest fan-out net other than the clock.",
+        "path are counted apart (carry/muxf/DSP; yosys 0.23 leaves the multipliers' pipeline registers in fabric, "
+        "so a DSP48E2 is crossed combinationally where Vivado would absorb its registers). I/O levels "
+        "(in->reg / reg->out / in->out) are paths through a module's ports, not judged. Loads: pins on the "
+        "highest fan-out net other than the clock.",
         "",
         *timing.markdown(rep),
         "",

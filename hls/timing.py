@@ -529,7 +529,7 @@ def _progress(r: dict[str, Any]) -> str:
 
 def table_rows(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the timing table (text and markdown share them)."""
-    header = ["unit", "LUT levels", "carry", "muxf", "longest path (start -> end)", "I/O levels",
+    header = ["unit", "LUT levels", "carry/muxf/DSP", "longest path (start -> end)", "I/O levels",
               "max fan-out net", "loads", "goal"]
     rows = []
     for r in rep["units"] + rep["kernel"]:
@@ -538,8 +538,7 @@ def table_rows(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rows.append([
             name,
             str(r["lut_levels"]),
-            str(r["carry"]),
-            str(r["muxf"]),
+            f"{r['carry']}/{r['muxf']}/{r['dsp']}",
             f"{r['path_start']} -> {r['path_end']}" if r["path_start"] else "-",
             "/".join("-" if r["io_lut_levels"].get(k) is None else str(r["io_lut_levels"][k])
                      for k in ("in_to_reg", "reg_to_out", "in_to_out")) if r.get("io_lut_levels") else "-",
