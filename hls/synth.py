@@ -265,7 +265,8 @@ def estimate(spec: KernelSpec, target: Target, *, mode: str = "scaled", cache_di
                    else "per CU = the kernel top synthesized at the requested lanes"),
         "lane": lane_r,
         "infrastructure": infra,
-        "runs": [{k: r[k] for k in ("unit", "top", "params", "seconds", "cached", "key", "resources")} for r in runs],
+        "runs": [{k: r[k] for k in ("unit", "top", "params", "seconds", "cached", "key", "resources")}
+                 | {"lut_levels": r["timing"]["lut_levels"], "max_fanout": r["timing"]["max_fanout"]} for r in runs],
         "yosys": lane["yosys"],
         "caveat": "yosys synth_xilinx estimate before placement; Vivado figures differ",
     } | judge(infra, lane_r, {r: _tidy(v) for r, v in per_cu.items()}, spec.compute_units, target)

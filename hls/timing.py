@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-ANALYSIS_VERSION = 2
+ANALYSIS_VERSION = 3
 GOAL_LUT_LEVELS = 6
 GOAL_MAX_FANOUT = 1000
 TOP_NETS = 5
@@ -369,8 +369,8 @@ def _driver_text(b: int, driver: dict[int, int], cells: dict[str, Any], names: l
         return "input port"
     cell = cells[names[driver[b]]]
     dirs = cell.get("port_directions", {})
-    ins = [bit_name.get(x, str(x)) for p, bits in cell["connections"].items() if dirs.get(p, "input") != "output"
-           for x in bits if isinstance(x, int)]
+    ins = [bit_name.get(x, str(x)) for p, bits in cell["connections"].items()
+           if dirs.get(p, "input") != "output" and p not in _CLOCK_PORTS for x in bits if isinstance(x, int)]
     shown = sorted({n for n in ins if not n.startswith("$")})[:4]
     return f"{cell['type']}({', '.join(shown) if shown else '...'})"
 
@@ -440,7 +440,10 @@ def _where(ref: dict[str, Any] | None) -> str | None:
         return None
     if "cell" not in ref:
         return f"port {ref['port']}"
-    return f"{ref['type']} {ref['net']}" + (f" ({ref['pin']})" if "pin" in ref else "")
+    net = ref["net"]
+    if net and net.startswith("$") and ref.get("src"):
+        net = f"at {ref['src'].split('.')[0]}"  # yosys-made name: the source line says more
+    return f"{ref['type']} {net}" + (f" ({ref['pin']})" if "pin" in ref else "")
 
 
 def scale_row(small: dict[str, Any], big: dict[str, Any], small_t: dict[str, Any], big_t: dict[str, Any],

@@ -108,6 +108,7 @@ def format_estimate(r: dict, target_name: str) -> str:
         f"CUs of this width that fit: {r['max_compute_units_that_fit']}",
         *[f"note: {n}" for n in r.get("notes", [])],
         "yosys runs: " + ", ".join(f"{u['unit']} {u['seconds']} s{' (cached)' if u['cached'] else ''}"
+                                   + (f", {u['lut_levels']} LUT levels" if "lut_levels" in u else "")
                                    for u in r["runs"]),
     ]
     return "\n".join(lines)
