@@ -422,10 +422,16 @@ def row(run: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "max_fanout": worst["loads"],
         "max_fanout_pins": worst["pins"],
         "io_lut_levels": {k: (v["lut_levels"] if v else None) for k, v in t["io_paths"].items()},
+        "nets_over_goal": _over_goal(t.get("large_nets", {})),
         "scaled": False,
         "seconds": run["seconds"],
         "cached": run["cached"],
     } | judge(t["lut_levels"], worst["loads"]) | extra
+
+
+def _over_goal(nets: dict[str, int]) -> dict[str, int]:
+    """Every non-clock net above the fan-out goal, largest first."""
+    return dict(sorted(((n, k) for n, k in nets.items() if k > GOAL_MAX_FANOUT), key=lambda t: (-t[1], t[0])))
 
 
 def _net_label(net: dict[str, Any]) -> str | None:
@@ -472,6 +478,7 @@ def scale_row(small: dict[str, Any], big: dict[str, Any], small_t: dict[str, Any
         "max_fanout_net": net,
         "max_fanout": loads,
         "max_fanout_pins": {},
+        "nets_over_goal": _over_goal(grown),
         "scaled": True,
         "method": f"scaled from {ls} and {lb} lanes: nets named in both runs grow linearly with lanes, "
                   f"LUT levels {'unchanged' if step <= 0 else f'grow by {step} per 4x lanes'}",
@@ -533,7 +540,7 @@ def _progress(r: dict[str, Any]) -> str:
 def table_rows(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the timing table (text and markdown share them)."""
     header = ["unit", "LUT levels", "carry/muxf/DSP", "longest path (start -> end)", "I/O levels",
-              "max fan-out net", "loads", "goal"]
+              "max fan-out net", "loads", "nets > 1,000", "goal"]
     rows = []
     for r in rep["units"] + rep["kernel"]:
         params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
@@ -547,6 +554,7 @@ def table_rows(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                      for k in ("in_to_reg", "reg_to_out", "in_to_out")) if r.get("io_lut_levels") else "-",
             r["max_fanout_net"] or "-",
             f"{r['max_fanout']:,}" + (" (scaled)" if r["scaled"] else ""),
+            str(len(r.get("nets_over_goal", {}))),
             ("met" if r["met"] else "NOT met" + _why(r)),
         ])
     return header, rows

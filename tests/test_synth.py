@@ -219,6 +219,7 @@ def test_scaled_16_lanes_grow_shared_nets_linearly_and_keep_per_lane_nets() -> N
     r16 = timing.scale_row(r1, r4, t1, t4, 16)
     assert r16["scaled"] and r16["max_fanout_net"] == "ce" and r16["max_fanout"] == 1200 + 4 * 900
     assert r16["lut_levels"] == 4 and r16["lut_levels_met"] and not r16["fanout_met"] and "scaled" in r16["unit"]
+    assert r16["nets_over_goal"] == {"ce": 4800, "rst": 1200} and r4["nets_over_goal"] == {"ce": 1200}
     # Depth that grows with lanes (a reduction over lanes) grows again by the same step.
     r4b, t4b = _row(4, 6, {"ce": 90})
     r1b, t1b = _row(1, 5, {"ce": 60})
