@@ -272,7 +272,7 @@ def synth_section(rep: dict[str, Any] | None) -> list[str]:
         "",
         *notes,
         f"- Goal ({rep['goal']}): every row {'met' if rep['met'] else 'NOT met'}; kernel rows "
-        f"{'met' if rep['kernel_met'] else 'NOT met'}.",
+        f"{ {True: 'met', False: 'NOT met', None: 'not run'}[rep['kernel_met']]}.",
         f"- {rep['caveat']}.",
         "",
     ]

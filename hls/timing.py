@@ -526,7 +526,7 @@ def report(spec: Any, target: Any, *, lanes16: str = "scaled", units: bool = Tru
         "units": unit_rows,
         "kernel": kernel_rows,
         "met": all(r["met"] for r in rows),
-        "kernel_met": all(r["met"] for r in kernel_rows),
+        "kernel_met": all(r["met"] for r in kernel_rows) if kernel_rows else None,
         "caveat": "LUT levels and loads from yosys before placement; Vivado maps, replicates and retimes "
                   "differently, so these say where timing is at risk, not the achieved clock",
     }

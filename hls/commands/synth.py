@@ -120,7 +120,7 @@ def format_timing(rep: dict) -> str:
     for r in rep["kernel"]:
         if r.get("method"):
             lines.append(f"{r['unit']}: {r['method']}")
-    verdict = {True: "met", False: "NOT met"}
+    verdict = {True: "met", False: "NOT met", None: "not run"}
     lines += [f"note: {rep['caveat']}", "I/O levels: in->reg / reg->out / in->out, not judged (a module's "
               "ports are registered, or not, by its neighbours)",
               f"all rows: {verdict[rep['met']]}; kernel rows: {verdict[rep['kernel_met']]}"]
