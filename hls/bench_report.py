@@ -255,6 +255,9 @@ def synth_section(rep: dict[str, Any] | None) -> list[str]:
     s = rep["spec"]
     wall = f", {rep['wall_s']:.0f} s with the yosys cache as it was" if "wall_s" in rep else ""
     notes = [f"- {r['unit']}: {r['method']}" for r in rep["kernel"] if r.get("method")]
+    notes += [f"- {r['unit']}, nets above {timing.GOAL_MAX_FANOUT:,} loads: "
+              + ", ".join(f"`{n}` {k:,}" for n, k in r["nets_over_goal"].items())
+              for r in rep["kernel"] if r.get("nets_over_goal")]
     return [
         SYNTH_HEADING,
         "",

@@ -24,6 +24,7 @@ those are reported as `io` and not judged.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -378,6 +379,7 @@ def _driver_text(b: int, driver: dict[int, int], cells: dict[str, Any], names: l
 # --- the report: every unit alone, the kernel at 1, 4 and 16 lanes ---------------------------------
 
 KERNEL_LANES = (1, 4, 16)
+FULL_LANES = (1, 4)  # synthesized by default; 16 is scaled (yosys at 16 lanes takes hours on 2 shared cores)
 # Parameters a unit is synthesized with when its defaults would make it the whole kernel (applied
 # only when the module declares the parameter, so the list survives RTL rewrites).
 UNIT_PARAMS: dict[str, dict[str, int]] = {"onic_adam_core": {"LANES": 1}}
@@ -454,23 +456,25 @@ def _where(ref: dict[str, Any] | None) -> str | None:
 
 def scale_row(small: dict[str, Any], big: dict[str, Any], small_t: dict[str, Any], big_t: dict[str, Any],
               lanes: int) -> dict[str, Any]:
-    """The kernel at `lanes` from runs at small and big lane counts (big = 4 x small, lanes = 4 x big).
+    """The kernel at `lanes` from synthesized runs at a small and a big lane count.
 
     Fan-out: each large net found by name in both runs grows linearly with lanes (a net shared by
     every lane gains the same loads per lane); a net found only in the big run belongs to one lane
-    and keeps its loads. LUT levels: the same depth if it did not grow from small to big, else it
-    grows by the same step again (depth that grows with lanes is a reduction tree: log of lanes).
+    and keeps its loads. A net yosys named differently in the two runs (`$abc$...`) is not matched
+    and keeps its loads: an under-estimate if it is shared. LUT levels: the same depth if it did not
+    grow from small to big, else it grows by the same step per the same lane ratio (depth that grows
+    with lanes is a reduction tree: logarithmic in lanes).
     """
     ls, lb = small["lanes"], big["lanes"]
     grown = {}
     for net, n in big_t["large_nets"].items():
         if net in small_t["large_nets"]:
-            grown[net] = round(n + (n - small_t["large_nets"][net]) * (lanes - lb) / (lb - ls))
+            grown[net] = max(0, round(n + (n - small_t["large_nets"][net]) * (lanes - lb) / (lb - ls)))
         else:
             grown[net] = n
     net, loads = max(grown.items(), key=lambda t: (t[1], t[0])) if grown else (None, 0)
     step = big["lut_levels"] - small["lut_levels"]
-    levels = big["lut_levels"] + max(0, step)
+    levels = big["lut_levels"] + max(0, math.ceil(step * math.log(lanes / lb) / math.log(lb / ls)))
     return big | {
         "unit": f"kernel, {lanes} lanes (scaled)",
         "lanes": lanes,
@@ -480,19 +484,26 @@ def scale_row(small: dict[str, Any], big: dict[str, Any], small_t: dict[str, Any
         "max_fanout_pins": {},
         "nets_over_goal": _over_goal(grown),
         "scaled": True,
-        "method": f"scaled from {ls} and {lb} lanes: nets named in both runs grow linearly with lanes, "
-                  f"LUT levels {'unchanged' if step <= 0 else f'grow by {step} per 4x lanes'}",
+        "method": f"scaled from the {ls}- and {lb}-lane runs: nets named in both grow linearly with lanes, "
+                  f"LUT levels {'as the larger run' if step <= 0 else f'grow by {step} per {lb // ls}x lanes'}",
         "seconds": 0,
         "cached": True,
     } | judge(levels, loads)
 
 
-def report(spec: Any, target: Any, *, lanes16: str = "scaled", units: bool = True, kernel: bool = True,
-           use_cache: bool = True,
-           cache_dir: Path | None = None, log: Any = None) -> dict[str, Any]:
-    """Timing rows for every RTL unit alone and the kernel top at 1, 4 and 16 lanes (16 scaled by default)."""
+def report(spec: Any, target: Any, *, full_lanes: tuple[int, ...] = FULL_LANES, units: bool = True,
+           kernel: bool = True, use_cache: bool = True, cache_dir: Path | None = None,
+           log: Any = None) -> dict[str, Any]:
+    """Timing rows for every RTL unit alone and the kernel top at 1, 4 and 16 lanes.
+
+    The kernel is synthesized at `full_lanes` (at least two counts); the other rows of 1, 4, 16 are
+    scaled from the smallest and largest of them (scale_row) and marked so.
+    """
     from hls import synth
 
+    full = tuple(sorted(set(full_lanes)))
+    if len(full) < 2 and any(n not in full for n in KERNEL_LANES):
+        raise ValueError("scaling needs the kernel synthesized at two lane counts at least")
     cache = Path(cache_dir or synth.SYNTH_DIR)
     say = log or (lambda _msg: None)
     sources = synth.static_sources()
@@ -505,24 +516,27 @@ def report(spec: Any, target: Any, *, lanes16: str = "scaled", units: bool = Tru
             run = synth.synth_module(sources, module, params, cache_dir=cache, use_cache=use_cache)
             unit_rows.append(row(run))
             say(f"[synth]   {_progress(unit_rows[-1])}")
-    kernel_rows, timings = [], {}
-    for lanes in KERNEL_LANES if kernel else ():
-        if lanes == 16 and lanes16 == "scaled":
-            say("[synth] kernel, 16 lanes: scaled from the 1- and 4-lane runs (--lanes16 full to synthesize)")
-            kernel_rows.append(scale_row(kernel_rows[0], kernel_rows[1], timings[1], timings[4], 16))
-            continue
+    runs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for lanes in full if kernel else ():
         say(f"[synth] kernel top, {lanes} lane(s) (yosys takes minutes; cached afterwards)")
         run = synth.synth_top(spec.with_(lanes=lanes, compute_units=1), target, cache_dir=cache, use_cache=use_cache)
-        timings[lanes] = run["timing"]
-        kernel_rows.append(row(run, unit=f"kernel, {lanes} lane{'s' if lanes > 1 else ''}", lanes=lanes))
-        say(f"[synth]   {_progress(kernel_rows[-1])}")
+        runs[lanes] = (row(run, unit=f"kernel, {lanes} lane{'s' if lanes > 1 else ''}", lanes=lanes), run["timing"])
+        say(f"[synth]   {_progress(runs[lanes][0])}")
+    kernel_rows = []
+    for lanes in sorted(set(KERNEL_LANES) | set(full)) if kernel else ():
+        if lanes in runs:
+            kernel_rows.append(runs[lanes][0])
+            continue
+        (small, small_t), (big, big_t) = runs[full[0]], runs[full[-1]]
+        say(f"[synth] kernel, {lanes} lanes: scaled from the {full[0]}- and {full[-1]}-lane runs")
+        kernel_rows.append(scale_row(small, big, small_t, big_t, lanes))
     rows = unit_rows + kernel_rows
     return {
         "spec": spec.to_dict(),
         "yosys": synth.yosys_version(),
         "command": "synth_xilinx -family xcup -flatten -noiopad; write_json (hls.timing over the netlist)",
         "goal": judge(0, 0)["goal"],
-        "lanes16": lanes16,
+        "full_lanes": list(full),
         "units": unit_rows,
         "kernel": kernel_rows,
         "met": all(r["met"] for r in rows),

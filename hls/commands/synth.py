@@ -30,9 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timing", action="store_true",
                    help="report LUT levels between registers and the highest fan-out net instead of resources: "
                    "every RTL module alone, then the kernel at 1, 4 and 16 lanes (progress on stderr)")
-    p.add_argument("--lanes16", choices=("scaled", "full"), default="scaled",
-                   help="--timing: the 16-lane kernel scaled from the 1- and 4-lane runs (default, minutes) "
-                   "or synthesized (full; much slower)")
+    p.add_argument("--full-lanes", type=_lane_list, default=timing.FULL_LANES,
+                   help="--timing: lane counts at which the kernel is synthesized, comma-separated (default 1,4); "
+                   "rows of 1, 4, 16 not in the list are scaled from the smallest and largest (1,4,16: no "
+                   "scaling, hours of yosys)")
     p.add_argument("--no-units", action="store_true", help="--timing: the kernel rows only")
     p.add_argument("--no-kernel", action="store_true", help="--timing: the per-module rows only")
     p.add_argument("--write-results", action="store_true",
@@ -42,14 +43,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _lane_list(text: str) -> tuple[int, ...]:
+    try:
+        lanes = tuple(sorted({int(t) for t in text.split(",")}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: lane counts separated by commas, e.g. 1,4") from None
+    if len(lanes) < 2 or any(n not in (1, 2, 4, 8, 16) for n in lanes):
+        raise argparse.ArgumentTypeError(f"{text!r}: two or more of 1, 2, 4, 8, 16")
+    return lanes
+
+
 def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
     if args.timing:
         if args.cached:
             raise UserError("--timing has no --cached form: it reads the cached yosys runs by itself")
-        rep = timing.report(spec, target, lanes16=args.lanes16, units=not args.no_units, kernel=not args.no_kernel,
-                            use_cache=not args.no_cache, log=lambda m: print(m, file=sys.stderr, flush=True))
+        rep = timing.report(spec, target, full_lanes=args.full_lanes, units=not args.no_units,
+                            kernel=not args.no_kernel, use_cache=not args.no_cache,
+                            log=lambda m: print(m, file=sys.stderr, flush=True))
         if args.write_results:
             from hls.bench_report import write_synth_section
 
