@@ -79,6 +79,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
          lambda: bench_driver.measure(params, repeats, None, threads)),
         ("rtl", "optimusnic bench rtl", lambda: bench_rtl.collect(log=log)),
     )
+    steps += (("synth", "optimusnic synth --timing --json", lambda: synth_timing(log=log)),)
     for key, command, fn in steps:
         log(f"[bench] {key}: {command} ...")
         t = time.perf_counter()
@@ -222,6 +223,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"| Verilator (HBM model) | {min(speeds):,.0f} to {max(speeds):,.0f} simulated clocks/s |",
         f"| Icarus | {icarus} |",
         "",
+        *synth_section(r.get("synth")),
         "![benchmark chart](results.png)",
         "",
         "The RTL kernel's ideal-memory efficiency (elements per clock / lanes) is also written to "
@@ -229,6 +231,84 @@ def markdown(r: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+SYNTH_HEADING = "## Timing evidence from yosys (LUT levels, fan-out)"
+
+
+def synth_timing(log=print) -> dict[str, Any]:  # noqa: ANN001
+    """`optimusnic synth --timing` for the default U55C AdamW fp32 kernel (cached yosys runs are reused)."""
+    from hls import synth, timing
+    from hls.errors import ToolMissing
+    from hls.spec import KernelSpec
+    from hls.targets import get_target
+
+    try:
+        synth.yosys_bin()
+    except ToolMissing as exc:
+        return {"skipped": str(exc)}
+    spec = KernelSpec(target="u55c")
+    return timing.report(spec, get_target("u55c"), log=log)
+
+
+def synth_section(rep: dict[str, Any] | None) -> list[str]:
+    """The timing table of bench/results.md (nothing when the bench ran without it)."""
+    from hls import timing
+
+    if not rep:
+        return []
+    if "skipped" in rep:
+        return [SYNTH_HEADING, "", f"Not measured: {rep['skipped']}.", ""]
+    s = rep["spec"]
+    wall = f", {rep['wall_s']:.0f} s with the yosys cache as it was" if "wall_s" in rep else ""
+    notes = [f"- {r['unit']}: {r['method']}" for r in rep["kernel"] if r.get("method")]
+    notes += [f"- {r['unit']}, nets above {timing.GOAL_MAX_FANOUT:,} loads: "
+              + ", ".join(f"`{n}` {k:,}" for n, k in r["nets_over_goal"].items())
+              for r in rep["kernel"] if r.get("nets_over_goal")]
+    return [
+        SYNTH_HEADING,
+        "",
+        f"`{rep.get('command', 'optimusnic synth --timing --json')}`{wall}: {rep['yosys']}, "
+        f"`synth_xilinx -family xcup -flatten -noiopad`, then `hls.timing` over the netlist JSON. Every RTL module "
+        f"synthesized alone (default parameters; the lane as {s['optimizer']} {s['grad_dtype']}->{s['out_dtype']}, "
+        "the core at 1 lane), then the generated kernel top at 1, 4 and 16 lanes. LUT levels: LUTs on the longest "
+        "path between two sequential cells (FD*, SRL/LUT-RAM, BRAM, registered DSP); CARRY and MUXF cells on that "
+        "path are counted apart (carry/muxf/DSP; yosys 0.23 leaves the multipliers' pipeline registers in fabric, "
+        "so a DSP48E2 is crossed combinationally where Vivado would absorb its registers). I/O levels "
+        "(in->reg / reg->out / in->out) are paths through a module's ports, not judged. Loads: pins on the "
+        "highest fan-out net other than the clock.",
+        "",
+        *timing.markdown(rep),
+        "",
+        *notes,
+        f"- Goal ({rep['goal']}): every row {'met' if rep['met'] else 'NOT met'}; kernel rows "
+        f"{ {True: 'met', False: 'NOT met', None: 'not run'}[rep['kernel_met']]}.",
+        f"- {rep['caveat']}.",
+        "",
+    ]
+
+
+def write_synth_section(rep: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
+    """Replace (or append) the timing section of an existing bench/results.md and results.json only."""
+    path = out_dir / "results.md"
+    text = path.read_text() if path.is_file() else "# OptimusNIC benchmark results\n\n"
+    lines = text.splitlines()
+    section = synth_section(rep)
+    if SYNTH_HEADING in lines:
+        start = lines.index(SYNTH_HEADING)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "![benchmark"))),
+                   len(lines))
+        lines[start:end] = section
+    else:
+        at = next((i for i, ln in enumerate(lines) if ln.startswith("![benchmark")), len(lines))
+        lines[at:at] = section
+    path.write_text("\n".join(lines) + "\n")
+    js = out_dir / "results.json"
+    if js.is_file():
+        data = json.loads(js.read_text())
+        data["synth"] = rep
+        js.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    return path
 
 
 def write(results: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:

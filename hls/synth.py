@@ -11,7 +11,8 @@ FIFOs, control), so by default we synthesize the lane once and the kernel top at
 take infrastructure = top(1 lane) - lane, and scale: per CU = infrastructure + lanes x lane.
 `mode="full"` synthesizes the requested kernel top as it is (slow at 16 lanes).
 Results are cached in build/synth/ by a key over the spec's resource-relevant fields, the
-sha256 of every source file, the yosys version and this script.
+sha256 of every source file, the yosys version and this script. Each run also writes the mapped
+netlist as JSON, from which `hls.timing` reads LUT levels between registers and fan-out.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hls import timing
 from hls.errors import ToolMissing, UserError
 from hls.paths import BUILD_DIR, RTL_DIR
 from hls.spec import MAX_LANES, KernelSpec
@@ -33,7 +35,7 @@ from hls.targets import Target
 SYNTH_DIR = BUILD_DIR / "synth"
 FILELISTS = (RTL_DIR / "fp" / "fp_units.f", RTL_DIR / "kernel" / "kernel.f")
 LANE_MODULE = "onic_adam_lane"
-SCRIPT_VERSION = 1
+SCRIPT_VERSION = 2
 RESOURCES = ("lut", "ff", "dsp", "bram36", "uram")
 GRAD_FMT = {"fp32": 0, "bf16": 1, "fp16": 2}
 
@@ -146,17 +148,26 @@ def synth_module(
     key = _key({"top": top, "params": params, "sources": _file_hashes(sources), "yosys": version,
                 "script": SCRIPT_VERSION})
     cache = Path(cache_dir) / "units" / f"{top}-{key}.json"
-    if use_cache and cache.is_file():
-        return json.loads(cache.read_text()) | {"cached": True}
     work = Path(cache_dir) / "work" / f"{top}-{key}"
+    if use_cache and cache.is_file():
+        result = json.loads(cache.read_text())
+        if result.get("timing", {}).get("analysis_version") == timing.ANALYSIS_VERSION:
+            return result | {"cached": True}
+        if (work / "netlist.json").is_file():  # only the analysis changed: no new yosys run
+            result["timing"] = timing.analyze(work / "netlist.json", top)
+            cache.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+            return result | {"cached": True}
     work.mkdir(parents=True, exist_ok=True)
     chparam = " ".join(f"-chparam {k} {v}" for k, v in params.items())
     script = "\n".join([
+        # The primitive library first, so sources may instantiate LUT6, FDRE, ... (hierarchy -check).
+        "read_verilog -lib +/xilinx/cells_sim.v",
         "read_verilog -defer " + " ".join(str(s) for s in sources),
         f"hierarchy -check -top {top} {chparam}".rstrip(),
         "synth_xilinx -family xcup -flatten -noiopad",
         "tee -q -o stat.json stat -json",
         "tee -q -o stat.txt stat",
+        "write_json -compat-int netlist.json",
     ]) + "\n"
     (work / "synth.ys").write_text(script)
     start = time.monotonic()
@@ -175,6 +186,7 @@ def synth_module(
         "params": params,
         "cells": cells,
         "resources": cell_resources(cells),
+        "timing": timing.analyze(work / "netlist.json", top),
         "yosys": version,
         "command": "synth_xilinx -family xcup -flatten -noiopad",
         "seconds": seconds,
@@ -253,7 +265,8 @@ def estimate(spec: KernelSpec, target: Target, *, mode: str = "scaled", cache_di
                    else "per CU = the kernel top synthesized at the requested lanes"),
         "lane": lane_r,
         "infrastructure": infra,
-        "runs": [{k: r[k] for k in ("unit", "top", "params", "seconds", "cached", "key", "resources")} for r in runs],
+        "runs": [{k: r[k] for k in ("unit", "top", "params", "seconds", "cached", "key", "resources")}
+                 | {"lut_levels": r["timing"]["lut_levels"], "max_fanout": r["timing"]["max_fanout"]} for r in runs],
         "yosys": lane["yosys"],
         "caveat": "yosys synth_xilinx estimate before placement; Vivado figures differ",
     } | judge(infra, lane_r, {r: _tidy(v) for r, v in per_cu.items()}, spec.compute_units, target)

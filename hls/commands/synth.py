@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from hls import synth
+from hls import synth, timing
 from hls.commands.common import add_json, add_spec_options, emit_json, spec_from_args, table
 from hls.errors import UserError
 from hls.targets import get_target
@@ -26,13 +27,51 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cached", action="store_true",
                    help="do not run yosys: scale the last saved lane and infrastructure figures for this "
                    "optimizer/dtypes to the lanes and CUs asked (fails if there are none)")
+    p.add_argument("--timing", action="store_true",
+                   help="report LUT levels between registers and the highest fan-out net instead of resources: "
+                   "every RTL module alone, then the kernel at 1, 4 and 16 lanes (progress on stderr)")
+    p.add_argument("--full-lanes", type=_lane_list, default=timing.FULL_LANES,
+                   help="--timing: lane counts at which the kernel is synthesized, comma-separated (default 1,4); "
+                   "rows of 1, 4, 16 not in the list are scaled from the smallest and largest (1,4,16: no "
+                   "scaling, hours of yosys)")
+    p.add_argument("--no-units", action="store_true", help="--timing: the kernel rows only")
+    p.add_argument("--no-kernel", action="store_true", help="--timing: the per-module rows only")
+    p.add_argument("--write-results", action="store_true",
+                   help="--timing: also replace the timing section of bench/results.md (and results.json) "
+                   "without rerunning the other benchmarks")
     add_json(p)
     p.set_defaults(func=run)
+
+
+def _lane_list(text: str) -> tuple[int, ...]:
+    try:
+        lanes = tuple(sorted({int(t) for t in text.split(",")}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: lane counts separated by commas, e.g. 1,4") from None
+    if len(lanes) < 2 or any(n not in (1, 2, 4, 8, 16) for n in lanes):
+        raise argparse.ArgumentTypeError(f"{text!r}: two or more of 1, 2, 4, 8, 16")
+    return lanes
 
 
 def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
+    if args.timing:
+        if args.cached:
+            raise UserError("--timing has no --cached form: it reads the cached yosys runs by itself")
+        rep = timing.report(spec, target, full_lanes=args.full_lanes, units=not args.no_units,
+                            kernel=not args.no_kernel, use_cache=not args.no_cache,
+                            log=lambda m: print(m, file=sys.stderr, flush=True))
+        if args.write_results:
+            from hls.bench_report import write_synth_section
+
+            rep["command"] = "optimusnic synth --timing --write-results"
+            print(f"written: {write_synth_section(rep)}", file=sys.stderr)
+        if args.json:
+            emit_json(rep)
+        else:
+            print(format_timing(rep))
+        return 0
     if args.cached:
         result = synth.cached_estimate(spec, target)
         if result is None:
@@ -81,6 +120,20 @@ def format_estimate(r: dict, target_name: str) -> str:
         f"CUs of this width that fit: {r['max_compute_units_that_fit']}",
         *[f"note: {n}" for n in r.get("notes", [])],
         "yosys runs: " + ", ".join(f"{u['unit']} {u['seconds']} s{' (cached)' if u['cached'] else ''}"
+                                   + (f", {u['lut_levels']} LUT levels" if "lut_levels" in u else "")
                                    for u in r["runs"]),
     ]
+    return "\n".join(lines)
+
+
+def format_timing(rep: dict) -> str:
+    header, rows = timing.table_rows(rep)
+    lines = [f"{rep['yosys']}: {rep['command']}", f"goal: {rep['goal']}", "", table(rows, header), ""]
+    for r in rep["kernel"]:
+        if r.get("method"):
+            lines.append(f"{r['unit']}: {r['method']}")
+    verdict = {True: "met", False: "NOT met", None: "not run"}
+    lines += [f"note: {rep['caveat']}", "I/O levels: in->reg / reg->out / in->out, not judged (a module's "
+              "ports are registered, or not, by its neighbours)",
+              f"all rows: {verdict[rep['met']]}; kernel rows: {verdict[rep['kernel_met']]}"]
     return "\n".join(lines)
