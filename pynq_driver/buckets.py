@@ -25,8 +25,9 @@ import torch
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
 from pynq_driver.device import Device
-from pynq_driver.shard import _BLOCK, ShardState, _all_finite, bits_equal
+from pynq_driver.shard import _BLOCK, ShardState, _all_finite
 
+_BF16_BLOCK = 1 << 14  # elements per block of the bf16 masters' comparison (temporaries of 64 KiB at most)
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -112,7 +113,6 @@ class CardBucket:
                 self.shard.close()
                 raise
         self.maximize = False
-        self._cmp = np.empty(2 * _BLOCK, np.bool_)  # comparisons and scans go block by block
 
     # ---- per-slot state on the card ------------------------------------------------------------
     def _ranges(self, s: Slot) -> list[tuple[int, int]]:
@@ -186,14 +186,15 @@ class CardBucket:
             return True
         shard = self.shard
         name = shard.spec.grad_dtype
-        step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block-sized scratch
+        step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block at a time
+        scratch = shard.host_chunks()[0]  # free until the step streams: the scan's scratch (bf16)
         for slots, *_ in runs:
             for s in slots:
                 g = s.grad()
                 for a in range(0, s.numel, step):
                     piece = g[a:a + step]
                     if piece.device.type == "cpu" and piece.is_contiguous():
-                        ok = _all_finite(_np(piece), name, self._cmp.view(np.uint8), shard._zeros)
+                        ok = _all_finite(_np(piece), name, scratch, shard._zeros)
                     else:
                         ok = bool(torch.isfinite(piece).all())
                     if not ok:
@@ -289,25 +290,37 @@ class CardBucket:
 
         def prepare(a: int, b: int, scratch: np.ndarray, tmp: np.ndarray) -> None:
             if kd == torch.float32:
-                own = direct(a, b)  # one parameter's chunk: compare stripe by stripe, no gathering
-                if own is not None and self.shard.state_equals("p", a, own.view(np.int32), tmp, self._cmp):
-                    return
+                # Each tensor's part against the card's masters, bit for bit, where both lie (memcmp;
+                # the card's copy read into `tmp` only where it is not host memory); a part that
+                # differs anywhere is written whole (equal elements are rewritten with the same bits).
+                blk = self.shard.host_chunks()[0]  # `scratch`'s whole chunk: free once the gradient is sent
+                for s, lo, hi in overlapping(a, b):
+                    cur = s.data()[lo:hi]
+                    if cur.device.type != "cpu":
+                        cur = cur.cpu()
+                    mine = _np(cur.contiguous())
+                    if not self.shard.state_equals("p", s.offset + lo, mine, tmp, blk):
+                        self.shard.write_range("p", s.offset + lo, mine, tmp)
+                return
             self.shard.read_range("p", a, scratch, tmp)
             for s, lo, hi in overlapping(a, b):
                 card = scratch[s.offset + lo - a:s.offset + hi - a]
                 cur = s.data()[lo:hi]
                 if cur.device.type != "cpu":
                     cur = cur.cpu()
-                if kd == torch.float32:
-                    if not bits_equal(card.view(np.int32), _np(cur).view(np.int32), self._cmp):
-                        self.shard.write_range("p", s.offset + lo, _np(cur), tmp)
-                else:  # the card holds fp32 masters of bf16 tensors: compare what it returned (bf16)
-                    from hls.golden import to_bf16_bits
+                # The card holds fp32 masters of bf16 tensors: compare what it returned (their bf16
+                # rounding), block by block so that the temporaries stay small.
+                from hls.golden import to_bf16_bits
 
-                    changed = to_bf16_bits(card) != _np(cur)  # bf16 only: a chunk of bools, rarely
+                now, dirty = _np(cur), False
+                for k in range(0, now.size, _BF16_BLOCK):
+                    mb, nb = card[k:k + _BF16_BLOCK], now[k:k + _BF16_BLOCK]
+                    changed = to_bf16_bits(mb) != nb
                     if changed.any():
-                        card[changed] = cur.to(torch.float32).numpy()[changed]
-                        self.shard.write_range("p", s.offset + lo, card, tmp)
+                        mb[changed] = (nb[changed].astype(np.uint32) << 16).view(np.float32)
+                        dirty = True
+                if dirty:
+                    self.shard.write_range("p", s.offset + lo, card, tmp)
 
         def drain(a: int, b: int, o: np.ndarray) -> None:
             ot = _torch(o, kd)

@@ -371,10 +371,10 @@ class CardOptimizer(torch.optim.Optimizer):
         return sum(12 * s.n for s in self.shards())
 
     def host_bytes(self) -> int:
-        """Host memory this optimizer holds for its steps: the shared pair of host chunks and each
-        bucket's block-sized scratch (the state itself is on the card)."""
+        """Host memory this optimizer holds for its steps: the shared pair of host chunks, every
+        scratch of a step included (the state itself is on the card)."""
         raw = getattr(self, "_host_raw", None) or ()
-        return sum(a.nbytes for a in raw) + sum(b._cmp.nbytes for bs in self._buckets for b in bs)
+        return sum(a.nbytes for a in raw)
 
     # ---- life cycle ------------------------------------------------------------------------------
     def _check_open(self) -> None:
