@@ -2,17 +2,21 @@
 
 Each tensor (a parameter, the local shard of an FSDP2 DTensor parameter, or a rank's slice of a
 replicated parameter) gets its own range of the card shard, starting on a multiple of the
-kernel's beat alignment, and its own step count, as torch keeps one per parameter. A step runs
-the kernel over the runs of consecutive tensors that have a gradient and share a step count,
-each run with its own scalar registers; tensors without a gradient are not touched (their
-moments and step count stay as they are), exactly as torch skips them.
+kernel's beat alignment, and its own step count, as torch keeps one per parameter. Tensors of at
+least half a chunk come first, each streaming through chunks of its own; the small ones follow,
+packed, so that they share kernel runs. A step runs the kernel over the runs of consecutive
+tensors that have a gradient and share a step count, each run with its own scalar registers;
+tensors without a gradient are not touched (their moments and step count stay as they are),
+exactly as torch skips them.
 
-Gradients stream from wherever they live (`p.grad`, a reduce-scatter output) into one host chunk,
-results go from one host chunk straight into the tensors: a step holds two chunks of host
-memory beyond the model. Before the kernel runs on a chunk, the masters on the card are read
-back and compared bit for bit with the tensors (fp32), or with the bf16 rounding the card last
-returned (bf16): whatever changed a tensor since the last step (`p.data` edits, `load_state_dict`
-of the model, a broadcast) is picked up, element by element.
+Gradients stream from wherever they live (`p.grad`, a reduce-scatter output) to the card, through
+one host chunk only where a chunk mixes tensors; results go straight into the tensors: a step
+holds two chunks of host memory beyond the model, every scratch included. Before the kernel runs
+on a chunk, the masters on the card are compared bit for bit with the tensors (fp32: memcmp where
+the card's memory is host memory, after one readback into the free host chunk on a real card), or
+with the bf16 rounding the card last returned (bf16): whatever changed a tensor since the last
+step (`p.data` edits, `load_state_dict` of the model, a broadcast; -0.0 for 0.0, another NaN
+payload) is picked up, element by element.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import torch
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
 from pynq_driver.device import Device
-from pynq_driver.shard import _BLOCK, ShardState, _all_finite
+from pynq_driver.shard import _BLOCK, DEFAULT_CHUNK_ELEMS, ShardState, _all_finite
 
 _BF16_BLOCK = 1 << 14  # elements per block of the bf16 masters' comparison (temporaries of 64 KiB at most)
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -98,6 +102,12 @@ class CardBucket:
         self.dtype = dtype
         self.kernel_dtype = _TORCH_FOR_KERNEL[dev.spec.grad_dtype]
         align = dev.stripes.beat_align()
+        # Tensors of at least half a chunk first, the small ones (biases, norms) packed together
+        # after them: a big tensor's chunks are its own (the card reads its gradient and writes its
+        # values in place), and the small ones share chunks instead of one kernel run each.
+        chunk = max(align, (chunk_elems or DEFAULT_CHUNK_ELEMS) // align * align)
+        slots = [s for s in slots if s.numel >= chunk // 2] + [s for s in slots if s.numel < chunk // 2]
+        self.slots = slots  # in card order
         off = 0
         for s in slots:
             s.offset = off

@@ -128,7 +128,6 @@ def _load_memcmp() -> Any:
 
 
 _MEMCMP = _load_memcmp()
-_GATHER_BEATS = 4096  # beats (256 KiB) per gathered block of a striped comparison: stays in L2
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -486,8 +485,10 @@ class ShardState:
         return out
 
     def host_chunks(self) -> tuple[np.ndarray, np.ndarray]:
-        """The two host chunks a streamed step uses: 4 bytes x chunk (gradient, then the masters to
-        compare) and one output chunk. Allocated once, on first use."""
+        """The two host chunks a streamed step uses: 4 bytes x chunk (the inf/NaN scan's scratch,
+        then each piece's gradient, then the gathered stripes of its masters' comparison) and one
+        output chunk (the card's copy of the masters where it must be read back). Allocated once,
+        on first use."""
         if self._host_chunks is None:
             self._host_chunks = (np.empty(4 * self.chunk_elems, np.uint8),
                                  np.empty(self.chunk_elems, _OUT_NP[self.spec.out_dtype]))
@@ -518,11 +519,11 @@ class ShardState:
         (a contiguous array of 4-byte elements), with no temporaries: each stripe is compared where
         it lies when card memory is host memory (`Device.host_view`), else read into `tmp` (uint8
         scratch of a chunk's bytes) first; the beats of `expect` a stripe holds are gathered block by
-        block into `blk` (uint8 scratch, `_GATHER_BEATS` x 64 bytes is enough) and compared with
-        memcmp."""
+        block into `blk` (uint8 scratch, a chunk's bytes: a stripe in one go, measured fastest) and
+        compared with memcmp."""
         self._check_open()
         want_all = expect.reshape(-1).view(np.uint8)
-        beats_per_blk = min(_GATHER_BEATS, blk.size // 64)
+        beats_per_blk = blk.size // 64
         gathered = blk[: beats_per_blk * 64].view("V64")
         for pt, a, b in self.pieces(lo, lo + expect.size):
             want = want_all[4 * (a - lo):4 * (b - lo)]
@@ -573,8 +574,9 @@ class ShardState:
         """Run the kernel over ranges of the shard, each with its own scalar registers, double-buffered.
 
         `runs`: (lo, hi, register bits). For every piece (chunk) [a, b): `fill(a, b, g)` writes its
-        gradient into the host chunk `g` (grad dtype), `prepare(a, b, scratch)` may read and fix the
-        masters on the card before the kernel runs (scratch: float32 chunk), `drain(a, b, o)` takes
+        gradient into the host chunk `g` (grad dtype), `prepare(a, b, scratch, tmp)` may compare and
+        fix the masters on the card before the kernel runs (the gradient is on the card by then:
+        `scratch` is its host chunk as float32, `tmp` the free output chunk's bytes), `drain(a, b, o)` takes
         the output chunk `o` (out dtype). `fill` may instead return an array to send as it is
         (the gradient's own memory), and `direct(a, b)` may return the array the output goes to
         (the parameter's own memory), saving a host copy each. The host holds these two chunks
