@@ -238,3 +238,82 @@ def test_detect_changes_off_is_the_documented_opt_out():
     task.loss(model, x, y).backward()
     nic.step()
     assert w.abs().max().item() > 1e-3  # the card's copy won, as documented
+
+
+# ---- exact change detection: bit patterns, every stripe, chunk and tail (issue 15, point 6) --------
+def _card_without_host_memory(dev):
+    """A test double of a real card's memory: not host memory, so the masters are read back."""
+    dev.host_view = lambda buf, offset, nbytes: None
+    return dev
+
+
+@pytest.mark.parametrize("stripes", [1, 2, 3])
+@pytest.mark.parametrize("readback", [False, True], ids=["host-view", "readback"])
+def test_state_equals_sees_every_bit_of_every_stripe(stripes, readback):
+    import numpy as np
+
+    from hls.spec import KernelSpec
+    from pynq_driver.backends import open_device
+    from pynq_driver.shard import ShardState
+
+    dev = open_device("golden", spec=KernelSpec(stripes=stripes))
+    if readback:
+        _card_without_host_memory(dev)
+    align = dev.stripes.beat_align()
+    chunk = 4 * align
+    n = 3 * chunk + align + 7  # several chunks, and a last beat that is partly used
+    rng = np.random.default_rng(stripes)
+    p = rng.standard_normal(n, dtype=np.float32)
+    bits = p.view(np.int32)
+    zeros_at = [0, 16, n - 1]
+    p[zeros_at] = 0.0
+    bits[chunk + 3] = 0x7FC00001  # a quiet NaN with a payload
+    with ShardState(dev, p, chunk) as sh:
+        tmp, blk = np.empty(4 * chunk, np.uint8), np.empty(4 * chunk, np.uint8)
+        assert sh.state_equals("p", 0, bits, tmp, blk)
+        assert sh.state_equals("p", chunk, bits[chunk:], tmp, blk)
+        # one element in each stripe's beats, at chunk starts and ends, in the partial last beat
+        where = sorted({0, 16, 16 * stripes + 5, chunk - 1, chunk, chunk + 3, 2 * chunk + 16 * (stripes - 1) + 1,
+                        n - 8, n - 1})
+        for i in where:
+            for flip in (np.int32(-2**31), np.int32(1), np.int32(3)):  # sign (-0.0 for 0.0), lowest bits, payload
+                q = bits.copy()
+                q[i] ^= flip
+                assert not sh.state_equals("p", 0, q, tmp, blk), (i, flip)
+                lo = i // chunk * chunk
+                assert not sh.state_equals("p", lo, q[lo:], tmp, blk), (i, flip)
+        assert sh.state_equals("p", 0, bits, tmp, blk)
+
+
+@pytest.mark.parametrize("readback", [False, True], ids=["host-view", "readback"])
+def test_edits_of_single_bits_reach_the_card(readback):
+    """-0.0 for 0.0, another NaN payload, one ulp: the card takes each edit (lr=0 keeps the values,
+    so the parameter after the step shows the master the card used, bit for bit)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(100, 37), torch.nn.Linear(37, 5))
+    nic = NicAdamW(model.parameters(), lr=0.0, weight_decay=0.0, backend="golden", chunk_elems=1024)
+    if readback:
+        for s in nic.shards():
+            _card_without_host_memory(s.dev)
+
+    def step():
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        nic.step()
+
+    step()
+    w, b = model[0].weight.data.view(-1).view(torch.int32), model[0].bias.data.view(torch.int32)
+    edits = [(w, 5, 0x7FC00001), (w, 6, 0), (w, 1024 + 16, 0), (w, w.numel() - 1, 0), (b, 3, 0)]
+    for t, i, v in edits:
+        t[i] = v
+    step()
+    for t, i, v in edits:
+        assert t[i].item() == v
+    second = [(w, 5, 0x7FC00002), (w, 6, -2**31), (w, 1024 + 16, -2**31), (w, w.numel() - 1, -2**31),
+              (b, 3, -2**31), (w, 2000, w[2000].item() ^ 1)]
+    for t, i, v in second:
+        t[i] = v
+    step()
+    for t, i, v in second:
+        assert t[i].item() == v, (i, hex(v))
+    nic.close()
