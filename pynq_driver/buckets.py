@@ -21,6 +21,7 @@ payload) is picked up, element by element.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -33,6 +34,10 @@ from pynq_driver.shard import _BLOCK, DEFAULT_CHUNK_ELEMS, ShardState, _all_fini
 
 _BF16_BLOCK = 1 << 14  # elements per block of the bf16 masters' comparison (temporaries of 64 KiB at most)
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _finite_fp32(chunk: np.ndarray, zeros: np.ndarray) -> bool:
+    return not np.isnan(np.dot(chunk, zeros[: chunk.size]))  # 0 when finite, NaN from any inf or NaN
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -236,14 +241,18 @@ class CardBucket:
         torch gives them (empty) state and counts their steps, so do we."""
         return [s for s in self.slots if not s.numel and s.grad() is not None]
 
-    def run(self, runs: list[tuple[list[Slot], int, int, dict]], detect: bool = True) -> None:
-        """Stream the runs through the kernel; results land in the tensors, step counts advance."""
-        for s in self.empty_with_grad():
-            s.step += 1
-            s.has_state = True
+    def run(self, runs: list[tuple[list[Slot], int, int, dict]], detect: bool = True,
+            gate: Callable[[], bool] | None = None) -> bool:
+        """Stream the runs through the kernel; results land in the tensors, step counts advance.
+
+        `gate` (if given) is asked once the first piece is staged and its masters compared, before
+        anything is launched or counted; when it says False nothing changes and run returns False."""
         if not runs:
+            if gate is not None and not gate():
+                return False
+            self._count_empty()
             self.shard_step_changed()
-            return
+            return True
         slots = [s for r in runs for s in r[0]]
         starts = np.array([s.offset for s in slots])
         grads = {id(s): s.grad() for s in slots}
@@ -339,11 +348,42 @@ class CardBucket:
                 s.data()[lo:hi].copy_(ot[at - a:at - a + hi - lo])
 
         label = max(s.step for s in slots) + 1
-        self.shard.stream(self._pieces_plan(runs), fill, drain, prepare if detect else None, label, direct)
+        if not self.shard.stream(self._pieces_plan(runs), fill, drain, prepare if detect else None, label, direct,
+                                 gate):
+            return False
+        self._count_empty()
         for s in slots:
             s.step += 1
             s.has_state = True
         self.shard_step_changed()
+        return True
+
+    def _count_empty(self) -> None:
+        for s in self.empty_with_grad():
+            s.step += 1
+            s.has_state = True
+
+    def scan_units(self, runs: list[tuple[list[Slot], int, int, dict]]) -> tuple[list[Callable[[], bool]], bool]:
+        """The inf/NaN scan of the runs' gradients cut into chunk-sized units that may run on any
+        thread (fp32 host tensors: a dot product with zeros, GIL released, nothing allocated), and
+        the verdict of the rest, scanned here (bf16 with the host chunk as scratch, device tensors)."""
+        shard = self.shard
+        units: list[Callable[[], bool]] = []
+        if not runs:
+            return units, True
+        if shard._zeros is None:
+            return units, self.grads_finite(runs)
+        zeros, step = shard._zeros, shard.chunk_elems
+        for slots, *_ in runs:
+            for s in slots:
+                g = s.grad()
+                for a in range(0, s.numel, step):
+                    piece = g[a:a + step]
+                    if piece.device.type == "cpu" and piece.is_contiguous():
+                        units.append(functools.partial(_finite_fp32, _np(piece), zeros))
+                    elif not bool(torch.isfinite(piece).all()):
+                        return units, False
+        return units, True
 
     def shard_step_changed(self) -> None:
         """The shard's own count (checkpoints, placement) follows the slots: the highest of them."""

@@ -66,7 +66,7 @@ import torch.distributed as dist
 
 from hls.errors import UserError
 from pynq_driver.buckets import CardBucket, Slot
-from pynq_driver.optim import DEFAULT_BACKEND, DEFAULT_TARGET, CardOptimizer, torch_defaults
+from pynq_driver.optim import DEFAULT_BACKEND, DEFAULT_TARGET, CardOptimizer, _Scan, torch_defaults
 
 # torch 2.13 renamed the tensor collectives; both names work on gloo there, older torch has the old ones.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -132,25 +132,35 @@ class ShardedBucket:
         return Slot(p, r.numel, data, grad)
 
     def fill(self, divide: bool) -> None:
-        """Every rank's chunks of every gradient into the bucket (zeros where there is none)."""
-        self.bucket.zero_()
+        """Every rank's chunks of every gradient into the bucket (zeros where there is none).
+
+        One pass: each chunk is copied and only the padding after it zeroed; dividing by a world
+        of one is skipped (x / 1 is x, bit for bit)."""
         for i, (p, r) in enumerate(zip(self.params, self.rows, strict=True)):
             g = p.grad
             self.present[i] = int(g is not None)
-            if g is None:
-                continue
-            if g.is_sparse:
+            if g is not None and g.is_sparse:
                 raise UserError("ShardedNicOptimizer does not support sparse gradients")
-            flat = g.detach().reshape(-1)
+            flat = None if g is None else g.detach().reshape(-1)
             for k in range(self.world):
                 lo, hi = r.of_rank(k)
                 at = k * self.seg_len + self.seg_offsets[i]
-                self.bucket[at:at + hi - lo].copy_(flat[lo:hi])
-        if divide:
+                used = 0 if flat is None else hi - lo
+                if used:
+                    self.bucket[at:at + used].copy_(flat[lo:hi])
+                if used < r.padded:
+                    self.bucket[at + used:at + r.padded].zero_()
+        tail = self.seg_len - self.seg_offsets[-1]  # an empty bucket's one element per rank
+        if tail:
+            self.bucket.view(self.world, self.seg_len)[:, self.seg_offsets[-1]:].zero_()
+        if divide and self.world > 1:
             self.bucket.div_(self.world)
 
     def gather(self, group: Any) -> None:
-        """Every rank's updated rows into every rank's parameters (through the bucket)."""
+        """Every rank's updated rows into every rank's parameters (through the bucket); a world of
+        one has them all already."""
+        if self.world == 1:
+            return
         send = self.shard_grad  # its gradient is used up: it carries this rank's rows now (in place)
         send.zero_()
         for p, r, off in zip(self.params, self.rows, self.seg_offsets, strict=False):
@@ -275,6 +285,9 @@ class ShardedNicOptimizer(CardOptimizer):
         if self.free_grads:
             for p in sb.params:
                 p.grad = None
+        if self.world == 1:  # the bucket is this rank's reduced gradient already (gloo would copy it whole)
+            sb.work, sb.reduced = None, True
+            return
         work = _reduce_scatter(sb.shard_grad, sb.bucket, group=self.process_group, async_op=async_op)
         # Which parameters have a gradient: any rank's (as DDP); one small all-reduce.
         dist.all_reduce(sb.present, op=dist.ReduceOp.MAX, group=self.process_group)
@@ -384,7 +397,7 @@ class ShardedNicOptimizer(CardOptimizer):
             local_inf = float(getattr(self, "found_inf", 0.0) or 0.0)  # the announced GradScaler contract
             check = self.skip_nonfinite or grad_scaler is not None or hasattr(self, "found_inf")
             if check:
-                bad = torch.tensor([float(local_inf > 0 or not all(sb.card.grads_finite(runs) for sb, runs in plans))])
+                bad = torch.tensor([float(local_inf > 0 or not self._grads_finite(plans))])
                 dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
                 if grad_scaler is not None and grad_scaler.is_enabled():
                     found = bad.to(grad_scaler._scale.device if grad_scaler._scale is not None else "cpu")
@@ -404,6 +417,16 @@ class ShardedNicOptimizer(CardOptimizer):
             for _, sb in self._sharded_buckets():
                 sb.reduced = False
         return loss
+
+    def _grads_finite(self, plans: list[tuple[ShardedBucket, list[Any]]]) -> bool:
+        """This rank's reduced gradients hold no inf/NaN (scanned on two threads, as NicAdamW's)."""
+        units = []
+        for sb, runs in plans:
+            more, ok = sb.card.scan_units(runs) if sb.card.shard is not None else ([], True)
+            if not ok:
+                return False
+            units += more
+        return _Scan(units, self._scan_pool()).finish()
 
     # ---- what lives where ------------------------------------------------------------------------
     def placement(self) -> list[dict[str, Any]]:

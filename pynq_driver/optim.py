@@ -52,8 +52,10 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from typing import Any
 
@@ -383,6 +385,10 @@ class CardOptimizer(torch.optim.Optimizer):
                                "create a new optimizer and load_state_dict a saved state_dict into it")
 
     def close(self) -> None:
+        worker = getattr(self, "_scan_worker", None)
+        if worker is not None:
+            worker.shutdown(wait=True)
+            self._scan_worker = None
         for buckets in getattr(self, "_buckets", []):
             for b in buckets:
                 b.close()
@@ -525,13 +531,69 @@ class CardOptimizer(torch.optim.Optimizer):
         plans = self._plan()
         if not plans:
             return loss
-        if self.skip_nonfinite and not all(b.grads_finite(runs) for b, runs in plans):
-            self.skipped_steps += 1
-            log.warning("%s: step skipped, a gradient holds inf or NaN (state unchanged)", self._who)
-            return loss
-        for b, runs in plans:
-            b.run(runs, detect=self.detect_changes)
+        gate = None
+        if self.skip_nonfinite:
+            # The inf/NaN scan runs on two threads while the first piece is staged and compared;
+            # the first launch waits for its verdict (nothing on the card changes before it).
+            units: list[Callable[[], bool]] = []
+            finite = True
+            for b, runs in plans:
+                more, ok = b.scan_units(runs) if b.shard is not None else ([], True)
+                units += more
+                finite = finite and ok
+            if not finite:
+                return self._skipped(loss)
+            gate = _Scan(units, self._scan_pool()).finish
+        for i, (b, runs) in enumerate(plans):
+            if not b.run(runs, detect=self.detect_changes, gate=gate if i == 0 else None):
+                return self._skipped(loss)
         return loss
+
+    def _skipped(self, loss: Any) -> Any:
+        self.skipped_steps += 1
+        log.warning("%s: step skipped, a gradient holds inf or NaN (state unchanged)", self._who)
+        return loss
+
+    def _scan_pool(self) -> ThreadPoolExecutor:
+        pool = getattr(self, "_scan_worker", None)
+        if pool is None:
+            pool = self._scan_worker = ThreadPoolExecutor(1, thread_name_prefix="nic-scan")
+        return pool
+
+
+class _Scan:
+    """The inf/NaN scan of a step's gradient units on two threads: the worker takes units from
+    the front, the caller of `finish` (after its own work) from the back, until they meet or one
+    finds inf/NaN. numpy's dot products release the GIL, so the two run at once."""
+
+    def __init__(self, units: list[Callable[[], bool]], pool: ThreadPoolExecutor) -> None:
+        self.units = units
+        self.lock = threading.Lock()
+        self.lo, self.hi = 0, len(units)
+        self.bad = False
+        self.future = pool.submit(self._work, True) if units else None
+
+    def _take(self, front: bool) -> Callable[[], bool] | None:
+        with self.lock:
+            if self.bad or self.lo >= self.hi:
+                return None
+            if front:
+                self.lo += 1
+                return self.units[self.lo - 1]
+            self.hi -= 1
+            return self.units[self.hi]
+
+    def _work(self, front: bool) -> None:
+        while (unit := self._take(front)) is not None:
+            if not unit():
+                self.bad = True
+
+    def finish(self) -> bool:
+        """Help until every unit is scanned (or one is not finite): True when all are finite."""
+        self._work(False)
+        if self.future is not None:
+            self.future.result()
+        return not self.bad
 
 
 def _as_step(value: Any, who: str) -> int:

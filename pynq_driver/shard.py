@@ -570,7 +570,7 @@ class ShardState:
                 self._put_via(pt.state[array], data[a - lo:b - lo], self._state_beat(pt, a), tmp)
 
     def stream(self, runs: list[tuple[int, int, dict[str, int]]], fill: Any, drain: Any, prepare: Any = None,
-               step: int | None = None, direct: Any = None) -> None:
+               step: int | None = None, direct: Any = None, gate: Any = None) -> bool:
         """Run the kernel over ranges of the shard, each with its own scalar registers, double-buffered.
 
         `runs`: (lo, hi, register bits). For every piece (chunk) [a, b): `fill(a, b, g)` writes its
@@ -580,14 +580,16 @@ class ShardState:
         the output chunk `o` (out dtype). `fill` may instead return an array to send as it is
         (the gradient's own memory), and `direct(a, b)` may return the array the output goes to
         (the parameter's own memory), saving a host copy each. The host holds these two chunks
-        and nothing else; no checks on the values run here (the caller checks before calling).
+        and nothing else; no checks on the values run here (the caller checks before calling, or
+        hands over `gate`: asked once the first piece is staged and prepared, before the first
+        launch; False leaves the state as it was and returns False, else True once all ran).
         """
         self._check_open()
         if self.inconsistent:
             raise StateError(f"{self.inconsistent}; load a checkpoint (load_state_dict / ShardState.load) first")
         work = [(pt, a, b, bits) for lo, hi, bits in runs for pt, a, b in self.pieces(lo, hi)]
         if not work:
-            return
+            return gate is None or bool(gate())
         raw, obuf = self.host_chunks()
         gbuf = raw[: self.chunk_elems * self.spec.grad_bytes].view(_GRAD_NP[self.spec.grad_dtype])
         pbuf = raw.view(np.float32)
@@ -621,6 +623,8 @@ class ShardState:
 
         try:
             stage(0)
+            if gate is not None and not gate():  # nothing launched: the state is as it was
+                return False
             launch(0)
             for i in range(1, len(work)):
                 stage(i)  # overlaps the kernel on piece i-1
@@ -629,6 +633,7 @@ class ShardState:
                 collect(i - 1)  # overlaps the kernel on piece i
             work[-1][0].runner.wait()
             collect(len(work) - 1)
+            return True
         except BaseException as exc:
             if launched:
                 self.inconsistent = (

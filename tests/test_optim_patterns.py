@@ -317,3 +317,38 @@ def test_edits_of_single_bits_reach_the_card(readback):
     for t, i, v in second:
         assert t[i].item() == v, (i, hex(v))
     nic.close()
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last", "second-group"])
+def test_a_nonfinite_gradient_anywhere_leaves_everything_as_it_was(where):
+    """The inf/NaN scan runs on two threads beside the first piece's staging; wherever the bad value
+    is, nothing on the card changes (state, step counts) and the parameters keep their values."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.Linear(48, 40))
+    groups = [{"params": list(model[0].parameters())}, {"params": list(model[1].parameters()), "lr": 1e-2}]
+    nic = NicAdamW(groups, lr=3e-3, backend="golden", chunk_elems=512)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    nic.step()
+    before = {k: v.clone() for k, v in nic.state_dict()["state"][0].items()}
+    params = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    w0, w1 = model[0].weight.grad.view(-1), model[1].weight.grad.view(-1)
+    {"first": w0, "middle": w0, "last": w0, "second-group": w1}[where][
+        {"first": 0, "middle": w0.numel() // 2, "last": w0.numel() - 1, "second-group": 700}[where]] = float("nan")
+    model[0].weight.data[0, 0] = 0.5  # an edit: the comparison may take it, the step must not happen
+    nic.step()
+    assert nic.skipped_steps == 1
+    after = nic.state_dict()["state"][0]
+    for k in ("exp_avg", "exp_avg_sq", "step"):
+        assert torch.equal(after[k], before[k]), k
+    assert all(nic._slots[id(p)][1].step == 1 for p in model.parameters())
+    for p, q in zip(list(model.parameters())[1:], params[1:], strict=True):
+        assert torch.equal(p.detach(), q)
+    assert model[0].weight.data[0, 0].item() == 0.5
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    nic.step()  # and the next step runs from the edited value
+    assert nic.skipped_steps == 1 and nic._slots[id(model[0].weight)][1].step == 2
+    nic.close()
