@@ -398,7 +398,8 @@ class ShardedNicOptimizer(CardOptimizer):
             check = self.skip_nonfinite or grad_scaler is not None or hasattr(self, "found_inf")
             if check:
                 bad = torch.tensor([float(local_inf > 0 or not self._grads_finite(plans))])
-                dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
+                if self.world > 1:
+                    dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
                 if grad_scaler is not None and grad_scaler.is_enabled():
                     found = bad.to(grad_scaler._scale.device if grad_scaler._scale is not None else "cpu")
                     grad_scaler._per_optimizer_states[id(self)]["found_inf_per_device"] = {found.device: found}

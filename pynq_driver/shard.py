@@ -524,6 +524,8 @@ class ShardState:
         self._check_open()
         want_all = expect.reshape(-1).view(np.uint8)
         beats_per_blk = blk.size // 64
+        if beats_per_blk < 1:
+            raise UserError(f"state_equals: the gathering scratch holds {blk.size} bytes; it needs one 64-byte beat")
         gathered = blk[: beats_per_blk * 64].view("V64")
         for pt, a, b in self.pieces(lo, lo + expect.size):
             want = want_all[4 * (a - lo):4 * (b - lo)]
