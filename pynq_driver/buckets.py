@@ -36,7 +36,7 @@ _BF16_BLOCK = 1 << 14  # elements per block of the bf16 masters' comparison (tem
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _finite_fp32(chunk: np.ndarray, zeros: np.ndarray) -> bool:
+def _finite_fp32(chunk: np.ndarray, zeros: np.ndarray, _blk: np.ndarray) -> bool:
     return not np.isnan(np.dot(chunk, zeros[: chunk.size]))  # 0 when finite, NaN from any inf or NaN
 
 
@@ -363,12 +363,41 @@ class CardBucket:
             s.step += 1
             s.has_state = True
 
-    def scan_units(self, runs: list[tuple[list[Slot], int, int, dict]]) -> tuple[list[Callable[[], bool]], bool]:
+    def compare_units(self, runs: list[tuple[list[Slot], int, int, dict]]
+                      ) -> list[Callable[[np.ndarray], bool]] | None:
+        """The comparison of the runs' tensors with the card's masters (fp32) cut into chunk-sized
+        units that may run on any thread, each with its own block (a host chunk): what the stream's
+        `prepare` does piece by piece. None where the card's memory is not host memory (a readback
+        needs a second chunk per thread) or the masters are bf16's: the stream compares those."""
+        shard = self.shard
+        if self.kernel_dtype != torch.float32 or not runs:
+            return None if self.kernel_dtype != torch.float32 else []
+        probe = shard.parts[0].state["p"][0]
+        if shard.dev.host_view(probe, 0, 64) is None:
+            return None
+        units: list[Callable[[np.ndarray], bool]] = []
+        step = shard.chunk_elems
+        for slots, *_ in runs:
+            for s in slots:
+                data = s.data()
+                if data.device.type != "cpu" or not data.is_contiguous():
+                    return None
+                for a in range(0, s.numel, step):
+                    units.append(functools.partial(self._compare, s.offset + a, _np(data[a:a + step])))
+        return units
+
+    def _compare(self, at: int, mine: np.ndarray, blk: np.ndarray) -> bool:
+        if not self.shard.state_equals("p", at, mine, blk, blk):  # host memory: `tmp` is never used
+            self.shard.write_range("p", at, mine, blk)
+        return True
+
+    def scan_units(self, runs: list[tuple[list[Slot], int, int, dict]]
+                   ) -> tuple[list[Callable[[np.ndarray], bool]], bool]:
         """The inf/NaN scan of the runs' gradients cut into chunk-sized units that may run on any
         thread (fp32 host tensors: a dot product with zeros, GIL released, nothing allocated), and
         the verdict of the rest, scanned here (bf16 with the host chunk as scratch, device tensors)."""
         shard = self.shard
-        units: list[Callable[[], bool]] = []
+        units: list[Callable[[np.ndarray], bool]] = []
         if not runs:
             return units, True
         if shard._zeros is None:

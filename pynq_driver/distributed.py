@@ -66,7 +66,7 @@ import torch.distributed as dist
 
 from hls.errors import UserError
 from pynq_driver.buckets import CardBucket, Slot
-from pynq_driver.optim import DEFAULT_BACKEND, DEFAULT_TARGET, CardOptimizer, _Scan, torch_defaults
+from pynq_driver.optim import DEFAULT_BACKEND, DEFAULT_TARGET, CardOptimizer, torch_defaults
 
 # torch 2.13 renamed the tensor collectives; both names work on gloo there, older torch has the old ones.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -396,8 +396,11 @@ class ShardedNicOptimizer(CardOptimizer):
                 plans.append((sb, runs))
             local_inf = float(getattr(self, "found_inf", 0.0) or 0.0)  # the announced GradScaler contract
             check = self.skip_nonfinite or grad_scaler is not None or hasattr(self, "found_inf")
+            # The scan and the comparisons with the masters (where the card's memory is host
+            # memory) on two threads, before anything reaches the card (NicAdamW's `_prefix`).
+            finite, compared = self._prefix([(sb.card, runs) for sb, runs in plans], scan=check, wait=True)
             if check:
-                bad = torch.tensor([float(local_inf > 0 or not self._grads_finite(plans))])
+                bad = torch.tensor([float(local_inf > 0 or not finite)])
                 if self.world > 1:
                     dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
                 if grad_scaler is not None and grad_scaler.is_enabled():
@@ -409,7 +412,7 @@ class ShardedNicOptimizer(CardOptimizer):
                     return loss
             for sb, runs in plans:
                 sb.card.maximize = sb.maximize
-                sb.card.run(runs, detect=self.detect_changes)
+                sb.card.run(runs, detect=self.detect_changes and id(sb.card) not in compared)
                 if bool(sb.present.any()):
                     sb.gather(self.process_group)
         finally:
@@ -418,16 +421,6 @@ class ShardedNicOptimizer(CardOptimizer):
             for _, sb in self._sharded_buckets():
                 sb.reduced = False
         return loss
-
-    def _grads_finite(self, plans: list[tuple[ShardedBucket, list[Any]]]) -> bool:
-        """This rank's reduced gradients hold no inf/NaN (scanned on two threads, as NicAdamW's)."""
-        units = []
-        for sb, runs in plans:
-            more, ok = sb.card.scan_units(runs) if sb.card.shard is not None else ([], True)
-            if not ok:
-                return False
-            units += more
-        return _Scan(units, self._scan_pool()).finish()
 
     # ---- what lives where ------------------------------------------------------------------------
     def placement(self) -> list[dict[str, Any]]:

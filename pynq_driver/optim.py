@@ -20,9 +20,12 @@ Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
   they get gradients;
 - any change to a parameter between steps (`p.data` edits, `model.load_state_dict`, a broadcast)
   is picked up: before the kernel runs on a chunk, the masters on the card are compared bit for
-  bit with the parameters (bf16: with the bf16 rounding the card returned) and replaced where
-  they differ (`detect_changes=False` skips that readback, for scripts that never touch
-  parameters between steps: an edit would then be overwritten by the card's copy);
+  bit with the parameters (memcmp: -0.0 for 0.0 and another NaN payload count; bf16: with the
+  bf16 rounding the card returned) and replaced where they differ. Where the card's memory is
+  host memory (csim, golden) the comparisons and the inf/NaN scan run on two threads before the
+  first launch; on a card each chunk's masters are read back into the free host chunk as it
+  streams. `detect_changes=False` skips the comparison, for scripts that never touch parameters
+  between steps: an edit would then be overwritten by the card's copy;
 - `optimizer.state[p]` has `step`, `exp_avg`, `exp_avg_sq` (and `master_param` for bf16
   parameters): each read comes from the card, each assignment goes to it, `del` resets it, and
   a parameter has state once it stepped. Tools that read it (torch.distributed.checkpoint's
@@ -281,8 +284,8 @@ class CardOptimizer(torch.optim.Optimizer):
                    chunk_elems: int | None, device_options: dict[str, Any]) -> None:
         self.kind = "adamw" if self._adamw else "adam"
         self.skip_nonfinite = bool(skip_nonfinite)
-        # Exact change detection (the card's masters read back and compared before every chunk).
-        # `detect_changes=False` saves that read for scripts that never touch parameters between
+        # Exact change detection (the card's masters compared with the parameters before every chunk).
+        # `detect_changes=False` saves that pass for scripts that never touch parameters between
         # steps; an edit then is overwritten by the card's copy at the next step.
         self.detect_changes = bool(device_options.pop("detect_changes", True))
         self.chunk_elems = chunk_elems
@@ -531,23 +534,46 @@ class CardOptimizer(torch.optim.Optimizer):
         plans = self._plan()
         if not plans:
             return loss
-        gate = None
-        if self.skip_nonfinite:
-            # The inf/NaN scan runs on two threads while the first piece is staged and compared;
-            # the first launch waits for its verdict (nothing on the card changes before it).
-            units: list[Callable[[], bool]] = []
-            finite = True
-            for b, runs in plans:
-                more, ok = b.scan_units(runs) if b.shard is not None else ([], True)
-                units += more
-                finite = finite and ok
-            if not finite:
-                return self._skipped(loss)
-            gate = _Scan(units, self._scan_pool()).finish
+        # The inf/NaN scan, and where the card's memory is host memory the comparison of every
+        # tensor with its masters, run before the first launch on two threads (their units release
+        # the GIL), while the card is idle; elsewhere the comparison runs piece by piece in the
+        # stream and the scan beside the first piece's staging (the first launch waits for it).
+        verdict, compared = self._prefix(plans, scan=self.skip_nonfinite, wait=None)
+        if verdict is False:
+            return self._skipped(loss)
+        gate = verdict if callable(verdict) else None
         for i, (b, runs) in enumerate(plans):
-            if not b.run(runs, detect=self.detect_changes, gate=gate if i == 0 else None):
+            detect = self.detect_changes and id(b) not in compared
+            if not b.run(runs, detect=detect, gate=gate if i == 0 else None):
                 return self._skipped(loss)
         return loss
+
+    def _prefix(self, plans: list[tuple[CardBucket, list[Any]]], *, scan: bool, wait: bool | None
+                ) -> tuple[Any, set[int]]:
+        """Start the step's host work that precedes the card: the inf/NaN scan (if `scan`) and the
+        comparisons that can run anywhere (`CardBucket.compare_units`). Returns (verdict, ids of the
+        buckets compared): verdict True/False when the units ran here (always when some bucket was
+        compared, or `wait`), else a callable giving it later (a stream gate)."""
+        units: list[Callable[[np.ndarray], bool]] = []
+        if scan:
+            for b, runs in plans:
+                more, ok = b.scan_units(runs) if b.shard is not None else ([], True)
+                if not ok:
+                    return False, set()
+                units += more
+        compared: set[int] = set()
+        if self.detect_changes:
+            for b, runs in plans:
+                more = b.compare_units(runs) if b.shard is not None else None
+                if more is not None:
+                    units += more
+                    compared.add(id(b))
+        if not units:
+            return True, compared
+        run = _Scan(units, self._scan_pool(), self._host_raw)
+        if compared or wait:
+            return run.finish(), compared
+        return run.finish, compared
 
     def _skipped(self, loss: Any) -> Any:
         self.skipped_steps += 1
@@ -562,18 +588,21 @@ class CardOptimizer(torch.optim.Optimizer):
 
 
 class _Scan:
-    """The inf/NaN scan of a step's gradient units on two threads: the worker takes units from
-    the front, the caller of `finish` (after its own work) from the back, until they meet or one
-    finds inf/NaN. numpy's dot products release the GIL, so the two run at once."""
+    """A step's scan and comparison units on two threads: the worker takes units from the front,
+    the caller of `finish` from the back, until they meet or one finds inf/NaN. Each thread hands
+    its units its own block (a host chunk). numpy's dot products and copies and memcmp release
+    the GIL, so the two run at once."""
 
-    def __init__(self, units: list[Callable[[], bool]], pool: ThreadPoolExecutor) -> None:
+    def __init__(self, units: list[Callable[[np.ndarray], bool]], pool: ThreadPoolExecutor,
+                 blocks: tuple[np.ndarray, np.ndarray]) -> None:
         self.units = units
         self.lock = threading.Lock()
         self.lo, self.hi = 0, len(units)
         self.bad = False
+        self.blocks = blocks
         self.future = pool.submit(self._work, True) if units else None
 
-    def _take(self, front: bool) -> Callable[[], bool] | None:
+    def _take(self, front: bool) -> Callable[[np.ndarray], bool] | None:
         with self.lock:
             if self.bad or self.lo >= self.hi:
                 return None
@@ -584,12 +613,13 @@ class _Scan:
             return self.units[self.hi]
 
     def _work(self, front: bool) -> None:
+        blk = self.blocks[1 if front else 0]
         while (unit := self._take(front)) is not None:
-            if not unit():
+            if not unit(blk):
                 self.bad = True
 
     def finish(self) -> bool:
-        """Help until every unit is scanned (or one is not finite): True when all are finite."""
+        """Help until every unit ran (or one found inf/NaN): True when all gradients are finite."""
         self._work(False)
         if self.future is not None:
             self.future.result()
