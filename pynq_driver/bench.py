@@ -8,9 +8,10 @@ Two figures, on the same data:
   caller's gradient and output arrays), measured with tracemalloc, which sees every numpy
   allocation. Goal: at most two chunks of gradient.
 
-And NicAdamW end to end at 10M and 50M parameters (issue 15): peak host memory per parameter
-beyond the model and its gradients against torch AdamW fused, and the step's time over the bare
-card step on the same backend (`measure_optimizer`; in `make bench` through `measure`).
+And NicAdamW and ShardedNicOptimizer (a world of one) end to end at 10M and 50M parameters
+(issue 15): peak host memory per parameter beyond the model and its gradients against torch AdamW
+fused, and the step's time over the bare card step on the same backend, wall clock and process
+CPU time (`measure_optimizer`; in `make bench` through `measure`).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = 
         tracemalloc.stop()
     if optimizer_params is None:
         optimizer_params = OPTIMIZER_SIZES if params >= 1 << 20 else ()
-    optimizer = [measure_optimizer(n, backend, repeats) for n in optimizer_params]
+    optimizer = [measure_optimizer(n, backend, repeats, which) for n in optimizer_params for which in OPTIMIZERS]
     return {
         "optimizer": optimizer,
         "backend": "csim", "spec": spec.to_dict(), "params": params, "repeats": repeats, "chunk_elems": chunk,
@@ -151,23 +152,67 @@ def _null_card(backend: str, spec: Any, **options: Any) -> Any:
                       timeout_s=options.get("timeout_s", 10.0))
 
 
-def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: int = 5) -> dict[str, Any]:
-    """NicAdamW end to end on `params` fp32 parameters (Linear layers, random gradients).
+def _median_pair_cpu(f: Any, g: Any, repeats: int) -> tuple[float, float, float, float]:
+    """As `_median_pair`, plus the medians of the process CPU time (every thread) of each: on a
+    shared machine, what the host adds to the card step shows in CPU time even when other
+    processes stretch the wall clock."""
+    wall: tuple[list[float], list[float]] = ([], [])
+    cpu: tuple[list[float], list[float]] = ([], [])
+    for _ in range(max(repeats, 3)):
+        for k, fn in enumerate((f, g)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    return (statistics.median(wall[0]), statistics.median(wall[1]), statistics.median(cpu[0]),
+            statistics.median(cpu[1]))
 
-    - host memory beyond the model and its gradients = what the optimizer holds between steps
-      (torch fused: its state tensors; NicAdamW: its host chunks, `host_bytes()`) + the peak of
-      a step above that (resident set, /proc/self/status VmHWM after a reset, warm steps). The
-      NicAdamW step is measured on a software card whose kernel does nothing, so a simulated
-      card's own temporaries (the golden model allocates per run) do not count as host memory.
-    - time: NicAdamW's step over the bare kernel on the same backend and shard (the kernel back to
-      back on every chunk, no host copies), and the step's host part alone (the null card)."""
+
+class _WorldOfOne:
+    """A gloo process group of this process alone (file rendezvous in a temporary directory)."""
+
+    def __enter__(self) -> _WorldOfOne:
+        import tempfile
+
+        import torch.distributed as dist
+
+        self._dir = tempfile.TemporaryDirectory()
+        dist.init_process_group("gloo", init_method=f"file://{self._dir.name}/rendezvous", rank=0, world_size=1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        self._dir.cleanup()
+
+
+OPTIMIZERS = ("NicAdamW", "ShardedNicOptimizer")
+
+
+def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: int = 5,
+                      optimizer: str = "NicAdamW") -> dict[str, Any]:
+    """NicAdamW (or ShardedNicOptimizer on a world of one) end to end on `params` fp32 parameters
+    (Linear layers, random gradients).
+
+    - host memory beyond the model and its gradients (ShardedNicOptimizer: and its one flat
+      bucket per group and dtype) = what the optimizer holds between steps (torch fused: its state
+      tensors; ours: its host chunks, `host_bytes()`) + the peak of a step above that (resident
+      set, /proc/self/status VmHWM after a reset, warm steps). Our step is measured on a software
+      card whose kernel does nothing, so a simulated card's own temporaries (the golden model
+      allocates per run) do not count as host memory.
+    - time: the step over the bare kernel on the same backend and shard (the kernel back to back
+      on every chunk, no host copies), wall clock and process CPU time, and the step's host part
+      alone (the null card)."""
+    import contextlib
     import gc
 
     import torch
 
     import pynq_driver.optim as optim_mod
-    from pynq_driver.optim import NicAdamW
 
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer: {optimizer!r}; one of {', '.join(OPTIMIZERS)}")
     torch.set_num_threads(1)
     model = _model(params)
     n = sum(p.numel() for p in model.parameters())
@@ -188,60 +233,79 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
     del tor
     gc.collect()
 
-    real_open = optim_mod.open_device
-    optim_mod.open_device = _null_card
-    try:
-        null = NicAdamW(model.parameters(), lr=1e-3, backend="golden")
-        nic_step_peak = step_peak(null)
-        nic_held = null.host_bytes()
-        host_s = _median_s(null.step, repeats)
-        chunk_bytes = 4 * null.shards()[0].chunk_elems
-        null.close()
-    finally:
-        optim_mod.open_device = real_open
+    with _WorldOfOne() if optimizer == "ShardedNicOptimizer" else contextlib.nullcontext():
+        def make(backend_name: str) -> Any:
+            if optimizer == "ShardedNicOptimizer":
+                from pynq_driver.distributed import ShardedNicOptimizer
 
-    nic = NicAdamW(model.parameters(), lr=1e-3, backend=backend)
-    nic.step()
-    shard = nic.shards()[0]
-    bits = prepare_scalars(Hyper(step=3, lr=1e-3), "adamw").registers("adamw")
+                # free_grads=False: the same gradients every step (ZeRO-2 drops them after the reduction)
+                return ShardedNicOptimizer(model.parameters(), lr=1e-3, backend=backend_name, free_grads=False)
+            return optim_mod.NicAdamW(model.parameters(), lr=1e-3, backend=backend_name)
 
-    def bare() -> None:  # the kernel back to back on every chunk, state and gradient already on the card
-        for pt, lo, hi in shard._all_chunks():
-            pt.runner.launch(shard._pointers(pt, lo, 0), hi - lo, bits)
-            pt.runner.wait()
+        real_open = optim_mod.open_device
+        optim_mod.open_device = _null_card
+        try:
+            null = make("golden")
+            nic_step_peak = step_peak(null)
+            nic_held = null.host_bytes()
+            # ShardedNicOptimizer: its flat reduce-scatter buckets (one per group and dtype, with their
+            # 4-byte flag per parameter saying which have a gradient) are allowed
+            bucket = sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in null._sharded_buckets()) \
+                if hasattr(null, "_sharded") else 0
+            host_s = _median_s(null.step, repeats)
+            chunk_bytes = 4 * null.shards()[0].chunk_elems
+            null.close()
+        finally:
+            optim_mod.open_device = real_open
 
-    bare()
-    step_s, bare_s = _median_pair(nic.step, bare, repeats)
-    nic.detect_changes = False  # what the readback of the masters (exact change detection) costs
-    step_nodetect_s, _ = _median_pair(nic.step, bare, repeats)
-    nic.close()
-    nic_extra, torch_extra = nic_held + nic_step_peak, torch_held + torch_step_peak
-    return {"backend": backend, "params": n, "chunk_bytes": chunk_bytes,
-            "nic_held_bytes": nic_held, "nic_step_peak_bytes": nic_step_peak,
+        nic = make(backend)
+        nic.step()
+        shard = nic.shards()[0]
+        bits = prepare_scalars(Hyper(step=3, lr=1e-3), "adamw").registers("adamw")
+
+        def bare() -> None:  # the kernel back to back on every chunk, state and gradient already on the card
+            for pt, lo, hi in shard._all_chunks():
+                pt.runner.launch(shard._pointers(pt, lo, 0), hi - lo, bits)
+                pt.runner.wait()
+
+        bare()
+        step_s, bare_s, step_cpu, bare_cpu = _median_pair_cpu(nic.step, bare, repeats)
+        nic.detect_changes = False  # what the comparison with the masters (exact change detection) costs
+        step_nodetect_s, bare2_s, _, _ = _median_pair_cpu(nic.step, bare, repeats)
+        nic.close()
+    nic_extra, torch_extra = nic_held - bucket + nic_step_peak, torch_held + torch_step_peak
+    return {"optimizer": optimizer, "backend": backend, "params": n, "chunk_bytes": chunk_bytes,
+            "nic_held_bytes": nic_held, "nic_step_peak_bytes": nic_step_peak, "bucket_bytes": bucket,
             "torch_fused_held_bytes": torch_held, "torch_fused_step_peak_bytes": torch_step_peak,
             "torch_fused_extra_bytes": torch_extra, "nic_extra_bytes": nic_extra,
             "torch_fused_extra_per_param": torch_extra / n, "nic_extra_per_param": nic_extra / n,
             "nic_extra_chunks": nic_extra / chunk_bytes, "nic_step_s": step_s, "bare_card_step_s": bare_s,
+            "nic_step_cpu_s": step_cpu, "bare_card_step_cpu_s": bare_cpu, "step_over_bare_cpu": step_cpu / bare_cpu,
             "host_part_s": host_s, "torch_fused_step_s": torch_step_s, "nic_step_no_detection_s": step_nodetect_s,
+            "no_detection_over_bare": step_nodetect_s / bare2_s,
             "step_over_bare": step_s / bare_s, "goal_step_over_bare": 1.2, "goal_extra_chunks": 2.0}
 
 
 def report_optimizer(r: dict[str, Any]) -> str:
     mib = 1 << 20
+    who = r.get("optimizer", "NicAdamW")
+    beyond = "model+grads" + ("+bucket" if r.get("bucket_bytes") else "")
     return "\n".join([
-        f"NicAdamW end to end ({r['backend']} backend, {r['params']:,} fp32 params, chunk "
-        f"{r['chunk_bytes'] / mib:.0f} MiB)",
-        f"  peak host memory beyond model+grads: NicAdamW {r['nic_extra_bytes'] / mib:8.1f} MiB "
+        f"{who} end to end ({r['backend']} backend, {r['params']:,} fp32 params, chunk "
+        f"{r['chunk_bytes'] / mib:.0f} MiB" + (", world of one" if who != "NicAdamW" else "") + ")",
+        f"  peak host memory beyond {beyond}: {r['nic_extra_bytes'] / mib:8.2f} MiB "
         f"({r['nic_extra_per_param']:.2f} B/param = {r['nic_extra_chunks']:.2f} chunks, goal <= 2: held "
-        f"{r['nic_held_bytes'] / mib:.1f} + step peak {r['nic_step_peak_bytes'] / mib:.1f})",
+        f"{(r['nic_held_bytes'] - r.get('bucket_bytes', 0)) / mib:.2f} + step peak "
+        f"{r['nic_step_peak_bytes'] / mib:.2f})",
         f"                                       torch fused {r['torch_fused_extra_bytes'] / mib:6.1f} MiB "
         f"({r['torch_fused_extra_per_param']:.2f} B/param: state {r['torch_fused_held_bytes'] / mib:.1f} + step "
         f"peak {r['torch_fused_step_peak_bytes'] / mib:.1f})",
-        f"  NicAdamW step {r['nic_step_s'] * 1e3:8.1f} ms, bare card step {r['bare_card_step_s'] * 1e3:8.1f} ms: "
-        f"{r['step_over_bare']:.2f}x (goal <= 1.2x); host part alone {r['host_part_s'] * 1e3:.1f} ms; "
-        f"torch fused step {r['torch_fused_step_s'] * 1e3:.1f} ms",
+        f"  step {r['nic_step_s'] * 1e3:8.1f} ms, bare card step {r['bare_card_step_s'] * 1e3:8.1f} ms: "
+        f"{r['step_over_bare']:.2f}x (goal <= 1.2x); CPU time {r['nic_step_cpu_s'] * 1e3:.1f} over "
+        f"{r['bare_card_step_cpu_s'] * 1e3:.1f} ms = {r['step_over_bare_cpu']:.2f}x; host part alone "
+        f"{r['host_part_s'] * 1e3:.1f} ms; torch fused step {r['torch_fused_step_s'] * 1e3:.1f} ms",
         f"  without change detection (detect_changes=False): step {r['nic_step_no_detection_s'] * 1e3:.1f} ms = "
-        f"{r['nic_step_no_detection_s'] / r['bare_card_step_s']:.2f}x",
+        f"{r['no_detection_over_bare']:.2f}x",
     ])
 
 

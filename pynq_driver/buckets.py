@@ -2,21 +2,26 @@
 
 Each tensor (a parameter, the local shard of an FSDP2 DTensor parameter, or a rank's slice of a
 replicated parameter) gets its own range of the card shard, starting on a multiple of the
-kernel's beat alignment, and its own step count, as torch keeps one per parameter. A step runs
-the kernel over the runs of consecutive tensors that have a gradient and share a step count,
-each run with its own scalar registers; tensors without a gradient are not touched (their
-moments and step count stay as they are), exactly as torch skips them.
+kernel's beat alignment, and its own step count, as torch keeps one per parameter. Tensors of at
+least half a chunk come first, each streaming through chunks of its own; the small ones follow,
+packed, so that they share kernel runs. A step runs the kernel over the runs of consecutive
+tensors that have a gradient and share a step count, each run with its own scalar registers;
+tensors without a gradient are not touched (their moments and step count stay as they are),
+exactly as torch skips them.
 
-Gradients stream from wherever they live (`p.grad`, a reduce-scatter output) into one host chunk,
-results go from one host chunk straight into the tensors: a step holds two chunks of host
-memory beyond the model. Before the kernel runs on a chunk, the masters on the card are read
-back and compared bit for bit with the tensors (fp32), or with the bf16 rounding the card last
-returned (bf16): whatever changed a tensor since the last step (`p.data` edits, `load_state_dict`
-of the model, a broadcast) is picked up, element by element.
+Gradients stream from wherever they live (`p.grad`, a reduce-scatter output) to the card, through
+one host chunk only where a chunk mixes tensors; results go straight into the tensors: a step
+holds two chunks of host memory beyond the model, every scratch included. Before the kernel runs
+on a chunk, the masters on the card are compared bit for bit with the tensors (fp32: memcmp where
+the card's memory is host memory, after one readback into the free host chunk on a real card), or
+with the bf16 rounding the card last returned (bf16): whatever changed a tensor since the last
+step (`p.data` edits, `load_state_dict` of the model, a broadcast; -0.0 for 0.0, another NaN
+payload) is picked up, element by element.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -25,9 +30,14 @@ import torch
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
 from pynq_driver.device import Device
-from pynq_driver.shard import _BLOCK, ShardState, _all_finite, bits_equal
+from pynq_driver.shard import _BLOCK, DEFAULT_CHUNK_ELEMS, ShardState, _all_finite
 
+_BF16_BLOCK = 1 << 14  # elements per block of the bf16 masters' comparison (temporaries of 64 KiB at most)
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _finite_fp32(chunk: np.ndarray, zeros: np.ndarray, _blk: np.ndarray) -> bool:
+    return not np.isnan(np.dot(chunk, zeros[: chunk.size]))  # 0 when finite, NaN from any inf or NaN
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -97,6 +107,12 @@ class CardBucket:
         self.dtype = dtype
         self.kernel_dtype = _TORCH_FOR_KERNEL[dev.spec.grad_dtype]
         align = dev.stripes.beat_align()
+        # Tensors of at least half a chunk first, the small ones (biases, norms) packed together
+        # after them: a big tensor's chunks are its own (the card reads its gradient and writes its
+        # values in place), and the small ones share chunks instead of one kernel run each.
+        chunk = max(align, (chunk_elems or DEFAULT_CHUNK_ELEMS) // align * align)
+        slots = [s for s in slots if s.numel >= chunk // 2] + [s for s in slots if s.numel < chunk // 2]
+        self.slots = slots  # in card order
         off = 0
         for s in slots:
             s.offset = off
@@ -112,7 +128,6 @@ class CardBucket:
                 self.shard.close()
                 raise
         self.maximize = False
-        self._cmp = np.empty(2 * _BLOCK, np.bool_)  # comparisons and scans go block by block
 
     # ---- per-slot state on the card ------------------------------------------------------------
     def _ranges(self, s: Slot) -> list[tuple[int, int]]:
@@ -186,14 +201,15 @@ class CardBucket:
             return True
         shard = self.shard
         name = shard.spec.grad_dtype
-        step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block-sized scratch
+        step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block at a time
+        scratch = shard.host_chunks()[0]  # free until the step streams: the scan's scratch (bf16)
         for slots, *_ in runs:
             for s in slots:
                 g = s.grad()
                 for a in range(0, s.numel, step):
                     piece = g[a:a + step]
                     if piece.device.type == "cpu" and piece.is_contiguous():
-                        ok = _all_finite(_np(piece), name, self._cmp.view(np.uint8), shard._zeros)
+                        ok = _all_finite(_np(piece), name, scratch, shard._zeros)
                     else:
                         ok = bool(torch.isfinite(piece).all())
                     if not ok:
@@ -225,14 +241,18 @@ class CardBucket:
         torch gives them (empty) state and counts their steps, so do we."""
         return [s for s in self.slots if not s.numel and s.grad() is not None]
 
-    def run(self, runs: list[tuple[list[Slot], int, int, dict]], detect: bool = True) -> None:
-        """Stream the runs through the kernel; results land in the tensors, step counts advance."""
-        for s in self.empty_with_grad():
-            s.step += 1
-            s.has_state = True
+    def run(self, runs: list[tuple[list[Slot], int, int, dict]], detect: bool = True,
+            gate: Callable[[], bool] | None = None) -> bool:
+        """Stream the runs through the kernel; results land in the tensors, step counts advance.
+
+        `gate` (if given) is asked once the first piece is staged and its masters compared, before
+        anything is launched or counted; when it says False nothing changes and run returns False."""
         if not runs:
+            if gate is not None and not gate():
+                return False
+            self._count_empty()
             self.shard_step_changed()
-            return
+            return True
         slots = [s for r in runs for s in r[0]]
         starts = np.array([s.offset for s in slots])
         grads = {id(s): s.grad() for s in slots}
@@ -289,25 +309,37 @@ class CardBucket:
 
         def prepare(a: int, b: int, scratch: np.ndarray, tmp: np.ndarray) -> None:
             if kd == torch.float32:
-                own = direct(a, b)  # one parameter's chunk: compare stripe by stripe, no gathering
-                if own is not None and self.shard.state_equals("p", a, own.view(np.int32), tmp, self._cmp):
-                    return
+                # Each tensor's part against the card's masters, bit for bit, where both lie (memcmp;
+                # the card's copy read into `tmp` only where it is not host memory); a part that
+                # differs anywhere is written whole (equal elements are rewritten with the same bits).
+                blk = self.shard.host_chunks()[0]  # `scratch`'s whole chunk: free once the gradient is sent
+                for s, lo, hi in overlapping(a, b):
+                    cur = s.data()[lo:hi]
+                    if cur.device.type != "cpu":
+                        cur = cur.cpu()
+                    mine = _np(cur.contiguous())
+                    if not self.shard.state_equals("p", s.offset + lo, mine, tmp, blk):
+                        self.shard.write_range("p", s.offset + lo, mine, tmp)
+                return
             self.shard.read_range("p", a, scratch, tmp)
             for s, lo, hi in overlapping(a, b):
                 card = scratch[s.offset + lo - a:s.offset + hi - a]
                 cur = s.data()[lo:hi]
                 if cur.device.type != "cpu":
                     cur = cur.cpu()
-                if kd == torch.float32:
-                    if not bits_equal(card.view(np.int32), _np(cur).view(np.int32), self._cmp):
-                        self.shard.write_range("p", s.offset + lo, _np(cur), tmp)
-                else:  # the card holds fp32 masters of bf16 tensors: compare what it returned (bf16)
-                    from hls.golden import to_bf16_bits
+                # The card holds fp32 masters of bf16 tensors: compare what it returned (their bf16
+                # rounding), block by block so that the temporaries stay small.
+                from hls.golden import to_bf16_bits
 
-                    changed = to_bf16_bits(card) != _np(cur)  # bf16 only: a chunk of bools, rarely
+                now, dirty = _np(cur), False
+                for k in range(0, now.size, _BF16_BLOCK):
+                    mb, nb = card[k:k + _BF16_BLOCK], now[k:k + _BF16_BLOCK]
+                    changed = to_bf16_bits(mb) != nb
                     if changed.any():
-                        card[changed] = cur.to(torch.float32).numpy()[changed]
-                        self.shard.write_range("p", s.offset + lo, card, tmp)
+                        mb[changed] = (nb[changed].astype(np.uint32) << 16).view(np.float32)
+                        dirty = True
+                if dirty:
+                    self.shard.write_range("p", s.offset + lo, card, tmp)
 
         def drain(a: int, b: int, o: np.ndarray) -> None:
             ot = _torch(o, kd)
@@ -316,11 +348,71 @@ class CardBucket:
                 s.data()[lo:hi].copy_(ot[at - a:at - a + hi - lo])
 
         label = max(s.step for s in slots) + 1
-        self.shard.stream(self._pieces_plan(runs), fill, drain, prepare if detect else None, label, direct)
+        if not self.shard.stream(self._pieces_plan(runs), fill, drain, prepare if detect else None, label, direct,
+                                 gate):
+            return False
+        self._count_empty()
         for s in slots:
             s.step += 1
             s.has_state = True
         self.shard_step_changed()
+        return True
+
+    def _count_empty(self) -> None:
+        for s in self.empty_with_grad():
+            s.step += 1
+            s.has_state = True
+
+    def compare_units(self, runs: list[tuple[list[Slot], int, int, dict]]
+                      ) -> list[Callable[[np.ndarray], bool]] | None:
+        """The comparison of the runs' tensors with the card's masters (fp32) cut into chunk-sized
+        units that may run on any thread, each with its own block (a host chunk): what the stream's
+        `prepare` does piece by piece. None where the card's memory is not host memory (a readback
+        needs a second chunk per thread) or the masters are bf16's: the stream compares those."""
+        shard = self.shard
+        if self.kernel_dtype != torch.float32 or not runs:
+            return None if self.kernel_dtype != torch.float32 else []
+        probe = shard.parts[0].state["p"][0]
+        if shard.dev.host_view(probe, 0, 64) is None:
+            return None
+        units: list[Callable[[np.ndarray], bool]] = []
+        step = shard.chunk_elems
+        for slots, *_ in runs:
+            for s in slots:
+                data = s.data()
+                if data.device.type != "cpu" or not data.is_contiguous():
+                    return None
+                for a in range(0, s.numel, step):
+                    units.append(functools.partial(self._compare, s.offset + a, _np(data[a:a + step])))
+        return units
+
+    def _compare(self, at: int, mine: np.ndarray, blk: np.ndarray) -> bool:
+        if not self.shard.state_equals("p", at, mine, blk, blk):  # host memory: `tmp` is never used
+            self.shard.write_range("p", at, mine, blk)
+        return True
+
+    def scan_units(self, runs: list[tuple[list[Slot], int, int, dict]]
+                   ) -> tuple[list[Callable[[np.ndarray], bool]], bool]:
+        """The inf/NaN scan of the runs' gradients cut into chunk-sized units that may run on any
+        thread (fp32 host tensors: a dot product with zeros, GIL released, nothing allocated), and
+        the verdict of the rest, scanned here (bf16 with the host chunk as scratch, device tensors)."""
+        shard = self.shard
+        units: list[Callable[[np.ndarray], bool]] = []
+        if not runs:
+            return units, True
+        if shard._zeros is None:
+            return units, self.grads_finite(runs)
+        zeros, step = shard._zeros, shard.chunk_elems
+        for slots, *_ in runs:
+            for s in slots:
+                g = s.grad()
+                for a in range(0, s.numel, step):
+                    piece = g[a:a + step]
+                    if piece.device.type == "cpu" and piece.is_contiguous():
+                        units.append(functools.partial(_finite_fp32, _np(piece), zeros))
+                    elif not bool(torch.isfinite(piece).all()):
+                        return units, False
+        return units, True
 
     def shard_step_changed(self) -> None:
         """The shard's own count (checkpoints, placement) follows the slots: the highest of them."""

@@ -91,6 +91,12 @@ class Device:
         self._read(buf, out.reshape(-1).view(np.uint8), offset)
         return out
 
+    def host_view(self, buf: Buffer, offset: int, nbytes: int) -> np.ndarray | None:
+        """The bytes [offset, offset + nbytes) of `buf` as a read-only host array, without a copy,
+        when the backend's card memory is host memory (the software cards); None when reading them
+        takes a transfer (a real card: use `read`)."""
+        return None
+
     def write_reg(self, offset: int, value: int, cu: int = 0) -> None:
         """Write a register of compute unit `cu` (each CU has its own register file, as in XRT)."""
         self._check_open()

@@ -132,25 +132,35 @@ class ShardedBucket:
         return Slot(p, r.numel, data, grad)
 
     def fill(self, divide: bool) -> None:
-        """Every rank's chunks of every gradient into the bucket (zeros where there is none)."""
-        self.bucket.zero_()
+        """Every rank's chunks of every gradient into the bucket (zeros where there is none).
+
+        One pass: each chunk is copied and only the padding after it zeroed; dividing by a world
+        of one is skipped (x / 1 is x, bit for bit)."""
         for i, (p, r) in enumerate(zip(self.params, self.rows, strict=True)):
             g = p.grad
             self.present[i] = int(g is not None)
-            if g is None:
-                continue
-            if g.is_sparse:
+            if g is not None and g.is_sparse:
                 raise UserError("ShardedNicOptimizer does not support sparse gradients")
-            flat = g.detach().reshape(-1)
+            flat = None if g is None else g.detach().reshape(-1)
             for k in range(self.world):
                 lo, hi = r.of_rank(k)
                 at = k * self.seg_len + self.seg_offsets[i]
-                self.bucket[at:at + hi - lo].copy_(flat[lo:hi])
-        if divide:
+                used = 0 if flat is None else hi - lo
+                if used:
+                    self.bucket[at:at + used].copy_(flat[lo:hi])
+                if used < r.padded:
+                    self.bucket[at + used:at + r.padded].zero_()
+        tail = self.seg_len - self.seg_offsets[-1]  # an empty bucket's one element per rank
+        if tail:
+            self.bucket.view(self.world, self.seg_len)[:, self.seg_offsets[-1]:].zero_()
+        if divide and self.world > 1:
             self.bucket.div_(self.world)
 
     def gather(self, group: Any) -> None:
-        """Every rank's updated rows into every rank's parameters (through the bucket)."""
+        """Every rank's updated rows into every rank's parameters (through the bucket); a world of
+        one has them all already."""
+        if self.world == 1:
+            return
         send = self.shard_grad  # its gradient is used up: it carries this rank's rows now (in place)
         send.zero_()
         for p, r, off in zip(self.params, self.rows, self.seg_offsets, strict=False):
@@ -275,6 +285,9 @@ class ShardedNicOptimizer(CardOptimizer):
         if self.free_grads:
             for p in sb.params:
                 p.grad = None
+        if self.world == 1:  # the bucket is this rank's reduced gradient already (gloo would copy it whole)
+            sb.work, sb.reduced = None, True
+            return
         work = _reduce_scatter(sb.shard_grad, sb.bucket, group=self.process_group, async_op=async_op)
         # Which parameters have a gradient: any rank's (as DDP); one small all-reduce.
         dist.all_reduce(sb.present, op=dist.ReduceOp.MAX, group=self.process_group)
@@ -383,9 +396,13 @@ class ShardedNicOptimizer(CardOptimizer):
                 plans.append((sb, runs))
             local_inf = float(getattr(self, "found_inf", 0.0) or 0.0)  # the announced GradScaler contract
             check = self.skip_nonfinite or grad_scaler is not None or hasattr(self, "found_inf")
+            # The scan and the comparisons with the masters (where the card's memory is host
+            # memory) on two threads, before anything reaches the card (NicAdamW's `_prefix`).
+            finite, compared = self._prefix([(sb.card, runs) for sb, runs in plans], scan=check, wait=True)
             if check:
-                bad = torch.tensor([float(local_inf > 0 or not all(sb.card.grads_finite(runs) for sb, runs in plans))])
-                dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
+                bad = torch.tensor([float(local_inf > 0 or not finite)])
+                if self.world > 1:
+                    dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
                 if grad_scaler is not None and grad_scaler.is_enabled():
                     found = bad.to(grad_scaler._scale.device if grad_scaler._scale is not None else "cpu")
                     grad_scaler._per_optimizer_states[id(self)]["found_inf_per_device"] = {found.device: found}
@@ -395,7 +412,7 @@ class ShardedNicOptimizer(CardOptimizer):
                     return loss
             for sb, runs in plans:
                 sb.card.maximize = sb.maximize
-                sb.card.run(runs, detect=self.detect_changes)
+                sb.card.run(runs, detect=self.detect_changes and id(sb.card) not in compared)
                 if bool(sb.present.any()):
                     sb.gather(self.process_group)
         finally:

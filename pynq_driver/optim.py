@@ -20,9 +20,12 @@ Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
   they get gradients;
 - any change to a parameter between steps (`p.data` edits, `model.load_state_dict`, a broadcast)
   is picked up: before the kernel runs on a chunk, the masters on the card are compared bit for
-  bit with the parameters (bf16: with the bf16 rounding the card returned) and replaced where
-  they differ (`detect_changes=False` skips that readback, for scripts that never touch
-  parameters between steps: an edit would then be overwritten by the card's copy);
+  bit with the parameters (memcmp: -0.0 for 0.0 and another NaN payload count; bf16: with the
+  bf16 rounding the card returned) and replaced where they differ. Where the card's memory is
+  host memory (csim, golden) the comparisons and the inf/NaN scan run on two threads before the
+  first launch; on a card each chunk's masters are read back into the free host chunk as it
+  streams. `detect_changes=False` skips the comparison, for scripts that never touch parameters
+  between steps: an edit would then be overwritten by the card's copy;
 - `optimizer.state[p]` has `step`, `exp_avg`, `exp_avg_sq` (and `master_param` for bf16
   parameters): each read comes from the card, each assignment goes to it, `del` resets it, and
   a parameter has state once it stepped. Tools that read it (torch.distributed.checkpoint's
@@ -52,8 +55,10 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from typing import Any
 
@@ -279,8 +284,8 @@ class CardOptimizer(torch.optim.Optimizer):
                    chunk_elems: int | None, device_options: dict[str, Any]) -> None:
         self.kind = "adamw" if self._adamw else "adam"
         self.skip_nonfinite = bool(skip_nonfinite)
-        # Exact change detection (the card's masters read back and compared before every chunk).
-        # `detect_changes=False` saves that read for scripts that never touch parameters between
+        # Exact change detection (the card's masters compared with the parameters before every chunk).
+        # `detect_changes=False` saves that pass for scripts that never touch parameters between
         # steps; an edit then is overwritten by the card's copy at the next step.
         self.detect_changes = bool(device_options.pop("detect_changes", True))
         self.chunk_elems = chunk_elems
@@ -371,10 +376,10 @@ class CardOptimizer(torch.optim.Optimizer):
         return sum(12 * s.n for s in self.shards())
 
     def host_bytes(self) -> int:
-        """Host memory this optimizer holds for its steps: the shared pair of host chunks and each
-        bucket's block-sized scratch (the state itself is on the card)."""
+        """Host memory this optimizer holds for its steps: the shared pair of host chunks, every
+        scratch of a step included (the state itself is on the card)."""
         raw = getattr(self, "_host_raw", None) or ()
-        return sum(a.nbytes for a in raw) + sum(b._cmp.nbytes for bs in self._buckets for b in bs)
+        return sum(a.nbytes for a in raw)
 
     # ---- life cycle ------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -383,6 +388,10 @@ class CardOptimizer(torch.optim.Optimizer):
                                "create a new optimizer and load_state_dict a saved state_dict into it")
 
     def close(self) -> None:
+        worker = getattr(self, "_scan_worker", None)
+        if worker is not None:
+            worker.shutdown(wait=True)
+            self._scan_worker = None
         for buckets in getattr(self, "_buckets", []):
             for b in buckets:
                 b.close()
@@ -525,13 +534,96 @@ class CardOptimizer(torch.optim.Optimizer):
         plans = self._plan()
         if not plans:
             return loss
-        if self.skip_nonfinite and not all(b.grads_finite(runs) for b, runs in plans):
-            self.skipped_steps += 1
-            log.warning("%s: step skipped, a gradient holds inf or NaN (state unchanged)", self._who)
-            return loss
-        for b, runs in plans:
-            b.run(runs, detect=self.detect_changes)
+        # The inf/NaN scan, and where the card's memory is host memory the comparison of every
+        # tensor with its masters, run before the first launch on two threads (their units release
+        # the GIL), while the card is idle; elsewhere the comparison runs piece by piece in the
+        # stream and the scan beside the first piece's staging (the first launch waits for it).
+        verdict, compared = self._prefix(plans, scan=self.skip_nonfinite, wait=None)
+        if verdict is False:
+            return self._skipped(loss)
+        gate = verdict if callable(verdict) else None
+        for i, (b, runs) in enumerate(plans):
+            detect = self.detect_changes and id(b) not in compared
+            if not b.run(runs, detect=detect, gate=gate if i == 0 else None):
+                return self._skipped(loss)
         return loss
+
+    def _prefix(self, plans: list[tuple[CardBucket, list[Any]]], *, scan: bool, wait: bool | None
+                ) -> tuple[Any, set[int]]:
+        """Start the step's host work that precedes the card: the inf/NaN scan (if `scan`) and the
+        comparisons that can run anywhere (`CardBucket.compare_units`). Returns (verdict, ids of the
+        buckets compared): verdict True/False when the units ran here (always when some bucket was
+        compared, or `wait`), else a callable giving it later (a stream gate)."""
+        units: list[Callable[[np.ndarray], bool]] = []
+        if scan:
+            for b, runs in plans:
+                more, ok = b.scan_units(runs) if b.shard is not None else ([], True)
+                if not ok:
+                    return False, set()
+                units += more
+        compared: set[int] = set()
+        if self.detect_changes:
+            for b, runs in plans:
+                more = b.compare_units(runs) if b.shard is not None else None
+                if more is not None:
+                    units += more
+                    compared.add(id(b))
+        if not units:
+            return True, compared
+        run = _Scan(units, self._scan_pool(), self._host_raw)
+        if compared or wait:
+            return run.finish(), compared
+        return run.finish, compared
+
+    def _skipped(self, loss: Any) -> Any:
+        self.skipped_steps += 1
+        log.warning("%s: step skipped, a gradient holds inf or NaN (state unchanged)", self._who)
+        return loss
+
+    def _scan_pool(self) -> ThreadPoolExecutor:
+        pool = getattr(self, "_scan_worker", None)
+        if pool is None:
+            pool = self._scan_worker = ThreadPoolExecutor(1, thread_name_prefix="nic-scan")
+        return pool
+
+
+class _Scan:
+    """A step's scan and comparison units on two threads: the worker takes units from the front,
+    the caller of `finish` from the back, until they meet or one finds inf/NaN. Each thread hands
+    its units its own block (a host chunk). numpy's dot products and copies and memcmp release
+    the GIL, so the two run at once."""
+
+    def __init__(self, units: list[Callable[[np.ndarray], bool]], pool: ThreadPoolExecutor,
+                 blocks: tuple[np.ndarray, np.ndarray]) -> None:
+        self.units = units
+        self.lock = threading.Lock()
+        self.lo, self.hi = 0, len(units)
+        self.bad = False
+        self.blocks = blocks
+        self.future = pool.submit(self._work, True) if units else None
+
+    def _take(self, front: bool) -> Callable[[np.ndarray], bool] | None:
+        with self.lock:
+            if self.bad or self.lo >= self.hi:
+                return None
+            if front:
+                self.lo += 1
+                return self.units[self.lo - 1]
+            self.hi -= 1
+            return self.units[self.hi]
+
+    def _work(self, front: bool) -> None:
+        blk = self.blocks[1 if front else 0]
+        while (unit := self._take(front)) is not None:
+            if not unit(blk):
+                self.bad = True
+
+    def finish(self) -> bool:
+        """Help until every unit ran (or one found inf/NaN): True when all gradients are finite."""
+        self._work(False)
+        if self.future is not None:
+            self.future.result()
+        return not self.bad
 
 
 def _as_step(value: Any, who: str) -> int:

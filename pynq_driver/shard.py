@@ -12,6 +12,8 @@ until a checkpoint is loaded.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import json
 import logging
@@ -108,20 +110,37 @@ def _all_finite(chunk: np.ndarray, dtype_name: str, scratch: np.ndarray, zeros: 
     return bool(np.isfinite(chunk, out=scratch[: chunk.size].view(np.bool_)).all())
 
 
-_BLOCK = 1 << 16  # elements per comparison block (cache-sized, no chunk-sized temporaries)
+_BLOCK = 1 << 16  # elements per block of a scan or fallback comparison (no chunk-sized temporaries)
 
 
-def bits_equal(a: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> bool:
-    """a == b bit for bit (same-shape integer views, 1-D or rows), block by block into a small
-    bool scratch."""
-    cols = a.shape[1] if a.ndim == 2 else 1
-    step = max(1, _BLOCK // cols)
-    for k in range(0, a.shape[0], step):
-        x, y = a[k:k + step], b[k:k + step]
-        ne = np.not_equal(x, y, out=scratch[: x.size].reshape(x.shape))
-        if ne.any():
-            return False
-    return True
+def _load_memcmp() -> Any:
+    """libc's memcmp through ctypes (None where no C library is found): compares at memory speed,
+    allocates nothing, and runs without the GIL (ctypes releases it), so a kernel thread runs on."""
+    for name in (None, ctypes.util.find_library("c"), "msvcrt"):
+        try:
+            fn = ctypes.CDLL(name).memcmp
+        except (OSError, AttributeError, TypeError):
+            continue
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        return fn
+    return None
+
+
+_MEMCMP = _load_memcmp()
+
+
+def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the contiguous arrays `a` and `b` hold the same bytes: bit patterns, so -0.0 differs
+    from 0.0 and NaNs with different payloads differ (what "unchanged" means for a master)."""
+    if a.nbytes != b.nbytes:
+        return False
+    if not a.nbytes:
+        return True
+    if _MEMCMP is not None:
+        return _MEMCMP(a.ctypes.data, b.ctypes.data, a.nbytes) == 0
+    x, y = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
+    return all(np.array_equal(x[i:i + _BLOCK], y[i:i + _BLOCK]) for i in range(0, x.size, _BLOCK))
 
 
 def _cu_ranges(n: int, cus: int, align: int) -> list[tuple[int, int]]:
@@ -466,8 +485,10 @@ class ShardState:
         return out
 
     def host_chunks(self) -> tuple[np.ndarray, np.ndarray]:
-        """The two host chunks a streamed step uses: 4 bytes x chunk (gradient, then the masters to
-        compare) and one output chunk. Allocated once, on first use."""
+        """The two host chunks a streamed step uses: 4 bytes x chunk (the inf/NaN scan's scratch,
+        then each piece's gradient, then the gathered stripes of its masters' comparison) and one
+        output chunk (the card's copy of the masters where it must be read back). Allocated once,
+        on first use."""
         if self._host_chunks is None:
             self._host_chunks = (np.empty(4 * self.chunk_elems, np.uint8),
                                  np.empty(self.chunk_elems, _OUT_NP[self.spec.out_dtype]))
@@ -493,30 +514,49 @@ class ShardState:
                 self._get_via(pt.state[array], out[a - lo:b - lo], self._state_beat(pt, a), tmp)
         return out
 
-    def state_equals(self, array: str, lo: int, expect: np.ndarray, tmp: np.ndarray, cmp: np.ndarray) -> bool:
-        """Whether state array `array` at [lo, lo + expect.size) holds exactly `expect` (a 32-bit
-        integer view), read stripe by stripe into `tmp` and compared in place (no gathering)."""
+    def state_equals(self, array: str, lo: int, expect: np.ndarray, tmp: np.ndarray, blk: np.ndarray) -> bool:
+        """Whether state array `array` at [lo, lo + expect.size) holds exactly the bits of `expect`
+        (a contiguous array of 4-byte elements), with no temporaries: each stripe is compared where
+        it lies when card memory is host memory (`Device.host_view`), else read into `tmp` (uint8
+        scratch of a chunk's bytes) first; the beats of `expect` a stripe holds are gathered block by
+        block into `blk` (uint8 scratch, a chunk's bytes: a stripe in one go, measured fastest) and
+        compared with memcmp."""
         self._check_open()
+        want_all = expect.reshape(-1).view(np.uint8)
+        beats_per_blk = blk.size // 64
+        if beats_per_blk < 1:
+            raise UserError(f"state_equals: the gathering scratch holds {blk.size} bytes; it needs one 64-byte beat")
+        gathered = blk[: beats_per_blk * 64].view("V64")
         for pt, a, b in self.pieces(lo, lo + expect.size):
-            want = expect[a - lo:b - lo]
+            want = want_all[4 * (a - lo):4 * (b - lo)]
             bufs = pt.state[array]
             stripes = len(bufs)
-            beat0 = self._state_beat(pt, a)
-            full = want.size // 16
-            nb = -(-want.size // 16)
-            rows = want[: full * 16].reshape(full, 16)
+            offset = 64 * self._state_beat(pt, a)
+            full = want.size // 64
+            nb = -(-want.size // 64)
+            beats = want[: full * 64].view("V64")
             for k, buf in enumerate(bufs):
-                cnt, jfull = layout.stripe_beats(nb, stripes, k), layout.stripe_beats(full, stripes, k)
+                cnt = layout.stripe_beats(nb, stripes, k)
                 if not cnt:
                     continue
-                t = tmp[: cnt * 64]
-                self.dev.read(buf, t, 64 * beat0)
-                got = t.view(np.int32)
-                if not bits_equal(got[: jfull * 16].reshape(jfull, 16), rows[k::stripes], cmp):
-                    return False
-                if jfull < cnt:
-                    tail = want[full * 16:]
-                    if not np.array_equal(got[jfull * 16: jfull * 16 + tail.size], tail):
+                card = self.dev.host_view(buf, offset, cnt * 64)
+                if card is None:  # a real card: the stripe comes over once, into the free host chunk
+                    card = self.dev.read(buf, tmp[: cnt * 64], offset)
+                if stripes == 1:
+                    if not same_bytes(want, card[: want.size]):
+                        return False
+                    continue
+                mine = beats[k::stripes]  # this stripe's whole beats of `expect`, in place
+                for j in range(0, mine.size, beats_per_blk):
+                    part = mine[j:j + beats_per_blk]
+                    g = gathered[: part.size]
+                    g[...] = part
+                    if not same_bytes(g, card[64 * j:64 * (j + part.size)]):
+                        return False
+                if mine.size < cnt:  # this stripe holds the partial last beat
+                    tail = want[full * 64:]
+                    at = 64 * mine.size
+                    if not same_bytes(tail, card[at:at + tail.size]):
                         return False
         return True
 
@@ -532,23 +572,26 @@ class ShardState:
                 self._put_via(pt.state[array], data[a - lo:b - lo], self._state_beat(pt, a), tmp)
 
     def stream(self, runs: list[tuple[int, int, dict[str, int]]], fill: Any, drain: Any, prepare: Any = None,
-               step: int | None = None, direct: Any = None) -> None:
+               step: int | None = None, direct: Any = None, gate: Any = None) -> bool:
         """Run the kernel over ranges of the shard, each with its own scalar registers, double-buffered.
 
         `runs`: (lo, hi, register bits). For every piece (chunk) [a, b): `fill(a, b, g)` writes its
-        gradient into the host chunk `g` (grad dtype), `prepare(a, b, scratch)` may read and fix the
-        masters on the card before the kernel runs (scratch: float32 chunk), `drain(a, b, o)` takes
+        gradient into the host chunk `g` (grad dtype), `prepare(a, b, scratch, tmp)` may compare and
+        fix the masters on the card before the kernel runs (the gradient is on the card by then:
+        `scratch` is its host chunk as float32, `tmp` the free output chunk's bytes), `drain(a, b, o)` takes
         the output chunk `o` (out dtype). `fill` may instead return an array to send as it is
         (the gradient's own memory), and `direct(a, b)` may return the array the output goes to
         (the parameter's own memory), saving a host copy each. The host holds these two chunks
-        and nothing else; no checks on the values run here (the caller checks before calling).
+        and nothing else; no checks on the values run here (the caller checks before calling, or
+        hands over `gate`: asked once the first piece is staged and prepared, before the first
+        launch; False leaves the state as it was and returns False, else True once all ran).
         """
         self._check_open()
         if self.inconsistent:
             raise StateError(f"{self.inconsistent}; load a checkpoint (load_state_dict / ShardState.load) first")
         work = [(pt, a, b, bits) for lo, hi, bits in runs for pt, a, b in self.pieces(lo, hi)]
         if not work:
-            return
+            return gate is None or bool(gate())
         raw, obuf = self.host_chunks()
         gbuf = raw[: self.chunk_elems * self.spec.grad_bytes].view(_GRAD_NP[self.spec.grad_dtype])
         pbuf = raw.view(np.float32)
@@ -582,6 +625,8 @@ class ShardState:
 
         try:
             stage(0)
+            if gate is not None and not gate():  # nothing launched: the state is as it was
+                return False
             launch(0)
             for i in range(1, len(work)):
                 stage(i)  # overlaps the kernel on piece i-1
@@ -590,6 +635,7 @@ class ShardState:
                 collect(i - 1)  # overlaps the kernel on piece i
             work[-1][0].runner.wait()
             collect(len(work) - 1)
+            return True
         except BaseException as exc:
             if launched:
                 self.inconsistent = (
@@ -822,4 +868,4 @@ def _numel(x: Any) -> int:
     raise BadGradient(f"params: expected a numpy array or torch tensor, got {type(x).__name__}")
 
 
-__all__ = ["ShardState", "DeviceError", "bits_equal", "default_chunk_elems", "read_state_file", "host_array"]
+__all__ = ["ShardState", "DeviceError", "default_chunk_elems", "host_array", "read_state_file", "same_bytes"]

@@ -108,6 +108,15 @@ class SoftDevice(Device):
     def _read(self, buf: Buffer, out: np.ndarray, offset: int) -> None:
         out[...] = buf.handle[offset : offset + out.nbytes]
 
+    def host_view(self, buf: Buffer, offset: int, nbytes: int) -> np.ndarray:
+        """Card memory is host memory here: the buffer's bytes themselves (read-only view)."""
+        self._check_open()
+        buf.check(offset, nbytes)
+        view = buf.handle[offset : offset + nbytes]
+        view = view.view()
+        view.flags.writeable = False
+        return view
+
     def _view(self, cu: _CuState, cu_index: int, name: str, nbytes: int) -> np.ndarray:
         """The bytes pointer argument `name` reaches: nbytes at the address in its registers."""
         off = int(self._args[name]["offset"])

@@ -238,3 +238,117 @@ def test_detect_changes_off_is_the_documented_opt_out():
     task.loss(model, x, y).backward()
     nic.step()
     assert w.abs().max().item() > 1e-3  # the card's copy won, as documented
+
+
+# ---- exact change detection: bit patterns, every stripe, chunk and tail (issue 15, point 6) --------
+def _card_without_host_memory(dev):
+    """A test double of a real card's memory: not host memory, so the masters are read back."""
+    dev.host_view = lambda buf, offset, nbytes: None
+    return dev
+
+
+@pytest.mark.parametrize("stripes", [1, 2, 3])
+@pytest.mark.parametrize("readback", [False, True], ids=["host-view", "readback"])
+def test_state_equals_sees_every_bit_of_every_stripe(stripes, readback):
+    import numpy as np
+
+    from hls.spec import KernelSpec
+    from pynq_driver.backends import open_device
+    from pynq_driver.shard import ShardState
+
+    dev = open_device("golden", spec=KernelSpec(stripes=stripes))
+    if readback:
+        _card_without_host_memory(dev)
+    align = dev.stripes.beat_align()
+    chunk = 4 * align
+    n = 3 * chunk + align + 7  # several chunks, and a last beat that is partly used
+    rng = np.random.default_rng(stripes)
+    p = rng.standard_normal(n, dtype=np.float32)
+    bits = p.view(np.int32)
+    zeros_at = [0, 16, n - 1]
+    p[zeros_at] = 0.0
+    bits[chunk + 3] = 0x7FC00001  # a quiet NaN with a payload
+    with ShardState(dev, p, chunk) as sh:
+        tmp, blk = np.empty(4 * chunk, np.uint8), np.empty(4 * chunk, np.uint8)
+        assert sh.state_equals("p", 0, bits, tmp, blk)
+        assert sh.state_equals("p", chunk, bits[chunk:], tmp, blk)
+        # one element in each stripe's beats, at chunk starts and ends, in the partial last beat
+        where = sorted({0, 16, 16 * stripes + 5, chunk - 1, chunk, chunk + 3, 2 * chunk + 16 * (stripes - 1) + 1,
+                        n - 8, n - 1})
+        for i in where:
+            for flip in (np.int32(-2**31), np.int32(1), np.int32(3)):  # sign (-0.0 for 0.0), lowest bits, payload
+                q = bits.copy()
+                q[i] ^= flip
+                assert not sh.state_equals("p", 0, q, tmp, blk), (i, flip)
+                lo = i // chunk * chunk
+                assert not sh.state_equals("p", lo, q[lo:], tmp, blk), (i, flip)
+        assert sh.state_equals("p", 0, bits, tmp, blk)
+
+
+@pytest.mark.parametrize("readback", [False, True], ids=["host-view", "readback"])
+def test_edits_of_single_bits_reach_the_card(readback):
+    """-0.0 for 0.0, another NaN payload, one ulp: the card takes each edit (lr=0 keeps the values,
+    so the parameter after the step shows the master the card used, bit for bit)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(100, 37), torch.nn.Linear(37, 5))
+    nic = NicAdamW(model.parameters(), lr=0.0, weight_decay=0.0, backend="golden", chunk_elems=1024)
+    if readback:
+        for s in nic.shards():
+            _card_without_host_memory(s.dev)
+
+    def step():
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        nic.step()
+
+    step()
+    w, b = model[0].weight.data.view(-1).view(torch.int32), model[0].bias.data.view(torch.int32)
+    edits = [(w, 5, 0x7FC00001), (w, 6, 0), (w, 1024 + 16, 0), (w, w.numel() - 1, 0), (b, 3, 0)]
+    for t, i, v in edits:
+        t[i] = v
+    step()
+    for t, i, v in edits:
+        assert t[i].item() == v
+    second = [(w, 5, 0x7FC00002), (w, 6, -2**31), (w, 1024 + 16, -2**31), (w, w.numel() - 1, -2**31),
+              (b, 3, -2**31), (w, 2000, w[2000].item() ^ 1)]
+    for t, i, v in second:
+        t[i] = v
+    step()
+    for t, i, v in second:
+        assert t[i].item() == v, (i, hex(v))
+    nic.close()
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last", "second-group"])
+def test_a_nonfinite_gradient_anywhere_leaves_everything_as_it_was(where):
+    """The inf/NaN scan runs on two threads beside the first piece's staging; wherever the bad value
+    is, nothing on the card changes (state, step counts) and the parameters keep their values."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.Linear(48, 40))
+    groups = [{"params": list(model[0].parameters())}, {"params": list(model[1].parameters()), "lr": 1e-2}]
+    nic = NicAdamW(groups, lr=3e-3, backend="golden", chunk_elems=512)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    nic.step()
+    before = {k: v.clone() for k, v in nic.state_dict()["state"][0].items()}
+    params = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    w0, w1 = model[0].weight.grad.view(-1), model[1].weight.grad.view(-1)
+    {"first": w0, "middle": w0, "last": w0, "second-group": w1}[where][
+        {"first": 0, "middle": w0.numel() // 2, "last": w0.numel() - 1, "second-group": 700}[where]] = float("nan")
+    model[0].weight.data[0, 0] = 0.5  # an edit: the comparison may take it, the step must not happen
+    nic.step()
+    assert nic.skipped_steps == 1
+    after = nic.state_dict()["state"][0]
+    for k in ("exp_avg", "exp_avg_sq", "step"):
+        assert torch.equal(after[k], before[k]), k
+    assert all(nic._slots[id(p)][1].step == 1 for p in model.parameters())
+    for p, q in zip(list(model.parameters())[1:], params[1:], strict=True):
+        assert torch.equal(p.detach(), q)
+    assert model[0].weight.data[0, 0].item() == 0.5
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    nic.step()  # and the next step runs from the edited value
+    assert nic.skipped_steps == 1 and nic._slots[id(model[0].weight)][1].step == 2
+    nic.close()
