@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         if args.write_results:
             from hls.bench_report import write_synth_section
 
-            rep["command"] = "optimusnic synth --timing --write-results"
+            rep["command"] = (f"optimusnic synth --target {spec.target} --timing --full-lanes "
+                              f"{','.join(map(str, args.full_lanes))} --write-results")
             print(f"written: {write_synth_section(rep)}", file=sys.stderr)
         if args.json:
             emit_json(rep)
