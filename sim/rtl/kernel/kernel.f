@@ -1,4 +1,5 @@
 onic_fifo.v
+onic_skid.v
 onic_stripe_beats.v
 onic_axi_rd.v
 onic_axi_wr.v
