@@ -11,7 +11,8 @@ dumps the netlist. From it:
 - fan-out: the loads (cell input pins and top output ports) of every net bit; the clock is left
   out.
 
-Run: `python tests/rtl_netlist.py <top> <file.v|-f list.f> ...` prints both as JSON.
+Run: `python tests/rtl_netlist.py <top> <file.v|-f list.f> ...` prints both as JSON (and the
+deepest path); `python tests/rtl_netlist.py --netlist net.json <top>` analyses a saved netlist.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def analyse(netlist: Path, top: str | None = None) -> dict[str, Any]:
 
     sys.setrecursionlimit(100000)
     endpoints: list[int] = []
-    for cname, cell in cells.items():
+    for cell in cells.values():
         ctype = cell["type"]
         if ctype.startswith(("LUT", "INV")) or ctype in _PASS:
             continue
@@ -120,6 +121,28 @@ def analyse(netlist: Path, top: str | None = None) -> dict[str, Any]:
     lut_levels = max((depth(b, True) for b in endpoints), default=0)
     logic_levels = max((depth(b, False) for b in endpoints), default=0)
 
+    def trace(bit: int) -> list[int]:
+        """The deepest LUT path ending at net `bit`, start point first."""
+        path = [bit]
+        while True:
+            drv = drivers.get(path[-1])
+            if drv is None:
+                break
+            cell = cells[drv[0]]
+            ctype = cell["type"]
+            dirs = cell.get("port_directions", {})
+            if ctype.startswith(("LUT", "INV")) or ctype in _PASS:
+                pins = [p for p in cell["connections"] if dirs.get(p, "input") == "input"]
+            elif ctype.startswith(("SRL", "RAM32", "RAM64", "RAM128", "RAM256", "RAM512")):
+                pins = [p for p in cell["connections"] if p in _ADDR_PINS]
+            else:
+                break
+            ins = [b for p in pins for b in cell["connections"][p] if isinstance(b, int)]
+            if not ins:
+                break
+            path.append(max(ins, key=lambda b: depth(b, True)))
+        return path[::-1]
+
     names: dict[int, str] = {}
     for nname, net in mod["netnames"].items():
         hidden = net.get("hide_name", 0)
@@ -130,8 +153,10 @@ def analyse(netlist: Path, top: str | None = None) -> dict[str, Any]:
     types: dict[str, int] = defaultdict(int)
     for cell in cells.values():
         types[cell["type"]] += 1
+    worst = max(endpoints, key=lambda b: depth(b, True), default=None)
     return {
         "top": name,
+        "worst_path": [names.get(b, str(b)) for b in trace(worst)] if worst is not None else [],
         "lut_levels": lut_levels,
         "logic_levels": logic_levels,
         "max_fanout": fanout[0][0] if fanout else 0,
@@ -154,6 +179,9 @@ def _sources(args: list[str]) -> list[Path]:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--netlist":  # analyse a netlist written before: --netlist net.json top
+        print(json.dumps(analyse(Path(sys.argv[2]), sys.argv[3]), indent=1))
+        sys.exit(0)
     top_name = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
         js = Path(tmp) / "net.json"
