@@ -18,6 +18,7 @@ deepest path); `python tests/rtl_netlist.py --netlist net.json <top>` analyses a
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -47,7 +48,7 @@ def synth(top: str, sources: list[Path], json_out: Path, defines: dict[str, str]
                    stdout=subprocess.DEVNULL)
 
 
-def analyse(netlist: Path, top: str | None = None) -> dict[str, Any]:
+def analyse(netlist: Path, top: str | None = None, deep_over: int = 6) -> dict[str, Any]:
     """LUT levels, logic levels and the highest-fan-out non-clock nets of a JSON netlist."""
     data = json.loads(netlist.read_text())
     mods = data["modules"]
@@ -154,12 +155,25 @@ def analyse(netlist: Path, top: str | None = None) -> dict[str, Any]:
     for cell in cells.values():
         types[cell["type"]] += 1
     worst = max(endpoints, key=lambda b: depth(b, True), default=None)
+    # where the paths deeper than `deep_over` LUT levels are: instance of the first and last named
+    # net on each, with the deepest level seen
+    deep: dict[str, int] = {}
+    for b in endpoints:
+        d = depth(b, True)
+        if d <= deep_over:
+            continue
+        named = [names.get(x, "$") for x in trace(b)]
+        named = [n for n in named if not n.startswith("$")] or ["?"]
+        key = f"{named[0].rsplit('.', 1)[0] if '.' in named[0] else '(top)'} -> " \
+              f"{named[-1].rsplit('.', 1)[0] if '.' in named[-1] else '(top)'}"
+        deep[key] = max(deep.get(key, 0), d)
     return {
         "top": name,
         "worst_path": [names.get(b, str(b)) for b in trace(worst)] if worst is not None else [],
         "lut_levels": lut_levels,
         "logic_levels": logic_levels,
         "max_fanout": fanout[0][0] if fanout else 0,
+        "deep_paths": dict(sorted(deep.items(), key=lambda kv: -kv[1])),
         "max_fanout_nets": [{"net": names.get(b, str(b)), "loads": n} for n, b in fanout],
         "cells": dict(sorted(types.items())),
     }
@@ -186,4 +200,6 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         js = Path(tmp) / "net.json"
         synth(top_name, _sources(sys.argv[2:]), js)
+        if os.environ.get("RTL_NETLIST_KEEP"):  # keep the netlist for --netlist
+            shutil.copy(js, os.environ["RTL_NETLIST_KEEP"])
         print(json.dumps(analyse(js, top_name), indent=1))

@@ -99,10 +99,9 @@ module onic_adam_core #(
     localparam [CW-1:0] CREDITS = {1'b1, {OUT_FIFO_LOG2{1'b0}}};
 
     /* resets: the lanes' own copies, and the tail's (FIFOs and credits) held one clock longer */
-    (* keep = "true" *) reg [LANES-1:0] lane_rst_reg;
+    wire [LANES-1:0] lane_rst;
     reg tail_rst_d_reg;
     always @(posedge clk) begin
-        lane_rst_reg   <= {LANES{rst}};
         tail_rst_d_reg <= rst;
     end
     wire tail_rst = rst || tail_rst_d_reg;
@@ -194,6 +193,8 @@ module onic_adam_core #(
         for (l = 0; l < LANES; l = l + 1) begin : g_lane
             wire [31:0] y;
             wire [31:0] grad;
+            // each lane's own registered reset (a kept copy: ~120 valid bits per lane)
+            onic_dup_reg rst_copy_inst (.clk(clk), .d(rst), .q(lane_rst[l]));
             if (GW == 32) begin : g_g32
                 assign grad = in_grad_reg[l*32 +: 32];
             end else begin : g_g16
@@ -205,7 +206,7 @@ module onic_adam_core #(
                 .OUT_BF16(OUT_BF16),
                 .TAG_WIDTH(1)
             ) lane_inst (
-                .clk(clk), .rst(lane_rst_reg[l]),
+                .clk(clk), .rst(lane_rst[l]),
                 .gs(gs), .wd(wd), .b1(b1), .omb1(omb1), .b2(b2), .omb2(omb2), .rbc2(rbc2), .eps(eps),
                 .step_size(step_size),
                 .in_valid(in_valid_reg),

@@ -41,7 +41,7 @@ module onic_fifo #(
 );
 
     localparam integer DEPTH = 1 << DEPTH_LOG2;
-    localparam [DEPTH_LOG2:0] DEPTH_C = {1'b1, {DEPTH_LOG2{1'b0}}};
+    localparam [DEPTH_LOG2:0] ALMOST = {1'b0, {DEPTH_LOG2{1'b1}}};  // one word short of full
 
     initial begin
         if (DEPTH_LOG2 < 1 || DEPTH_LOG2 > 16) begin
@@ -103,7 +103,12 @@ module onic_fifo #(
                 rd_ptr_reg <= rd_ptr_reg + 1'b1;
             end
             count_reg <= count_next;
-            full_reg  <= count_next == DEPTH_C;
+            // from registers and push/pop only (no carry chain after push)
+            if (push && !pop) begin
+                full_reg <= count_reg == ALMOST;
+            end else if (pop && !push) begin
+                full_reg <= 1'b0;
+            end
             if (rd_en) begin
                 ram_q_valid_reg <= 1'b1;
             end else if (advance) begin
