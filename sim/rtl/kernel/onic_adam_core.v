@@ -70,7 +70,7 @@ module onic_adam_core #(
     input  wire                  s_v_valid,
     output wire                  s_v_ready,
 
-    /* vectors out (one valid, every path must be ready; m_valid does not wait for the readys) */
+    /* vectors out (one valid, high only when every path is ready: the readys must not depend on it) */
     output wire [LANES*32-1:0]   m_p_data,
     output wire [LANES*32-1:0]   m_m_data,
     output wire [LANES*32-1:0]   m_v_data,
@@ -128,8 +128,11 @@ module onic_adam_core #(
     wire fire = credit_ok_reg && left_nz_reg && all_valid;
 
     wire fifo_p_valid, fifo_m_valid, fifo_v_valid, fifo_y_valid;
-    assign m_valid = fifo_p_valid && fifo_m_valid && fifo_v_valid && fifo_y_valid;
-    wire pop = m_valid && m_p_ready && m_m_ready && m_v_ready && m_y_ready;
+    // a fork: each output path takes the vector only when all four do, so m_valid waits for all
+    // four readys (they must not depend on m_valid)
+    wire pop = fifo_p_valid && fifo_m_valid && fifo_v_valid && fifo_y_valid &&
+               m_p_ready && m_m_ready && m_v_ready && m_y_ready;
+    assign m_valid = pop;
 
     always @(posedge clk) begin
         if (rst) begin
