@@ -190,13 +190,28 @@ module fp32_div #(
         end
     endgenerate
 
-    /* stage QBITS+4: overflow test, right shift with sticky for a subnormal result */
-    wire [10:0] q_exp     = it_exp_reg[QBITS];
-    wire        q_ovf     = !q_exp[10] && (q_exp[9:0] >= 10'd255);
-    wire        q_sub     = q_exp[10] || (q_exp == 11'd0);
-    wire [10:0] q_sh_full = 11'd1 - q_exp;
-    // shifting by QBITS already moves every quotient bit into the sticky
-    wire [4:0]  q_sh      = !q_sub ? 5'd0 : ((q_sh_full > 11'd26) ? 5'd26 : q_sh_full[4:0]);
+    /* stage QBITS+4: overflow test, right shift with sticky for a subnormal result. The exponent
+       does not change through the recurrence, so its tests and the shift amount are computed
+       from the last iteration's input and registered beside its output (not in this stage's
+       path: the shift then starts from a register). */
+    wire [10:0] p_exp     = it_exp_reg[QBITS-1];
+    wire [10:0] p_sh_full = 11'd1 - p_exp;
+    wire        p_sub     = p_exp[10] || (p_exp == 11'd0);
+    reg         q_ovf_reg;
+    reg         q_sub_reg;
+    reg  [4:0]  q_sh_reg;
+    always @(posedge clk) begin
+        if (ce) begin
+            q_ovf_reg <= !p_exp[10] && (p_exp[9:0] >= 10'd255);
+            q_sub_reg <= p_sub;
+            // shifting by QBITS already moves every quotient bit into the sticky
+            q_sh_reg  <= !p_sub ? 5'd0 : ((p_sh_full > 11'd26) ? 5'd26 : p_sh_full[4:0]);
+        end
+    end
+    wire [7:0]  q_exp     = it_exp_reg[QBITS][7:0];
+    wire        q_ovf     = q_ovf_reg;
+    wire        q_sub     = q_sub_reg;
+    wire [4:0]  q_sh      = q_sh_reg;
     // bit 51 is the hidden 1 of a normal result, which the packed format drops
     /* verilator lint_off UNUSEDSIGNAL */
     wire [51:0] q_shifted = {it_quo_reg[QBITS], 26'd0} >> q_sh;

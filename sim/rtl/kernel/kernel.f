@@ -1,4 +1,6 @@
 onic_fifo.v
+onic_skid.v
+onic_dup_reg.v
 onic_stripe_beats.v
 onic_axi_rd.v
 onic_axi_wr.v

@@ -8,9 +8,19 @@
 /*
  * Takes one vector of LANES elements from each of grad, p, m and v per clock (when all four
  * have one), runs it through LANES onic_adam_lane instances, and offers the updated p, m, v
- * and output vectors together. The lanes run on a shared clock enable that is high whenever
- * all four output paths can take a vector, so a stalled write port freezes the chain instead
- * of dropping data. Exactly ceil(n / LANES) vectors are taken per run; the last one is marked.
+ * and output vectors together. Exactly ceil(n / LANES) vectors are taken per run; the last one
+ * is marked.
+ *
+ * Elastic: the lanes run free (no clock enable; a valid bit travels with each vector) into four
+ * output FIFOs (p with the last mark, m, v, y), which pop together when every output path is
+ * ready. A registered credit counter holds the FIFOs' free space minus the vectors in flight
+ * (input register and lanes): a vector is admitted only when a credit is left, so the FIFOs can
+ * never overflow and a stalled write port stops admission instead of freezing the lanes. The
+ * FIFOs are 2^OUT_FIFO_LOG2 deep, more than the lane latency (111 clocks at most) plus the
+ * credit loop (3 clocks), so the credits never run out while the outputs keep up.
+ * The vectors are registered on the way in; the lanes' reset is a registered copy per lane
+ * (it resets their valid bits only), the FIFOs and credits stay in reset one clock longer so
+ * nothing the lanes still held when reset came is kept.
  */
 module onic_adam_core #(
     // update lanes (elements per clock): 1, 2, 4, 8 or 16
@@ -24,7 +34,9 @@ module onic_adam_core #(
     // bits per gradient element (derived)
     parameter integer GW = (GRAD_FMT == 0) ? 32 : 16,
     // bits per output element (derived)
-    parameter integer OW = (OUT_BF16 != 0) ? 16 : 32
+    parameter integer OW = (OUT_BF16 != 0) ? 16 : 32,
+    // log2 of the output FIFO depth in vectors (at least the lane latency + 3; block RAM)
+    parameter integer OUT_FIFO_LOG2 = 8
 ) (
     input  wire                  clk,
     input  wire                  rst,
@@ -58,7 +70,7 @@ module onic_adam_core #(
     input  wire                  s_v_valid,
     output wire                  s_v_ready,
 
-    /* vectors out (one valid, every path must be ready) */
+    /* vectors out (one valid, high only when every path is ready: the readys must not depend on it) */
     output wire [LANES*32-1:0]   m_p_data,
     output wire [LANES*32-1:0]   m_m_data,
     output wire [LANES*32-1:0]   m_v_data,
@@ -76,25 +88,76 @@ module onic_adam_core #(
             $error("LANES must be 1, 2, 4, 8 or 16 (instance %m)");
             $finish;
         end
+        if (OUT_FIFO_LOG2 < 7) begin
+            $error("OUT_FIFO_LOG2 must be at least 7: the FIFOs must cover the lane latency (instance %m)");
+            $finish;
+        end
     end
 
     localparam integer LANES_LOG2 = (LANES == 1) ? 0 : $clog2(LANES);
+    localparam integer CW = OUT_FIFO_LOG2 + 1;
+    localparam [CW-1:0] CREDITS = {1'b1, {OUT_FIFO_LOG2{1'b0}}};
 
-    reg  [31:0] left_reg;   // vectors still to take this run
+    /* resets: the lanes' own copies, and the tail's (FIFOs and credits) held one clock longer */
+    wire [LANES-1:0] lane_rst;
+    reg tail_rst_d_reg;
+    always @(posedge clk) begin
+        tail_rst_d_reg <= rst;
+    end
+    wire tail_rst = rst || tail_rst_d_reg;
 
-    wire ce = m_p_ready && m_m_ready && m_v_ready && m_y_ready;
-    wire fire = ce && left_reg != 0 && s_grad_valid && s_p_valid && s_m_valid && s_v_valid;
-
-    // vectors: ceil(n / LANES), in 33 bits so n = 2^32-1 cannot overflow
+    /* vectors per run: ceil(n / LANES), in 33 bits so n = 2^32-1 cannot overflow. n is steady
+       for clocks before start (onic_run_ctrl's preparation), so it is registered twice. */
     wire [32:0] n_vec = ({1'b0, n} + LANES - 1) >> LANES_LOG2;
+    reg  [31:0] n_vec_reg;
+    reg         n_vec_nz_reg;
+    reg         n_vec_one_reg;
+    always @(posedge clk) begin
+        n_vec_reg     <= n_vec[31:0];
+        n_vec_nz_reg  <= n_vec_reg != 32'd0;
+        n_vec_one_reg <= n_vec_reg == 32'd1;
+    end
+
+    reg  [31:0]   left_reg;      // vectors still to take this run
+    reg           left_nz_reg;   // left_reg != 0
+    reg           left_one_reg;  // left_reg == 1
+    reg  [CW-1:0] credit_reg;    // FIFO space not yet promised to a vector
+    reg           credit_ok_reg; // credit_reg != 0
+
+    wire all_valid = s_grad_valid && s_p_valid && s_m_valid && s_v_valid;
+    wire fire = credit_ok_reg && left_nz_reg && all_valid;
+
+    wire fifo_p_valid, fifo_m_valid, fifo_v_valid, fifo_y_valid;
+    // a fork: each output path takes the vector only when all four do, so m_valid waits for all
+    // four readys (they must not depend on m_valid)
+    wire pop = fifo_p_valid && fifo_m_valid && fifo_v_valid && fifo_y_valid &&
+               m_p_ready && m_m_ready && m_v_ready && m_y_ready;
+    assign m_valid = pop;
 
     always @(posedge clk) begin
         if (rst) begin
-            left_reg <= 32'd0;
+            left_reg     <= 32'd0;
+            left_nz_reg  <= 1'b0;
+            left_one_reg <= 1'b0;
         end else if (start) begin
-            left_reg <= n_vec[31:0];
+            left_reg     <= n_vec_reg;
+            left_nz_reg  <= n_vec_nz_reg;
+            left_one_reg <= n_vec_one_reg;
         end else if (fire) begin
-            left_reg <= left_reg - 32'd1;
+            left_reg     <= left_reg - 32'd1;
+            left_nz_reg  <= !left_one_reg;
+            left_one_reg <= left_reg == 32'd2;
+        end
+    end
+
+    wire [CW-1:0] credit_next = credit_reg - {{(CW-1){1'b0}}, fire} + {{(CW-1){1'b0}}, pop};
+    always @(posedge clk) begin
+        if (tail_rst) begin
+            credit_reg    <= CREDITS;
+            credit_ok_reg <= 1'b1;
+        end else begin
+            credit_reg    <= credit_next;
+            credit_ok_reg <= credit_next != {CW{1'b0}};
         end
     end
 
@@ -103,18 +166,42 @@ module onic_adam_core #(
     assign s_m_ready    = fire;
     assign s_v_ready    = fire;
 
-    wire [LANES-1:0] lane_valid;
-    wire [LANES-1:0] lane_last;
+    /* input register: data free-running (no enable, no reset), the valid bit qualifies it */
+    reg [LANES*GW-1:0] in_grad_reg;
+    reg [LANES*32-1:0] in_p_reg, in_m_reg, in_v_reg;
+    reg                in_valid_reg;
+    reg                in_last_reg;
+    always @(posedge clk) begin
+        in_grad_reg <= s_grad_data;
+        in_p_reg    <= s_p_data;
+        in_m_reg    <= s_m_data;
+        in_v_reg    <= s_v_data;
+        in_last_reg <= left_one_reg;
+    end
+    always @(posedge clk) begin
+        if (rst) begin
+            in_valid_reg <= 1'b0;
+        end else begin
+            in_valid_reg <= fire;
+        end
+    end
+
+    wire [LANES-1:0]    lane_valid;
+    wire [LANES-1:0]    lane_last;
+    wire [LANES*32-1:0] res_p, res_m, res_v;
+    wire [LANES*OW-1:0] res_y;
 
     genvar l;
     generate
         for (l = 0; l < LANES; l = l + 1) begin : g_lane
             wire [31:0] y;
             wire [31:0] grad;
+            // each lane's own registered reset (a kept copy: ~120 valid bits per lane)
+            onic_dup_reg rst_copy_inst (.clk(clk), .d(rst), .q(lane_rst[l]));
             if (GW == 32) begin : g_g32
-                assign grad = s_grad_data[l*32 +: 32];
+                assign grad = in_grad_reg[l*32 +: 32];
             end else begin : g_g16
-                assign grad = {16'd0, s_grad_data[l*16 +: 16]};
+                assign grad = {16'd0, in_grad_reg[l*16 +: 16]};
             end
             onic_adam_lane #(
                 .ADAMW(ADAMW),
@@ -122,34 +209,83 @@ module onic_adam_core #(
                 .OUT_BF16(OUT_BF16),
                 .TAG_WIDTH(1)
             ) lane_inst (
-                .clk(clk), .rst(rst), .ce(ce),
+                .clk(clk), .rst(lane_rst[l]),
                 .gs(gs), .wd(wd), .b1(b1), .omb1(omb1), .b2(b2), .omb2(omb2), .rbc2(rbc2), .eps(eps),
                 .step_size(step_size),
-                .in_valid(fire),
+                .in_valid(in_valid_reg),
                 .in_grad(grad),
-                .in_p(s_p_data[l*32 +: 32]),
-                .in_m(s_m_data[l*32 +: 32]),
-                .in_v(s_v_data[l*32 +: 32]),
-                .in_tag(left_reg == 32'd1),
+                .in_p(in_p_reg[l*32 +: 32]),
+                .in_m(in_m_reg[l*32 +: 32]),
+                .in_v(in_v_reg[l*32 +: 32]),
+                .in_tag(in_last_reg),
                 .out_valid(lane_valid[l]),
-                .out_p(m_p_data[l*32 +: 32]),
-                .out_m(m_m_data[l*32 +: 32]),
-                .out_v(m_v_data[l*32 +: 32]),
+                .out_p(res_p[l*32 +: 32]),
+                .out_m(res_m[l*32 +: 32]),
+                .out_v(res_v[l*32 +: 32]),
                 .out_y(y),
                 .out_tag(lane_last[l])
             );
-            assign m_y_data[l*OW +: OW] = y[OW-1:0];
+            assign res_y[l*OW +: OW] = y[OW-1:0];
             if (OW == 16) begin : g_y16
                 wire _unused_ok = &{1'b0, y[31:16], 1'b0};
             end
         end
     endgenerate
 
-    // every lane sees the same valid pattern; lane 0 speaks for all
-    assign m_valid = lane_valid[0] && ce;
-    assign m_last  = lane_last[0];
+    /* output FIFOs: every lane sees the same valid pattern; lane 0 speaks for all. The credits
+       guarantee room, so s_ready is not needed; the four pop together. */
+    wire [3:0] fifo_s_ready;
+    wire [CW-1:0] fifo_p_count, fifo_m_count, fifo_v_count, fifo_y_count;
 
-    wire _unused_ok = &{1'b0, lane_valid, lane_last, n_vec[32], 1'b0};
+    onic_fifo #(
+        .WIDTH(LANES*32+1),
+        .DEPTH_LOG2(OUT_FIFO_LOG2)
+    ) fifo_p_inst (
+        .clk(clk), .rst(tail_rst), .clear(1'b0),
+        .s_data({lane_last[0], res_p}), .s_valid(lane_valid[0]), .s_ready(fifo_s_ready[0]),
+        .m_data({m_last, m_p_data}), .m_valid(fifo_p_valid), .m_ready(pop),
+        .count(fifo_p_count)
+    );
+    onic_fifo #(
+        .WIDTH(LANES*32),
+        .DEPTH_LOG2(OUT_FIFO_LOG2)
+    ) fifo_m_inst (
+        .clk(clk), .rst(tail_rst), .clear(1'b0),
+        .s_data(res_m), .s_valid(lane_valid[0]), .s_ready(fifo_s_ready[1]),
+        .m_data(m_m_data), .m_valid(fifo_m_valid), .m_ready(pop),
+        .count(fifo_m_count)
+    );
+    onic_fifo #(
+        .WIDTH(LANES*32),
+        .DEPTH_LOG2(OUT_FIFO_LOG2)
+    ) fifo_v_inst (
+        .clk(clk), .rst(tail_rst), .clear(1'b0),
+        .s_data(res_v), .s_valid(lane_valid[0]), .s_ready(fifo_s_ready[2]),
+        .m_data(m_v_data), .m_valid(fifo_v_valid), .m_ready(pop),
+        .count(fifo_v_count)
+    );
+    onic_fifo #(
+        .WIDTH(LANES*OW),
+        .DEPTH_LOG2(OUT_FIFO_LOG2)
+    ) fifo_y_inst (
+        .clk(clk), .rst(tail_rst), .clear(1'b0),
+        .s_data(res_y), .s_valid(lane_valid[0]), .s_ready(fifo_s_ready[3]),
+        .m_data(m_y_data), .m_valid(fifo_y_valid), .m_ready(pop),
+        .count(fifo_y_count)
+    );
+
+`ifndef SYNTHESIS
+    // the credits make this impossible; a simulation that gets here has a broken credit count
+    always @(posedge clk) begin
+        if (!tail_rst && lane_valid[0] && !fifo_s_ready[0]) begin
+            $display("ERROR: %m: output FIFO overflow, a vector was dropped");
+            $finish;
+        end
+    end
+`endif
+
+    wire _unused_ok = &{1'b0, lane_valid[LANES-1:0], lane_last[LANES-1:0], n_vec[32], fifo_s_ready,
+                        fifo_p_count, fifo_m_count, fifo_v_count, fifo_y_count, 1'b0};
 
 endmodule
 

@@ -6,7 +6,7 @@
 `default_nettype none
 
 /*
- * One element per enabled clock through a chain of floating-point units, in exactly the order
+ * One element per clock through a chain of floating-point units, in exactly the order
  * of design.md section 3 (hls/golden.py adam_update):
  *
  *   g  = f32(grad) * gs                        widen, then   MUL
@@ -19,7 +19,10 @@
  *
  * Operations that do not depend on each other and use the same unit type share a stage; each
  * stage's tag carries whatever later stages still need (p, m, v, partial products), so the
- * lane never needs to know a unit's latency. `ce` freezes the whole chain (back-pressure).
+ * lane never needs to know a unit's latency. The lane runs free: every unit's clock enable is
+ * tied high (and synthesizes away), in_valid travels with the element, and the caller
+ * (onic_adam_core) admits an element only when there is room for it at the far end, so there is
+ * no back-pressure and no enable net across the lane's registers. Only the valid bits are reset.
  */
 module onic_adam_lane #(
     // 1: AdamW (decoupled decay multiplies p); 0: Adam (L2 term added to g)
@@ -32,8 +35,8 @@ module onic_adam_lane #(
     parameter integer TAG_WIDTH = 1
 ) (
     input  wire                  clk,
+    // resets the valid bits only (data registers have no reset)
     input  wire                  rst,
-    input  wire                  ce,
 
     /* scalars (held for a whole run) */
     input  wire [31:0]           gs,
@@ -64,6 +67,9 @@ module onic_adam_lane #(
 );
 
     localparam integer T = TAG_WIDTH;
+
+    // the FP units keep their clock enable port (their own tests stall them); here it is constant
+    wire ce = 1'b1;
 
     initial begin
         if (GRAD_FMT < 0 || GRAD_FMT > 2) begin
