@@ -6,28 +6,24 @@
 - yosys synth_xilinx (UltraScale+) on the small units every AXI port and FIFO uses: at most 6
   LUT levels between registers, no net but the clock above 1,000 loads, the FIFO in block RAM.
 - `--full`: the generated kernel top at 1 lane through yosys: no non-clock net above 1,000
-  loads (tests/rtl_netlist.py; the LUT levels are printed, the fp units are still deeper).
+  loads (hls/timing.py over the yosys netlist, as `optimusnic synth --timing`; LUT levels printed).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from hls import rtlsim, simulators
-from hls.generate import write_project
+from hls import rtlsim, simulators, synth, timing
 from hls.paths import BUILD_DIR, RTL_DIR
 from hls.spec import KernelSpec
+from hls.targets import get_target
 
-sys.path.insert(0, str(Path(__file__).parent))
-import rtl_netlist  # noqa: E402
-
-MAX_FANOUT = 1000
-MAX_LUT_LEVELS = 6
+MAX_FANOUT = timing.GOAL_MAX_FANOUT
+MAX_LUT_LEVELS = timing.GOAL_LUT_LEVELS
 
 
 def _flist(path: Path) -> list[Path]:
@@ -36,8 +32,8 @@ def _flist(path: Path) -> list[Path]:
 
 
 def _yosys() -> None:
-    if not shutil.which("yosys") and not Path(rtl_netlist.YOSYS).exists():
-        pytest.skip("yosys not installed")
+    if not shutil.which("yosys"):
+        pytest.skip("yosys not installed (make deps-yosys)")
 
 
 @pytest.mark.parametrize("lanes", [2])
@@ -65,13 +61,13 @@ def test_core_backpressure_bit_exact(lanes: int, monkeypatch: pytest.MonkeyPatch
 ], ids=["fifo512", "fifo513", "skid577"])
 def test_unit_timing_shape(module: str, params: dict[str, int], tmp_path: Path) -> None:
     _yosys()
-    net = tmp_path / "net.json"
-    rtl_netlist.synth(module, [RTL_DIR / "kernel" / f"{module}.v"], net, params=params)
-    report = rtl_netlist.analyse(net, module)
+    run = synth.synth_module([RTL_DIR / "kernel" / f"{module}.v"], module, params, cache_dir=tmp_path,
+                             use_cache=False)
+    report = timing.row(run)
     assert report["lut_levels"] <= MAX_LUT_LEVELS, report
     assert report["max_fanout"] <= MAX_FANOUT, report
     if module == "onic_fifo":
-        assert any(c.startswith("RAMB") for c in report["cells"]), f"not in block RAM: {report['cells']}"
+        assert any(c.startswith("RAMB") for c in run["cells"]), f"not in block RAM: {run['cells']}"
 
 
 @pytest.mark.slow
@@ -79,10 +75,6 @@ def test_kernel_fanout(tmp_path: Path) -> None:
     """The generated kernel top (u55c, AdamW fp32, 1 lane) has no non-clock net above 1,000 loads."""
     _yosys()
     spec = KernelSpec(lanes=1)
-    write_project(spec, tmp_path / "project")
-    sources = rtlsim.kernel_sources(spec, tmp_path / "project")
-    net = tmp_path / "net.json"
-    rtl_netlist.synth(spec.name, sources, net)
-    report = rtl_netlist.analyse(net, spec.name)
-    print(json.dumps({k: report[k] for k in ("lut_levels", "logic_levels", "max_fanout_nets")}))
-    assert report["max_fanout"] <= MAX_FANOUT, report["max_fanout_nets"]
+    report = timing.row(synth.synth_top(spec, get_target(spec.target)))
+    print(json.dumps({k: report[k] for k in ("lut_levels", "max_fanout_net", "max_fanout", "nets_over_goal")}))
+    assert report["max_fanout"] <= MAX_FANOUT, report["nets_over_goal"]
