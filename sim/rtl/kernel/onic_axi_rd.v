@@ -79,6 +79,13 @@ module onic_axi_rd #(
     reg                pop_reg;         // a beat left the FIFO last clock (frees its place)
     reg  [FIFO_LOG2:0] outstanding_reg; // beats requested (AR accepted), not yet received
     reg                resp_err_reg;
+    // run_start reaches every engine, the scalars and the FIFOs: each engine takes it (and
+    // its arguments, as they were on that clock) through a register of its own, so that net
+    // drives one flip-flop per engine rather than every register loaded at start (the FIFO still
+    // clears on start itself, so nothing left from the last run can come out a clock later)
+    reg                start_q;
+    reg  [63:6]        addr_q;
+    reg  [31:0]        beats_q;
 
     wire [FIFO_LOG2:0] fifo_count;
     wire               fifo_s_ready;
@@ -104,6 +111,13 @@ module onic_axi_rd #(
     wire        r_beat     = m_axi_rvalid && m_axi_rready && outstanding_reg != 0;
 
     always @(posedge clk) begin
+        start_q <= start && !rst;
+        pop_reg <= m_valid && m_ready && !rst;
+        addr_q  <= addr[63:6];
+        beats_q <= beats;
+    end
+
+    always @(posedge clk) begin
         if (rst) begin
             ar_valid_reg    <= 1'b0;
             ar_addr_reg     <= 64'd0;
@@ -115,23 +129,20 @@ module onic_axi_rd #(
             len_reg         <= 7'd0;
             len_ok_reg      <= 1'b0;
             free_reg        <= DEPTH_C;
-            pop_reg         <= 1'b0;
             outstanding_reg <= {(FIFO_LOG2+1){1'b0}};
             resp_err_reg    <= 1'b0;
-        end else if (start) begin
+        end else if (start_q) begin
             resp_err_reg    <= 1'b0;
             ar_valid_reg    <= 1'b0;
-            nx_addr_reg     <= {addr[63:6], 6'd0};
-            nx_left_reg     <= beats;
-            nx_page_reg     <= 7'd64 - {1'b0, addr[11:6]};
+            nx_addr_reg     <= {addr_q, 6'd0};
+            nx_left_reg     <= beats_q;
+            nx_page_reg     <= 7'd64 - {1'b0, addr_q[11:6]};
             len_ok_reg      <= 1'b0;
             free_reg        <= DEPTH_C;
-            pop_reg         <= 1'b0;
             outstanding_reg <= {(FIFO_LOG2+1){1'b0}};
         end else begin
             len_reg    <= len_next;
             len_ok_reg <= !issue;
-            pop_reg    <= m_valid && m_ready;
             if (ar_hs) begin
                 ar_valid_reg <= 1'b0;
             end
@@ -155,7 +166,7 @@ module onic_axi_rd #(
     end
 
     assign resp_err = resp_err_reg;
-    assign busy = nx_left_reg != 0 || ar_valid_reg || outstanding_reg != 0;
+    assign busy = start_q || nx_left_reg != 0 || ar_valid_reg || outstanding_reg != 0;
 
     onic_fifo #(
         .WIDTH(512),

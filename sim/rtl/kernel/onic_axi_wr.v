@@ -99,6 +99,14 @@ module onic_axi_wr #(
     reg  [31:0]        b_wait_reg;     // bursts (AW accepted) whose response has not come back
     reg  [63:0]        last_strb_reg;
     reg                resp_err_reg;
+    // run_start reaches every engine, the scalars and the FIFOs: each engine takes it (and
+    // its arguments, as they were on that clock) through a register of its own, so that net
+    // drives one flip-flop per engine rather than every register loaded at start (the FIFO still
+    // clears on start itself, so nothing left from the last run can come out a clock later)
+    reg                start_q;
+    reg  [63:6]        addr_q;
+    reg  [31:0]        beats_q;
+    reg  [6:0]         last_bytes_q;
     reg                suppress_reg;   // suppress was seen this run
     reg                kill_reg;       // WSTRB = 0 (changes only between W beats)
 
@@ -130,6 +138,14 @@ module onic_axi_wr #(
     wire        b_fire = m_axi_bvalid && b_wait_reg != 0;
 
     always @(posedge clk) begin
+        start_q <= start && !rst;
+        push_reg <= s_valid && s_ready && !rst;
+        addr_q  <= addr[63:6];
+        beats_q <= beats;
+        last_bytes_q <= last_bytes;
+    end
+
+    always @(posedge clk) begin
         if (rst) begin
             aw_valid_reg  <= 1'b0;
             aw_addr_reg   <= 64'd0;
@@ -140,7 +156,6 @@ module onic_axi_wr #(
             len_reg       <= 7'd0;
             len_ok_reg    <= 1'b0;
             avail_reg     <= {(FIFO_LOG2+1){1'b0}};
-            push_reg      <= 1'b0;
             lq_reg        <= {(LENQ_LOG2+1){1'b0}};
             lq_pop_reg    <= 1'b0;
             w_left_reg    <= 32'd0;
@@ -151,28 +166,26 @@ module onic_axi_wr #(
             resp_err_reg  <= 1'b0;
             suppress_reg  <= 1'b0;
             kill_reg      <= 1'b0;
-        end else if (start) begin
+        end else if (start_q) begin
             resp_err_reg  <= 1'b0;
             suppress_reg  <= 1'b0;
             kill_reg      <= 1'b0;
             aw_valid_reg  <= 1'b0;
-            nx_addr_reg   <= {addr[63:6], 6'd0};
-            nx_left_reg   <= beats;
-            nx_page_reg   <= 7'd64 - {1'b0, addr[11:6]};
+            nx_addr_reg   <= {addr_q, 6'd0};
+            nx_left_reg   <= beats_q;
+            nx_page_reg   <= 7'd64 - {1'b0, addr_q[11:6]};
             len_ok_reg    <= 1'b0;
             avail_reg     <= {(FIFO_LOG2+1){1'b0}};
-            push_reg      <= 1'b0;
             lq_reg        <= {(LENQ_LOG2+1){1'b0}};
             lq_pop_reg    <= 1'b0;
-            w_left_reg    <= beats;
-            w_one_reg     <= beats == 32'd1;
+            w_left_reg    <= beats_q;
+            w_one_reg     <= beats_q == 32'd1;
             w_beat_reg    <= 8'd0;
             b_wait_reg    <= 32'd0;
-            last_strb_reg <= {64{1'b1}} >> (7'd64 - last_bytes);
+            last_strb_reg <= {64{1'b1}} >> (7'd64 - last_bytes_q);
         end else begin
             len_reg    <= len_next;
             len_ok_reg <= !issue;
-            push_reg   <= s_valid && s_ready;
             lq_pop_reg <= w_fire && w_last;
             if (aw_hs) begin
                 aw_valid_reg <= 1'b0;
@@ -207,7 +220,7 @@ module onic_axi_wr #(
     end
 
     assign resp_err = resp_err_reg;
-    assign busy = nx_left_reg != 0 || aw_valid_reg || w_left_reg != 0 || b_wait_reg != 0;
+    assign busy = start_q || nx_left_reg != 0 || aw_valid_reg || w_left_reg != 0 || b_wait_reg != 0;
 
     onic_fifo #(
         .WIDTH(512),
