@@ -111,7 +111,9 @@ module onic_axi_rd #(
     wire        r_beat     = m_axi_rvalid && m_axi_rready && outstanding_reg != 0;
 
     always @(posedge clk) begin
-        start_q <= start && !rst;
+        // !ar_valid_reg: always true at a start (engines are idle then); it makes each engine's
+        // start_q a different function, so synthesis cannot merge them back into one net
+        start_q <= start && !rst && !ar_valid_reg;
         pop_reg <= m_valid && m_ready && !rst;
         addr_q  <= addr[63:6];
         beats_q <= beats;

@@ -138,7 +138,9 @@ module onic_axi_wr #(
     wire        b_fire = m_axi_bvalid && b_wait_reg != 0;
 
     always @(posedge clk) begin
-        start_q <= start && !rst;
+        // !aw_valid_reg: always true at a start (engines are idle then); it makes each engine's
+        // start_q a different function, so synthesis cannot merge them back into one net
+        start_q <= start && !rst && !aw_valid_reg;
         push_reg <= s_valid && s_ready && !rst;
         addr_q  <= addr[63:6];
         beats_q <= beats;
