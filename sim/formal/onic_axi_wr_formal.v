@@ -70,12 +70,16 @@ module onic_axi_wr_formal #(
     reg        f_sup;         // suppress seen since start
     reg        f_kill;        // ... and the W beat waiting then (if any) has gone
     always @(posedge clk) f_past_valid <= 1'b1;
+    // the engine takes start (and its arguments) through a register: the run begins a clock
+    // later, and a suppress in that clock, like one in the clock of start, belongs to the last run
+    reg        f_start_q = 1'b0;
+    always @(posedge clk) f_start_q <= start && !rst;
 
     wire issue = awvalid && !f_awvalid_q;
     wire w_hs  = wvalid && m_axi_wready;
     always @(posedge clk) begin
         f_awvalid_q <= rst ? 1'b0 : awvalid;
-        if (rst || start) begin
+        if (rst || start || f_start_q) begin
             f_issued  <= 16'd0;
             f_written <= 16'd0;
             f_bursts  <= 4'd0;
@@ -83,7 +87,7 @@ module onic_axi_wr_formal #(
             f_aw_done <= 4'd0;
             f_b       <= 4'd0;
             f_started <= !rst;
-            f_beats   <= beats_in;
+            if (!f_start_q) f_beats <= beats_in;
             f_sup     <= 1'b0;
             f_kill    <= 1'b0;
         end else begin

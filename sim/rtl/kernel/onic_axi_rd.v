@@ -63,63 +63,112 @@ module onic_axi_rd #(
         end
     end
 
+    // The next burst is worked out one clock ahead from registers (nx_*, len_reg), and the FIFO
+    // space is a running count (free_reg) rather than a subtraction of live counts, so no path
+    // from a register to a register crosses more than one comparison and one adder (300 MHz).
     reg  [63:0]        ar_addr_reg;
-    reg  [31:0]        ar_left_reg;     // beats not yet requested
     reg  [7:0]         ar_len_reg;
+    reg  [6:0]         ar_beats_reg;    // ar_len_reg + 1
     reg                ar_valid_reg;
-    reg  [FIFO_LOG2:0] outstanding_reg; // beats requested, not yet received
+    reg  [63:0]        nx_addr_reg;     // address of the next burst
+    reg  [31:0]        nx_left_reg;     // beats not yet requested
+    reg  [6:0]         nx_page_reg;     // beats from nx_addr_reg to the end of its 4 KiB page (1..64)
+    reg  [6:0]         len_reg;         // next burst's length, from last clock's nx_* (0: none left)
+    reg                len_ok_reg;      // nx_* did not change last clock: len_reg is current
+    reg  [FIFO_LOG2:0] free_reg;        // FIFO beats neither holding data nor promised to a burst
+    reg                pop_reg;         // a beat left the FIFO last clock (frees its place)
+    reg  [FIFO_LOG2:0] outstanding_reg; // beats requested (AR accepted), not yet received
     reg                resp_err_reg;
+    // run_start reaches every engine, the scalars and the FIFOs: each engine takes it (and
+    // its arguments, as they were on that clock) through a register of its own, so that net
+    // drives one flip-flop per engine rather than every register loaded at start (the FIFO still
+    // clears on start itself, so nothing left from the last run can come out a clock later)
+    reg                start_q;
+    reg  [63:6]        addr_q;
+    reg  [31:0]        beats_q;
 
     wire [FIFO_LOG2:0] fifo_count;
     wire               fifo_s_ready;
 
+    localparam [6:0]         MAX_LEN = MAX_BURST[6:0];
+    localparam [FIFO_LOG2:0] DEPTH_C = DEPTH[FIFO_LOG2:0];
+    // burst lengths at counter width (MAX_BURST <= DEPTH: nothing is lost)
+    wire [FIFO_LOG2+7:0] len_w   = {{(FIFO_LOG2+1){1'b0}}, len_reg};
+    wire [FIFO_LOG2+7:0] ar_n_w  = {{(FIFO_LOG2+1){1'b0}}, ar_beats_reg};
+    wire [FIFO_LOG2:0]   len_c   = len_w[FIFO_LOG2:0];
+    wire [FIFO_LOG2:0]   ar_n_c  = ar_n_w[FIFO_LOG2:0];
+
     // next burst: the rest of the buffer, the rest of the 4 KiB page, or MAX_BURST beats
-    wire [6:0]  page_left  = 7'd64 - {1'b0, ar_addr_reg[11:6]};
-    wire [31:0] len_a      = (ar_left_reg < MAX_BURST) ? ar_left_reg : MAX_BURST;
-    wire [31:0] burst_len  = (len_a < {25'd0, page_left}) ? len_a : {25'd0, page_left};
-    localparam [FIFO_LOG2+1:0] DEPTH_W = {2'b01, {FIFO_LOG2{1'b0}}};
-    wire [FIFO_LOG2+1:0] room = DEPTH_W - {1'b0, fifo_count} - {1'b0, outstanding_reg};
-    wire        issue      = !ar_valid_reg && ar_left_reg != 0 && burst_len <= room;
+    wire [6:0]  len_a      = (nx_left_reg < MAX_BURST) ? nx_left_reg[6:0] : MAX_LEN;
+    wire [6:0]  len_next   = (len_a < nx_page_reg) ? len_a : nx_page_reg;
+    // a burst goes out only when the FIFO has room for it and for everything already requested
+    // (free_reg counts a beat taken out one clock late: never more room than there is)
+    wire        issue      = !ar_valid_reg && len_ok_reg && len_reg != 7'd0 &&
+                             len_w <= {7'd0, free_reg};
+    wire        ar_hs      = ar_valid_reg && m_axi_arready;
     // a beat with nothing outstanding (an interconnect that was not reset with the kernel still
     // answering a burst from before the reset) is dropped, and the count never goes below zero
     wire        r_beat     = m_axi_rvalid && m_axi_rready && outstanding_reg != 0;
 
     always @(posedge clk) begin
+        // !ar_valid_reg: always true at a start (engines are idle then); it makes each engine's
+        // start_q a different function, so synthesis cannot merge them back into one net
+        start_q <= start && !rst && !ar_valid_reg;
+        pop_reg <= m_valid && m_ready && !rst;
+        addr_q  <= addr[63:6];
+        beats_q <= beats;
+    end
+
+    always @(posedge clk) begin
         if (rst) begin
             ar_valid_reg    <= 1'b0;
-            ar_left_reg     <= 32'd0;
-            outstanding_reg <= {(FIFO_LOG2+1){1'b0}};
             ar_addr_reg     <= 64'd0;
             ar_len_reg      <= 8'd0;
+            ar_beats_reg    <= 7'd0;
+            nx_addr_reg     <= 64'd0;
+            nx_left_reg     <= 32'd0;
+            nx_page_reg     <= 7'd64;
+            len_reg         <= 7'd0;
+            len_ok_reg      <= 1'b0;
+            free_reg        <= DEPTH_C;
+            outstanding_reg <= {(FIFO_LOG2+1){1'b0}};
             resp_err_reg    <= 1'b0;
-        end else if (start) begin
+        end else if (start_q) begin
             resp_err_reg    <= 1'b0;
             ar_valid_reg    <= 1'b0;
-            ar_left_reg     <= beats;
-            ar_addr_reg     <= {addr[63:6], 6'd0};
+            nx_addr_reg     <= {addr_q, 6'd0};
+            nx_left_reg     <= beats_q;
+            nx_page_reg     <= 7'd64 - {1'b0, addr_q[11:6]};
+            len_ok_reg      <= 1'b0;
+            free_reg        <= DEPTH_C;
             outstanding_reg <= {(FIFO_LOG2+1){1'b0}};
         end else begin
-            if (ar_valid_reg && m_axi_arready) begin
+            len_reg    <= len_next;
+            len_ok_reg <= !issue;
+            if (ar_hs) begin
                 ar_valid_reg <= 1'b0;
             end
             if (issue) begin
                 ar_valid_reg <= 1'b1;
-                ar_len_reg   <= burst_len[7:0] - 8'd1;
-                ar_left_reg  <= ar_left_reg - burst_len;
+                ar_addr_reg  <= nx_addr_reg;
+                ar_len_reg   <= {1'b0, len_reg} - 8'd1;
+                ar_beats_reg <= len_reg;
+                nx_addr_reg  <= nx_addr_reg + {51'd0, len_reg, 6'd0};
+                nx_left_reg  <= nx_left_reg - {25'd0, len_reg};
+                nx_page_reg  <= (len_reg == nx_page_reg) ? 7'd64 : nx_page_reg - len_reg;
             end
+            free_reg <= free_reg - (issue ? len_c : {(FIFO_LOG2+1){1'b0}})
+                        + {{FIFO_LOG2{1'b0}}, pop_reg};
             if (r_beat && m_axi_rresp[1]) begin
                 resp_err_reg <= 1'b1;
             end
-            outstanding_reg <= outstanding_reg + (issue ? burst_len[FIFO_LOG2:0] : {(FIFO_LOG2+1){1'b0}})
+            outstanding_reg <= outstanding_reg + (ar_hs ? ar_n_c : {(FIFO_LOG2+1){1'b0}})
                                - {{FIFO_LOG2{1'b0}}, r_beat};
-            if (ar_valid_reg && m_axi_arready) begin
-                ar_addr_reg <= ar_addr_reg + {49'd0, ar_len_reg, 6'd0} + 64'd64;
-            end
         end
     end
 
     assign resp_err = resp_err_reg;
-    assign busy = ar_left_reg != 0 || ar_valid_reg || outstanding_reg != 0;
+    assign busy = start_q || nx_left_reg != 0 || ar_valid_reg || outstanding_reg != 0;
 
     onic_fifo #(
         .WIDTH(512),
@@ -151,7 +200,8 @@ module onic_axi_rd #(
     assign m_axi_rready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_rid, m_axi_rresp[0], m_axi_rlast, fifo_s_ready, addr[5:0], room[FIFO_LOG2+1], 1'b0};
+    wire _unused_ok = &{1'b0, m_axi_rid, m_axi_rresp[0], m_axi_rlast, fifo_s_ready, fifo_count, addr[5:0], len_w[FIFO_LOG2+7:FIFO_LOG2+1],
+                       ar_n_w[FIFO_LOG2+7:FIFO_LOG2+1], 1'b0};
 
 endmodule
 

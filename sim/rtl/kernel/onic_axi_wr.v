@@ -77,16 +77,36 @@ module onic_axi_wr #(
         end
     end
 
+    // The next burst is worked out one clock ahead from registers (nx_*, len_reg), and the beats
+    // ready for a burst and the length queue's fill are running counts (avail_reg, lq_reg) rather
+    // than subtractions of live FIFO counts, so no path from a register to a register crosses
+    // more than one comparison and one adder (300 MHz).
     reg  [63:0]        aw_addr_reg;
-    reg  [31:0]        aw_left_reg;    // beats not yet covered by a burst address
     reg  [7:0]         aw_len_reg;
     reg                aw_valid_reg;
-    reg  [FIFO_LOG2:0] committed_reg;  // beats in the FIFO already promised to a burst
+    reg  [63:0]        nx_addr_reg;    // address of the next burst
+    reg  [31:0]        nx_left_reg;    // beats not yet covered by a burst address
+    reg  [6:0]         nx_page_reg;    // beats from nx_addr_reg to the end of its 4 KiB page (1..64)
+    reg  [6:0]         len_reg;        // next burst's length, from last clock's nx_* (0: none left)
+    reg                len_ok_reg;     // nx_* did not change last clock: len_reg is current
+    reg  [FIFO_LOG2:0] avail_reg;      // beats in the FIFO not yet promised to a burst
+    reg                push_reg;       // a beat entered the FIFO last clock
+    reg  [LENQ_LOG2:0] lq_reg;         // bursts in the length queue (one clock late to shrink)
+    reg                lq_pop_reg;     // a burst's last W beat went out last clock
     reg  [31:0]        w_left_reg;     // beats not yet sent on W
+    reg                w_one_reg;      // w_left_reg == 1: the next W beat is the buffer's last
     reg  [7:0]         w_beat_reg;     // beat index within the current burst
-    reg  [31:0]        b_wait_reg;     // bursts whose response has not come back
+    reg  [31:0]        b_wait_reg;     // bursts (AW accepted) whose response has not come back
     reg  [63:0]        last_strb_reg;
     reg                resp_err_reg;
+    // run_start reaches every engine, the scalars and the FIFOs: each engine takes it (and
+    // its arguments, as they were on that clock) through a register of its own, so that net
+    // drives one flip-flop per engine rather than every register loaded at start (the FIFO still
+    // clears on start itself, so nothing left from the last run can come out a clock later)
+    reg                start_q;
+    reg  [63:6]        addr_q;
+    reg  [31:0]        beats_q;
+    reg  [6:0]         last_bytes_q;
     reg                suppress_reg;   // suppress was seen this run
     reg                kill_reg;       // WSTRB = 0 (changes only between W beats)
 
@@ -98,14 +118,19 @@ module onic_axi_wr #(
     wire               lenq_s_ready;
     wire [LENQ_LOG2:0] lenq_count;
 
-    wire [6:0]  page_left = 7'd64 - {1'b0, aw_addr_reg[11:6]};
-    wire [31:0] len_a     = (aw_left_reg < MAX_BURST) ? aw_left_reg : MAX_BURST;
-    wire [31:0] burst_len = (len_a < {25'd0, page_left}) ? len_a : {25'd0, page_left};
-    wire [FIFO_LOG2:0] ready_beats = fifo_count - committed_reg;
-    // the length queue cannot overflow: at most FIFO depth / 1 bursts are committed at once,
-    // but we still require room in it before issuing
-    wire        issue = !aw_valid_reg && aw_left_reg != 0 && burst_len <= ready_beats &&
-                        lenq_count < (1 << LENQ_LOG2);
+    localparam [6:0]         MAX_LEN = MAX_BURST[6:0];
+    // burst length at counter width (2 * MAX_BURST <= DEPTH: nothing is lost)
+    wire [FIFO_LOG2+7:0] len_w = {{(FIFO_LOG2+1){1'b0}}, len_reg};
+    wire [FIFO_LOG2:0]   len_c = len_w[FIFO_LOG2:0];
+
+    // next burst: the rest of the buffer, the rest of the 4 KiB page, or MAX_BURST beats
+    wire [6:0]  len_a    = (nx_left_reg < MAX_BURST) ? nx_left_reg[6:0] : MAX_LEN;
+    wire [6:0]  len_next = (len_a < nx_page_reg) ? len_a : nx_page_reg;
+    // a burst address goes out only when all its beats are in the FIFO (avail_reg counts a beat
+    // one clock late: never more than there are) and its length fits the length queue
+    wire        issue = !aw_valid_reg && len_ok_reg && len_reg != 7'd0 &&
+                        len_w <= {7'd0, avail_reg} && !lq_reg[LENQ_LOG2];
+    wire        aw_hs = aw_valid_reg && m_axi_awready;
 
     wire        w_fire = fifo_valid && lenq_valid && m_axi_wready;
     wire        w_last = w_beat_reg == lenq_head;
@@ -113,48 +138,77 @@ module onic_axi_wr #(
     wire        b_fire = m_axi_bvalid && b_wait_reg != 0;
 
     always @(posedge clk) begin
+        // !aw_valid_reg: always true at a start (engines are idle then); it makes each engine's
+        // start_q a different function, so synthesis cannot merge them back into one net
+        start_q <= start && !rst && !aw_valid_reg;
+        push_reg <= s_valid && s_ready && !rst;
+        addr_q  <= addr[63:6];
+        beats_q <= beats;
+        last_bytes_q <= last_bytes;
+    end
+
+    always @(posedge clk) begin
         if (rst) begin
             aw_valid_reg  <= 1'b0;
-            aw_left_reg   <= 32'd0;
             aw_addr_reg   <= 64'd0;
             aw_len_reg    <= 8'd0;
-            committed_reg <= {(FIFO_LOG2+1){1'b0}};
+            nx_addr_reg   <= 64'd0;
+            nx_left_reg   <= 32'd0;
+            nx_page_reg   <= 7'd64;
+            len_reg       <= 7'd0;
+            len_ok_reg    <= 1'b0;
+            avail_reg     <= {(FIFO_LOG2+1){1'b0}};
+            lq_reg        <= {(LENQ_LOG2+1){1'b0}};
+            lq_pop_reg    <= 1'b0;
             w_left_reg    <= 32'd0;
+            w_one_reg     <= 1'b0;
             w_beat_reg    <= 8'd0;
             b_wait_reg    <= 32'd0;
             last_strb_reg <= {64{1'b1}};
             resp_err_reg  <= 1'b0;
             suppress_reg  <= 1'b0;
             kill_reg      <= 1'b0;
-        end else if (start) begin
+        end else if (start_q) begin
             resp_err_reg  <= 1'b0;
             suppress_reg  <= 1'b0;
             kill_reg      <= 1'b0;
             aw_valid_reg  <= 1'b0;
-            aw_left_reg   <= beats;
-            aw_addr_reg   <= {addr[63:6], 6'd0};
-            committed_reg <= {(FIFO_LOG2+1){1'b0}};
-            w_left_reg    <= beats;
+            nx_addr_reg   <= {addr_q, 6'd0};
+            nx_left_reg   <= beats_q;
+            nx_page_reg   <= 7'd64 - {1'b0, addr_q[11:6]};
+            len_ok_reg    <= 1'b0;
+            avail_reg     <= {(FIFO_LOG2+1){1'b0}};
+            lq_reg        <= {(LENQ_LOG2+1){1'b0}};
+            lq_pop_reg    <= 1'b0;
+            w_left_reg    <= beats_q;
+            w_one_reg     <= beats_q == 32'd1;
             w_beat_reg    <= 8'd0;
             b_wait_reg    <= 32'd0;
-            last_strb_reg <= {64{1'b1}} >> (7'd64 - last_bytes);
+            last_strb_reg <= {64{1'b1}} >> (7'd64 - last_bytes_q);
         end else begin
-            if (aw_valid_reg && m_axi_awready) begin
+            len_reg    <= len_next;
+            len_ok_reg <= !issue;
+            lq_pop_reg <= w_fire && w_last;
+            if (aw_hs) begin
                 aw_valid_reg <= 1'b0;
-                aw_addr_reg  <= aw_addr_reg + {49'd0, aw_len_reg, 6'd0} + 64'd64;
             end
             if (issue) begin
                 aw_valid_reg <= 1'b1;
-                aw_len_reg   <= burst_len[7:0] - 8'd1;
-                aw_left_reg  <= aw_left_reg - burst_len;
+                aw_addr_reg  <= nx_addr_reg;
+                aw_len_reg   <= {1'b0, len_reg} - 8'd1;
+                nx_addr_reg  <= nx_addr_reg + {51'd0, len_reg, 6'd0};
+                nx_left_reg  <= nx_left_reg - {25'd0, len_reg};
+                nx_page_reg  <= (len_reg == nx_page_reg) ? 7'd64 : nx_page_reg - len_reg;
             end
-            committed_reg <= committed_reg + (issue ? burst_len[FIFO_LOG2:0] : {(FIFO_LOG2+1){1'b0}})
-                             - {{FIFO_LOG2{1'b0}}, w_fire};
+            avail_reg <= avail_reg - (issue ? len_c : {(FIFO_LOG2+1){1'b0}})
+                         + {{FIFO_LOG2{1'b0}}, push_reg};
+            lq_reg <= lq_reg + {{LENQ_LOG2{1'b0}}, issue} - {{LENQ_LOG2{1'b0}}, lq_pop_reg};
             if (w_fire) begin
                 w_left_reg <= w_left_reg - 32'd1;
+                w_one_reg  <= w_left_reg == 32'd2;
                 w_beat_reg <= w_last ? 8'd0 : w_beat_reg + 8'd1;
             end
-            b_wait_reg <= b_wait_reg + {31'd0, issue} - {31'd0, b_fire};
+            b_wait_reg <= b_wait_reg + {31'd0, aw_hs} - {31'd0, b_fire};
             if (b_fire && m_axi_bresp[1]) begin
                 resp_err_reg <= 1'b1;
             end
@@ -168,7 +222,7 @@ module onic_axi_wr #(
     end
 
     assign resp_err = resp_err_reg;
-    assign busy = aw_left_reg != 0 || aw_valid_reg || w_left_reg != 0 || b_wait_reg != 0;
+    assign busy = start_q || nx_left_reg != 0 || aw_valid_reg || w_left_reg != 0 || b_wait_reg != 0;
 
     onic_fifo #(
         .WIDTH(512),
@@ -194,7 +248,7 @@ module onic_axi_wr #(
         .clk(clk),
         .rst(rst),
         .clear(start),
-        .s_data(burst_len[7:0] - 8'd1),
+        .s_data({1'b0, len_reg} - 8'd1),
         .s_valid(issue),
         .s_ready(lenq_s_ready),
         .m_data(lenq_head),
@@ -214,14 +268,15 @@ module onic_axi_wr #(
     assign m_axi_awqos   = 4'd0;
     assign m_axi_awvalid = aw_valid_reg;
     assign m_axi_wdata   = fifo_data;
-    assign m_axi_wstrb   = kill_reg ? 64'd0 : (w_left_reg == 32'd1) ? last_strb_reg : {64{1'b1}};
+    assign m_axi_wstrb   = kill_reg ? 64'd0 : w_one_reg ? last_strb_reg : {64{1'b1}};
     assign m_axi_wlast   = w_last;
     assign m_axi_wvalid  = fifo_valid && lenq_valid;
     // responses are only counted, never stalled
     assign m_axi_bready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_bid, m_axi_bresp[0], lenq_s_ready, addr[5:0], 1'b0};
+    wire _unused_ok = &{1'b0, m_axi_bid, m_axi_bresp[0], lenq_s_ready, lenq_count, fifo_count, addr[5:0],
+                       len_w[FIFO_LOG2+7:FIFO_LOG2+1], 1'b0};
 
 endmodule
 

@@ -11,7 +11,8 @@
  * `run_start` pulse (engines load their arguments, FIFOs clear), then running until no engine is busy, then
  * ap_done and ap_ready for one clock. ap_ready comes with ap_done (the kernel takes no new
  * arguments mid-run), so the control block drops ap_start on that clock and a start written
- * while the kernel runs has no effect. A zero-length run finishes PREP_CLOCKS + 2 clocks after start.
+ * while the kernel runs has no effect. A zero-length run finishes PREP_CLOCKS + 3 clocks after start
+ * (+ 2 here, + 1 as the AXI engines take run_start through a register and stay busy meanwhile).
  */
 module onic_run_ctrl #(
     // number of engines whose busy flags end a run
