@@ -403,7 +403,8 @@ def unit_modules(sources: list[Path]) -> list[tuple[str, Path]]:
 def _unit_params(module: str, src: Path, spec: Any) -> dict[str, int]:
     from hls.synth import LANE_MODULE, lane_params
 
-    wanted = dict(UNIT_PARAMS.get(module, {}))
+    # STALL = 0: an fp unit as onic_adam_lane instantiates it (free-running, its ce port unused)
+    wanted = {"STALL": 0} | UNIT_PARAMS.get(module, {})
     if module == LANE_MODULE:
         wanted |= lane_params(spec)
     text = src.read_text()

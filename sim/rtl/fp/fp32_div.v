@@ -18,6 +18,9 @@
  * 30 subnormal shift, 31 round/pack.
  */
 module fp32_div #(
+    // 1: ce freezes the pipeline (the unit tests stall it); 0: ce is ignored and the
+    // pipeline runs free, as onic_adam_lane uses it (no clock-enable net to fan out)
+    parameter integer STALL = 1,
     // width of the pass-through tag that travels with each operand (context a lane carries)
     parameter integer TAG_WIDTH = 1
 ) (
@@ -36,6 +39,8 @@ module fp32_div #(
     output wire [31:0]          out_y,
     output wire [TAG_WIDTH-1:0] out_tag
 );
+
+wire en = (STALL != 0) ? ce : 1'b1;
 
     // quotient bits produced by the recurrence (1 integer + 23 fraction + guard + 1 extra)
     localparam integer QBITS = 26;
@@ -66,7 +71,7 @@ module fp32_div #(
     ) u_delay (
         .clk(clk),
         .rst(rst),
-        .ce(ce),
+        .ce(en),
         .in_valid(in_valid),
         .in_tag(in_tag),
         .out_valid(out_valid),
@@ -104,7 +109,7 @@ module fp32_div #(
     reg [4:0]  s1_b_lz_reg;
 
     always @(posedge clk) begin
-        if (ce) begin
+        if (en) begin
             if (a_nan || b_nan || (a_inf && b_inf) || (a_zero && b_zero)) begin
                 s1_kind_reg <= KIND_NAN;
             end else if (a_inf || b_zero) begin
@@ -134,7 +139,7 @@ module fp32_div #(
     reg [10:0] s2_exp_reg;
 
     always @(posedge clk) begin
-        if (ce) begin
+        if (en) begin
             s2_kind_reg  <= s1_kind_reg;
             s2_sign_reg  <= s1_sign_reg;
             s2_a_sig_reg <= s1_a_sig_reg << s1_a_lz_reg;
@@ -155,7 +160,7 @@ module fp32_div #(
     wire a_lt_b = (s2_a_sig_reg < s2_b_sig_reg);
 
     always @(posedge clk) begin
-        if (ce) begin
+        if (en) begin
             it_rem_reg[0]  <= a_lt_b ? {1'b0, s2_a_sig_reg, 1'b0} : {2'b00, s2_a_sig_reg};
             it_quo_reg[0]  <= 26'd0;
             it_div_reg[0]  <= s2_b_sig_reg;
@@ -178,7 +183,7 @@ module fp32_div #(
             wire [24:0] rem  = ge ? diff[24:0] : it_rem_reg[k][24:0];
 
             always @(posedge clk) begin
-                if (ce) begin
+                if (en) begin
                     it_rem_reg[k+1]  <= {rem[24:0], 1'b0};
                     it_quo_reg[k+1]  <= {it_quo_reg[k][24:0], ge};
                     it_div_reg[k+1]  <= it_div_reg[k];
@@ -201,7 +206,7 @@ module fp32_div #(
     reg         q_sub_reg;
     reg  [4:0]  q_sh_reg;
     always @(posedge clk) begin
-        if (ce) begin
+        if (en) begin
             q_ovf_reg <= !p_exp[10] && (p_exp[9:0] >= 10'd255);
             q_sub_reg <= p_sub;
             // shifting by QBITS already moves every quotient bit into the sticky
@@ -226,7 +231,7 @@ module fp32_div #(
     reg        s4_sticky_reg;
 
     always @(posedge clk) begin
-        if (ce) begin
+        if (en) begin
             s4_kind_reg   <= it_kind_reg[QBITS];
             s4_sign_reg   <= it_sign_reg[QBITS];
             s4_ovf_reg    <= q_ovf;
@@ -243,7 +248,7 @@ module fp32_div #(
     reg [31:0] out_y_reg;
 
     always @(posedge clk) begin
-        if (ce) begin
+        if (en) begin
             case (s4_kind_reg)
                 KIND_NAN:  out_y_reg <= 32'h7fc00000;
                 KIND_INF:  out_y_reg <= {s4_sign_reg, 8'hff, 23'd0};

@@ -21,6 +21,9 @@
 `default_nettype none
 
 module fp32_mul #(
+    // 1: ce freezes the pipeline (the unit tests stall it); 0: ce is ignored and the
+    // pipeline runs free, as onic_adam_lane uses it (no clock-enable net to fan out)
+    parameter integer STALL = 1,
     // width of the pass-through tag that travels with each operand
     parameter integer TAG_WIDTH = 1
 ) (
@@ -37,6 +40,8 @@ module fp32_mul #(
     output wire [31:0]          out_y,
     output wire [TAG_WIDTH-1:0] out_tag
 );
+
+wire en = (STALL != 0) ? ce : 1'b1;
 
 localparam integer LATENCY = 5;
 
@@ -140,7 +145,7 @@ wire [31:0] result = s4_spec ? s4_spec_y :
 reg  [31:0] y_reg;
 
 always @(posedge clk) begin
-    if (ce) begin
+    if (en) begin
         s1_sign <= sign;
         s1_spec <= spec;
         s1_spec_y <= spec_y;
@@ -192,7 +197,7 @@ fp_delay #(
 ) ctl_inst (
     .clk(clk),
     .rst(rst),
-    .ce(ce),
+    .ce(en),
     .in_valid(in_valid),
     .in_tag(in_tag),
     .out_valid(out_valid),

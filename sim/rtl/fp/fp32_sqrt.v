@@ -17,6 +17,9 @@
  * Stages: 1 unpack/classify/LZC, 2 normalize/exponent, 3..28 recurrence, 29 round/pack.
  */
 module fp32_sqrt #(
+    // 1: ce freezes the pipeline (the unit tests stall it); 0: ce is ignored and the
+    // pipeline runs free, as onic_adam_lane uses it (no clock-enable net to fan out)
+    parameter integer STALL = 1,
     // width of the pass-through tag that travels with each operand (context a lane carries)
     parameter integer TAG_WIDTH = 1
 ) (
@@ -34,6 +37,8 @@ module fp32_sqrt #(
     output wire [31:0]          out_y,
     output wire [TAG_WIDTH-1:0] out_tag
 );
+
+wire en = (STALL != 0) ? ce : 1'b1;
 
     // root bits produced by the recurrence (1 integer + 23 fraction + guard + 1 extra)
     localparam integer QBITS = 26;
@@ -64,7 +69,7 @@ module fp32_sqrt #(
     ) u_delay (
         .clk(clk),
         .rst(rst),
-        .ce(ce),
+        .ce(en),
         .in_valid(in_valid),
         .in_tag(in_tag),
         .out_valid(out_valid),
@@ -90,7 +95,7 @@ module fp32_sqrt #(
     reg [4:0]  s1_lz_reg;
 
     always @(posedge clk) begin
-        if (ce) begin
+        if (en) begin
             if (a_nan || (in_a[31] && !a_zero)) begin
                 s1_kind_reg <= KIND_NAN;
             end else if (a_inf) begin
@@ -125,7 +130,7 @@ module fp32_sqrt #(
     reg        it_sign_reg [0:QBITS];
 
     always @(posedge clk) begin
-        if (ce) begin
+        if (en) begin
             // radicand = significand * 2^(odd exponent), its top 26 bits; the rest are zeros
             it_rad_reg[0]  <= s2_exp_sum[0] ? {s2_sig, 2'b00} : {1'b0, s2_sig, 1'b0};
             it_rem_reg[0]  <= 27'd0;
@@ -152,7 +157,7 @@ module fp32_sqrt #(
             wire        ge    = !diff[29];
 
             always @(posedge clk) begin
-                if (ce) begin
+                if (en) begin
                     it_rem_reg[k+1]  <= ge ? diff[26:0] : r_in[26:0];
                     it_root_reg[k+1] <= {it_root_reg[k][24:0], ge};
                     it_exp_reg[k+1]  <= it_exp_reg[k];
@@ -163,7 +168,7 @@ module fp32_sqrt #(
 
             if (k < QBITS - 1) begin : g_rad
                 always @(posedge clk) begin
-                    if (ce) begin
+                    if (en) begin
                         it_rad_reg[k+1] <= {it_rad_reg[k][23:0], 2'b00};
                     end
                 end
@@ -183,7 +188,7 @@ module fp32_sqrt #(
     reg [31:0] out_y_reg;
 
     always @(posedge clk) begin
-        if (ce) begin
+        if (en) begin
             case (it_kind_reg[QBITS])
                 KIND_NAN:  out_y_reg <= 32'h7fc00000;
                 KIND_INF:  out_y_reg <= 32'h7f800000;

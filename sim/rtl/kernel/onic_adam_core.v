@@ -17,7 +17,8 @@
  * (input register and lanes): a vector is admitted only when a credit is left, so the FIFOs can
  * never overflow and a stalled write port stops admission instead of freezing the lanes. The
  * FIFOs are 2^OUT_FIFO_LOG2 deep, more than the lane latency (111 clocks at most) plus the
- * credit loop (3 clocks), so the credits never run out while the outputs keep up.
+ * credit loop (4 clocks: a popped vector returns its credit a clock late), so the credits never
+ * run out while the outputs keep up.
  * The vectors are registered on the way in; the lanes' reset is a registered copy per lane
  * (it resets their valid bits only), the FIFOs and credits stay in reset one clock longer so
  * nothing the lanes still held when reset came is kept.
@@ -150,14 +151,23 @@ module onic_adam_core #(
         end
     end
 
-    wire [CW-1:0] credit_next = credit_reg - {{(CW-1){1'b0}}, fire} + {{(CW-1){1'b0}}, pop};
+    // A popped vector returns its credit a clock later (pop_q_reg): the pop decision comes from the
+    // write side's readys, and the counter's adder and zero test must not follow it in one clock.
+    // Late credits only make the count conservative. credit_ok is derived from compares of the
+    // registered count, not from the adder's output, for the same reason.
+    reg           pop_q_reg;
+    wire [CW-1:0] credit_next = credit_reg - {{(CW-1){1'b0}}, fire} + {{(CW-1){1'b0}}, pop_q_reg};
+    wire          credit_zero = credit_reg == {CW{1'b0}};
+    wire          credit_one  = credit_reg == {{(CW-1){1'b0}}, 1'b1};
     always @(posedge clk) begin
         if (tail_rst) begin
+            pop_q_reg     <= 1'b0;
             credit_reg    <= CREDITS;
             credit_ok_reg <= 1'b1;
         end else begin
+            pop_q_reg     <= pop;
             credit_reg    <= credit_next;
-            credit_ok_reg <= credit_next != {CW{1'b0}};
+            credit_ok_reg <= !((credit_zero && !pop_q_reg) || (credit_one && fire && !pop_q_reg));
         end
     end
 

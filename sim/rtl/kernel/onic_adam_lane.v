@@ -68,7 +68,7 @@ module onic_adam_lane #(
 
     localparam integer T = TAG_WIDTH;
 
-    // the FP units keep their clock enable port (their own tests stall them); here it is constant
+    // the FP units run free here (STALL = 0); their ce port is for their own tests, which stall them
     wire ce = 1'b1;
 
     initial begin
@@ -84,14 +84,14 @@ module onic_adam_lane #(
     wire [96+T-1:0] s0_tag;
     generate
         if (GRAD_FMT == 1) begin : g_bf16
-            bf16_to_fp32 #(.TAG_WIDTH(96+T)) widen_inst (
+            bf16_to_fp32 #(.STALL(0), .TAG_WIDTH(96+T)) widen_inst (
                 .clk(clk), .rst(rst), .ce(ce), .in_valid(in_valid), .in_a(in_grad[15:0]),
                 .in_tag({in_p, in_m, in_v, in_tag}),
                 .out_valid(s0_valid), .out_y(s0_g), .out_tag(s0_tag)
             );
             wire _unused_ok = &{1'b0, in_grad[31:16], 1'b0};
         end else if (GRAD_FMT == 2) begin : g_fp16
-            fp16_to_fp32 #(.TAG_WIDTH(96+T)) widen_inst (
+            fp16_to_fp32 #(.STALL(0), .TAG_WIDTH(96+T)) widen_inst (
                 .clk(clk), .rst(rst), .ce(ce), .in_valid(in_valid), .in_a(in_grad[15:0]),
                 .in_tag({in_p, in_m, in_v, in_tag}),
                 .out_valid(s0_valid), .out_y(s0_g), .out_tag(s0_tag)
@@ -113,19 +113,19 @@ module onic_adam_lane #(
     wire [31:0]   s1_g, s1_m1, s1_v1, s1_x;
     wire [32+T-1:0] s1_tag;
     wire [0:0]    s1_tm, s1_tv, s1_tx;
-    fp32_mul #(.TAG_WIDTH(32+T)) mul_g_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(32+T)) mul_g_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s0_valid), .in_a(s0_g), .in_b(gs),
         .in_tag({s0_p, s0_u}), .out_valid(s1_valid), .out_y(s1_g), .out_tag(s1_tag)
     );
-    fp32_mul #(.TAG_WIDTH(1)) mul_m1_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(1)) mul_m1_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s0_valid), .in_a(b1), .in_b(s0_m),
         .in_tag(1'b0), .out_valid(s1_vm), .out_y(s1_m1), .out_tag(s1_tm)
     );
-    fp32_mul #(.TAG_WIDTH(1)) mul_v1_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(1)) mul_v1_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s0_valid), .in_a(b2), .in_b(s0_v),
         .in_tag(1'b0), .out_valid(s1_vv), .out_y(s1_v1), .out_tag(s1_tv)
     );
-    fp32_mul #(.TAG_WIDTH(1)) mul_x_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(1)) mul_x_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s0_valid),
         .in_a(ADAMW != 0 ? s0_p : wd), .in_b(ADAMW != 0 ? wd : s0_p),
         .in_tag(1'b0), .out_valid(s1_vx), .out_y(s1_x), .out_tag(s1_tx)
@@ -152,7 +152,7 @@ module onic_adam_lane #(
             // l2 = +-0 the adder gets -0 instead: x + (-0) = x for every x under round to nearest
             // even (+0 + -0 = +0, -0 + -0 = -0), so g passes unchanged through the same latency.
             wire l2_zero = wd[30:0] == 31'd0;
-            fp32_add #(.TAG_WIDTH(96+T)) add_l2_inst (
+            fp32_add #(.STALL(0), .TAG_WIDTH(96+T)) add_l2_inst (
                 .clk(clk), .rst(rst), .ce(ce), .in_valid(s1_valid), .in_a(s1_g),
                 .in_b(l2_zero ? 32'h8000_0000 : s1_x),
                 .in_sub(1'b0), .in_tag({s1_p, s1_m1, s1_v1, s1_u}),
@@ -170,11 +170,11 @@ module onic_adam_lane #(
     wire [31:0]   s2_m2, s2_gg;
     wire [96+T-1:0] s2_tag;
     wire [0:0]    s2_tgg;
-    fp32_mul #(.TAG_WIDTH(96+T)) mul_m2_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(96+T)) mul_m2_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s1b_valid), .in_a(omb1), .in_b(s1b_g),
         .in_tag({s1b_pw, s1b_m1, s1b_v1, s1b_u}), .out_valid(s2_valid), .out_y(s2_m2), .out_tag(s2_tag)
     );
-    fp32_mul #(.TAG_WIDTH(1)) mul_gg_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(1)) mul_gg_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s1b_valid), .in_a(s1b_g), .in_b(s1b_g),
         .in_tag(1'b0), .out_valid(s2_vgg), .out_y(s2_gg), .out_tag(s2_tgg)
     );
@@ -183,7 +183,7 @@ module onic_adam_lane #(
     wire          s3_valid;
     wire [31:0]   s3_v2;
     wire [128+T-1:0] s3_tag;
-    fp32_mul #(.TAG_WIDTH(128+T)) mul_v2_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(128+T)) mul_v2_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s2_valid), .in_a(omb2), .in_b(s2_gg),
         .in_tag({s2_m2, s2_tag}), .out_valid(s3_valid), .out_y(s3_v2), .out_tag(s3_tag)
     );
@@ -198,11 +198,11 @@ module onic_adam_lane #(
     wire [31:0]   s4_m, s4_v;
     wire [32+T-1:0] s4_tag;
     wire [0:0]    s4_tv;
-    fp32_add #(.TAG_WIDTH(32+T)) add_m_inst (
+    fp32_add #(.STALL(0), .TAG_WIDTH(32+T)) add_m_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s3_valid), .in_a(s3_m1), .in_b(s3_m2), .in_sub(1'b0),
         .in_tag({s3_pw, s3_u}), .out_valid(s4_valid), .out_y(s4_m), .out_tag(s4_tag)
     );
-    fp32_add #(.TAG_WIDTH(1)) add_v_inst (
+    fp32_add #(.STALL(0), .TAG_WIDTH(1)) add_v_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s3_valid), .in_a(s3_v1), .in_b(s3_v2), .in_sub(1'b0),
         .in_tag(1'b0), .out_valid(s4_vv), .out_y(s4_v), .out_tag(s4_tv)
     );
@@ -211,7 +211,7 @@ module onic_adam_lane #(
     wire          s5_valid;
     wire [31:0]   s5_s;
     wire [96+T-1:0] s5_tag;
-    fp32_sqrt #(.TAG_WIDTH(96+T)) sqrt_inst (
+    fp32_sqrt #(.STALL(0), .TAG_WIDTH(96+T)) sqrt_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s4_valid), .in_a(s4_v),
         .in_tag({s4_tag[T+31:T], s4_m, s4_v, s4_tag[T-1:0]}),
         .out_valid(s5_valid), .out_y(s5_s), .out_tag(s5_tag)
@@ -221,7 +221,7 @@ module onic_adam_lane #(
     wire          s6_valid;
     wire [31:0]   s6_s;
     wire [96+T-1:0] s6_tag;
-    fp32_mul #(.TAG_WIDTH(96+T)) mul_rbc2_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(96+T)) mul_rbc2_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s5_valid), .in_a(s5_s), .in_b(rbc2),
         .in_tag(s5_tag), .out_valid(s6_valid), .out_y(s6_s), .out_tag(s6_tag)
     );
@@ -230,7 +230,7 @@ module onic_adam_lane #(
     wire          s7_valid;
     wire [31:0]   s7_d;
     wire [96+T-1:0] s7_tag;
-    fp32_add #(.TAG_WIDTH(96+T)) add_eps_inst (
+    fp32_add #(.STALL(0), .TAG_WIDTH(96+T)) add_eps_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s6_valid), .in_a(s6_s), .in_b(eps), .in_sub(1'b0),
         .in_tag(s6_tag), .out_valid(s7_valid), .out_y(s7_d), .out_tag(s7_tag)
     );
@@ -239,7 +239,7 @@ module onic_adam_lane #(
     wire          s8_valid;
     wire [31:0]   s8_q;
     wire [96+T-1:0] s8_tag;
-    fp32_div #(.TAG_WIDTH(96+T)) div_inst (
+    fp32_div #(.STALL(0), .TAG_WIDTH(96+T)) div_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s7_valid), .in_a(s7_tag[T+63:T+32]), .in_b(s7_d),
         .in_tag(s7_tag), .out_valid(s8_valid), .out_y(s8_q), .out_tag(s8_tag)
     );
@@ -248,7 +248,7 @@ module onic_adam_lane #(
     wire          s9_valid;
     wire [31:0]   s9_u;
     wire [96+T-1:0] s9_tag;
-    fp32_mul #(.TAG_WIDTH(96+T)) mul_step_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(96+T)) mul_step_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s8_valid), .in_a(step_size), .in_b(s8_q),
         .in_tag(s8_tag), .out_valid(s9_valid), .out_y(s9_u), .out_tag(s9_tag)
     );
@@ -257,7 +257,7 @@ module onic_adam_lane #(
     wire          s10_valid;
     wire [31:0]   s10_p;
     wire [64+T-1:0] s10_tag;
-    fp32_add #(.TAG_WIDTH(64+T)) sub_p_inst (
+    fp32_add #(.STALL(0), .TAG_WIDTH(64+T)) sub_p_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s9_valid), .in_a(s9_tag[T+95:T+64]), .in_b(s9_u),
         .in_sub(1'b1), .in_tag(s9_tag[T+63:0]), .out_valid(s10_valid), .out_y(s10_p), .out_tag(s10_tag)
     );
@@ -267,7 +267,7 @@ module onic_adam_lane #(
         if (OUT_BF16 != 0) begin : g_out_bf16
             wire [96+T-1:0] tag;
             wire [15:0]     y;
-            fp32_to_bf16 #(.TAG_WIDTH(96+T)) narrow_inst (
+            fp32_to_bf16 #(.STALL(0), .TAG_WIDTH(96+T)) narrow_inst (
                 .clk(clk), .rst(rst), .ce(ce), .in_valid(s10_valid), .in_a(s10_p),
                 .in_tag({s10_p, s10_tag}), .out_valid(out_valid), .out_y(y), .out_tag(tag)
             );
