@@ -22,7 +22,7 @@ payload) is picked up, element by element.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -34,6 +34,17 @@ from pynq_driver.shard import _BLOCK, DEFAULT_CHUNK_ELEMS, ShardState, _all_fini
 
 _BF16_BLOCK = 1 << 14  # elements per block of the bf16 masters' comparison (temporaries of 64 KiB at most)
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _grad_pieces(runs: list[tuple[list[Slot], int, int, dict]], step: int) -> Iterator[tuple[torch.Tensor, bool]]:
+    """The runs' gradients in pieces of `step` elements, each with whether it is a contiguous host
+    tensor (numpy can read it in place)."""
+    for slots, *_ in runs:
+        for s in slots:
+            g = s.grad()
+            for a in range(0, s.numel, step):
+                piece = g[a:a + step]
+                yield piece, piece.device.type == "cpu" and piece.is_contiguous()
 
 
 def _finite_fp32(chunk: np.ndarray, zeros: np.ndarray, _blk: np.ndarray) -> bool:
@@ -203,17 +214,10 @@ class CardBucket:
         name = shard.spec.grad_dtype
         step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block at a time
         scratch = shard.host_chunks()[0]  # free until the step streams: the scan's scratch (bf16)
-        for slots, *_ in runs:
-            for s in slots:
-                g = s.grad()
-                for a in range(0, s.numel, step):
-                    piece = g[a:a + step]
-                    if piece.device.type == "cpu" and piece.is_contiguous():
-                        ok = _all_finite(_np(piece), name, scratch, shard._zeros)
-                    else:
-                        ok = bool(torch.isfinite(piece).all())
-                    if not ok:
-                        return False
+        for piece, host in _grad_pieces(runs, step):
+            ok = _all_finite(_np(piece), name, scratch, shard._zeros) if host else bool(torch.isfinite(piece).all())
+            if not ok:
+                return False
         return True
 
     def _pieces_plan(self, runs: list[tuple[list[Slot], int, int, dict]]) -> list[tuple[int, int, dict]]:
@@ -403,15 +407,11 @@ class CardBucket:
         if shard._zeros is None:
             return units, self.grads_finite(runs)
         zeros, step = shard._zeros, shard.chunk_elems
-        for slots, *_ in runs:
-            for s in slots:
-                g = s.grad()
-                for a in range(0, s.numel, step):
-                    piece = g[a:a + step]
-                    if piece.device.type == "cpu" and piece.is_contiguous():
-                        units.append(functools.partial(_finite_fp32, _np(piece), zeros))
-                    elif not bool(torch.isfinite(piece).all()):
-                        return units, False
+        for piece, host in _grad_pieces(runs, step):
+            if host:
+                units.append(functools.partial(_finite_fp32, _np(piece), zeros))
+            elif not bool(torch.isfinite(piece).all()):
+                return units, False
         return units, True
 
     def shard_step_changed(self) -> None:
