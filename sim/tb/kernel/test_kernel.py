@@ -275,6 +275,19 @@ def status_bit(cfg: dict[str, Any], name: str) -> int:
     return int(cfg["manifest"]["register_map"]["status"]["bits"][name])
 
 
+def fresh_state(tb: KernelTB, spec: dict[str, Any], lay: Layout, rng: np.random.Generator
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, golden.Scalars]:
+    """Random bytes over every buffer's pages, then random p, m, v written and a random gradient:
+    (p, m, v, grad, scalars) for one run."""
+    for key in lay.base:
+        start = lay.base[key] - (lay.base[key] % PAGE)
+        tb.mem.write(start, rng.integers(0, 256, lay.end[key] - start, dtype=np.uint8).tobytes())
+    p, m, v = make_state(rng, lay.n)
+    write_state(tb, lay, p, m, v)
+    grad = make_grad(rng, lay.n, spec["grad_dtype"], 0)
+    return p, m, v, grad, golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
+
+
 async def status_run(tb: KernelTB, cfg: dict[str, Any], lay: Layout, rng: np.random.Generator, *,
                      grad_cut: int = 0, grad_extra: bytes = b"", regs_change: dict[str, int] | None = None,
                      check: bool = False) -> tuple[int, bool]:
@@ -282,14 +295,8 @@ async def status_run(tb: KernelTB, cfg: dict[str, Any], lay: Layout, rng: np.ran
     `grad_cut` bytes are taken off the stream shard's end, `grad_extra` added before its TLAST;
     with `check` the results must be bit-exact."""
     spec, n = cfg["spec"], lay.n
-    for key in lay.base:
-        start = lay.base[key] - (lay.base[key] % PAGE)
-        tb.mem.write(start, rng.integers(0, 256, lay.end[key] - start, dtype=np.uint8).tobytes())
-    p, m, v = make_state(rng, n)
-    write_state(tb, lay, p, m, v)
-    grad = make_grad(rng, n, spec["grad_dtype"], 0)
+    p, m, v, grad, scalars = fresh_state(tb, spec, lay, rng)
     regions = {key: tb.mem.read(lay.base[key], lay.end[key] - lay.base[key]) for key in lay.base}
-    scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
     regs = {**kernel_regs(tb, lay, n, scalars, spec["optimizer"]), **(regs_change or {})}
     if spec["grad_source"] == "stream":
         data = grad.tobytes()
@@ -675,13 +682,7 @@ async def suppress_run(tb: KernelTB, cfg: dict[str, Any], lay: Layout, rng: np.r
                                                    dict[str, np.ndarray]]:
     """One run on fresh state whose error the caller armed: (STATUS, arrays before, after, golden)."""
     spec, n = cfg["spec"], lay.n
-    for key in lay.base:
-        start = lay.base[key] - (lay.base[key] % PAGE)
-        tb.mem.write(start, rng.integers(0, 256, lay.end[key] - start, dtype=np.uint8).tobytes())
-    p, m, v = make_state(rng, n)
-    write_state(tb, lay, p, m, v)
-    grad = make_grad(rng, n, spec["grad_dtype"], 0)
-    scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
+    p, m, v, grad, scalars = fresh_state(tb, spec, lay, rng)
     if spec["grad_source"] == "stream":
         data = grad.tobytes()
         tb.send_stream(data[: len(data) - grad_cut])
