@@ -32,6 +32,7 @@ class Buffer:
     bank: str
     handle: Any = field(default=None, repr=False)  # backend object (pynq buffer, numpy bytes)
     freed: bool = False
+    imported: bool = False  # host memory lent to the card by `Device.import_host`, not card capacity
 
     def check(self, offset: int, nbytes: int) -> None:
         if self.freed:
@@ -61,6 +62,7 @@ class Device:
         self.stripes = StripeCounts(**{k: int(v) for k, v in rm["stripes"].items()})
         self.closed = False
         self._lock = threading.RLock()
+        self._banks: dict[int, dict[str, str]] = {}  # the manifest's, per CU (it never changes)
 
     # ---- the interface ------------------------------------------------------------------
     def allocate(self, nbytes: int, bank: str) -> Buffer:
@@ -97,10 +99,27 @@ class Device:
         takes a transfer (a real card: use `read`)."""
         return None
 
+    def import_host(self, array: np.ndarray, bank: str) -> Buffer | None:
+        """`array`'s own memory as a buffer of bank `bank`, without a copy, when the backend's card
+        memory is host memory (the software cards): a kernel pointed at it reads and writes the
+        array in place, which is what a card's DMA copy would achieve. None when the array cannot
+        be lent (a real card, or memory that is not contiguous and 64-byte aligned, the kernel's
+        beat): copy with `write`/`read` instead. `free` hands it back; nothing is ever freed in
+        `array`, which must outlive the buffer."""
+        return None
+
     def write_reg(self, offset: int, value: int, cu: int = 0) -> None:
         """Write a register of compute unit `cu` (each CU has its own register file, as in XRT)."""
         self._check_open()
         self._write_reg(int(offset), int(value) & 0xFFFFFFFF, self._cu(cu))
+
+    def write_regs(self, values: dict[int, int], cu: int = 0) -> None:
+        """Write several registers of `cu` in order (a kernel's arguments): `write_reg` for each,
+        with the checks done once."""
+        self._check_open()
+        cu = self._cu(cu)
+        for offset, value in values.items():
+            self._write_reg(int(offset), int(value) & 0xFFFFFFFF, cu)
 
     def read_reg(self, offset: int, cu: int = 0) -> int:
         self._check_open()
@@ -181,10 +200,16 @@ class Device:
         Flows without v++ bank names (V80) get one made-up bank per channel, so the simulated
         cards still keep every stripe in a bank of its own.
         """
-        for entry in self.manifest["memory_plan"]:
-            if entry["cu"] == cu:
-                return {p: (s["bank"] or f"channel_{s['channel']}") for s in entry["stripes"] for p in s["ports"]}
-        raise DeviceError(f"manifest has no compute unit {cu}")
+        cached = self._banks.get(cu)
+        if cached is None:
+            for entry in self.manifest["memory_plan"]:
+                if entry["cu"] == cu:
+                    cached = self._banks[cu] = {p: (s["bank"] or f"channel_{s['channel']}")
+                                                for s in entry["stripes"] for p in s["ports"]}
+                    break
+            else:
+                raise DeviceError(f"manifest has no compute unit {cu}")
+        return dict(cached)
 
     def bank_capacity(self) -> int:
         """Bytes one memory channel (one bank of the plan) holds."""

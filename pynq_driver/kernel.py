@@ -53,13 +53,15 @@ class KernelRunner:
         missing = sorted(set(self.pointers) - set(pointers)) + sorted(set(self.scalars) - {"n"} - set(scalar_bits))
         if missing:
             raise DeviceError(f"kernel arguments not given: {', '.join(missing)}")
+        regs: dict[int, int] = {}
         for name, offset in self.pointers.items():
             buf, byte_offset = pointers[name]
             addr = buf.address + byte_offset
-            dev.write_reg(offset, addr & 0xFFFFFFFF, self.cu)
-            dev.write_reg(offset + 4, addr >> 32, self.cu)
+            regs[offset] = addr & 0xFFFFFFFF
+            regs[offset + 4] = addr >> 32
         for name, offset in self.scalars.items():
-            dev.write_reg(offset, n if name == "n" else scalar_bits[name], self.cu)
+            regs[offset] = n if name == "n" else scalar_bits[name]
+        dev.write_regs(regs, self.cu)
         dev.start(self.cu)
         self.busy = True
 

@@ -41,6 +41,7 @@ from pynq_driver.errors import (
     StateFileError,
 )
 from pynq_driver.kernel import KernelRunner
+from pynq_driver.native import stripe_equal, striped_equal
 
 log = logging.getLogger(__name__)
 
@@ -409,14 +410,25 @@ class ShardState:
         rounds = self._rounds()
         launched = 0
 
+        lent: dict[int, dict[str, Any]] = {}  # round -> the host arrays lent to the card as its buffers
+
         def stage_in(i: int) -> None:
+            own = lent.setdefault(i, {})
             for pt, lo, hi in rounds[i]:
-                self._put(pt.grad_stage[i % 2], g[lo:hi], 0)
+                for key, data in (("grad", g[lo:hi]), ("out", result[lo:hi])):
+                    bufs = pt.grad_stage[i % 2] if key == "grad" else pt.out_stage[i % 2]
+                    buf = self._lend(bufs, data)
+                    if buf is not None:
+                        own[(pt.cu, key)] = buf
+                    elif key == "grad":
+                        self._put(bufs, data, 0)
 
         def launch(i: int) -> None:
             nonlocal launched
             for pt, lo, hi in rounds[i]:
-                pt.runner.launch(self._pointers(pt, lo, i % 2), hi - lo, bits)
+                own = lent.get(i, {})
+                pt.runner.launch(self._pointers(pt, lo, i % 2, own.get((pt.cu, "grad")), own.get((pt.cu, "out"))),
+                                 hi - lo, bits)
                 launched += 1
 
         def wait(i: int) -> None:
@@ -424,8 +436,11 @@ class ShardState:
                 pt.runner.wait()
 
         def collect(i: int) -> None:
+            own = lent.pop(i, {})
             for pt, lo, hi in rounds[i]:
-                self._get(pt.out_stage[i % 2], result[lo:hi], 0)
+                if (pt.cu, "out") not in own:  # else the kernel wrote `result` itself
+                    self._get(pt.out_stage[i % 2], result[lo:hi], 0)
+            self._give_back(own)
 
         try:
             stage_in(0)
@@ -444,6 +459,23 @@ class ShardState:
                     f"the state on the card mixes steps {self.step_count} and {step}"
                 )
             raise
+        finally:
+            for own in lent.values():
+                self._give_back(own)
+
+    def _lend(self, bufs: list[Any], data: np.ndarray | None) -> Any:
+        """`data` itself as the port's buffer (`Device.import_host`) where the card's memory is host
+        memory, the port has one stripe and `data` fills whole 64-byte beats: the kernel reads the
+        gradient from, or writes the results into, the caller's memory, and the host copy a card's
+        DMA would make is saved. None: the caller copies through the staging buffers."""
+        if data is None or len(bufs) != 1 or data.nbytes % 64:
+            return None
+        return self.dev.import_host(data, bufs[0].bank)
+
+    def _give_back(self, own: dict[Any, Any]) -> None:
+        for buf in own.values():
+            self.dev.free(buf)
+        own.clear()
 
     # ---- striped copies through a caller's scratch (no allocation: the streamed step's path) -------
     def _put_via(self, bufs: list[Any], data: np.ndarray, beat0: int, tmp: np.ndarray) -> None:
@@ -518,15 +550,17 @@ class ShardState:
         """Whether state array `array` at [lo, lo + expect.size) holds exactly the bits of `expect`
         (a contiguous array of 4-byte elements), with no temporaries: each stripe is compared where
         it lies when card memory is host memory (`Device.host_view`), else read into `tmp` (uint8
-        scratch of a chunk's bytes) first; the beats of `expect` a stripe holds are gathered block by
-        block into `blk` (uint8 scratch, a chunk's bytes: a stripe in one go, measured fastest) and
-        compared with memcmp."""
+        scratch of a chunk's bytes) first. The beats of `expect` the stripes hold are compared in
+        place by a compiled loop (`pynq_driver.native`: all stripes in one pass where they lie in
+        host memory); without a C compiler they are gathered block by block into `blk` (uint8
+        scratch, a chunk's bytes) and compared with memcmp."""
         self._check_open()
         want_all = expect.reshape(-1).view(np.uint8)
         beats_per_blk = blk.size // 64
         if beats_per_blk < 1:
             raise UserError(f"state_equals: the gathering scratch holds {blk.size} bytes; it needs one 64-byte beat")
         gathered = blk[: beats_per_blk * 64].view("V64")
+        native = stripe_equal()
         for pt, a, b in self.pieces(lo, lo + expect.size):
             want = want_all[4 * (a - lo):4 * (b - lo)]
             bufs = pt.state[array]
@@ -535,6 +569,15 @@ class ShardState:
             full = want.size // 64
             nb = -(-want.size // 64)
             beats = want[: full * 64].view("V64")
+            if stripes > 1:  # card memory is host memory: every stripe compared where it lies, in one pass
+                views = [self.dev.host_view(buf, offset, layout.stripe_beats(nb, stripes, k) * 64)
+                         for k, buf in enumerate(bufs)]
+                if all(v is not None for v in views):
+                    same = striped_equal(want, views)
+                    if same is not None:
+                        if not same:
+                            return False
+                        continue
             for k, buf in enumerate(bufs):
                 cnt = layout.stripe_beats(nb, stripes, k)
                 if not cnt:
@@ -544,6 +587,10 @@ class ShardState:
                     card = self.dev.read(buf, tmp[: cnt * 64], offset)
                 if stripes == 1:
                     if not same_bytes(want, card[: want.size]):
+                        return False
+                    continue
+                if native is not None:  # each byte read once, in place (see pynq_driver/native.py)
+                    if not native(want.ctypes.data, want.size, card.ctypes.data, stripes, k):
                         return False
                     continue
                 mine = beats[k::stripes]  # this stripe's whole beats of `expect`, in place
@@ -599,29 +646,47 @@ class ShardState:
 
         otmp = obuf.view(np.uint8)  # free between collects: scratch for striped copies
 
+        lent: dict[int, dict[str, Any]] = {}  # piece -> the caller's arrays lent to the card as its buffers
+
         def stage(i: int) -> None:
             pt, a, b, _ = work[i]
             g = gbuf[: b - a]
             src = fill(a, b, g)  # or the gradient itself, when it can go to the card as it is
-            self._put_via(pt.grad_stage[i % 2], g if src is None else src, 0, otmp)
+            own = lent.setdefault(i, {})
+            buf = self._lend(pt.grad_stage[i % 2], src)
+            if buf is None:
+                self._put_via(pt.grad_stage[i % 2], g if src is None else src, 0, otmp)
+            else:
+                own["grad"] = buf
+            dst = None if direct is None else direct(a, b)
+            buf = self._lend(pt.out_stage[i % 2], dst)
+            if buf is not None:
+                own["out"] = buf
             if prepare is not None:  # the gradient chunk is on the card: its host chunk is free again
                 prepare(a, b, pbuf[: b - a], otmp)
+            if dst is not None:
+                own["direct"] = dst
 
         def launch(i: int) -> None:
             nonlocal launched
             pt, a, b, bits = work[i]
-            pt.runner.launch(self._pointers(pt, a, i % 2), b - a, bits)
+            own = lent.get(i, {})
+            pt.runner.launch(self._pointers(pt, a, i % 2, own.get("grad"), own.get("out")), b - a, bits)
             launched += 1
 
         def collect(i: int) -> None:
             pt, a, b, _ = work[i]
-            dst = None if direct is None else direct(a, b)
-            if dst is not None:  # straight into the parameter's memory
+            own = lent.pop(i, {})
+            dst = own.pop("direct", None)
+            if "out" in own:  # the kernel wrote into the parameter's memory itself
+                pass
+            elif dst is not None:  # straight into the parameter's memory
                 self._get_via(pt.out_stage[i % 2], dst, 0, raw)
-                return
-            o = obuf[: b - a]
-            self._get_via(pt.out_stage[i % 2], o, 0, raw)  # the gradient/master chunk is free here
-            drain(a, b, o)
+            else:
+                o = obuf[: b - a]
+                self._get_via(pt.out_stage[i % 2], o, 0, raw)  # the gradient/master chunk is free here
+                drain(a, b, o)
+            self._give_back(own)
 
         try:
             stage(0)
@@ -643,17 +708,23 @@ class ShardState:
                     "the state on the card mixes two steps"
                 )
             raise
+        finally:
+            for own in lent.values():
+                own.pop("direct", None)
+                self._give_back(own)
 
-    def _pointers(self, pt: _CuPart, lo: int, slot: int) -> dict[str, tuple[Any, int]]:
-        """Every port of `pt`'s CU for the chunk at `lo`: state stripes at the chunk's beat, staging at 0."""
+    def _pointers(self, pt: _CuPart, lo: int, slot: int, grad: Any = None, out: Any = None
+                  ) -> dict[str, tuple[Any, int]]:
+        """Every port of `pt`'s CU for the chunk at `lo`: state stripes at the chunk's beat, staging at 0
+        (or the lent buffers `grad`/`out`, one stripe each: see `_lend`)."""
         offset = 64 * self._state_beat(pt, lo)
         ptrs: dict[str, tuple[Any, int]] = {}
         for a in ("p", "m", "v"):
             for k, buf in enumerate(pt.state[a]):
                 ptrs[f"{a}{k}_rd"] = ptrs[f"{a}{k}_wr"] = (buf, offset)
-        for k, buf in enumerate(pt.grad_stage[slot]):
+        for k, buf in enumerate([grad] if grad is not None else pt.grad_stage[slot]):
             ptrs[f"grad{k}"] = (buf, 0)
-        for k, buf in enumerate(pt.out_stage[slot]):
+        for k, buf in enumerate([out] if out is not None else pt.out_stage[slot]):
             ptrs[f"out{k}"] = (buf, 0)
         return ptrs
 

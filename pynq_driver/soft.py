@@ -22,7 +22,7 @@ import numpy as np
 from hls import layout
 from hls.golden import SCALAR_NAMES, Scalars, adam_update, to_bf16_bits
 from hls.sizing import StripeCounts
-from pynq_driver.device import Buffer, BumpAllocator, Device
+from pynq_driver.device import ALIGN, Buffer, BumpAllocator, Device
 from pynq_driver.errors import DeviceError, KernelTimeout
 
 GRAD_NP = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
@@ -34,6 +34,8 @@ Executor = Callable[[dict[str, np.ndarray], int, dict[str, int]], None]
 
 # Fault injection for tests of the driver's error paths (a kernel that never finishes).
 FAULTS = ("hang",)
+# Imported host memory (`import_host`) gets addresses far above the banks (64 GiB apart from 1 << 36).
+_IMPORT_BASE = 1 << 56
 
 
 def bank_layout(dev: Device) -> tuple[dict[str, int], dict[str, int]]:
@@ -43,11 +45,12 @@ def bank_layout(dev: Device) -> tuple[dict[str, int], dict[str, int]]:
     return bases, dict.fromkeys(bases, dev.bank_capacity())
 
 
-def port_bytes(dev: Device, port: str, n: int) -> int:
-    """Bytes the kernel touches through `port` in a run over n elements (whole beats of its stripe)."""
+def _port_geometry(dev: Device, port: str) -> tuple[int, int, int]:
+    """(element bytes, stripes of its array, its stripe index) of pointer argument `port`: a run over
+    n elements touches `layout.stripe_bytes(n, *geometry)` bytes through it (whole beats)."""
     array, index = _port_array(port)
     elem = {"grad": dev.spec.grad_bytes, "out": dev.spec.out_bytes}.get(array, 4)
-    return layout.stripe_bytes(n, elem, dev.stripes.of(array), index)
+    return elem, dev.stripes.of(array), index
 
 
 def _port_array(port: str) -> tuple[str, int]:
@@ -83,9 +86,16 @@ class SoftDevice(Device):
         self._cu_state = [_CuState() for _ in range(self.cus)]
         self._args = {a["name"]: a for a in manifest["register_map"]["args"]}
         self._ports = [a["name"] for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
+        # What a launch needs of the manifest, looked up once: (element bytes, stripes, stripe index)
+        # of every port, and the offsets of n and the scalars.
+        self._port_geometry = {p: _port_geometry(self, p) for p in self._ports}
+        self._n_offset = int(self._args["n"]["offset"])
+        self._scalar_offsets = {a: int(self._args[a]["offset"]) for a in SCALAR_NAMES if a in self._args}
         # One worker per CU: the CUs of a card run concurrently.
         self._pool = ThreadPoolExecutor(self.cus, thread_name_prefix=f"{backend}-kernel")
         self.faults: set[str] = set()
+        self._imports = 0  # live imported buffers; their addresses restart at _IMPORT_BASE when none is
+        self._next_import = _IMPORT_BASE
 
     # ---- memory --------------------------------------------------------------------------
     def _allocate(self, nbytes: int, bank: str) -> Buffer:
@@ -99,8 +109,32 @@ class SoftDevice(Device):
     def _free(self, buf: Buffer) -> None:
         i = self._addrs.index(buf.address)
         del self._addrs[i], self._bufs[i]
-        self._alloc.release(buf.bank)
         buf.handle = None
+        if buf.imported:
+            self._imports -= 1
+            if not self._imports:
+                self._next_import = _IMPORT_BASE
+            return
+        self._alloc.release(buf.bank)
+
+    def import_host(self, array: np.ndarray, bank: str) -> Buffer | None:
+        """Card memory is host memory here: `array` itself becomes the buffer (see Device.import_host),
+        at an address of its own above every bank's range."""
+        self._check_open()
+        if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or not array.flags.writeable:
+            return None
+        raw = array.reshape(-1).view(np.uint8)
+        if not raw.nbytes or raw.ctypes.data % 64:
+            return None
+        with self._lock:
+            addr = self._next_import
+            self._next_import += -(-raw.nbytes // ALIGN) * ALIGN + ALIGN  # a page apart: an overrun hits no buffer
+            buf = Buffer(addr, raw.nbytes, bank, handle=raw, imported=True)
+            i = bisect.bisect(self._addrs, addr)
+            self._addrs.insert(i, addr)
+            self._bufs.insert(i, buf)
+            self._imports += 1
+        return buf
 
     def _write(self, buf: Buffer, data: np.ndarray, offset: int) -> None:
         buf.handle[offset : offset + data.nbytes] = data
@@ -128,13 +162,16 @@ class SoftDevice(Device):
                 "every allocated buffer (an AXI access to unmapped card memory)"
             )
         buf = self._bufs[i]
-        expected = self.banks(cu_index)[name]
+        expected = self._bank_of(cu_index, name)
         if buf.bank != expected:
             # On a card a port reaches only the channel v++ connected it to.
             raise DeviceError(f"{self.backend}: CU {cu_index} argument {name} points into bank {buf.bank}; "
                               f"the port is connected to {expected}")
         start = addr - self._addrs[i]
         return buf.handle[start : start + nbytes]
+
+    def _bank_of(self, cu: int, port: str) -> str:
+        return self._banks[cu][port] if cu in self._banks else self.banks(cu)[port]
 
     # ---- registers and control -----------------------------------------------------------
     def _write_reg(self, offset: int, value: int, cu: int = 0) -> None:
@@ -164,10 +201,11 @@ class SoftDevice(Device):
         st.finished.clear()
         if "hang" in self.faults:
             return  # the injected fault: ap_done never comes
-        n = st.regs.get(int(self._args["n"]["offset"]), 0)
-        scalars = {a: st.regs.get(int(self._args[a]["offset"]), 0) for a in SCALAR_NAMES if a in self._args}
+        n = st.regs.get(self._n_offset, 0)
+        scalars = {a: st.regs.get(off, 0) for a, off in self._scalar_offsets.items()}
         try:
-            views = {p: self._view(st, cu, p, port_bytes(self, p, n)) for p in self._ports}
+            views = {p: self._view(st, cu, p, layout.stripe_bytes(n, elem, stripes, k))
+                     for p, (elem, stripes, k) in self._port_geometry.items()}
         except DeviceError as exc:
             self._finish(st, exc)
             return
