@@ -185,7 +185,7 @@ class ShardedNicOptimizer(CardOptimizer):
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float | None = None, *, optimizer: str = "adamw",
                  process_group: Any = None, average_gradients: bool = True, backend: str = DEFAULT_BACKEND,
-                 target: str = DEFAULT_TARGET, lanes: int | None = None, skip_nonfinite: bool = True,
+                 target: str = DEFAULT_TARGET, lanes: int | None = None, skip_nonfinite: bool = False,
                  chunk_elems: int | None = None, maximize: bool = False, overlap: bool = False,
                  free_grads: bool = True, **device_options: Any) -> None:
         if optimizer not in ("adamw", "adam"):

@@ -46,8 +46,10 @@ saying to save `state_dict()` instead. After `close()` every call raises DeviceC
 
 Semantics differ from torch's only by rounding (the golden model computes
 `sqrt(v) * f32(1/sqrt(bc2)) + eps` and `step_size = f32(lr/bc1)`; torch divides by
-`sqrt(bc2)`), and by one documented choice: a step whose gradient holds inf/NaN is skipped on
-the card (state unchanged; `skip_nonfinite=False` applies it as torch would).
+`sqrt(bc2)`). A gradient holding inf/NaN is applied as torch applies it (the parameters and
+moments it reaches become inf/NaN); `skip_nonfinite=True` opts into skipping such a step on the
+card instead (state unchanged, `skipped_steps` counts it, a warning is logged), at the cost of one
+pass over the gradients before the card starts.
 """
 
 from __future__ import annotations
@@ -638,7 +640,7 @@ class _NicAdamBase(CardOptimizer):
                  weight_decay: float, *, amsgrad: bool = False, maximize: bool = False,
                  foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,
                  fused: bool | None = None, backend: str = DEFAULT_BACKEND, target: str = DEFAULT_TARGET,
-                 lanes: int | None = None, skip_nonfinite: bool = True, chunk_elems: int | None = None,
+                 lanes: int | None = None, skip_nonfinite: bool = False, chunk_elems: int | None = None,
                  **device_options: Any) -> None:
         defaults = torch_defaults(lr, betas, eps, weight_decay, adamw=self._adamw, amsgrad=amsgrad,
                                   maximize=maximize, foreach=foreach, capturable=capturable,

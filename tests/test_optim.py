@@ -254,9 +254,30 @@ def test_grad_scaler_unscales_and_skips_inf_steps():
     assert max_param_diff(task.model, ref) < PARAM_TOL
 
 
-def test_nonfinite_gradient_skips_on_the_card_by_default():
+def test_nonfinite_gradient_is_applied_as_torch_applies_it_by_default():
+    """torch.optim.AdamW takes a NaN gradient (the parameter and its moments become NaN where it
+    reaches); so does NicAdamW by default, bit pattern aside (any NaN is a NaN)."""
     task = regression_task()
+    ref = copy.deepcopy(task.model)
     opt = NicAdamW(task.model.parameters(), backend="golden")
+    tor = torch.optim.AdamW(ref.parameters())
+    for model, o in ((task.model, opt), (ref, tor)):
+        x, y = task.batch(0)
+        task.loss(model, x, y).backward()
+        next(model.parameters()).grad[0, 0] = float("nan")
+        o.step()
+    assert opt.skipped_steps == 0 and opt.shards()[0].step_count == 1
+    for a, b in zip(ref.parameters(), task.model.parameters(), strict=True):
+        assert torch.equal(torch.isnan(a), torch.isnan(b))
+        assert torch.allclose(a[~torch.isnan(a)], b[~torch.isnan(b)], rtol=0, atol=PARAM_TOL)
+    assert torch.isnan(next(task.model.parameters())[0, 0])
+    w = next(task.model.parameters())
+    assert torch.equal(torch.isnan(opt.state[w]["exp_avg"]), torch.isnan(tor.state[next(ref.parameters())]["exp_avg"]))
+
+
+def test_nonfinite_gradient_skips_on_the_card_when_asked():
+    task = regression_task()
+    opt = NicAdamW(task.model.parameters(), backend="golden", skip_nonfinite=True)
     before = params_of(task.model)
     x, y = task.batch(0)
     task.loss(task.model, x, y).backward()
