@@ -16,6 +16,7 @@ from typing import Any
 
 import cocotb
 from cocotb.triggers import RisingEdge
+from cocotb.utils import get_sim_time
 
 MAX_BURST = 64
 MAX_OUTSTANDING = 256
@@ -102,7 +103,9 @@ class AxiMonitor:
     async def _run(self) -> None:
         while True:
             await RisingEdge(self.clock)
-            if not _v(self.reset_n) == 1:
+            if get_sim_time() == 0:  # the clock's edge at time 0: no net has settled yet (X in Icarus)
+                continue
+            if _v(self.reset_n) != 1:
                 for port in self.ports:
                     port.reset()  # the memory model flushes on reset too
                     valids = []
