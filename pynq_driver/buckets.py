@@ -10,10 +10,12 @@ tensors without a gradient are not touched (their moments and step count stay as
 exactly as torch skips them.
 
 Gradients stream from wherever they live (`p.grad`, a reduce-scatter output) to the card, through
-one host chunk only where a chunk mixes tensors; results go straight into the tensors: a step
-holds two chunks of host memory beyond the model, every scratch included. Before the kernel runs
-on a chunk, the masters on the card are compared bit for bit with the tensors (fp32: memcmp where
-the card's memory is host memory, after one readback into the free host chunk on a real card), or
+one host chunk only where a chunk mixes tensors; results go straight into the tensors (on the
+software cards the kernel reads the gradient and writes the tensor in place: `Device.import_host`):
+a step holds two chunks of host memory beyond the model, every scratch included. Before the kernel
+runs on a chunk, the masters on the card are compared bit for bit with the tensors (fp32: where the
+card's memory is host memory, every stripe in place in one compiled pass, `pynq_driver.native`;
+after one readback into the free host chunk on a real card), or
 with the bf16 rounding the card last returned (bf16): whatever changed a tensor since the last
 step (`p.data` edits, `load_state_dict` of the model, a broadcast; -0.0 for 0.0, another NaN
 payload) is picked up, element by element.
@@ -313,7 +315,7 @@ class CardBucket:
 
         def prepare(a: int, b: int, scratch: np.ndarray, tmp: np.ndarray) -> None:
             if kd == torch.float32:
-                # Each tensor's part against the card's masters, bit for bit, where both lie (memcmp;
+                # Each tensor's part against the card's masters, bit for bit, where both lie (compiled loop;
                 # the card's copy read into `tmp` only where it is not host memory); a part that
                 # differs anywhere is written whole (equal elements are rewritten with the same bits).
                 blk = self.shard.host_chunks()[0]  # `scratch`'s whole chunk: free once the gradient is sent

@@ -20,9 +20,9 @@ Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
   they get gradients;
 - any change to a parameter between steps (`p.data` edits, `model.load_state_dict`, a broadcast)
   is picked up: before the kernel runs on a chunk, the masters on the card are compared bit for
-  bit with the parameters (memcmp: -0.0 for 0.0 and another NaN payload count; bf16: with the
+  bit with the parameters (-0.0 for 0.0 and another NaN payload count; bf16: with the
   bf16 rounding the card returned) and replaced where they differ. Where the card's memory is
-  host memory (csim, golden) the comparisons and the inf/NaN scan run on two threads before the
+  host memory (csim, golden) the comparisons (and the inf/NaN scan, if asked for) run on two threads before the
   first launch; on a card each chunk's masters are read back into the free host chunk as it
   streams. `detect_changes=False` skips the comparison, for scripts that never touch parameters
   between steps: an edit would then be overwritten by the card's copy;
@@ -592,8 +592,8 @@ class CardOptimizer(torch.optim.Optimizer):
 class _Scan:
     """A step's scan and comparison units on two threads: the worker takes units from the front,
     the caller of `finish` from the back, until they meet or one finds inf/NaN. Each thread hands
-    its units its own block (a host chunk). numpy's dot products and copies and memcmp release
-    the GIL, so the two run at once."""
+    its units its own block (a host chunk). numpy's dot products and copies, memcmp and the
+    compiled comparison (pynq_driver.native) release the GIL, so the two run at once."""
 
     def __init__(self, units: list[Callable[[np.ndarray], bool]], pool: ThreadPoolExecutor,
                  blocks: tuple[np.ndarray, np.ndarray]) -> None:
