@@ -99,23 +99,25 @@ class SoftDevice(Device):
 
     # ---- memory --------------------------------------------------------------------------
     def _allocate(self, nbytes: int, bank: str) -> Buffer:
-        addr = self._alloc.take(nbytes, bank)
-        buf = Buffer(addr, nbytes, bank, handle=np.zeros(nbytes, np.uint8))
-        i = bisect.bisect(self._addrs, addr)
-        self._addrs.insert(i, addr)
-        self._bufs.insert(i, buf)
+        with self._lock:  # the address list is shared with imports and launches on other threads
+            addr = self._alloc.take(nbytes, bank)
+            buf = Buffer(addr, nbytes, bank, handle=np.zeros(nbytes, np.uint8))
+            i = bisect.bisect(self._addrs, addr)
+            self._addrs.insert(i, addr)
+            self._bufs.insert(i, buf)
         return buf
 
     def _free(self, buf: Buffer) -> None:
-        i = self._addrs.index(buf.address)
-        del self._addrs[i], self._bufs[i]
-        buf.handle = None
-        if buf.imported:
-            self._imports -= 1
-            if not self._imports:
-                self._next_import = _IMPORT_BASE
-            return
-        self._alloc.release(buf.bank)
+        with self._lock:
+            i = self._addrs.index(buf.address)
+            del self._addrs[i], self._bufs[i]
+            buf.handle = None
+            if buf.imported:
+                self._imports -= 1
+                if not self._imports:
+                    self._next_import = _IMPORT_BASE
+                return
+            self._alloc.release(buf.bank)
 
     def import_host(self, array: np.ndarray, bank: str) -> Buffer | None:
         """Card memory is host memory here: `array` itself becomes the buffer (see Device.import_host),
@@ -204,8 +206,9 @@ class SoftDevice(Device):
         n = st.regs.get(self._n_offset, 0)
         scalars = {a: st.regs.get(off, 0) for a, off in self._scalar_offsets.items()}
         try:
-            views = {p: self._view(st, cu, p, layout.stripe_bytes(n, elem, stripes, k))
-                     for p, (elem, stripes, k) in self._port_geometry.items()}
+            with self._lock:
+                views = {p: self._view(st, cu, p, layout.stripe_bytes(n, elem, stripes, k))
+                         for p, (elem, stripes, k) in self._port_geometry.items()}
         except DeviceError as exc:
             self._finish(st, exc)
             return
