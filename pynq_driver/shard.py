@@ -628,7 +628,8 @@ class ShardState:
         `scratch` is its host chunk as float32, `tmp` the free output chunk's bytes), `drain(a, b, o)` takes
         the output chunk `o` (out dtype). `fill` may instead return an array to send as it is
         (the gradient's own memory), and `direct(a, b)` may return the array the output goes to
-        (the parameter's own memory), saving a host copy each. The host holds these two chunks
+        (the parameter's own memory), saving a host copy each; where card memory is host memory the
+        kernel reads and writes those arrays in place (`_lend`), with no copy at all. The host holds these two chunks
         and nothing else; no checks on the values run here (the caller checks before calling, or
         hands over `gate`: asked once the first piece is staged and prepared, before the first
         launch; False leaves the state as it was and returns False, else True once all ran).
@@ -647,6 +648,7 @@ class ShardState:
         otmp = obuf.view(np.uint8)  # free between collects: scratch for striped copies
 
         lent: dict[int, dict[str, Any]] = {}  # piece -> the caller's arrays lent to the card as its buffers
+        dsts: dict[int, np.ndarray] = {}  # piece -> the output's own memory, where it is copied to
 
         def stage(i: int) -> None:
             pt, a, b, _ = work[i]
@@ -662,10 +664,10 @@ class ShardState:
             buf = self._lend(pt.out_stage[i % 2], dst)
             if buf is not None:
                 own["out"] = buf
+            elif dst is not None:
+                dsts[i] = dst
             if prepare is not None:  # the gradient chunk is on the card: its host chunk is free again
                 prepare(a, b, pbuf[: b - a], otmp)
-            if dst is not None:
-                own["direct"] = dst
 
         def launch(i: int) -> None:
             nonlocal launched
@@ -676,8 +678,7 @@ class ShardState:
 
         def collect(i: int) -> None:
             pt, a, b, _ = work[i]
-            own = lent.pop(i, {})
-            dst = own.pop("direct", None)
+            own, dst = lent.pop(i, {}), dsts.pop(i, None)
             if "out" in own:  # the kernel wrote into the parameter's memory itself
                 pass
             elif dst is not None:  # straight into the parameter's memory
@@ -710,7 +711,6 @@ class ShardState:
             raise
         finally:
             for own in lent.values():
-                own.pop("direct", None)
                 self._give_back(own)
 
     def _pointers(self, pt: _CuPart, lo: int, slot: int, grad: Any = None, out: Any = None
