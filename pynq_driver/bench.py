@@ -1,9 +1,11 @@
 """`optimusnic bench driver`: what the driver costs on top of the kernel (csim backend).
 
 Two figures, on the same data:
-- overhead: median end-to-end `ShardState.step()` (finiteness check, chunked double-buffered copies
-  to and from the card, register programming, ap_done waits) over the median bare kernel call
-  (`CsimKernel.run` on the whole shard in place, no copies). Goal: at most 1.2x.
+- overhead: median end-to-end `ShardState.step()` (finiteness check, the chunks' gradients and
+  outputs lent to the software card in place, 64-byte aligned as torch allocates, register
+  programming, ap_done waits) over the median bare kernel call (`CsimKernel.run_ports` on the
+  whole shard's stripe buffers, no copies); `copies` times what a card's DMA would move instead.
+  Goal: at most 1.2x.
 - peak extra host memory of one step beyond the resident state (the card's buffers and the
   caller's gradient and output arrays), measured with tracemalloc, which sees every numpy
   allocation. Goal: at most two chunks of gradient.
