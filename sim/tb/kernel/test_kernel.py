@@ -662,18 +662,20 @@ async def test_control(dut: Any) -> None:
     assert await tb.read_reg(CTRL) & AP_IDLE
 
 
-def kept_or_golden(name: str, before: np.ndarray, got: np.ndarray, want: np.ndarray, first_bad: int) -> list[str]:
-    """Every element is its old value or the golden one; from `first_bad` on, the old one."""
-    old = golden.bits_equal(got, before)
-    new = golden.bits_equal(got, want)
+def kept_or_golden(before: dict[str, np.ndarray], got: dict[str, np.ndarray], want: dict[str, np.ndarray],
+                   first_bad: int) -> list[str]:
+    """In p, m, v and out, every element is its old value or the golden one; from `first_bad` on, the old one."""
     errors = []
-    wrong = np.flatnonzero(~(old | new))
-    if wrong.size:
-        errors.append(f"{name}: {wrong.size} elements neither old nor golden, first at {wrong[0]}")
-    late = np.flatnonzero(~old[first_bad:])
-    if late.size:
-        errors.append(f"{name}: {late.size} elements at or after element {first_bad} (the failing beat) were "
-                      f"written, first at {first_bad + late[0]}")
+    for name in ("p", "m", "v", "out"):
+        old = golden.bits_equal(got[name], before[name])
+        new = golden.bits_equal(got[name], want[name])
+        wrong = np.flatnonzero(~(old | new))
+        if wrong.size:
+            errors.append(f"{name}: {wrong.size} elements neither old nor golden, first at {wrong[0]}")
+        late = np.flatnonzero(~old[first_bad:])
+        if late.size:
+            errors.append(f"{name}: {late.size} elements at or after element {first_bad} (the failing beat) were "
+                          f"written, first at {first_bad + late[0]}")
     return errors
 
 
@@ -731,9 +733,7 @@ async def test_suppress(dut: Any) -> None:
         tb.ports[port].read_if.fail_beats(set())
         assert status == bit["read_response"], f"SLVERR on {port} beat {beat}: STATUS {status:#x}"
         assert await tb.read_port_errors() == [port], f"PORT_ERR {await tb.read_port_errors()}, want [{port}]"
-        errors = []
-        for name in ("p", "m", "v", "out"):
-            errors += kept_or_golden(name, before[name], got[name], want[name], first_bad)
+        errors = kept_or_golden(before, got, want, first_bad)
         assert not errors, f"SLVERR on {port} beat {beat}: " + "; ".join(errors)
         written = int(np.count_nonzero(golden.bits_equal(got["p"], want["p"]) & ~golden.bits_equal(got["p"],
                                                                                                    before["p"])))
@@ -748,9 +748,7 @@ async def test_suppress(dut: Any) -> None:
         first_bad = (nbytes - cut) // lay.elem["grad"]  # the first element of the missing beat
         status, before, got, want = await suppress_run(tb, cfg, lay, rng, grad_cut=cut)
         assert status == bit["stream_short"], f"shard one beat short: STATUS {status:#x}"
-        errors = []
-        for name in ("p", "m", "v", "out"):
-            errors += kept_or_golden(name, before[name], got[name], want[name], first_bad)
+        errors = kept_or_golden(before, got, want, first_bad)
         assert not errors, "shard one beat short: " + "; ".join(errors)
     status, _ = await status_run(tb, cfg, lays[0], rng, check=True)
     assert status == 0 and await tb.read_port_errors() == [], f"clean run after: STATUS {status:#x}"
