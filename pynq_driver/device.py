@@ -62,7 +62,6 @@ class Device:
         self.stripes = StripeCounts(**{k: int(v) for k, v in rm["stripes"].items()})
         self.closed = False
         self._lock = threading.RLock()
-        self._banks: dict[int, dict[str, str]] = {}  # the manifest's, per CU (it never changes)
 
     # ---- the interface ------------------------------------------------------------------
     def allocate(self, nbytes: int, bank: str) -> Buffer:
@@ -200,16 +199,10 @@ class Device:
         Flows without v++ bank names (V80) get one made-up bank per channel, so the simulated
         cards still keep every stripe in a bank of its own.
         """
-        cached = self._banks.get(cu)
-        if cached is None:
-            for entry in self.manifest["memory_plan"]:
-                if entry["cu"] == cu:
-                    cached = self._banks[cu] = {p: (s["bank"] or f"channel_{s['channel']}")
-                                                for s in entry["stripes"] for p in s["ports"]}
-                    break
-            else:
-                raise DeviceError(f"manifest has no compute unit {cu}")
-        return dict(cached)
+        for entry in self.manifest["memory_plan"]:
+            if entry["cu"] == cu:
+                return {p: (s["bank"] or f"channel_{s['channel']}") for s in entry["stripes"] for p in s["ports"]}
+        raise DeviceError(f"manifest has no compute unit {cu}")
 
     def bank_capacity(self) -> int:
         """Bytes one memory channel (one bank of the plan) holds."""

@@ -87,8 +87,9 @@ class SoftDevice(Device):
         self._args = {a["name"]: a for a in manifest["register_map"]["args"]}
         self._ports = [a["name"] for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
         # What a launch needs of the manifest, looked up once: (element bytes, stripes, stripe index)
-        # of every port, and the offsets of n and the scalars.
+        # and the bank of every port of every CU, and the offsets of n and the scalars.
         self._port_geometry = {p: _port_geometry(self, p) for p in self._ports}
+        self._port_banks = [self.banks(cu) for cu in range(self.cus)]
         self._n_offset = int(self._args["n"]["offset"])
         self._scalar_offsets = {a: int(self._args[a]["offset"]) for a in SCALAR_NAMES if a in self._args}
         # One worker per CU: the CUs of a card run concurrently.
@@ -164,16 +165,13 @@ class SoftDevice(Device):
                 "every allocated buffer (an AXI access to unmapped card memory)"
             )
         buf = self._bufs[i]
-        expected = self._bank_of(cu_index, name)
+        expected = self._port_banks[cu_index][name]
         if buf.bank != expected:
             # On a card a port reaches only the channel v++ connected it to.
             raise DeviceError(f"{self.backend}: CU {cu_index} argument {name} points into bank {buf.bank}; "
                               f"the port is connected to {expected}")
         start = addr - self._addrs[i]
         return buf.handle[start : start + nbytes]
-
-    def _bank_of(self, cu: int, port: str) -> str:
-        return self._banks[cu][port] if cu in self._banks else self.banks(cu)[port]
 
     # ---- registers and control -----------------------------------------------------------
     def _write_reg(self, offset: int, value: int, cu: int = 0) -> None:
