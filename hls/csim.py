@@ -59,7 +59,7 @@ AMD_HEADERS = ("ap_int.h", "ap_int_base.h", "ap_int_ref.h", "ap_common.h", "etc/
 HEADER_SETS = ("amd", "own")
 # 3: per-port beat, stripe and flag words; aligned scratch copies; a shared worker pool; stream
 # warnings of the simulation model counted (any HLS headers). 4: buffer lengths, checked in C too.
-ABI_VERSION = 4
+ABI_VERSION = 5
 # IEEE-754 binary32 exactly as design.md section 3: no contraction into FMA, none of the
 # fast-math relaxations (-fno-math-errno only drops errno writes; results are unchanged, and
 # it lets sqrt compile to the correctly rounded vector instruction).
@@ -251,6 +251,18 @@ def _stripe_counts(manifest: dict) -> StripeCounts:
     return StripeCounts(grad=int(s["grad"]), state=int(s["state"]), out=int(s["out"]))
 
 
+def _beat_pitch(arr: np.ndarray) -> int | None:
+    """Bytes from one 64-byte beat of `arr` to the next: 64 for a C-contiguous array, the row
+    stride of uint8 rows of one beat each (a positive multiple of 64), else None."""
+    if arr.flags.c_contiguous:
+        return 64
+    if arr.ndim == 2 and arr.dtype == np.uint8 and arr.shape[1] == 64 and arr.strides[1] == 1:
+        pitch = arr.strides[0]
+        if pitch >= 64 and pitch % 64 == 0:
+            return int(pitch)
+    return None
+
+
 def aligned_zeros(nbytes: int, align: int = 64) -> np.ndarray:
     """A zeroed uint8 array of nbytes whose data starts on an `align`-byte boundary."""
     raw = np.zeros(int(nbytes) + align, np.uint8)
@@ -298,7 +310,11 @@ class CsimKernel:
     `scalars` is the register dict of `Scalars.registers(optimizer)` or the uint32 array of
     `scalar_bits(...)`. Lanes past n in the last beat of every stripe keep their old state.
     Buffers may be larger than needed; for a chunk of a shard that starts at element c (a
-    multiple of `align`), pass views from `port_offsets(c)[port]` bytes on.
+    multiple of `align`), pass views from `port_offsets(c)[port]` bytes on. A port the kernel
+    only reads (p0_rd, grad0, ...) may instead get a uint8 array of shape (beats, 64) whose rows
+    lie a multiple of 64 bytes apart, e.g. `rows[k::stripes]` of an unstriped array's 64-byte
+    rows: stripe k of it, without a copy (each chunk's beats are gathered into the harness's
+    aligned scratch).
 
     `run(grad, p, m, v, out, n, scalars)`: the whole-array convenience (tests, bench, demo):
     stripes the first n elements with hls.layout.split, calls run_ports, and joins p, m, v and
@@ -345,9 +361,10 @@ class CsimKernel:
             raise CsimError(f"{self.library}: the kernel has {nports()} pointer arguments, the manifest "
                             f"{len(self.ports)}; regenerate the project")
         info = [self.port_info[p] for p in self.ports]
-        # Per port: elements per beat, stripes, stripe index, flags.
-        self._info = np.array([[64 // i.elem_bytes, i.stripes, i.index, FLAG_PREFETCH if _prefetched(i) else 0]
-                               for i in info], dtype=np.uint64).reshape(-1, 4)
+        # Per port: elements per beat, stripes, stripe index, flags, pitch of its beats (run_ports
+        # sets the pitch of a buffer whose beats are not back to back).
+        self._info = np.array([[64 // i.elem_bytes, i.stripes, i.index, FLAG_PREFETCH if _prefetched(i) else 0, 64]
+                               for i in info], dtype=np.uint64).reshape(-1, 5)
 
     def port_bytes(self, n: int) -> dict[str, int]:
         """Bytes each port's buffer must hold for a shard of n elements (stripe 0 is the largest)."""
@@ -407,11 +424,21 @@ class CsimKernel:
         need = self.port_bytes(n)
         if stream:
             need["grad"] = n * self.spec.grad_bytes
+        info = self._info
         for name, arr in buffers.items():
             if not isinstance(arr, np.ndarray):
                 raise ValueError(f"buffers[{name!r}]: expected a numpy array, got {type(arr).__name__}")
-            if not arr.flags.c_contiguous:
-                raise ValueError(f"buffers[{name!r}]: must be C-contiguous")
+            pitch = _beat_pitch(arr)
+            if pitch is None:
+                raise ValueError(f"buffers[{name!r}]: must be C-contiguous, or uint8 rows of one 64-byte beat "
+                                 "each a multiple of 64 bytes apart")
+            if pitch != 64:
+                if name not in self.port_info or self.port_info[name].written:
+                    raise ValueError(f"buffers[{name!r}]: beats {pitch} bytes apart, on a port the kernel "
+                                     "writes (only read ports take rows that are not back to back)")
+                if info is self._info:
+                    info = self._info.copy()
+                info[self.ports.index(name), 4] = pitch
             if name in self.port_info and self.port_info[name].written and not arr.flags.writeable:
                 raise ValueError(f"buffers[{name!r}]: must be writeable (the kernel writes through {name})")
             if arr.nbytes < need[name]:
@@ -422,7 +449,7 @@ class CsimKernel:
         grad = buffers["grad"].ctypes.data if stream else None
         grad_length = buffers["grad"].nbytes if stream else 0
         threads = self.threads if n >= 1 << 16 else 1  # below that, handing work to threads costs more than it saves
-        rc = self._run(ports, lengths, self._info.ctypes.data, len(self.ports), grad,
+        rc = self._run(ports, lengths, info.ctypes.data, len(self.ports), grad,
                        self.spec.grad_bytes if stream else 0, grad_length, n, bits.ctypes.data, threads, self.chunk,
                        self.align)
         if rc == -2:

@@ -141,6 +141,7 @@ class CardBucket:
                 self.shard.close()
                 raise
         self.maximize = False
+        self._compared: set[int] = set()  # slots compared with the masters before this step's stream
 
     # ---- per-slot state on the card ------------------------------------------------------------
     def _ranges(self, s: Slot) -> list[tuple[int, int]]:
@@ -320,6 +321,8 @@ class CardBucket:
                 # differs anywhere is written whole (equal elements are rewritten with the same bits).
                 blk = self.shard.host_chunks()[0]  # `scratch`'s whole chunk: free once the gradient is sent
                 for s, lo, hi in overlapping(a, b):
+                    if id(s) in compared:
+                        continue
                     cur = s.data()[lo:hi]
                     if cur.device.type != "cpu":
                         cur = cur.cpu()
@@ -354,8 +357,9 @@ class CardBucket:
                 s.data()[lo:hi].copy_(ot[at - a:at - a + hi - lo])
 
         label = max(s.step for s in slots) + 1
+        compared, self._compared = self._compared, set()  # this step's, by compare_units
         if not self.shard.stream(self._pieces_plan(runs), fill, drain, prepare if detect else None, label, direct,
-                                 gate):
+                                 gate, masters_in_direct=kd == torch.float32):
             return False
         self._count_empty()
         for s in slots:
@@ -373,9 +377,12 @@ class CardBucket:
                       ) -> list[Callable[[np.ndarray], bool]] | None:
         """The comparison of the runs' tensors with the card's masters (fp32) cut into chunk-sized
         units that may run on any thread, each with its own block (a host chunk): what the stream's
-        `prepare` does piece by piece. None where the card's memory is not host memory (a readback
-        needs a second chunk per thread) or the masters are bf16's: the stream compares those."""
+        `prepare` does piece by piece (it skips the tensors compared here). None where the card's
+        memory is not host memory (a readback needs a second chunk per thread) or the masters are
+        bf16's: the stream compares those. A tensor the kernel will read its masters from in
+        place (`_masters_in_place`) needs no comparison at all."""
         shard = self.shard
+        self._compared = set()
         if self.kernel_dtype != torch.float32 or not runs:
             return None if self.kernel_dtype != torch.float32 else []
         probe = shard.parts[0].state["p"][0]
@@ -387,10 +394,28 @@ class CardBucket:
             for s in slots:
                 data = s.data()
                 if data.device.type != "cpu" or not data.is_contiguous():
+                    self._compared = set()
                     return None
+                if self._masters_in_place(s, data):
+                    continue
                 for a in range(0, s.numel, step):
                     units.append(functools.partial(self._compare, s.offset + a, _np(data[a:a + step])))
+                self._compared.add(id(s))
         return units
+
+    def _masters_in_place(self, s: Slot, data: torch.Tensor) -> bool:
+        """Whether the stream lends every piece of `s` (a host-memory card: see compare_units) to the
+        kernel as its masters (`ShardState.stream`'s masters_in_direct): `s` has pieces of its own,
+        each of whole 64-byte beats (one at least per stripe of the masters) and 64-byte aligned.
+        A piece that is not lent after all is compared by the stream's `prepare`."""
+        shard = self.shard
+        if shard.spec.out_dtype != "fp32" or s.numel < shard.chunk_elems // 2:
+            return False
+        base = data.data_ptr()
+        for pt, a, b in shard.pieces(s.offset, s.offset + s.numel):
+            if (4 * (b - a)) % 64 or 4 * (b - a) < 64 * len(pt.state["p"]) or (base + 4 * (a - s.offset)) % 64:
+                return False
+        return True
 
     def _compare(self, at: int, mine: np.ndarray, blk: np.ndarray) -> bool:
         if not self.shard.state_equals("p", at, mine, blk, blk):  # host memory: `tmp` is never used

@@ -98,10 +98,12 @@ class Device:
         takes a transfer (a real card: use `read`)."""
         return None
 
-    def import_host(self, array: np.ndarray, bank: str) -> Buffer | None:
+    def import_host(self, array: np.ndarray, bank: str, stripes: int = 1, index: int = 0) -> Buffer | None:
         """`array`'s own memory as a buffer of bank `bank`, without a copy, when the backend's card
         memory is host memory (the software cards): a kernel pointed at it reads and writes the
-        array in place, which is what a card's DMA copy would achieve. None when the array cannot
+        array in place, which is what a card's DMA copy would achieve. With `stripes` > 1 the
+        buffer is stripe `index` of the array (its 64-byte beats index, index + stripes, ...: the
+        array must be whole beats), for a port the kernel only reads. None when the array cannot
         be lent (a real card, or memory that is not contiguous and 64-byte aligned, the kernel's
         beat): copy with `write`/`read` instead. `free` hands it back; nothing is ever freed in
         `array`, which must outlive the buffer."""

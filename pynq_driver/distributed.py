@@ -412,7 +412,7 @@ class ShardedNicOptimizer(CardOptimizer):
                     return loss
             for sb, runs in plans:
                 sb.card.maximize = sb.maximize
-                sb.card.run(runs, detect=self.detect_changes and id(sb.card) not in compared)
+                sb.card.run(runs, detect=self.detect_changes)
                 if bool(sb.present.any()):
                     sb.gather(self.process_group)
         finally:

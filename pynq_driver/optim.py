@@ -545,8 +545,7 @@ class CardOptimizer(torch.optim.Optimizer):
             return self._skipped(loss)
         gate = verdict if callable(verdict) else None
         for i, (b, runs) in enumerate(plans):
-            detect = self.detect_changes and id(b) not in compared
-            if not b.run(runs, detect=detect, gate=gate if i == 0 else None):
+            if not b.run(runs, detect=self.detect_changes, gate=gate if i == 0 else None):
                 return self._skipped(loss)
         return loss
 

@@ -472,6 +472,22 @@ class ShardState:
             return None
         return self.dev.import_host(data, bufs[0].bank)
 
+    def _lend_stripes(self, bufs: list[Any], data: np.ndarray | None) -> list[Any] | None:
+        """Every stripe of `data` (whole 64-byte beats, a piece's start: stripe k holds beats k,
+        k + stripes, ...) lent as the buffer of the port of `bufs[k]` (`Device.import_host`), for
+        ports the kernel only reads. None where any stripe cannot be lent (nothing is kept)."""
+        if data is None or data.nbytes % 64:
+            return None
+        lent: list[Any] = []
+        for k, buf in enumerate(bufs):
+            got = self.dev.import_host(data, buf.bank, len(bufs), k)
+            if got is None:
+                for b in lent:
+                    self.dev.free(b)
+                return None
+            lent.append(got)
+        return lent
+
     def _give_back(self, own: dict[Any, Any]) -> None:
         for buf in own.values():
             self.dev.free(buf)
@@ -619,7 +635,8 @@ class ShardState:
                 self._put_via(pt.state[array], data[a - lo:b - lo], self._state_beat(pt, a), tmp)
 
     def stream(self, runs: list[tuple[int, int, dict[str, int]]], fill: Any, drain: Any, prepare: Any = None,
-               step: int | None = None, direct: Any = None, gate: Any = None) -> bool:
+               step: int | None = None, direct: Any = None, gate: Any = None, masters_in_direct: bool = False
+               ) -> bool:
         """Run the kernel over ranges of the shard, each with its own scalar registers, double-buffered.
 
         `runs`: (lo, hi, register bits). For every piece (chunk) [a, b): `fill(a, b, g)` writes its
@@ -629,7 +646,11 @@ class ShardState:
         the output chunk `o` (out dtype). `fill` may instead return an array to send as it is
         (the gradient's own memory), and `direct(a, b)` may return the array the output goes to
         (the parameter's own memory), saving a host copy each; where card memory is host memory the
-        kernel reads and writes those arrays in place (`_lend`), with no copy at all. The host holds these two chunks
+        kernel reads and writes those arrays in place (`_lend`), with no copy at all. With
+        `masters_in_direct` (fp32 outputs: `direct`'s array is the parameter, whose bits are what the
+        card's masters must be before the step), the kernel also reads its masters from that array
+        where it is lent, and `prepare` is not called for the piece: what a comparison followed by a
+        write of the differing bits would give, with neither. The host holds these two chunks
         and nothing else; no checks on the values run here (the caller checks before calling, or
         hands over `gate`: asked once the first piece is staged and prepared, before the first
         launch; False leaves the state as it was and returns False, else True once all ran).
@@ -666,6 +687,11 @@ class ShardState:
                 own["out"] = buf
             elif dst is not None:
                 dsts[i] = dst
+            if masters_in_direct and self.spec.out_dtype == "fp32":
+                stripes = self._lend_stripes(pt.state["p"], dst)
+                if stripes is not None:
+                    own.update({f"p{k}_rd": buf for k, buf in enumerate(stripes)})
+                    return
             if prepare is not None:  # the gradient chunk is on the card: its host chunk is free again
                 prepare(a, b, pbuf[: b - a], otmp)
 
@@ -673,7 +699,8 @@ class ShardState:
             nonlocal launched
             pt, a, b, bits = work[i]
             own = lent.get(i, {})
-            pt.runner.launch(self._pointers(pt, a, i % 2, own.get("grad"), own.get("out")), b - a, bits)
+            pt.runner.launch(self._pointers(pt, a, i % 2, own.get("grad"), own.get("out"),
+                                            [v for k, v in own.items() if k.startswith("p")]), b - a, bits)
             launched += 1
 
         def collect(i: int) -> None:
@@ -713,15 +740,18 @@ class ShardState:
             for own in lent.values():
                 self._give_back(own)
 
-    def _pointers(self, pt: _CuPart, lo: int, slot: int, grad: Any = None, out: Any = None
-                  ) -> dict[str, tuple[Any, int]]:
+    def _pointers(self, pt: _CuPart, lo: int, slot: int, grad: Any = None, out: Any = None,
+                  p_rd: list[Any] | None = None) -> dict[str, tuple[Any, int]]:
         """Every port of `pt`'s CU for the chunk at `lo`: state stripes at the chunk's beat, staging at 0
-        (or the lent buffers `grad`/`out`, one stripe each: see `_lend`)."""
+        (or the lent buffers: `grad`/`out`, one stripe each, see `_lend`; `p_rd`, the masters'
+        stripes to read, see `_lend_stripes`: the results still go to the card's own masters)."""
         offset = 64 * self._state_beat(pt, lo)
         ptrs: dict[str, tuple[Any, int]] = {}
         for a in ("p", "m", "v"):
             for k, buf in enumerate(pt.state[a]):
                 ptrs[f"{a}{k}_rd"] = ptrs[f"{a}{k}_wr"] = (buf, offset)
+        for k, buf in enumerate(p_rd or ()):
+            ptrs[f"p{k}_rd"] = (buf, 0)
         for k, buf in enumerate([grad] if grad is not None else pt.grad_stage[slot]):
             ptrs[f"grad{k}"] = (buf, 0)
         for k, buf in enumerate([out] if out is not None else pt.out_stage[slot]):

@@ -90,6 +90,8 @@ class SoftDevice(Device):
         # and the bank of every port of every CU, and the offsets of n and the scalars.
         self._port_geometry = {p: _port_geometry(self, p) for p in self._ports}
         self._port_banks = [self.banks(cu) for cu in range(self.cus)]
+        self._port_written = {a["name"]: a.get("direction") != "in"
+                              for a in manifest["register_map"]["args"] if a["kind"] == "pointer"}
         self._n_offset = int(self._args["n"]["offset"])
         self._scalar_offsets = {a: int(self._args[a]["offset"]) for a in SCALAR_NAMES if a in self._args}
         # One worker per CU: the CUs of a card run concurrently.
@@ -120,35 +122,59 @@ class SoftDevice(Device):
                 return
             self._alloc.release(buf.bank)
 
-    def import_host(self, array: np.ndarray, bank: str) -> Buffer | None:
+    def import_host(self, array: np.ndarray, bank: str, stripes: int = 1, index: int = 0) -> Buffer | None:
         """Card memory is host memory here: `array` itself becomes the buffer (see Device.import_host),
-        at an address of its own above every bank's range."""
+        at an address of its own above every bank's range. A stripe of it (`stripes` > 1) is a
+        (beats, 64) view of its rows index, index + stripes, ...: the kernel's ports reach it beat
+        by beat (both executors take such rows on a port they only read)."""
         self._check_open()
         if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or not array.flags.writeable:
             return None
+        if not 0 <= index < stripes:
+            raise ValueError(f"import_host: stripe {index} of {stripes}")
         raw = array.reshape(-1).view(np.uint8)
         if not raw.nbytes or raw.ctypes.data % 64:
             return None
+        handle = raw
+        if stripes > 1:
+            if raw.nbytes % 64 or raw.nbytes // 64 <= index:
+                return None
+            handle = raw.reshape(-1, 64)[index::stripes]
+        nbytes = handle.size
         with self._lock:
             addr = self._next_import
-            self._next_import += -(-raw.nbytes // ALIGN) * ALIGN + ALIGN  # a page apart: an overrun hits no buffer
-            buf = Buffer(addr, raw.nbytes, bank, handle=raw, imported=True)
+            self._next_import += -(-nbytes // ALIGN) * ALIGN + ALIGN  # a page apart: an overrun hits no buffer
+            buf = Buffer(addr, nbytes, bank, handle=handle, imported=True)
             i = bisect.bisect(self._addrs, addr)
             self._addrs.insert(i, addr)
             self._bufs.insert(i, buf)
             self._imports += 1
         return buf
 
+    @staticmethod
+    def _span(buf: Buffer, offset: int, nbytes: int) -> np.ndarray:
+        """The buffer's bytes [offset, offset + nbytes): flat, or rows of 64 for a lent stripe."""
+        if buf.handle.ndim == 1:
+            return buf.handle[offset : offset + nbytes]
+        if offset % 64 or nbytes % 64:
+            raise DeviceError(f"a lent stripe is reached in whole 64-byte beats, not {nbytes} bytes at {offset}")
+        return buf.handle[offset // 64 : (offset + nbytes) // 64]
+
     def _write(self, buf: Buffer, data: np.ndarray, offset: int) -> None:
-        buf.handle[offset : offset + data.nbytes] = data
+        span = self._span(buf, offset, data.nbytes)
+        span[...] = data.reshape(-1).view(np.uint8).reshape(span.shape)
 
     def _read(self, buf: Buffer, out: np.ndarray, offset: int) -> None:
-        out[...] = buf.handle[offset : offset + out.nbytes]
+        span = self._span(buf, offset, out.nbytes)
+        out.reshape(-1).view(np.uint8).reshape(span.shape)[...] = span
 
-    def host_view(self, buf: Buffer, offset: int, nbytes: int) -> np.ndarray:
-        """Card memory is host memory here: the buffer's bytes themselves (read-only view)."""
+    def host_view(self, buf: Buffer, offset: int, nbytes: int) -> np.ndarray | None:
+        """Card memory is host memory here: the buffer's bytes themselves (read-only view; None for
+        a lent stripe, whose beats are not back to back)."""
         self._check_open()
         buf.check(offset, nbytes)
+        if buf.handle.ndim != 1:
+            return None
         view = buf.handle[offset : offset + nbytes]
         view = view.view()
         view.flags.writeable = False
@@ -170,8 +196,10 @@ class SoftDevice(Device):
             # On a card a port reaches only the channel v++ connected it to.
             raise DeviceError(f"{self.backend}: CU {cu_index} argument {name} points into bank {buf.bank}; "
                               f"the port is connected to {expected}")
-        start = addr - self._addrs[i]
-        return buf.handle[start : start + nbytes]
+        if buf.handle.ndim != 1 and self._port_written[name]:
+            raise DeviceError(f"{self.backend}: CU {cu_index} argument {name} points at a lent stripe, whose beats "
+                              "are not back to back; the kernel writes through this port")
+        return self._span(buf, addr - self._addrs[i], nbytes)
 
     # ---- registers and control -----------------------------------------------------------
     def _write_reg(self, offset: int, value: int, cu: int = 0) -> None:

@@ -333,6 +333,41 @@ def test_unaligned_buffers_are_bit_exact(offset: int) -> None:
         assert (shifted[port] == b.view(np.uint8)).all(), port
 
 
+@pytest.mark.parametrize("variant", [DEFAULT_VARIANTS[0], DEFAULT_VARIANTS[1]], ids=_ids)
+def test_read_ports_take_stripes_of_an_unstriped_array(variant: tuple) -> None:
+    """A read port may get rows of 64 bytes a multiple of 64 apart: stripe k of the masters as
+    `rows[k::stripes]` of the unstriped array (how the soft card lends a parameter as the masters),
+    bit-exact with the striped copies, over several chunks, threads and a partial tail; the
+    unstriped array is not written. A written port refuses such rows."""
+    kernel = kernel_for(variant)
+    spec = kernel.spec
+    stripes = kernel.stripes.state
+    n = 3 * kernel.align + 16 * stripes * 7  # several chunks, whole beats (a lent array is whole beats)
+    s = make_inputs(spec, n, np.random.default_rng(5))
+    buffers, parts = _stripe_buffers(kernel, s, n)
+    lent, lent_parts = _stripe_buffers(kernel, s, n)
+    p_rows = s["p"].copy().view(np.uint8).reshape(-1, 64)
+    before = p_rows.copy()
+    for k in range(stripes):
+        lent[f"p{k}_rd"] = p_rows[k::stripes]  # not contiguous for stripes > 1
+        lent[f"p{k}_wr"] = np.zeros_like(buffers[f"p{k}_wr"])
+    assert stripes == 1 or not lent["p0_rd"].flags.c_contiguous
+    regs = prepare_scalars(Hyper(step=2), spec.optimizer).registers(spec.optimizer)
+    kernel.run_ports(buffers, n, regs)
+    kernel.run_ports(lent, n, regs)
+    assert (p_rows == before).all()
+    for k in range(stripes):
+        assert (lent[f"p{k}_wr"] == buffers[f"p{k}_wr"]).all(), k
+    for name in ("m", "v", "out"):
+        for a, b in zip(parts[name], lent_parts[name], strict=True):
+            assert (a == b).all(), name
+    if stripes > 1:
+        with pytest.raises(ValueError, match="writes"):
+            kernel.run_ports({**lent, "p0_wr": p_rows[0::stripes]}, n, regs)
+        with pytest.raises(ValueError, match="C-contiguous"):
+            kernel.run_ports({**lent, "p0_rd": p_rows[0::stripes, :32]}, n, regs)
+
+
 def test_concurrent_calls_share_the_workers() -> None:
     """Two calls at once (a card's compute units, run by the driver concurrently) on the library's
     shared worker pool, each bit-exact."""
@@ -451,6 +486,9 @@ def test_c_abi_refuses_short_buffers_untouched() -> None:
     bad_info[0, 0] = 8  # not 16 or 32 elements a beat
     assert call(good, bad_info, kernel.align) == -4
     assert call(good, kernel._info, 16) == -4  # chunks that would not start a round of the 2 state stripes
+    bad_pitch = kernel._info.copy()
+    bad_pitch[0, 4] = 96  # beats that would not start on 64-byte rows
+    assert call(good, bad_pitch, kernel.align) == -4
     assert all((b == 0x5A).all() for b in buffers)
     assert call(good, kernel._info, kernel.align) == 0
 

@@ -242,8 +242,10 @@ def test_detect_changes_off_is_the_documented_opt_out():
 
 # ---- exact change detection: bit patterns, every stripe, chunk and tail (issue 15, point 6) --------
 def _card_without_host_memory(dev):
-    """A test double of a real card's memory: not host memory, so the masters are read back."""
+    """A test double of a real card's memory: not host memory, so the masters are read back (and
+    nothing of the host's is lent to the kernel)."""
     dev.host_view = lambda buf, offset, nbytes: None
+    dev.import_host = lambda array, bank, stripes=1, index=0: None
     return dev
 
 
@@ -359,6 +361,77 @@ def test_edits_of_single_bits_reach_the_card(readback, comparison):
     for t, i, v in second:
         assert t[i].item() == v, (i, hex(v))
     nic.close()
+
+
+@pytest.mark.parametrize("backend", ["golden", "csim"])
+def test_masters_read_in_place_take_every_edit(backend, monkeypatch):
+    """On the software cards a tensor whose pieces are whole, 64-byte aligned beats is lent to the
+    kernel as its masters (every stripe a view of it, ShardState.stream's masters_in_direct): no
+    comparison runs for it, and every edit (clamping, another NaN payload, -0.0, one ulp) reaches
+    the card bit for bit as through the comparison and readback of a real card (test double)."""
+    from pynq_driver.shard import ShardState
+
+    torch.manual_seed(3)
+
+    def params():
+        w1, w2 = torch.randn(40, 128) * 0.1, torch.randn(16, 40) * 0.1  # 5 pieces of 1024; one of 640
+        odd = torch.randn(2049)[1:]  # 4 bytes past an aligned start: not lent, compared
+        return [torch.nn.Parameter(t) for t in (w1, torch.zeros(40), w2, torch.zeros(16), odd)]
+
+    mine = params()
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in mine]
+    assert mine[-1].data_ptr() % 64 == 4 and all(p.data_ptr() % 64 == 0 for p in mine[:-1])
+    nic = NicAdamW(mine, lr=1e-2, backend=backend, chunk_elems=1024)
+    readback = NicAdamW(ref, lr=1e-2, backend=backend, chunk_elems=1024)
+    for sh in readback.shards():
+        _card_without_host_memory(sh.dev)
+    lent_stripes = []
+    dev = nic.shards()[0].dev
+    real_import = dev.import_host
+
+    def counting(array, bank, stripes=1, index=0):
+        buf = real_import(array, bank, stripes, index)
+        if stripes > 1 and buf is not None:
+            lent_stripes.append(array.size)
+        return buf
+
+    dev.import_host = counting
+    compared = []
+    real_equals = ShardState.state_equals
+
+    def equals(self, array, lo, expect, *rest):
+        if self.dev is dev:
+            compared.append((lo, expect.size))
+        return real_equals(self, array, lo, expect, *rest)
+
+    monkeypatch.setattr(ShardState, "state_equals", equals)
+    stripes = nic.shards()[0].stripes.state
+    for step in range(6):
+        g = [torch.randn_like(p) for p in mine]
+        for p, q, gg in zip(mine, ref, g, strict=True):
+            p.grad, q.grad = gg.clone(), gg.clone()
+        lent_stripes.clear()
+        compared.clear()
+        nic.step()
+        readback.step()
+        for p, q in zip(mine, ref, strict=True):
+            assert torch.equal(p.detach().view(torch.int32), q.detach().view(torch.int32)), step
+        # the weights' pieces lent, every stripe; only the biases and the misaligned tensor compared
+        assert sorted(lent_stripes) == sorted([1024] * 5 * stripes + [640] * stripes), step
+        assert sum(n for _, n in compared) == 40 + 16 + 2048, (step, compared)
+        for ps in (mine, ref):  # edits between steps, through .data (no version bump)
+            ps[0].data.clamp_(-0.15, 0.15)
+            w1, w2 = ps[0].data.view(-1).view(torch.int32), ps[2].data.view(-1).view(torch.int32)
+            w1[7] = 0x7FC00001 + step  # another NaN payload each step
+            w1[1024 + 16] = -2**31  # -0.0
+            w2[600] = w2[600] ^ 1  # one ulp
+    for p, q in zip(mine, ref, strict=True):
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(nic.state[p][key].view(-1).view(torch.int32) if key != "step" else nic.state[p][key],
+                               readback.state[q][key].view(-1).view(torch.int32) if key != "step"
+                               else readback.state[q][key]), key
+    nic.close()
+    readback.close()
 
 
 @pytest.mark.parametrize("where", ["first", "middle", "last", "second-group"])

@@ -23,6 +23,10 @@
 //   - a port whose buffer is not aligned as the kernel's beat type requires (AMD's hls::vector
 //     is alignas(64); numpy gives 16 bytes) goes through a 64-byte aligned scratch copy of the
 //     chunk: copied in before the call for a read port, out after it for a written port;
+//   - a port's beats may lie `pitch` bytes apart (a multiple of 64) instead of back to back: one
+//     stripe of an array that lies unstriped in host memory (the driver lends a parameter to
+//     the soft card as its masters, every stripe a view of it). Such a port goes through the
+//     scratch copy too, gathered beat by beat (scattered back for a written port);
 //   - before each call the harness prefetches the next chunk's lines of the ports flagged for it
 //     (`flags` bit 0);
 //   - independent chunks run on the calling thread and on a pool of worker threads shared by
@@ -243,7 +247,7 @@ class WarningFilter : public std::streambuf {
 struct Ports {
   std::uint8_t* const* buffers;  // one per pointer argument, register-map order
   const std::uint64_t* lengths;  // bytes of each of those buffers
-  const std::uint64_t* info;     // per port 4 words: elements per beat, stripes, stripe index, flags
+  const std::uint64_t* info;     // per port 5 words: elements per beat, stripes, stripe index, flags, pitch
   const std::uint8_t* grad;      // stream-source kernels: the gradient array
   std::uint64_t grad_bytes;      // element bytes of that gradient
   std::uint64_t grad_length;     // bytes of that array
@@ -253,14 +257,17 @@ struct Ports {
   bool any_scratch;
 };
 
-inline std::uint64_t elements_per_beat(const Ports& p, std::size_t i) { return p.info[4 * i]; }
-inline std::uint64_t stripes_of(const Ports& p, std::size_t i) { return p.info[4 * i + 1]; }
-inline std::uint64_t stripe_index(const Ports& p, std::size_t i) { return p.info[4 * i + 2]; }
-inline std::uint64_t flags_of(const Ports& p, std::size_t i) { return p.info[4 * i + 3]; }
+constexpr std::uint64_t kInfoWords = 5;
+inline std::uint64_t elements_per_beat(const Ports& p, std::size_t i) { return p.info[kInfoWords * i]; }
+inline std::uint64_t stripes_of(const Ports& p, std::size_t i) { return p.info[kInfoWords * i + 1]; }
+inline std::uint64_t stripe_index(const Ports& p, std::size_t i) { return p.info[kInfoWords * i + 2]; }
+inline std::uint64_t flags_of(const Ports& p, std::size_t i) { return p.info[kInfoWords * i + 3]; }
+// Bytes from one beat of port i's buffer to the next (64: back to back).
+inline std::uint64_t pitch_of(const Ports& p, std::size_t i) { return p.info[kInfoWords * i + 4]; }
 
 // Byte offset of element `first` (a multiple of every round) in port i's stripe buffer.
 inline std::uint64_t offset_of(const Ports& p, std::size_t i, std::uint64_t first) {
-  return first / (elements_per_beat(p, i) * stripes_of(p, i)) * 64;
+  return first / (elements_per_beat(p, i) * stripes_of(p, i)) * pitch_of(p, i);
 }
 // Bytes of port i's stripe that a chunk of `count` elements covers (hls/layout.py stripe_bytes).
 inline std::uint64_t chunk_bytes(const Ports& p, std::size_t i, std::uint64_t count) {
@@ -298,8 +305,8 @@ inline void prefetch(const Ports& p, std::uint64_t first, std::uint64_t n) {
   for (std::size_t i = 0; i < p.nports; ++i) {
     if (!(flags_of(p, i) & kFlagPrefetch)) continue;
     const char* at = reinterpret_cast<const char*>(p.buffers[i]) + offset_of(p, i, first);
-    const std::uint64_t bytes = chunk_bytes(p, i, n);
-    for (std::uint64_t b = 0; b < bytes; b += 64) _mm_prefetch(at + b, _MM_HINT_T0);
+    const std::uint64_t beats = chunk_bytes(p, i, n) / 64, pitch = pitch_of(p, i);
+    for (std::uint64_t b = 0; b < beats; ++b) _mm_prefetch(at + b * pitch, _MM_HINT_T0);
   }
 }
 
@@ -338,6 +345,16 @@ void call_kernel(void (*kernel)(A...), const Ports& p, std::uint8_t* const* base
   if (!in.empty()) std::cout << "WARNING: Hls::stream 'grad' contains leftover data (beats the kernel did not read)\n";
 }
 
+// `beats` 64-byte beats from `src` (one every `src_pitch` bytes) to `dst` (one every `dst_pitch`).
+inline void copy_beats(std::uint8_t* dst, std::uint64_t dst_pitch, const std::uint8_t* src, std::uint64_t src_pitch,
+                       std::uint64_t beats) {
+  if (dst_pitch == 64 && src_pitch == 64) {
+    std::memcpy(dst, src, static_cast<std::size_t>(beats * 64));
+    return;
+  }
+  for (std::uint64_t b = 0; b < beats; ++b) std::memcpy(dst + b * dst_pitch, src + b * src_pitch, 64);
+}
+
 // Run the chunk at element `first` (a multiple of every round) of `n` elements.
 template <class... A>
 void chunk(void (*kernel)(A...), const Ports& p, std::uint64_t first, unsigned int n, const float* s) {
@@ -351,7 +368,7 @@ void chunk(void (*kernel)(A...), const Ports& p, std::uint64_t first, unsigned i
       if (!p.scratch[i]) continue;
       std::uint8_t* slot = thread_scratch().slot(i, per, S::kPointers);
       if (!slot) throw std::bad_alloc();
-      if (!p.written[i]) std::memcpy(slot, base[i], chunk_bytes(p, i, n));
+      if (!p.written[i]) copy_beats(slot, 64, base[i], pitch_of(p, i), chunk_bytes(p, i, n) / 64);
       base[i] = slot;
     }
   }
@@ -359,7 +376,7 @@ void chunk(void (*kernel)(A...), const Ports& p, std::uint64_t first, unsigned i
   if (p.any_scratch) {
     for (std::size_t i = 0; i < S::kPointers; ++i) {
       if (!p.scratch[i] || !p.written[i]) continue;
-      std::memcpy(p.buffers[i] + offset_of(p, i, first), base[i], chunk_bytes(p, i, n));
+      copy_beats(p.buffers[i] + offset_of(p, i, first), pitch_of(p, i), base[i], 64, chunk_bytes(p, i, n) / 64);
     }
   }
 }
@@ -483,6 +500,7 @@ bool layout_ok(void (*)(A...), const Ports& p, std::uint64_t n, std::uint64_t al
   for (std::size_t i = 0; i < p.nports; ++i) {
     const std::uint64_t per = elements_per_beat(p, i), s = stripes_of(p, i);
     if ((per != 16 && per != 32) || s == 0 || s > 64 || stripe_index(p, i) >= s) return false;
+    if (pitch_of(p, i) < 64 || pitch_of(p, i) % 64 != 0) return false;
     if (align == 0 || align % (per * s) != 0) return false;
     if (n && (!p.buffers[i] || chunk_bytes(p, i, n) > p.lengths[i])) return false;
   }
@@ -506,7 +524,7 @@ long run(void (*kernel)(A...), Ports& p, std::uint64_t n, const std::uint32_t* b
   p.any_scratch = false;
   for (std::size_t i = 0; i < p.nports; ++i) {
     p.written[i] = traits.written[i];
-    p.scratch[i] = reinterpret_cast<std::uintptr_t>(p.buffers[i]) % traits.align[i] != 0;
+    p.scratch[i] = reinterpret_cast<std::uintptr_t>(p.buffers[i]) % traits.align[i] != 0 || pitch_of(p, i) != 64;
     p.any_scratch = p.any_scratch || p.scratch[i];
   }
   float s[kScalars];
@@ -612,16 +630,17 @@ void operator delete(void* p, std::size_t size, std::align_val_t align) noexcept
 }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 
-// The C ABI hls/csim.py loads (ABI 4). `ports` are the stripe buffers in register-map order and
-// `lengths` their sizes in bytes; `port_info` 4 words per port: elements per 64-byte beat of its array, stripes of its array, its
-// stripe index, flags (bit 0: prefetch the next chunk);
+// The C ABI hls/csim.py loads (ABI 5). `ports` are the stripe buffers in register-map order and
+// `lengths` their sizes in bytes (64 per beat, whatever their pitch); `port_info` 5 words per port:
+// elements per 64-byte beat of its array, stripes of its array, its stripe index, flags (bit 0:
+// prefetch the next chunk), the pitch of its beats in the buffer (64: back to back);
 // `grad`/`grad_bytes`/`grad_length` the gradient of a stream-source kernel, its element size and
 // its size in bytes (else null/0/0); `scalars` the 9
 // register bit patterns in register-map order; `threads` the most worker threads this call uses;
 // `chunk` the elements per kernel call and `align` the chunk alignment in elements. Returns as
 // optimusnic_csim::run.
 #define OPTIMUSNIC_CSIM_ENTRY(KERNEL)                                                                          \
-  extern "C" int optimusnic_csim_abi(void) { return 4; }                                                       \
+  extern "C" int optimusnic_csim_abi(void) { return 5; }                                                       \
   extern "C" unsigned long long optimusnic_csim_ports(void) { return optimusnic_csim::pointer_count(&KERNEL); } \
   extern "C" long optimusnic_csim_run(void* const* ports, const unsigned long long* lengths,                   \
                                       const unsigned long long* port_info, unsigned long long nports,           \
