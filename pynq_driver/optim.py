@@ -19,13 +19,17 @@ Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
   parameters frozen when the optimizer was built have their place on the card and train once
   they get gradients;
 - any change to a parameter between steps (`p.data` edits, `model.load_state_dict`, a broadcast)
-  is picked up: before the kernel runs on a chunk, the masters on the card are compared bit for
-  bit with the parameters (-0.0 for 0.0 and another NaN payload count; bf16: with the
-  bf16 rounding the card returned) and replaced where they differ. Where the card's memory is
-  host memory (csim, golden) the comparisons (and the inf/NaN scan, if asked for) run on two threads before the
-  first launch; on a card each chunk's masters are read back into the free host chunk as it
-  streams. `detect_changes=False` skips the comparison, for scripts that never touch parameters
-  between steps: an edit would then be overwritten by the card's copy;
+  is picked up, bit for bit (-0.0 for 0.0 and another NaN payload count). Where the card's
+  memory is host memory (csim, golden) and a tensor's pieces are whole, 64-byte aligned beats
+  (fp32; torch aligns its tensors), the kernel reads its masters from the parameter itself,
+  every stripe a view of it, and writes the new ones to the card's copy as always: nothing to
+  compare. Elsewhere the masters on the card are compared bit for bit with the parameters (bf16:
+  with the bf16 rounding the card returned) before the kernel runs, and replaced where they
+  differ: on the software cards on two threads before the first launch (with the inf/NaN scan,
+  if asked for), on a card read back into the free host chunk as the chunks stream.
+  `detect_changes=False` skips the comparison, for scripts that never touch parameters between
+  steps: an edit may then be overwritten by the card's copy (not where the kernel reads the
+  parameter itself);
 - `optimizer.state[p]` has `step`, `exp_avg`, `exp_avg_sq` (and `master_param` for bf16
   parameters): each read comes from the card, each assignment goes to it, `del` resets it, and
   a parameter has state once it stepped. Tools that read it (torch.distributed.checkpoint's
@@ -286,9 +290,10 @@ class CardOptimizer(torch.optim.Optimizer):
                    chunk_elems: int | None, device_options: dict[str, Any]) -> None:
         self.kind = "adamw" if self._adamw else "adam"
         self.skip_nonfinite = bool(skip_nonfinite)
-        # Exact change detection (the card's masters compared with the parameters before every chunk).
-        # `detect_changes=False` saves that pass for scripts that never touch parameters between
-        # steps; an edit then is overwritten by the card's copy at the next step.
+        # Exact change detection (the card's masters compared with the parameters before every chunk
+        # whose masters the kernel does not read from the parameter itself). `detect_changes=False`
+        # saves that pass for scripts that never touch parameters between steps; an edit may then
+        # be overwritten by the card's copy.
         self.detect_changes = bool(device_options.pop("detect_changes", True))
         self.chunk_elems = chunk_elems
         self.pool = DevicePool(backend, self.kind, target, lanes, device_options)
@@ -537,9 +542,10 @@ class CardOptimizer(torch.optim.Optimizer):
         if not plans:
             return loss
         # The inf/NaN scan, and where the card's memory is host memory the comparison of every
-        # tensor with its masters, run before the first launch on two threads (their units release
-        # the GIL), while the card is idle; elsewhere the comparison runs piece by piece in the
-        # stream and the scan beside the first piece's staging (the first launch waits for it).
+        # tensor with its masters (those the kernel does not read in place), run before the first
+        # launch on two threads (their units release the GIL), while the card is idle; elsewhere
+        # the comparison runs piece by piece in the stream and the scan beside the first piece's
+        # staging (the first launch waits for it).
         verdict, compared = self._prefix(plans, scan=self.skip_nonfinite, wait=None)
         if verdict is False:
             return self._skipped(loss)
