@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,6 +52,14 @@ def _grad_pieces(runs: list[tuple[list[Slot], int, int, dict]], step: int) -> It
 
 def _finite_fp32(chunk: np.ndarray, zeros: np.ndarray, _blk: np.ndarray) -> bool:
     return not np.isnan(np.dot(chunk, zeros[: chunk.size]))  # 0 when finite, NaN from any inf or NaN
+
+
+def _unit(nbytes: int, fn: Callable[..., bool], *args: Any) -> Callable[[np.ndarray], bool]:
+    """A unit of a step's scan or comparison (see CardOptimizer._prefix): `fn(*args, block)`,
+    knowing the bytes of tensor it reads (small work runs without a second thread)."""
+    unit = functools.partial(fn, *args)
+    unit.nbytes = nbytes  # type: ignore[attr-defined]
+    return unit
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -399,7 +408,8 @@ class CardBucket:
                 if self._masters_in_place(s, data):
                     continue
                 for a in range(0, s.numel, step):
-                    units.append(functools.partial(self._compare, s.offset + a, _np(data[a:a + step])))
+                    mine = _np(data[a:a + step])
+                    units.append(_unit(mine.nbytes, self._compare, s.offset + a, mine))
                 self._compared.add(id(s))
         return units
 
@@ -436,7 +446,7 @@ class CardBucket:
         zeros, step = shard._zeros, shard.chunk_elems
         for piece, host in _grad_pieces(runs, step):
             if host:
-                units.append(functools.partial(_finite_fp32, _np(piece), zeros))
+                units.append(_unit(piece.numel() * 4, _finite_fp32, _np(piece), zeros))
             elif not bool(torch.isfinite(piece).all()):
                 return units, False
         return units, True

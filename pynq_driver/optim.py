@@ -594,11 +594,18 @@ class CardOptimizer(torch.optim.Optimizer):
         return pool
 
 
+# Below this many bytes of tensors a step's scan and comparison run on the calling thread alone:
+# handing work to the second thread and waiting for it back costs a few hundred microseconds here,
+# what one thread takes to compare about 2 MiB.
+_SCAN_INLINE_BYTES = 2 << 20
+
+
 class _Scan:
     """A step's scan and comparison units on two threads: the worker takes units from the front,
     the caller of `finish` from the back, until they meet or one finds inf/NaN. Each thread hands
     its units its own block (a host chunk). numpy's dot products and copies, memcmp and the
-    compiled comparison (pynq_driver.native) release the GIL, so the two run at once."""
+    compiled comparison (pynq_driver.native) release the GIL, so the two run at once. Units that
+    read less than _SCAN_INLINE_BYTES in all run on the caller's thread only."""
 
     def __init__(self, units: list[Callable[[np.ndarray], bool]], pool: ThreadPoolExecutor,
                  blocks: tuple[np.ndarray, np.ndarray]) -> None:
@@ -607,7 +614,8 @@ class _Scan:
         self.lo, self.hi = 0, len(units)
         self.bad = False
         self.blocks = blocks
-        self.future = pool.submit(self._work, True) if units else None
+        small = sum(getattr(u, "nbytes", _SCAN_INLINE_BYTES) for u in units) < _SCAN_INLINE_BYTES
+        self.future = pool.submit(self._work, True) if units and not small else None
 
     def _take(self, front: bool) -> Callable[[np.ndarray], bool] | None:
         with self.lock:
