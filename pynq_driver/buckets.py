@@ -275,8 +275,13 @@ class CardBucket:
         kd = self.kernel_dtype
         negate = self.maximize
 
+        seen: dict[tuple[int, int], list[tuple[Slot, int, int]]] = {}  # fill, direct and sole ask for each piece
+
         def overlapping(a: int, b: int) -> list[tuple[Slot, int, int]]:
             """(slot, lo, hi): the part [lo, hi) of each slot inside card range [a, b), in slot coordinates."""
+            got = seen.get((a, b))
+            if got is not None:
+                return got
             i = max(0, int(np.searchsorted(starts, a, side="right")) - 1)
             out = []
             while i < len(slots) and slots[i].offset < b:
@@ -285,6 +290,7 @@ class CardBucket:
                 if hi > lo:
                     out.append((s, lo - s.offset, hi - s.offset))
                 i += 1
+            seen[(a, b)] = out
             return out
 
         def sole(a: int, b: int, t: torch.Tensor | None) -> np.ndarray | None:

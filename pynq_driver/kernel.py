@@ -27,6 +27,7 @@ class KernelRunner:
         args = device.manifest["register_map"]["args"]
         self.pointers = {a["name"]: int(a["offset"]) for a in args if a["kind"] == "pointer"}
         self.scalars = {a["name"]: int(a["offset"]) for a in args if a["kind"] == "scalar"}
+        self._given_scalars = set(self.scalars) - {"n"}  # n comes from the launch itself
         if device.stripes.grad == 0:
             raise DeviceError(
                 "this kernel takes gradients from its network stream (grad_source=stream); the host "
@@ -50,8 +51,8 @@ class KernelRunner:
         if self.busy:
             raise DeviceError("launch while the previous run has not been waited for")
         dev = self.device
-        missing = sorted(set(self.pointers) - set(pointers)) + sorted(set(self.scalars) - {"n"} - set(scalar_bits))
-        if missing:
+        if not (self.pointers.keys() <= pointers.keys() and self._given_scalars <= scalar_bits.keys()):
+            missing = sorted(set(self.pointers) - set(pointers)) + sorted(self._given_scalars - set(scalar_bits))
             raise DeviceError(f"kernel arguments not given: {', '.join(missing)}")
         regs: dict[int, int] = {}
         for name, offset in self.pointers.items():

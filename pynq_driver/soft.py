@@ -89,6 +89,8 @@ class SoftDevice(Device):
         # What a launch needs of the manifest, looked up once: (element bytes, stripes, stripe index)
         # and the bank of every port of every CU, and the offsets of n and the scalars.
         self._port_geometry = {p: _port_geometry(self, p) for p in self._ports}
+        self._port_offsets = {p: int(self._args[p]["offset"]) for p in self._ports}
+        self._port_bytes: dict[int, dict[str, int]] = {}  # n -> bytes each port reaches
         self._port_banks = [self.banks(cu) for cu in range(self.cus)]
         self._port_written = {a["name"]: a.get("direction") != "in"
                               for a in manifest["register_map"]["args"] if a["kind"] == "pointer"}
@@ -182,7 +184,7 @@ class SoftDevice(Device):
 
     def _view(self, cu: _CuState, cu_index: int, name: str, nbytes: int) -> np.ndarray:
         """The bytes pointer argument `name` reaches: nbytes at the address in its registers."""
-        off = int(self._args[name]["offset"])
+        off = self._port_offsets[name]
         addr = cu.regs.get(off, 0) | (cu.regs.get(off + 4, 0) << 32)
         i = bisect.bisect(self._addrs, addr) - 1
         if i < 0 or addr + nbytes > self._addrs[i] + self._bufs[i].nbytes:
@@ -244,9 +246,14 @@ class SoftDevice(Device):
         n = st.regs.get(self._n_offset, 0)
         scalars = {a: st.regs.get(off, 0) for a, off in self._scalar_offsets.items()}
         try:
+            sizes = self._port_bytes.get(n)
+            if sizes is None:  # the same few chunk sizes come back every step
+                sizes = {p: layout.stripe_bytes(n, elem, stripes, k) for p, (elem, stripes, k)
+                         in self._port_geometry.items()}
+                if len(self._port_bytes) < 64:
+                    self._port_bytes[n] = sizes
             with self._lock:
-                views = {p: self._view(st, cu, p, layout.stripe_bytes(n, elem, stripes, k))
-                         for p, (elem, stripes, k) in self._port_geometry.items()}
+                views = {p: self._view(st, cu, p, nbytes) for p, nbytes in sizes.items()}
         except DeviceError as exc:
             self._finish(st, exc)
             return
