@@ -356,7 +356,9 @@ def _optimizer_rows(rows: list[dict[str, Any]]) -> list[str]:
         "on the same shard: the kernel back to back on every chunk, reading a full-size gradient and writing a "
         "full-size output of its own (lent to the software card as the step lends the model's tensors), no "
         "host work. Wall clock, and process CPU time (every thread), which other processes on a shared machine "
-        "stretch less; each timed call right after an untimed one of the same. Also: the step without change "
+        "stretch less; each timed call right after an untimed one of the same. Every configuration is timed "
+        "once per round, in turn, and each ratio is the median over the rounds of that round's ratio (a "
+        "shared machine drifts less within a round than across the run). Also: the step without change "
         "detection, with the inf/NaN scan (`skip_nonfinite=True`), and over the bare step on one reused "
         "staging chunk (its gradient and output stay in cache: a bound no real step reaches).",
         "",
@@ -364,6 +366,10 @@ def _optimizer_rows(rows: list[dict[str, Any]]) -> list[str]:
         "| CPU step / bare | without change detection | with inf/NaN scan | over the staging-chunk bare | goals |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rounds = {r.get("timing_rounds") for r in rows} - {None}
+    if rounds:
+        out.insert(-3, f"Rounds per ratio: {', '.join(map(str, sorted(rounds)))}.")
+        out.insert(-4, "")
     for r in rows:
         nodet = r.get("no_detection_over_bare", r["nic_step_no_detection_s"] / r["bare_card_step_s"])
         cpu = f"{r['step_over_bare_cpu']:.2f}x" if "step_over_bare_cpu" in r else "-"

@@ -41,17 +41,6 @@ def _median_s(fn: Any, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _median_pair(f: Any, g: Any, repeats: int) -> tuple[float, float]:
-    """Medians of f and g timed alternately: a shared machine's load changes hit both alike."""
-    tf, tg = [], []
-    for _ in range(max(repeats, 3)):
-        for fn, out in ((f, tf), (g, tg)):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    return statistics.median(tf), statistics.median(tg)
-
-
 def _bare_kernel_s(bare: Any, p0: np.ndarray, grad: np.ndarray, out: np.ndarray, bits: dict[str, int],
                    repeats: int) -> float:
     # The bare kernel on its stripe buffers, as the card holds them: striping is the driver's work.
@@ -165,25 +154,21 @@ def _null_card(backend: str, spec: Any, **options: Any) -> Any:
                       timeout_s=options.get("timeout_s", 10.0))
 
 
-def _median_pair_cpu(f: Any, g: Any, repeats: int) -> tuple[float, float, float, float]:
-    """As `_median_pair`, plus the medians of the process CPU time (every thread) of each: on a
-    shared machine, what the host adds to the card step shows in CPU time even when other
-    processes stretch the wall clock."""
-    wall: tuple[list[float], list[float]] = ([], [])
-    cpu: tuple[list[float], list[float]] = ([], [])
-    for _ in range(max(repeats, 3)):
-        for k, fn in enumerate((f, g)):
-            # Each timed call right after an untimed one of the same function: the bare card step
-            # updates the masters without writing the parameters, so a step right after it would
-            # find every tensor changed and rewrite the masters (change detection doing its job),
-            # which no training loop does between two steps.
+def _rounds(fns: dict[str, Any], rounds: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Wall-clock and process CPU times of each function, `rounds` times: every round times each
+    once, in turn, right after an untimed call of the same (so a step never follows a bare card
+    step, which updates the masters without writing the parameters). A ratio of two functions'
+    times in one round sees the machine as it was during that round: on a shared machine the
+    median of those ratios moves far less than a ratio of medians taken apart."""
+    out: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
             fn()
             t0, c0 = time.perf_counter(), time.process_time()
             fn()
-            wall[k].append(time.perf_counter() - t0)
-            cpu[k].append(time.process_time() - c0)
-    return (statistics.median(wall[0]), statistics.median(wall[1]), statistics.median(cpu[0]),
-            statistics.median(cpu[1]))
+            out[k][0].append(time.perf_counter() - t0)
+            out[k][1].append(time.process_time() - c0)
+    return out
 
 
 class _WorldOfOne:
@@ -307,15 +292,24 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
                 pt.runner.launch(shard._pointers(pt, lo, 0), hi - lo, bits)
                 pt.runner.wait()
 
-        bare()
-        bare_staging()
-        step_s, bare_s, step_cpu, bare_cpu = _median_pair_cpu(nic.step, bare, repeats)
-        staging_s = _median_s(bare_staging, repeats)
-        nic.detect_changes = False  # what the comparison with the masters (exact change detection) costs
-        step_nodetect_s, bare2_s, _, _ = _median_pair_cpu(nic.step, bare, repeats)
-        nic.detect_changes, nic.skip_nonfinite = True, True  # what the opt-in inf/NaN scan costs
-        step_scan_s, bare3_s, _, _ = _median_pair_cpu(nic.step, bare, repeats)
+        def stepping(detect: bool, scan: bool) -> Any:
+            def run() -> None:
+                nic.detect_changes, nic.skip_nonfinite = detect, scan
+                nic.step()
+            return run
+
+        # The default step; without the comparison with the masters (exact change detection); with
+        # the opt-in inf/NaN scan.
+        t = _rounds({"bare": bare, "step": stepping(True, False), "nodetect": stepping(False, False),
+                     "scan": stepping(True, True), "staging": bare_staging}, max(repeats, 9))
         nic.close()
+        wall = {k: statistics.median(w) for k, (w, _) in t.items()}
+        step_s, bare_s, staging_s = wall["step"], wall["bare"], wall["staging"]
+        step_nodetect_s, step_scan_s = wall["nodetect"], wall["scan"]
+        step_cpu, bare_cpu = statistics.median(t["step"][1]), statistics.median(t["bare"][1])
+
+        def over(k: str, base: str = "bare") -> float:  # the median of the rounds' ratios
+            return statistics.median(a / b for a, b in zip(t[k][0], t[base][0], strict=True))
     nic_extra, torch_extra = nic_held - bucket + nic_step_peak, torch_held + torch_step_peak
     return {"optimizer": optimizer, "backend": backend, "params": n, "chunk_bytes": chunk_bytes,
             "nic_held_bytes": nic_held, "nic_step_peak_bytes": nic_step_peak, "bucket_bytes": bucket,
@@ -323,12 +317,13 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
             "torch_fused_extra_bytes": torch_extra, "nic_extra_bytes": nic_extra,
             "torch_fused_extra_per_param": torch_extra / n, "nic_extra_per_param": nic_extra / n,
             "nic_extra_chunks": nic_extra / chunk_bytes, "nic_step_s": step_s, "bare_card_step_s": bare_s,
-            "nic_step_cpu_s": step_cpu, "bare_card_step_cpu_s": bare_cpu, "step_over_bare_cpu": step_cpu / bare_cpu,
+            "nic_step_cpu_s": step_cpu, "bare_card_step_cpu_s": bare_cpu,
+            "step_over_bare_cpu": statistics.median(a / b for a, b in zip(t["step"][1], t["bare"][1], strict=True)),
             "host_part_s": host_s, "torch_fused_step_s": torch_step_s, "nic_step_no_detection_s": step_nodetect_s,
-            "no_detection_over_bare": step_nodetect_s / bare2_s,
-            "nic_step_skip_nonfinite_s": step_scan_s, "skip_nonfinite_over_bare": step_scan_s / bare3_s,
-            "bare_staging_step_s": staging_s, "step_over_bare_staging": step_s / staging_s,
-            "step_over_bare": step_s / bare_s, "goal_extra_chunks": 2.0,
+            "no_detection_over_bare": over("nodetect"),
+            "nic_step_skip_nonfinite_s": step_scan_s, "skip_nonfinite_over_bare": over("scan"),
+            "bare_staging_step_s": staging_s, "step_over_bare_staging": over("step", "staging"),
+            "step_over_bare": over("step"), "timing_rounds": len(t["step"][0]), "goal_extra_chunks": 2.0,
             # issue 15 sets the time goal for NicAdamW; the sharded optimizer's figure is reported beside it
             "goal_step_over_bare": 1.2 if optimizer == "NicAdamW" else None}
 
@@ -347,9 +342,10 @@ def report_optimizer(r: dict[str, Any]) -> str:
         f"                                       torch fused {r['torch_fused_extra_bytes'] / mib:6.1f} MiB "
         f"({r['torch_fused_extra_per_param']:.2f} B/param: state {r['torch_fused_held_bytes'] / mib:.1f} + step "
         f"peak {r['torch_fused_step_peak_bytes'] / mib:.1f})",
-        f"  step {r['nic_step_s'] * 1e3:8.1f} ms, bare card step {r['bare_card_step_s'] * 1e3:8.1f} ms: "
+        f"  step {r['nic_step_s'] * 1e3:8.1f} ms, bare card step {r['bare_card_step_s'] * 1e3:8.1f} ms (medians; "
+        f"ratios: median over {r.get('timing_rounds', '?')} rounds of each round's ratio): "
         f"{r['step_over_bare']:.2f}x" + (f" (goal <= {r['goal_step_over_bare']}x)" if r.get("goal_step_over_bare")
-                                          else "") + "; CPU time {r['nic_step_cpu_s'] * 1e3:.1f} over "
+                                          else "") + f"; CPU time {r['nic_step_cpu_s'] * 1e3:.1f} over "
         f"{r['bare_card_step_cpu_s'] * 1e3:.1f} ms = {r['step_over_bare_cpu']:.2f}x; host part alone "
         f"{r['host_part_s'] * 1e3:.1f} ms; torch fused step {r['torch_fused_step_s'] * 1e3:.1f} ms",
         f"  without change detection (detect_changes=False): step {r['nic_step_no_detection_s'] * 1e3:.1f} ms = "
