@@ -13,7 +13,8 @@ Two figures, on the same data:
 And NicAdamW and ShardedNicOptimizer (a world of one) end to end at 10M and 50M parameters
 (issue 15): peak host memory per parameter beyond the model and its gradients against torch AdamW
 fused, and the step's time over the bare card step on the same backend, wall clock and process
-CPU time (`measure_optimizer`; in `make bench` through `measure`).
+CPU time (`measure_optimizer`; in `make bench` through `measure`), each ratio the median over
+rounds that time every configuration once, in turn (`_rounds`).
 """
 
 from __future__ import annotations
