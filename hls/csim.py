@@ -59,6 +59,7 @@ AMD_HEADERS = ("ap_int.h", "ap_int_base.h", "ap_int_ref.h", "ap_common.h", "etc/
 HEADER_SETS = ("amd", "own")
 # 3: per-port beat, stripe and flag words; aligned scratch copies; a shared worker pool; stream
 # warnings of the simulation model counted (any HLS headers). 4: buffer lengths, checked in C too.
+# 5: a pitch word per port (a read port's beats may lie a multiple of 64 bytes apart).
 ABI_VERSION = 5
 # IEEE-754 binary32 exactly as design.md section 3: no contraction into FMA, none of the
 # fast-math relaxations (-fno-math-errno only drops errno writes; results are unchanged, and
