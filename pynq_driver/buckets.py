@@ -151,6 +151,7 @@ class CardBucket:
                 raise
         self.maximize = False
         self._compared: set[int] = set()  # slots compared with the masters before this step's stream
+        self._in_place: dict[int, tuple[int, bool]] = {}  # slot -> (data_ptr, _masters_in_place's answer)
 
     # ---- per-slot state on the card ------------------------------------------------------------
     def _ranges(self, s: Slot) -> list[tuple[int, int]]:
@@ -388,35 +389,41 @@ class CardBucket:
             s.step += 1
             s.has_state = True
 
-    def compare_units(self, runs: list[tuple[list[Slot], int, int, dict]]
-                      ) -> list[Callable[[np.ndarray], bool]] | None:
-        """The comparison of the runs' tensors with the card's masters (fp32) cut into chunk-sized
-        units that may run on any thread, each with its own block (a host chunk): what the stream's
-        `prepare` does piece by piece (it skips the tensors compared here). None where the card's
-        memory is not host memory (a readback needs a second chunk per thread) or the masters are
-        bf16's: the stream compares those. A tensor the kernel will read its masters from in
-        place (`_masters_in_place`) needs no comparison at all."""
-        shard = self.shard
+    def compare_slots(self, runs: list[tuple[list[Slot], int, int, dict]]) -> list[tuple[Slot, torch.Tensor]] | None:
+        """The runs' tensors (with their data) whose masters must be compared before the step:
+        all but those the kernel will read its masters from in place (`_masters_in_place`). None
+        where the card's memory is not host memory (a readback needs a second chunk per thread),
+        the masters are bf16's or a tensor is not a contiguous host tensor: the stream's `prepare`
+        compares those piece by piece."""
         self._compared = set()
-        if self.kernel_dtype != torch.float32 or not runs:
-            return None if self.kernel_dtype != torch.float32 else []
-        probe = shard.parts[0].state["p"][0]
-        if shard.dev.host_view(probe, 0, 64) is None:
+        if self.kernel_dtype != torch.float32:
             return None
-        units: list[Callable[[np.ndarray], bool]] = []
-        step = shard.chunk_elems
+        if not runs:
+            return []
+        probe = self.shard.parts[0].state["p"][0]
+        if self.shard.dev.host_view(probe, 0, 64) is None:
+            return None
+        out = []
         for slots, *_ in runs:
             for s in slots:
                 data = s.data()
                 if data.device.type != "cpu" or not data.is_contiguous():
-                    self._compared = set()
                     return None
-                if self._masters_in_place(s, data):
-                    continue
-                for a in range(0, s.numel, step):
-                    mine = _np(data[a:a + step])
-                    units.append(_unit(mine.nbytes, self._compare, s.offset + a, mine))
-                self._compared.add(id(s))
+                if not self._masters_in_place(s, data):
+                    out.append((s, data))
+        return out
+
+    def compare_units(self, todo: list[tuple[Slot, torch.Tensor]]) -> list[Callable[[np.ndarray], bool]]:
+        """The comparison of `todo` (from compare_slots) with the card's masters cut into chunk-sized
+        units that may run on any thread, each with its own block (a host chunk): what the stream's
+        `prepare` does piece by piece (it skips the tensors given here)."""
+        units: list[Callable[[np.ndarray], bool]] = []
+        step = self.shard.chunk_elems
+        for s, data in todo:
+            for a in range(0, s.numel, step):
+                mine = _np(data[a:a + step])
+                units.append(_unit(mine.nbytes, self._compare, s.offset + a, mine))
+            self._compared.add(id(s))
         return units
 
     def _masters_in_place(self, s: Slot, data: torch.Tensor) -> bool:
@@ -428,10 +435,15 @@ class CardBucket:
         if shard.spec.out_dtype != "fp32" or s.numel < shard.chunk_elems // 2:
             return False
         base = data.data_ptr()
+        known = self._in_place.get(id(s))
+        if known is not None and known[0] == base:  # the slot's pieces never change, its memory may
+            return known[1]
+        ok = True
         for pt, a, b in shard.pieces(s.offset, s.offset + s.numel):
             if (4 * (b - a)) % 64 or 4 * (b - a) < 64 * len(pt.state["p"]) or (base + 4 * (a - s.offset)) % 64:
-                return False
-        return True
+                ok = False
+        self._in_place[id(s)] = (base, ok)
+        return ok
 
     def _compare(self, at: int, mine: np.ndarray, blk: np.ndarray) -> bool:
         if not self.shard.state_equals("p", at, mine, blk, blk):  # host memory: `tmp` is never used

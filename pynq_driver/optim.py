@@ -570,11 +570,16 @@ class CardOptimizer(torch.optim.Optimizer):
                 units += more
         compared: set[int] = set()
         if self.detect_changes:
-            for b, runs in plans:
-                more = b.compare_units(runs) if b.shard is not None else None
-                if more is not None:
-                    units += more
-                    compared.add(id(b))
+            todo = [(b, b.compare_slots(runs) if b.shard is not None else None) for b, runs in plans]
+            # A few small tensors (biases, norms: the large ones are read in place on the software
+            # cards) are left to the stream, which compares each as it stages its piece, beside the
+            # kernel on the piece before, instead of delaying the first launch.
+            small = sum(4 * s.numel for _, ts in todo if ts for s, _ in ts) < _SCAN_INLINE_BYTES
+            if not (small and not scan):
+                for b, ts in todo:
+                    if ts is not None:
+                        units += b.compare_units(ts)
+                        compared.add(id(b))
         if not units:
             return True, compared
         run = _Scan(units, self._scan_pool(), self._host_raw)

@@ -363,8 +363,20 @@ def test_edits_of_single_bits_reach_the_card(readback, comparison):
     nic.close()
 
 
+@pytest.fixture(params=["in-stream", "before-launch"])
+def small_comparisons(request, monkeypatch):
+    """Where a step compares a few small tensors with their masters: in the stream as it stages
+    their piece (the default below 2 MiB), or all before the first launch on two threads (what
+    larger comparisons and the inf/NaN scan do), forced here by a threshold of 0."""
+    import pynq_driver.optim as optim_mod
+
+    if request.param == "before-launch":
+        monkeypatch.setattr(optim_mod, "_SCAN_INLINE_BYTES", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("backend", ["golden", "csim"])
-def test_masters_read_in_place_take_every_edit(backend, monkeypatch):
+def test_masters_read_in_place_take_every_edit(backend, monkeypatch, small_comparisons):
     """On the software cards a tensor whose pieces are whole, 64-byte aligned beats is lent to the
     kernel as its masters (every stripe a view of it, ShardState.stream's masters_in_direct): no
     comparison runs for it, and every edit (clamping, another NaN payload, -0.0, one ulp) reaches
@@ -435,7 +447,7 @@ def test_masters_read_in_place_take_every_edit(backend, monkeypatch):
 
 
 @pytest.mark.parametrize("where", ["first", "middle", "last", "second-group"])
-def test_a_nonfinite_gradient_anywhere_leaves_everything_as_it_was(where):
+def test_a_nonfinite_gradient_anywhere_leaves_everything_as_it_was(where, small_comparisons):
     """skip_nonfinite=True: the inf/NaN scan runs on two threads beside the first piece's staging;
     wherever the bad value is, nothing on the card changes (state, step counts) and the parameters
     keep their values."""
