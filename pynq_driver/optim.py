@@ -26,7 +26,8 @@ Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
   compare. Elsewhere the masters on the card are compared bit for bit with the parameters (bf16:
   with the bf16 rounding the card returned) before the kernel runs, and replaced where they
   differ: on the software cards on two threads before the first launch (with the inf/NaN scan,
-  if asked for), on a card read back into the free host chunk as the chunks stream.
+  if asked for; a few small tensors, under 2 MiB in all, as the stream stages their piece), on a
+  card read back into the free host chunk as the chunks stream.
   `detect_changes=False` skips the comparison, for scripts that never touch parameters between
   steps: an edit may then be overwritten by the card's copy (not where the kernel reads the
   parameter itself);
