@@ -468,9 +468,8 @@ class ShardState:
         memory, the port has one stripe and `data` fills whole 64-byte beats: the kernel reads the
         gradient from, or writes the results into, the caller's memory, and the host copy a card's
         DMA would make is saved. None: the caller copies through the staging buffers."""
-        if data is None or len(bufs) != 1 or data.nbytes % 64:
-            return None
-        return self.dev.import_host(data, bufs[0].bank)
+        lent = self._lend_stripes(bufs, data) if len(bufs) == 1 else None
+        return lent[0] if lent else None
 
     def _lend_stripes(self, bufs: list[Any], data: np.ndarray | None) -> list[Any] | None:
         """Every stripe of `data` (whole 64-byte beats, a piece's start: stripe k holds beats k,

@@ -211,18 +211,6 @@ class SoftDevice(Device):
         if value & self.ap_start:
             self._launch(cu)
 
-    def write_regs(self, values: dict[int, int], cu: int = 0) -> None:
-        """As Device.write_regs, straight into the register file (a launch writes about 40)."""
-        self._check_open()
-        cu = self._cu(cu)
-        regs = self._cu_state[cu].regs
-        for offset, value in values.items():
-            offset = int(offset)
-            if offset == self.ctrl_offset:
-                self._write_reg(offset, int(value) & 0xFFFFFFFF, cu)
-            else:
-                regs[offset] = int(value) & 0xFFFFFFFF
-
     def _read_reg(self, offset: int, cu: int = 0) -> int:
         st = self._cu_state[cu]
         if offset != self.ctrl_offset:
