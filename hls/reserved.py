@@ -12,7 +12,7 @@ cfg word and a file name. A name that passes the C-identifier rule can still fai
   compiler itself (`probe()` declares `int NAME;` after the generated kernel, its testbench, the
   harness and the whole C/C++ standard library, and keeps the names g++ refuses), plus every
   macro defined there; saved in `reserved_names.txt` (regenerate: `python -m hls.reserved`);
-- the global names of AMD's own HLS headers, which the stand-ins in `hls/include/` do not define
+- the global names of AMD's own HLS headers, which the stand-ins in `hls/csim/include/` do not define
   (`AMD_HLS_NAMES`), and our RTL module names (a kernel module may not shadow them).
 """
 
@@ -93,13 +93,13 @@ def probe(cxx: str = "g++") -> set[str]:
     """Ask the compiler: the names that collide at global scope in the csim translation unit of
     generated kernels (every optimizer, dtype and gradient source), or are macros there, with
     each header set csim compiles against (AMD's and our stand-ins)."""
-    from hls.csim import HEADER_SETS
+    from hls.csim.kernel import HEADER_SETS
 
     return set().union(*(_probe(cxx, headers) for headers in HEADER_SETS))
 
 
 def _probe(cxx: str, headers: str) -> set[str]:
-    from hls.csim import include_flags
+    from hls.csim.kernel import include_flags
     from hls.generate import write_project
     from hls.spec import KernelSpec
 

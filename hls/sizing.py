@@ -481,7 +481,7 @@ def _what_would(target: Target, r: SizingReport, optimizer: str, rate: float | N
 def _synth_notes(target: Target, optimizer: str, grad_dtype: str, out_dtype: str, grad_source: str, lanes: int,
                  cus: int) -> list[str]:
     """A warning from cached yosys figures (`optimusnic synth`) when this width cannot fit; never runs yosys."""
-    from hls.synth import fit_note  # lazy: hls.synth imports modules that import this one
+    from hls.rtl.synth import fit_note  # lazy: hls.rtl.synth imports modules that import this one
 
     if not (1 <= cus <= 16 and 1 <= lanes <= MAX_LANES):
         return []

@@ -66,3 +66,11 @@ class BitstreamMismatch(UserError):
 
 class StateFileError(UserError):
     """A saved state file is truncated, corrupt, or was saved for another kernel spec."""
+
+
+class CardBusy(DeviceError):
+    """The card, or one of the kernel's compute units on it, is in use by another program or device."""
+
+
+class CardNotResponding(DeviceError):
+    """Register reads return all ones: the card fell off the PCIe bus or was reset."""

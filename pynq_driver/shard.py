@@ -40,8 +40,8 @@ from pynq_driver.errors import (
     StateError,
     StateFileError,
 )
-from pynq_driver.kernel import KernelRunner
 from pynq_driver.native import stripe_equal, striped_equal
+from pynq_driver.registers import KernelRunner
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hls import simulators
+from hls.rtl import simulators
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

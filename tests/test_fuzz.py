@@ -31,14 +31,14 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from hls import validate  # noqa: E402
-from hls.cli import main  # noqa: E402
-from hls.commands import sim as sim_cmd  # noqa: E402
-from hls.commands.common import CLOCK, float_in, int_in, parse_count  # noqa: E402
 from hls.errors import UserError  # noqa: E402
 from hls.generate import load_manifest, write_project  # noqa: E402
 from hls.golden import Hyper  # noqa: E402
 from hls.spec import KernelSpec  # noqa: E402
 from hls.targets import CatalogError, load_catalog  # noqa: E402
+from optimusnic.cli import main  # noqa: E402
+from optimusnic.cli import sim as sim_cmd  # noqa: E402
+from optimusnic.cli.common import CLOCK, float_in, int_in, parse_count  # noqa: E402
 from pynq_driver import ShardState, open_device  # noqa: E402
 from pynq_driver.errors import StateFileError  # noqa: E402
 

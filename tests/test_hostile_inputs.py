@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 from hls import registry, safe_io, validate
-from hls.cli import main
 from hls.errors import UserError
 from hls.generate import load_manifest, write_project
 from hls.golden import Hyper
 from hls.spec import KernelSpec, SpecError
 from hls.targets import CatalogError, load_catalog
+from optimusnic.cli import main
 from pynq_driver import ShardState, open_device
 from pynq_driver.errors import StateFileError
 

@@ -16,6 +16,6 @@ def test_ruff_clean() -> None:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     if ruff is None:
         pytest.fail("ruff is not installed: run `make deps`")
-    out = subprocess.run([ruff, "check", "hls", "pynq_driver", "tests", "sim"], cwd=REPO_ROOT,
+    out = subprocess.run([ruff, "check", "optimusnic", "hls", "pynq_driver", "tests", "sim"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -144,7 +144,7 @@ def catalogue() -> list[Case]:
         if name.startswith("name: newline"):  # generate, then csim: the library would run the command
             cases.append(Case("injection", name, code="""
 import subprocess, sys, os
-from hls.cli import main
+from optimusnic.cli import main
 rc = main(['generate', '--target', 'mycard', '--targets-file', 't.json', '--lanes', '4', '-o', 'out'])
 if rc == 0:
     main(['csim', 'out', '--elements', '64', '--steps', '1'])
@@ -177,7 +177,7 @@ import json, subprocess, sys
 m = json.load(open('proj/manifest.json'))
 {edit}
 open('proj/manifest.json', 'w').write(json.dumps(m))
-r = subprocess.run([sys.executable, '-m', 'hls.cli', 'csim', 'proj', '--elements', '200', '--steps', '1'],
+r = subprocess.run([sys.executable, '-m', 'optimusnic.cli', 'csim', 'proj', '--elements', '200', '--steps', '1'],
                    capture_output=True, text=True, timeout=60)
 lines = r.stderr.strip().splitlines()
 ok = r.returncode == 2 and len(lines) == 1 and 'Traceback' not in r.stderr and 'internal error' not in r.stderr
@@ -189,7 +189,7 @@ import subprocess, sys
 from pathlib import Path
 f = Path('proj/hls/optimusnic_adamw.cpp')
 f.write_text(f.read_text().replace('p = p - u;', 'p = p + u;'))
-r = subprocess.run([sys.executable, '-m', 'hls.cli', 'csim', 'proj', '--elements', '200', '--steps', '1'],
+r = subprocess.run([sys.executable, '-m', 'optimusnic.cli', 'csim', 'proj', '--elements', '200', '--steps', '1'],
                    capture_output=True, text=True, timeout=60)
 ok = r.returncode == 2 and 'optimusnic_adamw.cpp' in r.stderr and len(r.stderr.strip().splitlines()) == 1
 print('CLEAN' if ok else f'DEFECT: exit {r.returncode}: {r.stdout.strip()[-60:]!r} {r.stderr.strip()[-100:]!r}')
@@ -252,7 +252,7 @@ except Exception as e:
         Case("unbounded", "project manifest is a FIFO", code="""
 import os, subprocess, sys
 os.remove('proj/manifest.json'); os.mkfifo('proj/manifest.json')
-r = subprocess.run([sys.executable, '-m', 'hls.cli', 'csim', 'proj'], capture_output=True, text=True, timeout=15)
+r = subprocess.run([sys.executable, '-m', 'optimusnic.cli', 'csim', 'proj'], capture_output=True, text=True, timeout=15)
 print('CLEAN' if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 else 'DEFECT ' + r.stderr[-100:])
 """, setup={"proj": "PROJECT"}),
         Case("unbounded", "registry manifest is a FIFO", argv=["bitstreams", "verify", "--dir", "{tmp}/reg"],
@@ -297,8 +297,8 @@ registry.register(Path('k.xclbin'), m, {}, {}, root=Path('reg'))
 if kind == 'FIFO':
     x = next(Path('reg').glob('*/*.xclbin')); x.unlink(); os.mkfifo(x)
 t0 = time.monotonic()
-r = subprocess.run([sys.executable, '-m', 'hls.cli', 'bitstreams', 'verify', '--dir', 'reg'], capture_output=True,
-                   text=True, timeout=15)
+r = subprocess.run([sys.executable, '-m', 'optimusnic.cli', 'bitstreams', 'verify', '--dir', 'reg'],
+                   capture_output=True, text=True, timeout=15)
 ok = r.returncode in (1, 2) and 'Traceback' not in r.stderr and 'internal error' not in r.stderr
 print('CLEAN' if ok else f'DEFECT: exit {r.returncode} {r.stderr[-120:]!r}')
 """
@@ -395,7 +395,7 @@ OPTIM_ERRORS = {
 
 OPTIM_CODE = """
 import torch
-from pynq_driver.optim import NicAdamW
+from pynq_driver.optim.adam import NicAdamW
 g = torch.Generator().manual_seed(0)
 ps = [torch.nn.Parameter(torch.randn(n, generator=g)) for n in (40, 24, 16)]
 opt = NicAdamW([{'params': [ps[0]]}, {'params': [ps[1], ps[2]], 'lr': 1e-2}], lr=1e-3, backend='golden')
@@ -534,7 +534,7 @@ def run_case(case: Case, checkout: Path, project: Path) -> tuple[bool, str, floa
         env.pop("OPTIMUSNIC_TRACEBACK")
         if case.argv is not None:
             argv = [a.replace("{tmp}", str(tmp)).replace("{proj}", str(tmp / "proj")) for a in case.argv]
-            cmd = [PY, "-m", "hls.cli", *argv]
+            cmd = [PY, "-m", "optimusnic.cli", *argv]
         else:
             cmd = [PY, "-c", case.code.replace("{tmp}", str(tmp))]
         before = {p for p in tmp.rglob("*")}
@@ -595,7 +595,7 @@ def main() -> None:
     checkout = Path(args.checkout).resolve()
     with tempfile.TemporaryDirectory(prefix="hostile-proj-") as d:
         project = Path(d) / "proj"
-        subprocess.run([PY, "-m", "hls.cli", "generate", "--target", "u55c", "--lanes", "4", "-o", str(project)],
+        subprocess.run([PY, "-m", "optimusnic.cli", "generate", "--target", "u55c", "--lanes", "4", "-o", str(project)],
                        env={**os.environ, "PYTHONPATH": str(checkout)}, check=True, capture_output=True)
         results = []
         for case in catalogue():

@@ -1,6 +1,6 @@
 """cocotb tests of a generated RTL Adam/AdamW kernel (the top rendered from templates/rtl).
 
-Configuration comes from the environment (hls/rtlsim.py sets it):
+Configuration comes from the environment (hls/rtl/bench_runner.py sets it):
 ONIC_MANIFEST   path of the generated project's manifest.json (spec and register map)
 ONIC_ELEMENTS   comma-separated element counts for test_update (default "0,5,100")
 ONIC_RUNS       consecutive kernel runs per element count, state left in memory (default 3)

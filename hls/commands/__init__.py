@@ -1,1 +1,0 @@
-"""The verbs of the `optimusnic` command, one module each (see hls/cli.py)."""

@@ -1,0 +1,1 @@
+"""C simulation: the generated HLS C++ compiled with g++ into a shared library and run bit-exact."""

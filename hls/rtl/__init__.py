@@ -1,0 +1,1 @@
+"""RTL stage: simulators, the cocotb bench runner, yosys synthesis and netlist analysis."""

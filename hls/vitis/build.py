@@ -1,0 +1,468 @@
+"""The bitstream build flow: generated project -> .xo -> v++ link -> bitstreams/<target>/.
+
+One run folder per build (FINN-style), so a build can be inspected and reproduced from its
+own outputs:
+    <run>/project/   the generated project (optimusnic generate), unless --project is given
+    <run>/logs/      one log per step (the tool's stdout and stderr)
+    <run>/link/      v++ output: <name>.xclbin, _x/ (temp), reports/, logs/
+    <run>/report/    summary.json: the parsed vendor reports
+The result is copied into the registry (hls/registry.py): bitstreams/<target>/<name>.xclbin
+with <name>.manifest.json.
+
+Steps for the XRT targets:
+    hls:  vitis_hls -f run_hls.tcl          (csynth, export_design -format xo)  -> hls/<name>.xo
+    rtl:  vivado -mode batch -source package_xo.tcl (package_xo from kernel.xml) -> rtl/<name>.xo
+    link: v++ -l -t hw --platform <xpfm> --config hls/link.cfg -o <name>.xclbin <name>.xo
+V80 (flow "versal") has no XRT platform and no v++ link: the build renders the Vivado
+IP-catalog export and says what to run with AMD's V80 flow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hls import generate, registry, safe_io, validate
+from hls.errors import OptimusError, ToolMissing, UserError
+from hls.paths import BITSTREAMS_DIR, RTL_DIR
+from hls.spec import KernelSpec
+from hls.targets import Target
+from hls.vitis import reports
+
+KERNELS = ("hls", "rtl")
+PLATFORM_DIRS = (Path("/opt/xilinx/platforms"),)
+
+# What to do when a tool is missing; one line each.
+TOOL_HINTS = {
+    "vitis_hls": "install AMD Vitis (2022.1 or later) and `source <Vitis>/settings64.sh`",
+    "vivado": "install AMD Vivado (with Vitis, 2022.1 or later) and `source <Vivado>/settings64.sh`",
+    "v++": "install AMD Vitis (2022.1 or later) and `source <Vitis>/settings64.sh`",
+}
+
+
+class BuildFailed(OptimusError, RuntimeError):
+    """A vendor tool failed or did not write what the next step needs; the message names the log."""
+
+
+@dataclass
+class Step:
+    """One tool invocation: what it runs, where, what it reads and must write, where it logs."""
+
+    name: str
+    title: str
+    argv: list[str]
+    cwd: Path
+    inputs: list[Path]
+    outputs: list[Path]
+    log: Path
+
+    @property
+    def tool(self) -> str:
+        return self.argv[0]
+
+    def shell(self) -> str:
+        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self.argv)} > {shlex.quote(str(self.log))} 2>&1"
+
+
+@dataclass
+class BuildPlan:
+    spec: KernelSpec
+    target: Target
+    kernel: str
+    platform: str | None  # the platform name or .xpfm path given to v++
+    platform_path: Path | None  # the installed .xpfm, when found
+    project_dir: Path
+    run_dir: Path
+    generate_project: bool  # the build renders the project itself
+    project_files: list[str]
+    steps: list[Step]
+    xclbin: Path | None
+    registry_xclbin: Path | None
+    registry_manifest: Path | None
+    link_cfg_text: str | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tools(self) -> list[str]:
+        seen: list[str] = []
+        for s in self.steps:
+            if s.tool not in seen:
+                seen.append(s.tool)
+        return seen
+
+
+def find_platform(platform: str) -> Path | None:
+    """The installed .xpfm for a platform name (or the path itself if one is given).
+
+    v++ looks in $PLATFORM_REPO_PATHS and /opt/xilinx/platforms for <name>/<name>.xpfm;
+    we look in the same places so a missing platform is caught before an hour of synthesis.
+    """
+    p = Path(platform)
+    if p.suffix == ".xpfm":
+        return p if p.is_file() else None
+    dirs = [Path(d) for d in os.environ.get("PLATFORM_REPO_PATHS", "").split(":") if d]
+    for base in [*dirs, *PLATFORM_DIRS]:
+        for candidate in (base / platform / f"{platform}.xpfm", base / f"{platform}.xpfm"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def check_platform(platform: str) -> None:
+    """A platform is a name (letters, digits, '_': it is joined to search folders) or a .xpfm path."""
+    if platform.endswith(".xpfm"):
+        if "\0" in platform or "\n" in platform:
+            raise UserError(f"--platform {platform!r}: not a usable path")
+        return
+    validate.PLATFORM.check(platform, validate.Where("--platform"))
+
+
+def default_run_dir(spec: KernelSpec, kernel: str) -> Path:
+    from hls.paths import BUILD_DIR
+
+    return BUILD_DIR / "runs" / f"{spec.target}-{spec.name}-{kernel}"
+
+
+def plan_build(
+    spec: KernelSpec,
+    target: Target,
+    *,
+    kernel: str = "hls",
+    run_dir: Path | None = None,
+    project_dir: Path | None = None,
+    platform: str | None = None,
+    bitstreams_dir: Path = BITSTREAMS_DIR,
+) -> BuildPlan:
+    """Every command and file of a build, decided before anything runs (the --dry-run output)."""
+    if kernel not in KERNELS:
+        raise UserError(f"--kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    run_dir = Path(run_dir or default_run_dir(spec, kernel)).resolve()
+    generate_project = project_dir is None
+    project = Path(project_dir).resolve() if project_dir else run_dir / "project"
+    if generate_project:
+        files, _ = generate.render(spec, target)
+        project_files = ["manifest.json", *sorted(files)]
+    else:
+        manifest = generate.load_manifest(project)
+        project_files = ["manifest.json", *sorted(manifest.get("files", {}))]
+    name = spec.name
+    logs = run_dir / "logs"
+    link_cfg = project / "hls" / "link.cfg"
+    link_cfg_text = None
+    if generate_project:
+        data = files.get("hls/link.cfg")
+        link_cfg_text = data.decode() if data is not None else None
+    elif link_cfg.is_file():
+        link_cfg_text = link_cfg.read_text()
+
+    if not target.has_xrt_flow:
+        if kernel != "hls":
+            raise UserError(f"{target.name}: the Vivado IP-catalog export packages the HLS kernel; use --kernel hls "
+                            "(the RTL kernel is in the project's rtl/ folder for manual integration)")
+        hls_dir, versal_dir = project / "hls", project / "versal"
+        steps = [
+            Step(name="hls", title="Vitis HLS: C synthesis and export of the kernel as a Vivado IP-catalog zip",
+                 argv=["vitis_hls", "-f", "run_hls.tcl", "-tclargs", "csynth", "export"], cwd=hls_dir,
+                 inputs=[hls_dir / f"{name}.cpp", hls_dir / "run_hls.tcl"], outputs=[hls_dir / f"{name}_ip.zip"],
+                 log=logs / "1-vitis_hls.log"),
+            Step(name="export_ip", title="Vivado batch: add the IP to the catalog of a project for the part and "
+                 "instantiate it in a block design", argv=["vivado", "-mode", "batch", "-notrace", "-source",
+                 "export_ip.tcl", "-log", str(logs / "vivado.log"), "-journal", str(logs / "vivado.jou")],
+                 cwd=versal_dir, inputs=[hls_dir / f"{name}_ip.zip", versal_dir / "export_ip.tcl"],
+                 outputs=[versal_dir / f"{name}_bd"], log=logs / "2-export_ip.log"),
+        ]
+        return BuildPlan(
+            spec=spec, target=target, kernel=kernel, platform=None, platform_path=None, project_dir=project,
+            run_dir=run_dir, generate_project=generate_project, project_files=project_files, steps=steps,
+            xclbin=None, registry_xclbin=None, registry_manifest=None, link_cfg_text=None,
+            notes=versal_notes(target, project, project_files),
+        )
+
+    platform = platform or target.platform
+    if not platform:
+        raise UserError(f"{target.name} has no XRT platform in the catalog; pass --platform NAME or PATH.xpfm")
+    check_platform(platform)
+    platform_path = find_platform(platform)
+    steps: list[Step] = []
+    if kernel == "hls":
+        hls_dir = project / "hls"
+        xo = hls_dir / f"{name}.xo"
+        steps.append(Step(
+            name="hls", title="Vitis HLS: C synthesis and export of the kernel as a Vitis .xo",
+            argv=["vitis_hls", "-f", "run_hls.tcl", "-tclargs", "csynth", "export"],
+            cwd=hls_dir, inputs=[hls_dir / f"{name}.cpp", hls_dir / "run_hls.tcl"], outputs=[xo],
+            log=logs / "1-vitis_hls.log",
+        ))
+    else:
+        rtl_dir = project / "rtl"
+        xo = rtl_dir / f"{name}.xo"
+        # package_xo.tcl takes the static RTL folder (sim/rtl: kernel.f, fp_units.f) and the .xo path.
+        steps.append(Step(
+            name="package_xo", title="Vivado batch: package the RTL kernel (kernel.xml + Verilog) as a Vitis .xo",
+            argv=["vivado", "-mode", "batch", "-notrace", "-source", "package_xo.tcl",
+                  "-log", str(logs / "vivado.log"), "-journal", str(logs / "vivado.jou"),
+                  "-tclargs", str(RTL_DIR), str(xo)],
+            cwd=rtl_dir, inputs=[rtl_dir / f"{name}.v", rtl_dir / "kernel.xml", rtl_dir / "package_xo.tcl",
+                                 RTL_DIR / "kernel" / "kernel.f", RTL_DIR / "fp" / "fp_units.f"],
+            outputs=[xo], log=logs / "1-package_xo.log",
+        ))
+    link_dir = run_dir / "link"
+    xclbin = link_dir / f"{name}.xclbin"
+    steps.append(Step(
+        name="link", title="v++ link: place and route the kernel into the platform shell (hours)",
+        argv=["v++", "-l", "-t", "hw", "--platform", str(platform_path or platform), "--config", str(link_cfg),
+              "--save-temps", "--temp_dir", str(link_dir / "_x"), "--report_dir", str(link_dir / "reports"),
+              "--log_dir", str(link_dir / "logs"), "-o", str(xclbin), str(xo)],
+        cwd=link_dir, inputs=[xo, link_cfg], outputs=[xclbin], log=logs / "2-v++_link.log",
+    ))
+    reg_xclbin, reg_manifest = registry.entry_paths(target.key, name, bitstreams_dir)
+    notes = []
+    if target.unconfirmed:
+        notes.append(f"catalog facts for {target.name} marked unconfirmed: see `optimusnic targets --json`")
+    return BuildPlan(
+        spec=spec, target=target, kernel=kernel, platform=platform, platform_path=platform_path, project_dir=project,
+        run_dir=run_dir, generate_project=generate_project, project_files=project_files, steps=steps, xclbin=xclbin,
+        registry_xclbin=reg_xclbin, registry_manifest=reg_manifest, link_cfg_text=link_cfg_text, notes=notes,
+    )
+
+
+def versal_notes(target: Target, project: Path, files: list[str]) -> list[str]:
+    versal = [f for f in files if f.startswith("versal/")]
+    lines = [
+        f"{target.name} uses AMD's Versal flow, not XRT/v++: the toolkit exports the HLS kernel as Vivado "
+        "IP (steps above: hls/<name>_ip.zip, then a Vivado project with the IP in its catalog and a block "
+        "design in versal/<name>_bd/). It does not build, load or run a V80 image.",
+        "Vivado IP-catalog export files: "
+        + (", ".join(str(project / f) for f in versal) if versal else "(no versal/ files rendered)"),
+        "What you must then run with AMD's V80 flow (AVED / SLASH):",
+        "  1. in the V80 base design, connect the kernel's m_axi ports to the NoC / HBM channels listed in "
+        "versal/NOTE.md (from sizing), its s_axilite port to the host control path, ap_clk/ap_rst_n to the "
+        "user clock and reset",
+        "  2. build the device image (PDI / vrtbin) with AMD's Vivado + slashkit flow and load it with VRT / v80-smi",
+        "  3. program the kernel through the register map in manifest.json (ap_ctrl_hs at 0x00); the toolkit's "
+        "driver has no VRT backend, so nothing here runs on a V80 card",
+    ]
+    return lines
+
+
+def plan_to_dict(plan: BuildPlan) -> dict[str, Any]:
+    """The dry run as data: steps with argv, cwd, inputs, outputs and log; registry paths; tool status."""
+    return {
+        "spec": plan.spec.to_dict(),
+        "target": plan.target.key,
+        "kernel": plan.kernel,
+        "platform": plan.platform,
+        "platform_path": str(plan.platform_path) if plan.platform_path else None,
+        "run_dir": str(plan.run_dir),
+        "project_dir": str(plan.project_dir),
+        "generate_project": plan.generate_project,
+        "project_files": plan.project_files,
+        "steps": [{"name": s.name, "title": s.title, "argv": s.argv, "cwd": str(s.cwd), "log": str(s.log),
+                   "inputs": [str(p) for p in s.inputs], "outputs": [str(p) for p in s.outputs]} for s in plan.steps],
+        "xclbin": str(plan.xclbin) if plan.xclbin else None,
+        "registry": {"xclbin": str(plan.registry_xclbin) if plan.registry_xclbin else None,
+                     "manifest": str(plan.registry_manifest) if plan.registry_manifest else None},
+        "link_cfg": plan.link_cfg_text,
+        "tools": {tool: shutil.which(tool) for tool in plan.tools},
+        "notes": plan.notes,
+    }
+
+
+def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
+    """The dry-run text: every command and file, in order."""
+    s, t = plan.spec, plan.target
+    lines = [
+        f"optimusnic build (dry run): {t.name} ({t.key}), {plan.kernel.upper()} kernel {s.name}: "
+        f"{s.optimizer}, {s.lanes} lanes x {s.compute_units} CU, grad {s.grad_dtype}/{s.grad_source}, "
+        f"out {s.out_dtype}, clock {s.clock_mhz or t.kernel_clock_mhz:g} MHz",
+        f"run folder: {plan.run_dir}",
+    ]
+    n = 0
+    if plan.generate_project:
+        lines.append(f"[{n}] generate the project (optimusnic generate) into {plan.project_dir}:")
+    else:
+        lines.append(f"[{n}] use the generated project {plan.project_dir}:")
+    lines += [f"      {plan.project_dir / f}" for f in plan.project_files]
+    for step in plan.steps:
+        n += 1
+        lines.append(f"[{n}] {step.name}: {step.title}")
+        lines.append(f"      $ {step.shell()}")
+        lines.append(f"      reads:  {', '.join(str(p) for p in step.inputs)}")
+        lines.append(f"      writes: {', '.join(str(p) for p in step.outputs)}")
+    if plan.xclbin is None:
+        if check:
+            lines.append("tools (checked before a real run):")
+            lines += [f"      {tool}: {shutil.which(tool) or 'NOT FOUND (' + TOOL_HINTS.get(tool, 'install it') + ')'}"
+                      for tool in plan.tools]
+        lines += ["", *plan.notes]
+        return "\n".join(lines)
+    n += 1
+    lines.append(f"[{n}] report: parse the vendor reports into {plan.run_dir / 'report' / 'summary.json'}")
+    lines.append(f"      {plan.run_dir / 'link' / 'reports'}/**/impl_1_*timing_summary*routed*.rpt (timing met, "
+                 "achieved kernel clock)")
+    lines.append(f"      {plan.run_dir / 'link' / 'reports'}/**/impl_1_kernel_util_routed.rpt (kernel resources)")
+    if plan.kernel == "hls":
+        lines.append(f"      {plan.project_dir / 'hls'}/**/syn/report/csynth.xml (HLS estimate)")
+        lines.append(f"      after step 1: {plan.project_dir / 'hls' / 'vitis_hls.log'} must show AXI bursts "
+                     "inferred on every m_axi bundle (HLS 214-115), or the build stops")
+    n += 1
+    lines.append(f"[{n}] register: copy {plan.xclbin} -> {plan.registry_xclbin}")
+    lines.append(f"      write {plan.registry_manifest} (spec, sizing, register map, banks, xclbin sha256, "
+                 "report summary)")
+    if plan.link_cfg_text is not None:
+        lines.append(f"link config ({plan.project_dir / 'hls' / 'link.cfg'}):")
+        lines += [f"      {ln}" for ln in plan.link_cfg_text.rstrip().splitlines()]
+    else:
+        lines.append("link config: hls/link.cfg is not rendered by the templates yet")
+    if check:
+        lines.append("tools (checked before a real run):")
+        for tool in plan.tools:
+            found = shutil.which(tool)
+            lines.append(f"      {tool}: {found or 'NOT FOUND (' + TOOL_HINTS.get(tool, 'install it') + ')'}")
+        lines.append(f"      platform {plan.platform}: "
+                     f"{plan.platform_path or 'NOT INSTALLED (' + platform_hint(plan) + ')'}")
+    lines += [f"note: {x}" for x in plan.notes]
+    return "\n".join(lines)
+
+
+def platform_hint(plan: BuildPlan) -> str:
+    where = ", ".join([*[d for d in os.environ.get("PLATFORM_REPO_PATHS", "").split(":") if d],
+                       *map(str, PLATFORM_DIRS)])
+    return (f"looked for <name>/<name>.xpfm in {where}; install the {plan.target.name} development platform "
+            "from AMD or pass --platform PATH.xpfm")
+
+
+def check_tools(plan: BuildPlan) -> None:
+    """Stop with one line naming the first missing tool, then a missing platform."""
+    for tool in plan.tools:
+        if shutil.which(tool) is None:
+            raise ToolMissing(f"{tool} not found on PATH: {TOOL_HINTS.get(tool, 'install it')} "
+                              "(`optimusnic build --dry-run` shows the flow without it)")
+    if plan.xclbin is not None and plan.platform_path is None:
+        raise ToolMissing(f"platform {plan.platform} is not installed: {platform_hint(plan)}")
+
+
+def _tail(path: Path, n: int = 1) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])
+
+
+def run_step(step: Step) -> None:
+    missing = [p for p in step.inputs if not p.exists()]
+    if missing:
+        raise BuildFailed(f"{step.name}: missing input {missing[0]} (is the project fully generated?)")
+    step.cwd.mkdir(parents=True, exist_ok=True)
+    step.log.parent.mkdir(parents=True, exist_ok=True)
+    with step.log.open("w") as log:
+        log.write(f"# {step.shell()}\n")
+        log.flush()
+        proc = subprocess.run(step.argv, cwd=step.cwd, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        raise BuildFailed(f"{step.name}: {step.tool} exited with status {proc.returncode}; see {step.log}"
+                          f" (last line: {_tail(step.log) or 'empty'})")
+    for out in step.outputs:
+        if not out.exists():
+            raise BuildFailed(f"{step.name}: {step.tool} finished but did not write {out}; see {step.log}")
+
+
+def hls_bundles(manifest: dict[str, Any]) -> list[str]:
+    """The m_axi bundles of the HLS kernel: one `gmem_<arg>` per pointer argument of the register
+    map (the templates' convention), so the check follows the ports when they are renamed."""
+    return [f"gmem_{a['name']}" for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
+
+
+def check_hls_bursts(step: Step, manifest: dict[str, Any]) -> dict[str, Any]:
+    """After csynth: stop the build if Vitis HLS lost the AXI bursts of a port (hls/vitis/reports.py).
+
+    An hour of v++ link is wasted on a kernel whose ports move one beat per request; the
+    synthesis log says so in seconds. Reads the tool's own vitis_hls.log (else the step's
+    captured output) and the csynth.rpt burst tables next to it; returns the burst report.
+    """
+    tool_log = step.cwd / "vitis_hls.log"
+    log = tool_log if tool_log.is_file() else step.log
+    texts = [log.read_text(errors="replace")]
+    texts += [r.read_text(errors="replace") for r in sorted(step.cwd.glob("**/syn/report/*csynth.rpt"))]
+    text, bundles = "\n".join(texts), hls_bundles(manifest)
+    try:
+        reports.check_bursts(text, bundles)
+    except UserError as exc:
+        raise BuildFailed(f"{step.name}: {exc}; see {log}") from exc
+    return {"log": str(log), **reports.burst_report(text, bundles)}
+
+
+def summarize(plan: BuildPlan) -> dict[str, Any]:
+    """Parse what the tools wrote into the summary the registry keeps."""
+    spec = plan.spec
+    clock = float(spec.clock_mhz or plan.target.kernel_clock_mhz)
+    link = reports.summarize_link(plan.run_dir / "link", spec.name, clock)
+    summary: dict[str, Any] = {
+        "kernel": plan.kernel,
+        "requested_mhz": clock,
+        "timing_met": link["timing"]["timing_met"] if link["timing"] else None,
+        "achieved_mhz": link["timing"]["achieved_mhz"] if link["timing"] else None,
+        "wns_ns": link["timing"]["wns_ns"] if link["timing"] else None,
+        "resources": link["resources"]["kernel"] if link["resources"] else None,
+        "link": link,
+        "hls": None,
+    }
+    if plan.kernel == "hls":
+        csynth = reports.find_csynth_xml(plan.project_dir / "hls", spec.name)
+        if csynth:
+            summary["hls"] = reports.parse_csynth_xml(csynth)
+    missing = [k for k in ("timing", "resources") if link[k] is None]
+    summary["missing_reports"] = missing
+    return summary
+
+
+def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: Any = print) -> dict[str, Any] | None:
+    """Run the plan: generate, check tools, run each step with its log, parse reports, register.
+
+    Returns the registry entry, or None for the Versal flow (IP export only, nothing to register).
+    """
+    check_tools(plan)
+    safe_io.check_writable_dir(plan.run_dir, "run folder")
+    if plan.xclbin is not None:
+        safe_io.check_writable_dir(bitstreams_dir, "--registry")
+        registry.entry_paths(plan.target.key, plan.spec.name, bitstreams_dir)  # inside the registry, checked now
+    if plan.generate_project:
+        echo(f"[0] generate: {plan.project_dir}")
+        generate.write_project(plan.spec, plan.project_dir, plan.target)
+    manifest = generate.load_manifest(plan.project_dir)
+    bursts = None
+    for i, step in enumerate(plan.steps, 1):
+        echo(f"[{i}] {step.name}: {shlex.join(step.argv)}  (log: {step.log})")
+        run_step(step)
+        if step.tool == "vitis_hls":
+            bursts = check_hls_bursts(step, manifest)
+    if plan.xclbin is None:
+        echo("\n".join(plan.notes))
+        return None
+    summary = summarize(plan)
+    summary["hls_bursts"] = bursts
+    report_dir = plan.run_dir / "report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    build_info = {
+        "kernel": plan.kernel,
+        "platform": plan.platform,
+        "platform_path": str(plan.platform_path) if plan.platform_path else None,
+        "run_dir": str(plan.run_dir),
+        "commands": [{"step": s.name, "cwd": str(s.cwd), "argv": s.argv, "log": str(s.log)} for s in plan.steps],
+        "tools": {tool: shutil.which(tool) for tool in plan.tools},
+    }
+    extra = [p for p in (plan.xclbin.with_name(plan.xclbin.name + ".info"),) if p.is_file()]
+    extra += [Path(p) for p in summary["link"]["reports"].values()]
+    if summary["hls"]:
+        extra.append(Path(summary["hls"]["report"]))
+    entry = registry.register(plan.xclbin, manifest, build_info, summary, root=bitstreams_dir, extra_files=extra)
+    echo(f"registered {entry['paths']['xclbin']} ({entry['xclbin']['sha256'][:12]}...)")
+    return entry

@@ -1,0 +1,1 @@
+"""OptimusNIC's application: the `optimusnic` command, the training-run planner, benchmarks, demo."""

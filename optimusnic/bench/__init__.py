@@ -1,0 +1,1 @@
+"""Benchmarks (`optimusnic bench`, `make bench`): figures written to bench/results.md."""

@@ -1,0 +1,45 @@
+"""`optimusnic bench WHICH`: throughput benchmarks (csim here; rtl and driver live with their owners)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from hls.errors import ToolMissing
+from optimusnic.cli.common import add_json, count_up_to, int_in
+
+# which -> module providing `run(args) -> int`; imported lazily so a missing one only affects itself.
+BENCHES = {"csim": "optimusnic.bench.csim", "rtl": "optimusnic.bench.rtl", "driver": "optimusnic.bench.driver"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark csim (vs torch AdamW), rtl, driver; all writes bench/results.md")
+    p.add_argument("which", choices=[*BENCHES, "all"])
+    p.add_argument("--params", type=count_up_to(1 << 30), default=16 * 1024 * 1024, help="parameters (default 16M)")
+    p.add_argument("--repeats", type=int_in(1, 1000), default=5, help="timed repeats; the median is reported")
+    p.add_argument("--threads", type=int_in(1, 256), default=None, help="csim and torch threads (default: every core)")
+    p.add_argument("--sizes", type=lambda t: [count_up_to(1 << 30)(x) for x in t.split(",")], default=None,
+                   help="csim: parameter counts to measure, comma-separated (default 1048576,16777216,50M)")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def _load(which: str):  # noqa: ANN202 - returns the module's run function
+    try:
+        module = importlib.import_module(BENCHES[which])
+    except ModuleNotFoundError as exc:
+        raise ToolMissing(f"bench {which}: {BENCHES[which]} is not available ({exc.name} missing)") from exc
+    if not hasattr(module, "run"):
+        raise ToolMissing(f"bench {which}: {BENCHES[which]} has no run(args)")
+    return module.run
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.which != "all":
+        return int(_load(args.which)(args) or 0)
+    from optimusnic.bench.report import run_all
+
+    path = run_all(args.params, max(1, args.repeats), args.threads, sizes=args.sizes)
+    print(path.read_text())
+    print(f"written: {path} (and results.png, results.json beside it)")
+    return 0

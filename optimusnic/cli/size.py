@@ -1,0 +1,105 @@
+"""`optimusnic size`: will the optimizer state fit on the card, and will the card keep up?"""
+
+from __future__ import annotations
+
+import argparse
+
+from hls.sizing import SizingReport, size
+from hls.spec import GRAD_DTYPES, GRAD_SOURCES, OUT_DTYPES
+from hls.targets import get_target
+from optimusnic.cli.common import (
+    CLOCK,
+    COMPUTE_UNITS,
+    LANES,
+    add_json,
+    add_plan_options,
+    add_targets_file,
+    emit_json,
+    human_bytes,
+    human_count,
+    int_in,
+    parse_count,
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("size", help="size a kernel for a target: capacity, bandwidth, line rate, verdict")
+    p.add_argument("--target", required=True, help="catalog target key, e.g. u55c")
+    p.add_argument("--params", required=True, type=parse_count, help="model parameters, e.g. 7e9 or 7B")
+    p.add_argument("--cards", type=int_in(1, 1 << 20), default=1, help="cards the optimizer state is sharded over")
+    p.add_argument("--grad-dtype", choices=GRAD_DTYPES, default="fp32")
+    p.add_argument("--out-dtype", choices=OUT_DTYPES, default="fp32")
+    p.add_argument("--grad-source", choices=GRAD_SOURCES, default="memory")
+    p.add_argument("--lanes", type=LANES, default=None, help="fixed lanes (default: what line rate needs)")
+    p.add_argument("--compute-units", type=COMPUTE_UNITS, default=None, help="fixed compute units (default: as needed)")
+    p.add_argument("--clock", type=CLOCK, default=None, help="kernel clock in MHz, 50 to 700 (default: the target's)")
+    add_plan_options(p)
+    add_json(p)
+    add_targets_file(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = get_target(args.target, args.targets_file)
+    report = size(
+        target,
+        args.params,
+        grad_dtype=args.grad_dtype,
+        out_dtype=args.out_dtype,
+        grad_source=args.grad_source,
+        cards=args.cards,
+        lanes=args.lanes,
+        compute_units=args.compute_units,
+        clock_mhz=args.clock,
+        stripes=args.stripes,
+        rate=args.rate * 1e9 if args.rate is not None else None,
+    )
+    if args.json:
+        emit_json(report.to_dict())
+    else:
+        print(format_report(report))
+    return 0
+
+
+def format_report(r: SizingReport) -> str:
+    gps = lambda x: f"{x / 1e9:.2f} G params/s"  # noqa: E731
+    demand = "line rate" if r.demand_params_per_s == r.line_rate_params_per_s else "requested rate"
+    st = r.stripes
+    lines = [
+        f"{r.target_name} ({r.target}): {human_count(r.params)} parameters over {r.cards} card(s), "
+        f"shard {human_count(r.shard_params)}",
+        f"  gradients {r.grad_dtype} from {r.grad_source}, output {r.out_dtype}",
+        f"  bytes/param resident        {r.state_bytes_per_param} (fp32 p + m + v)"
+        f" -> shard state {human_bytes(r.shard_state_bytes)}",
+        f"  bytes/param moved per step  {r.moved_bytes_per_param}",
+        f"  line rate                   {r.line_rate_gbps:g} Gb/s -> {gps(r.line_rate_params_per_s)}"
+        f" ({r.elements_per_clock_needed:.2f} elements/clock at {r.clock_mhz:g} MHz)",
+        f"  sized for                   {gps(r.demand_params_per_s)} ({demand})",
+        f"  memory plan per CU          {st.state} stripe(s) each of p, m, v; {st.grad} of grad; {st.out} of out;"
+        f" {r.channels_used} channel(s) in all",
+        f"  one channel                 {r.channel_usable_bytes_per_s / 1e9:.2f} GB/s usable "
+        f"({r.memory_efficiency:.0%} of peak, reads and writes together, shared by the ports on it)",
+        f"  memory allows               {gps(r.memory_params_per_s)}",
+        f"  kernel computes             {gps(r.kernel_params_per_s)} "
+        f"({r.lanes} lanes x {r.compute_units} CU x {r.clock_mhz:g} MHz)",
+        f"  achieved                    {gps(r.achieved_params_per_s)} "
+        f"= {r.elements_per_clock_predicted:.2f} elements/clock per CU; binding: {r.binding}",
+        f"  max params per card         {human_count(r.max_params_per_card)} with this plan",
+        f"  optimizer step on the shard {r.step_time_s * 1e3:.1f} ms",
+    ]
+    cu_rate = gps(min(r.achieved_params_per_s, r.demand_params_per_s) / r.compute_units)
+    for a in r.assignments:
+        lines.append(f"  CU {a.cu} (SLR {a.slr}):")
+        for c in a.loads:
+            where = c.bank or f"channel {c.channel}"
+            ports = ", ".join(p for s in a.stripes if s.channel == c.channel for p in s.ports)
+            lines.append(f"    {where:<8} {', '.join(c.stripes):<12} ports {ports:<22} "
+                         f"{c.utilization:6.1%} of usable at {cu_rate}")
+    lines += [f"  note: {n}" for n in r.notes]
+    lines.append(f"verdict: {r.verdict}")
+    if r.alternatives:
+        lines.append("what would:" if not r.keeps_up else "what would fit:")
+        lines += [f"  - {a}" for a in r.alternatives]
+    if not r.keeps_up:
+        lines.append(f"no plan on one {r.target_name} with these options reaches {demand}")
+    return "\n".join(lines)

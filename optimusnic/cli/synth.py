@@ -1,0 +1,141 @@
+"""`optimusnic synth`: resource estimate of the generated RTL kernel with Debian's yosys."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hls.errors import UserError
+from hls.rtl import netlist as timing
+from hls.rtl import synth
+from hls.targets import get_target
+from optimusnic.cli.common import add_json, add_spec_options, emit_json, spec_from_args, table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "synth",
+        help="estimate LUT/FF/DSP/BRAM/URAM of the RTL kernel with yosys (synth_xilinx, UltraScale+)",
+        description="Synthesizes the generated RTL kernel with yosys synth_xilinx -family xcup and reports "
+        "resources per lane and in total against the target's usable resources. Results are cached in "
+        "build/synth/ and used by `optimusnic size` to warn when a configuration cannot fit.",
+    )
+    add_spec_options(p)
+    p.add_argument("--mode", choices=("scaled", "full"), default="scaled",
+                   help="scaled (default): one lane + the top at 1 lane, scaled to the lanes asked; "
+                   "full: synthesize the top at the lanes asked (slow at 16 lanes)")
+    p.add_argument("--no-cache", action="store_true", help="run yosys even when a cached result exists")
+    p.add_argument("--cached", action="store_true",
+                   help="do not run yosys: scale the last saved lane and infrastructure figures for this "
+                   "optimizer/dtypes to the lanes and CUs asked (fails if there are none)")
+    p.add_argument("--timing", action="store_true",
+                   help="report LUT levels between registers and the highest fan-out net instead of resources: "
+                   "every RTL module alone, then the kernel at 1, 4 and 16 lanes (progress on stderr)")
+    p.add_argument("--full-lanes", type=_lane_list, default=timing.FULL_LANES,
+                   help="--timing: lane counts at which the kernel is synthesized, comma-separated (default 1,4); "
+                   "rows of 1, 4, 16 not in the list are scaled from the smallest and largest (1,4,16: no "
+                   "scaling, hours of yosys)")
+    p.add_argument("--no-units", action="store_true", help="--timing: the kernel rows only")
+    p.add_argument("--no-kernel", action="store_true", help="--timing: the per-module rows only")
+    p.add_argument("--write-results", action="store_true",
+                   help="--timing: also replace the timing section of bench/results.md (and results.json) "
+                   "without rerunning the other benchmarks")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def _lane_list(text: str) -> tuple[int, ...]:
+    try:
+        lanes = tuple(sorted({int(t) for t in text.split(",")}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: lane counts separated by commas, e.g. 1,4") from None
+    if len(lanes) < 2 or any(n not in (1, 2, 4, 8, 16) for n in lanes):
+        raise argparse.ArgumentTypeError(f"{text!r}: two or more of 1, 2, 4, 8, 16")
+    return lanes
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    target = get_target(spec.target, args.targets_file)
+    if args.timing:
+        if args.cached:
+            raise UserError("--timing has no --cached form: it reads the cached yosys runs by itself")
+        rep = timing.report(spec, target, full_lanes=args.full_lanes, units=not args.no_units,
+                            kernel=not args.no_kernel, use_cache=not args.no_cache,
+                            log=lambda m: print(m, file=sys.stderr, flush=True))
+        if args.write_results:
+            from optimusnic.bench.report import write_synth_section
+
+            rep["command"] = (f"optimusnic synth --target {spec.target} --timing --full-lanes "
+                              f"{','.join(map(str, args.full_lanes))} --write-results")
+            print(f"written: {write_synth_section(rep)}", file=sys.stderr)
+        if args.json:
+            emit_json(rep)
+        else:
+            print(format_timing(rep))
+        return 0
+    if args.cached:
+        result = synth.cached_estimate(spec, target)
+        if result is None:
+            raise UserError(f"no saved yosys figures for {spec.optimizer} {spec.grad_dtype}->{spec.out_dtype} "
+                            f"{spec.grad_source}: run `optimusnic synth` without --cached first")
+        result["runs"] = [u | {"cached": True} for u in result["runs"]]
+    else:
+        result = synth.estimate(spec, target, mode=args.mode, use_cache=not args.no_cache)
+        result["cache"] = str(synth.save_estimate(result))
+    if args.json:
+        emit_json(result)
+    else:
+        print(format_estimate(result, target.name))
+    return 0
+
+
+def _fmt(x: object) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.1f}" if isinstance(x, float) and not float(x).is_integer() else f"{int(x):,}"
+
+
+def format_estimate(r: dict, target_name: str) -> str:
+    s = r["spec"]
+    cols = synth.RESOURCES
+    rows = [
+        ["per lane", *[_fmt(r["lane"][c]) for c in cols]],
+        ["infrastructure", *[_fmt(r["infrastructure"][c]) for c in cols]],
+        [f"per CU ({s['lanes']} lanes)", *[_fmt(r["per_cu"][c]) for c in cols]],
+        [f"total ({s['compute_units']} CU)", *[_fmt(r["total"][c]) for c in cols]],
+        [f"usable ({r['usable_fraction']:.0%} of device)", *[_fmt(r["usable"][c]) for c in cols]],
+        ["utilization", *[("-" if r["utilization_pct"][c] is None else f"{r['utilization_pct'][c]:.2f}%")
+                          for c in cols]],
+    ]
+    lines = [
+        f"{target_name} ({r['target']}, {r['part']}): {s['name']}, {s['optimizer']}, grad {s['grad_dtype']} "
+        f"from {s['grad_source']}, out {s['out_dtype']}, {s['lanes']} lanes x {s['compute_units']} CU",
+        f"{r['yosys']}: synth_xilinx -family xcup -flatten -noiopad ({r['caveat']})",
+        "",
+        table(rows, ["", "LUT", "FF", "DSP", "BRAM36", "URAM"]),
+        "",
+        f"method: {r['method']}",
+        f"fits: {'yes' if r['fits'] else 'NO'} (limiting resource: {r['limiting_resource']}); "
+        f"largest lane count that fits: {r['max_lanes_that_fit'] or 'none'}"
+        f"{' x ' + str(s['compute_units']) + ' CU' if s['compute_units'] > 1 else ''}; "
+        f"CUs of this width that fit: {r['max_compute_units_that_fit']}",
+        *[f"note: {n}" for n in r.get("notes", [])],
+        "yosys runs: " + ", ".join(f"{u['unit']} {u['seconds']} s{' (cached)' if u['cached'] else ''}"
+                                   + (f", {u['lut_levels']} LUT levels" if "lut_levels" in u else "")
+                                   for u in r["runs"]),
+    ]
+    return "\n".join(lines)
+
+
+def format_timing(rep: dict) -> str:
+    header, rows = timing.table_rows(rep)
+    lines = [f"{rep['yosys']}: {rep['command']}", f"goal: {rep['goal']}", "", table(rows, header), ""]
+    for r in rep["kernel"]:
+        if r.get("method"):
+            lines.append(f"{r['unit']}: {r['method']}")
+    verdict = {True: "met", False: "NOT met", None: "not run"}
+    lines += [f"note: {rep['caveat']}", "I/O levels: in->reg / reg->out / in->out, not judged (a module's "
+              "ports are registered, or not, by its neighbours)",
+              f"all rows: {verdict[rep['met']]}; kernel rows: {verdict[rep['kernel_met']]}"]
+    return "\n".join(lines)

@@ -1,0 +1,521 @@
+"""`ShardedNicOptimizer`: AdamW/Adam sharded over `torch.distributed` (ZeRO-2), each rank's shard on its card.
+
+For models that stay whole on every rank (no wrapping, as with DDP). At scale, the recommended
+path is torch's own engine: FSDP2 (`fully_shard`) with `NicAdamW`, which keeps each rank's
+DTensor shard on its card (README). What this class adds over FSDP2 and ZeroRedundancyOptimizer:
+parameters stay replicated (no all-gather in the forward pass, unlike FSDP2), gradients are
+reduce-scattered (half the traffic of ZeroRedundancyOptimizer's all-reduce) and every rank's
+card holds an equal 1/world of every parameter (ZeRO-1 partitions whole parameters, unevenly);
+the reduce-scatter can start from the backward pass (`overlap=True`); gradient clipping and
+loss-scale unscaling run on the card (its grad-scale register), on the reduced gradient.
+
+Sharding is FSDP2's: every parameter is cut along dim 0 into `world` chunks (torch.chunk), rank r
+keeps chunk r. At `step()`, per param group and dtype:
+
+1. the gradients go into one flat bucket laid out as FSDP2 lays out its reduce-scatter input
+   (rank r's chunks of every parameter, each padded to the chunk size, then rank r+1's), divided
+   by the world size;
+2. `reduce_scatter` leaves rank r with the summed gradient of its chunks only;
+3. the rank's card updates them: results land straight in rank r's rows of each parameter;
+4. `all_gather` brings every rank every other rank's rows (through the same bucket).
+
+The optimizer state is torch's: `optimizer.state[p]` and `state_dict()` hold DTensors (Shard(0)
+over the process group), exactly as FSDP2 + torch.optim.AdamW, so `torch.distributed.checkpoint`
+saves them sharded and loads them at another world size, and `get_optimizer_state_dict(...,
+options=StateDictOptions(full_state_dict=True))` gives torch.optim.AdamW's plain format.
+`load_state_dict()` takes DTensor or plain (full) state.
+
+A parameter has a gradient in a step if it has one on any rank (as DDP); parameters without one
+are skipped, their moments and step count untouched. A step whose reduced gradient holds inf/NaN
+on any rank is skipped on every rank.
+
+Loss scaling and clipping, with overlap on or off:
+
+    scaler.scale(loss).backward()
+    optimizer.clip_grad_norm_(max_norm, grad_scaler=scaler)   # instead of torch.nn.utils.clip_grad_norm_
+    scaler.step(optimizer); scaler.update()
+
+`clip_grad_norm_` is the 2-norm of the reduced, unscaled gradient over all ranks (one all-reduce),
+what single-process torch computes; its coefficient and 1/scale go to the card's grad-scale
+register in the step. `scaler.step` passes the scaler to `step` (GradScaler's contract for
+optimizers with `_step_supports_amp_scaling`; torch warns once that it will change it): the step
+decides inf/NaN on the reduced gradient of all ranks and records that verdict in the scaler, so
+every rank skips the same steps and keeps the same scale (a plain GradScaler is enough).
+`scaler.unscale_(optimizer)` may still be called: with overlap=False the reduction runs after it;
+with overlap=True the reduce-scatter read the gradients during backward, so the step unscales on
+the card anyway. `torch.nn.utils.clip_grad_norm_(model.parameters())` clips each rank's local,
+unreduced gradient, which is not the single-process result: use this optimizer's.
+Each full gradient is dropped (`p.grad = None`) once it is reduced: ZeRO-2's memory saving. With
+overlap=False that happens in `step()`, so code that reads `p.grad` between backward and step
+works; with overlap=True it happens in the backward pass. `free_grads=False` keeps them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import math
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hls.errors import UserError
+from pynq_driver.optim.adam import DEFAULT_BACKEND, DEFAULT_TARGET, CardOptimizer, torch_defaults
+from pynq_driver.optim.buckets import CardBucket, Slot
+
+# torch 2.13 renamed the tensor collectives; both names work on gloo there, older torch has the old ones.
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class _Rows:
+    """Parameter `p` cut along dim 0 into `world` chunks (torch.chunk, as FSDP2): rank r's rows."""
+
+    def __init__(self, p: torch.Tensor, rank: int, world: int) -> None:
+        if p.dim() == 0:
+            raise UserError("ShardedNicOptimizer: a 0-dim parameter cannot be sharded along dim 0; "
+                            "reshape it to (1,)")
+        rows = self.rows = p.shape[0]
+        self.cols = p.numel() // rows if rows else 0
+        self.chunk_rows = -(-rows // world)
+        self.padded = self.chunk_rows * self.cols  # elements of every rank's chunk in the bucket
+        self.rank_rows = [max(0, min(rows, (r + 1) * self.chunk_rows) - r * self.chunk_rows) for r in range(world)]
+        self.start = min(rows, rank * self.chunk_rows) * self.cols  # this rank's first element of p
+        self.numel = self.rank_rows[rank] * self.cols
+        self.local_shape = (self.rank_rows[rank], *p.shape[1:])
+
+    def of_rank(self, r: int) -> tuple[int, int]:
+        lo = min(self.rows, r * self.chunk_rows) * self.cols
+        return lo, lo + self.rank_rows[r] * self.cols
+
+
+class ShardedBucket:
+    """One param group and dtype: the flat reduce-scatter / all-gather bucket and this rank's card slots."""
+
+    def __init__(self, params: list[torch.Tensor], rank: int, world: int) -> None:
+        self.params = params
+        self.rows = [_Rows(p, rank, world) for p in params]
+        self.seg_offsets = [0]
+        for r in self.rows:
+            self.seg_offsets.append(self.seg_offsets[-1] + r.padded)
+        self.seg_len = max(1, self.seg_offsets[-1])
+        self.rank, self.world = rank, world
+        dev, dtype = params[0].device, params[0].dtype
+        self.dtype = dtype
+        # The one buffer: reduce-scatter input, this rank's segment its output (in place, as NCCL
+        # and gloo allow), then all-gather input (that segment) and output.
+        self.bucket = torch.zeros(world * self.seg_len, dtype=dtype, device=dev)
+        self.shard_grad = self.bucket[rank * self.seg_len:(rank + 1) * self.seg_len]
+        self.present = torch.zeros(len(params), dtype=torch.int32, device=dev)
+        self.card: CardBucket | None = None
+        self.reduced = False  # shard_grad holds this step's reduced gradient
+        self.work: Any = None  # the reduce-scatter launched from the backward pass
+        self.ready = 0
+        self.maximize = False
+
+    def slot(self, i: int) -> Slot:
+        p, r, off = self.params[i], self.rows[i], self.seg_offsets[i]
+
+        def data() -> torch.Tensor:
+            return p.detach().view(-1)[r.start:r.start + r.numel]
+
+        def grad() -> torch.Tensor | None:
+            if not self.reduced or not self.present[i].item():
+                return None
+            return self.shard_grad[off:off + r.numel]
+
+        return Slot(p, r.numel, data, grad)
+
+    def fill(self, divide: bool) -> None:
+        """Every rank's chunks of every gradient into the bucket (zeros where there is none).
+
+        One pass: each chunk is copied and only the padding after it zeroed; dividing by a world
+        of one is skipped (x / 1 is x, bit for bit)."""
+        for i, (p, r) in enumerate(zip(self.params, self.rows, strict=True)):
+            g = p.grad
+            self.present[i] = int(g is not None)
+            if g is not None and g.is_sparse:
+                raise UserError("ShardedNicOptimizer does not support sparse gradients")
+            flat = None if g is None else g.detach().reshape(-1)
+            for k in range(self.world):
+                lo, hi = r.of_rank(k)
+                at = k * self.seg_len + self.seg_offsets[i]
+                used = 0 if flat is None else hi - lo
+                if used:
+                    self.bucket[at:at + used].copy_(flat[lo:hi])
+                if used < r.padded:
+                    self.bucket[at + used:at + r.padded].zero_()
+        tail = self.seg_len - self.seg_offsets[-1]  # an empty bucket's one element per rank
+        if tail:
+            self.bucket.view(self.world, self.seg_len)[:, self.seg_offsets[-1]:].zero_()
+        if divide and self.world > 1:
+            self.bucket.div_(self.world)
+
+    def gather(self, group: Any) -> None:
+        """Every rank's updated rows into every rank's parameters (through the bucket); a world of
+        one has them all already."""
+        if self.world == 1:
+            return
+        send = self.shard_grad  # its gradient is used up: it carries this rank's rows now (in place)
+        send.zero_()
+        for p, r, off in zip(self.params, self.rows, self.seg_offsets, strict=False):
+            send[off:off + r.numel].copy_(p.detach().view(-1)[r.start:r.start + r.numel])
+        _all_gather(self.bucket, send, group=group)
+        for i, (p, r) in enumerate(zip(self.params, self.rows, strict=True)):
+            flat = p.detach().view(-1)
+            for k in range(self.world):
+                if k == self.rank:
+                    continue
+                lo, hi = r.of_rank(k)
+                at = k * self.seg_len + self.seg_offsets[i]
+                flat[lo:hi].copy_(self.bucket[at:at + hi - lo])
+
+
+class ShardedNicOptimizer(CardOptimizer):
+    """AdamW (or Adam) sharded over the ranks of a process group; each rank's shard on its card."""
+
+    _step_supports_amp_scaling = True  # GradScaler hands over the scale; the card unscales
+    _who = "ShardedNicOptimizer"
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float | None = None, *, optimizer: str = "adamw",
+                 process_group: Any = None, average_gradients: bool = True, backend: str = DEFAULT_BACKEND,
+                 target: str = DEFAULT_TARGET, lanes: int | None = None, skip_nonfinite: bool = False,
+                 chunk_elems: int | None = None, maximize: bool = False, overlap: bool = False,
+                 free_grads: bool = True, **device_options: Any) -> None:
+        if optimizer not in ("adamw", "adam"):
+            raise UserError(f"optimizer: {optimizer!r}; choose adamw or adam")
+        if not dist.is_available() or not dist.is_initialized():
+            raise UserError("ShardedNicOptimizer needs torch.distributed: call "
+                            "torch.distributed.init_process_group(...) first (gloo on CPU, nccl on GPUs)")
+        self._adamw = optimizer == "adamw"
+        if weight_decay is None:  # torch's defaults: AdamW 1e-2, Adam 0
+            weight_decay = 1e-2 if self._adamw else 0.0
+        defaults = torch_defaults(lr, betas, eps, weight_decay, adamw=self._adamw, maximize=maximize)
+        self.process_group = process_group if process_group is not None else dist.group.WORLD
+        self.world = dist.get_world_size(self.process_group)
+        self.rank = dist.get_rank(self.process_group)
+        self.average = bool(average_gradients)
+        if backend == "alveo" and "device_index" not in device_options:
+            # Each rank drives its own card: its rank on this host picks it (override with device_index=).
+            device_options = {**device_options, "device_index": host_local_rank(self.process_group)}
+        self.overlap = bool(overlap)
+        self.free_grads = bool(free_grads)
+        self.overlapped_reductions = 0  # buckets reduced from the backward pass (a check that overlap happens)
+        self._sync = True
+        self._hooks: list[Any] = []
+        self._sharded: dict[int, ShardedBucket] = {}  # id(CardBucket) -> its ShardedBucket
+        self._mesh: Any = None
+        self._clip: tuple[float, float] | None = None  # (max_norm, total norm of the reduced, unscaled gradient)
+        self._reduced_stage: Any = None  # the GradScaler's stage when this step's reduction ran (if known)
+        super().__init__(params, defaults)
+        self._init_card(backend, target, lanes, skip_nonfinite, chunk_elems, device_options)
+
+    # ---- layout ----------------------------------------------------------------------------------
+    def _make_buckets(self, group: dict[str, Any]) -> list[CardBucket]:
+        from pynq_driver.optim.adam import KERNEL_DTYPES
+
+        by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+        for p in group["params"]:
+            if p.dtype not in KERNEL_DTYPES:
+                raise UserError(f"ShardedNicOptimizer: parameters of dtype {p.dtype} are not supported; use one of "
+                                f"{', '.join(str(d) for d in KERNEL_DTYPES)}")
+            by_dtype.setdefault((p.dtype, p.device), []).append(p)
+        out = []
+        for (dtype, _), params in by_dtype.items():
+            sb = ShardedBucket(params, self.rank, self.world)
+            slots = [sb.slot(i) for i in range(len(params))]
+            card = CardBucket(slots, self.pool.get(*KERNEL_DTYPES[dtype]), dtype, self.chunk_elems)
+            sb.card = card
+            self._sharded[id(card)] = sb
+            for p, s in zip(params, slots, strict=True):
+                self._slots[id(p)] = (card, s)
+            if self.overlap:
+                for p in params:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(functools.partial(self._grad_ready, sb)))
+            out.append(card)
+        return out
+
+    def _sharded_buckets(self) -> list[tuple[dict[str, Any], ShardedBucket]]:
+        return [(g, self._sharded[id(b)]) for g, bs in zip(self.param_groups, self._buckets, strict=True) for b in bs]
+
+    def mesh(self) -> Any:
+        """The 1-D device mesh of the process group (state DTensors live on it)."""
+        if self._mesh is None:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            dev = next((sb.bucket.device for _, sb in self._sharded_buckets()), torch.device("cpu"))
+            self._mesh = DeviceMesh.from_group(self.process_group, dev.type)
+        return self._mesh
+
+    def _wrap_state(self, p: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor, Shard
+
+        rows = _Rows(p, self.rank, self.world)
+        return DTensor.from_local(local.view(rows.local_shape).to(p.device), self.mesh(), [Shard(0)],
+                                  run_check=False, shape=p.shape, stride=p.stride())
+
+    def _local_value(self, p: torch.Tensor, value: Any, key: str) -> torch.Tensor:
+        if isinstance(value, torch.Tensor) and getattr(value, "_local_tensor", None) is None \
+                and value.numel() == p.numel():  # full (plain) state: this rank's rows of it
+            r = _Rows(p, self.rank, self.world)
+            return value.detach().reshape(-1)[r.start:r.start + r.numel]
+        return super()._local_value(p, value, key)
+
+    # ---- reduction -------------------------------------------------------------------------------
+    def _grad_ready(self, sb: ShardedBucket, _param: torch.Tensor) -> None:
+        if not self._sync:
+            return
+        sb.ready += 1
+        if sb.ready == len(sb.params):
+            sb.ready = 0
+            self._launch(sb, async_op=True)
+            self.overlapped_reductions += 1
+
+    def _launch(self, sb: ShardedBucket, *, async_op: bool) -> None:
+        if sb.work is not None:  # a previous backward's reduction that no step consumed
+            sb.work.wait()
+        with torch.no_grad():
+            sb.fill(self.average)
+        if self.free_grads:
+            for p in sb.params:
+                p.grad = None
+        if self.world == 1:  # the bucket is this rank's reduced gradient already (gloo would copy it whole)
+            sb.work, sb.reduced = None, True
+            return
+        work = _reduce_scatter(sb.shard_grad, sb.bucket, group=self.process_group, async_op=async_op)
+        # Which parameters have a gradient: any rank's (as DDP); one small all-reduce.
+        dist.all_reduce(sb.present, op=dist.ReduceOp.MAX, group=self.process_group)
+        sb.work = work if async_op else None
+        sb.reduced = not async_op
+
+    def _reduce_all(self) -> list[tuple[dict[str, Any], ShardedBucket]]:
+        """Make sure every bucket's reduced gradient is here (launched now, or waited for)."""
+        out = []
+        for group, sb in self._sharded_buckets():
+            sb.ready = 0
+            sb.maximize = bool(group.get("maximize", False))
+            if sb.work is not None:
+                sb.work.wait()
+                sb.work = None
+                sb.reduced = True
+            elif not sb.reduced:
+                self._launch(sb, async_op=False)
+            out.append((group, sb))
+        return out
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Accumulate gradients over several backward passes without reducing them (as DDP.no_sync)."""
+        before, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = before
+
+    # ---- clipping on the card --------------------------------------------------------------------
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, grad_scaler: Any = None) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ on the reduced gradient: the global 2-norm over all ranks'
+        shards (one all-reduce), unscaled by `grad_scaler`'s scale when given; the clip factor is
+        applied on the card in the next step (grad-scale register). Returns the total norm."""
+        self._check_open()
+        if float(norm_type) != 2.0:
+            raise UserError("ShardedNicOptimizer.clip_grad_norm_: only the 2-norm is implemented")
+        if grad_scaler is not None and grad_scaler.is_enabled() and not any(
+                sb.reduced or sb.work is not None for _, sb in self._sharded_buckets()):
+            self._reduced_stage = grad_scaler._per_optimizer_states[id(self)]["stage"]
+        buckets = self._reduce_all()
+        sq = torch.zeros((), dtype=torch.float64)
+        for _, sb in buckets:
+            for s in sb.card.slots:
+                g = s.grad()
+                if g is not None and s.numel:
+                    sq += g.double().pow(2).sum().cpu()
+        dist.all_reduce(sq, group=self.process_group)
+        total = math.sqrt(sq.item())
+        if grad_scaler is not None and grad_scaler.is_enabled():
+            from torch.amp.grad_scaler import OptState
+
+            stage = grad_scaler._per_optimizer_states[id(self)]["stage"]
+            if self.overlap or (self._reduced_stage or stage) is OptState.READY:  # still scaled
+                total /= float(grad_scaler.get_scale())
+        self._clip = (float(max_norm), total)
+        return torch.tensor(total, dtype=torch.float32)
+
+    def _grad_scale(self, scaler: Any) -> float:
+        """The factor the card multiplies every gradient by: 1/loss scale (when the reduced gradient is
+        still scaled), times the clip coefficient."""
+        gs = 1.0
+        if scaler is not None and scaler.is_enabled():
+            from torch.amp.grad_scaler import OptState
+
+            stage = scaler._per_optimizer_states[id(self)]["stage"]
+            # Reduced before any unscale_: from the backward pass (overlap), or while the scaler was READY.
+            scaled = self.overlap or self._reduced_stage is OptState.READY or (
+                self._reduced_stage is None and stage is OptState.READY)
+            if scaled:
+                gs = 1.0 / float(scaler.get_scale())
+        elif hasattr(self, "found_inf"):
+            # GradScaler's announced contract (no `grad_scaler` argument): it sets `grad_scale` (None
+            # once the user ran unscale_) and `found_inf` on the optimizer.
+            scale = getattr(self, "grad_scale", None)
+            if scale is not None:
+                gs = 1.0 / float(scale)
+            elif self.overlap:
+                raise UserError("ShardedNicOptimizer(overlap=True): GradScaler unscaled gradients the reduce-"
+                                "scatter had already read, and no longer says by how much; drop scaler.unscale_"
+                                "(optimizer) and pass grad_scaler= to optimizer.clip_grad_norm_")
+        if self._clip is not None:
+            max_norm, total = self._clip
+            gs *= min(1.0, max_norm / (total + 1e-6))  # torch's clip coefficient
+        return gs
+
+    # ---- the step --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None, grad_scaler: Any = None) -> Any:
+        """One step. Under `GradScaler.step(opt)` the scaler passes itself (`grad_scaler`): the card
+        unscales, every rank skips a step whose reduced gradient is not finite on any rank, and the
+        scaler's inf record is that global verdict, so every rank's scale stays the same."""
+        self._check_open()
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        try:
+            buckets = self._reduce_all()
+            gs = self._grad_scale(grad_scaler)
+            plans = []
+            for group, sb in buckets:
+                runs = sb.card.plan(lambda step, g=group: _hyper(g, step, gs), self.kind) if sb.card.shard else []
+                plans.append((sb, runs))
+            local_inf = float(getattr(self, "found_inf", 0.0) or 0.0)  # the announced GradScaler contract
+            check = self.skip_nonfinite or grad_scaler is not None or hasattr(self, "found_inf")
+            # The scan and the comparisons with the masters (where the card's memory is host
+            # memory) on two threads, before anything reaches the card (NicAdamW's `_prefix`).
+            finite, compared = self._prefix([(sb.card, runs) for sb, runs in plans], scan=check, wait=True)
+            if check:
+                bad = torch.tensor([float(local_inf > 0 or not finite)])
+                if self.world > 1:
+                    dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
+                if grad_scaler is not None and grad_scaler.is_enabled():
+                    found = bad.to(grad_scaler._scale.device if grad_scaler._scale is not None else "cpu")
+                    grad_scaler._per_optimizer_states[id(self)]["found_inf_per_device"] = {found.device: found}
+                if bad.item():
+                    # a GradScaler skip is the scaler's, not ours
+                    self.skipped_steps += int(grad_scaler is None and not local_inf)
+                    return loss
+            for sb, runs in plans:
+                sb.card.maximize = sb.maximize
+                sb.card.run(runs, detect=self.detect_changes)
+                if bool(sb.present.any()):
+                    sb.gather(self.process_group)
+        finally:
+            self._clip = None
+            self._reduced_stage = None
+            for _, sb in self._sharded_buckets():
+                sb.reduced = False
+        return loss
+
+    # ---- what lives where ------------------------------------------------------------------------
+    def placement(self) -> list[dict[str, Any]]:
+        """This rank's shards: its rows of every parameter, backend, bytes on the card."""
+        rows = []
+        for gi, (_, sb) in enumerate(self._sharded_buckets()):
+            card = sb.card
+            rows.append({
+                "rank": self.rank, "world_size": self.world, "group": gi,
+                "dtype": str(sb.dtype).replace("torch.", ""), "bucket_params": sum(p.numel() for p in sb.params),
+                "padded": sb.world * sb.seg_len, "shard_lo": sb.rank * sb.seg_len,
+                "shard_hi": (sb.rank + 1) * sb.seg_len, "shard_params": sum(s.numel for s in card.slots),
+                "backend": card.shard.backend if card.shard else None,
+                "kernel": card.shard.spec.name if card.shard else None,
+                "state_bytes": 12 * (card.shard.n if card.shard else 0),
+            })
+        return rows
+
+    def host_bytes(self) -> int:
+        """Memory this optimizer holds beside the model (host memory when the parameters are on the
+        host): the two host chunks, the comparison blocks, and one flat bucket per group and dtype."""
+        return super().host_bytes() + sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in self._sharded_buckets())
+
+    def full_state_dict(self) -> dict[str, Any]:
+        """Collective: torch.optim.AdamW's plain state_dict, the full state gathered onto every rank
+        (for interchange with a single-process optimizer; checkpoints should stay sharded, DCP)."""
+        sd = self.state_dict()
+        for st in sd["state"].values():
+            for k, v in st.items():
+                if getattr(v, "_local_tensor", None) is not None:
+                    st[k] = v.full_tensor()
+        return sd
+
+    def close(self) -> None:
+        for h in getattr(self, "_hooks", []):
+            h.remove()
+        self._hooks = []
+        super().close()
+
+
+def _hyper(group: dict[str, Any], step: int, grad_scale: float) -> Any:
+    from dataclasses import replace
+
+    from pynq_driver.optim.adam import hyper_for
+
+    return replace(hyper_for(group, step), grad_scale=grad_scale)
+
+
+def host_local_rank(group: Any = None) -> int:
+    """This rank's index among the ranks of `group` on its host: the launcher's LOCAL_RANK (torchrun,
+    MPI, Slurm) when set, else counted from every rank's hostname (collective)."""
+    import socket
+
+    from pynq_driver.backends.alveo import local_rank
+
+    env = local_rank()
+    if env is not None:
+        return env
+    hosts: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(hosts, socket.gethostname(), group=group)
+    me = dist.get_rank(group)
+    return sum(1 for r in range(me) if hosts[r] == hosts[me])
+
+
+# ---- launching ranks on one machine (tests and the demo) ---------------------------------------
+def init_gloo(rank: int, world_size: int, port: int, timeout_s: float = 60.0) -> None:
+    """Join a gloo group on 127.0.0.1:port; every collective gives up after `timeout_s`."""
+    if sys.platform.startswith("linux"):  # all ranks on this host: talk over loopback, whatever the hostname says
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def run_ranks(fn: Callable[..., None], world_size: int, args: tuple[Any, ...] = (), timeout_s: float = 300.0
+              ) -> None:
+    """Spawn `world_size` processes running fn(rank, world_size, *args); kill them all after `timeout_s`.
+
+    A rank that raises makes this raise (torch.multiprocessing's ProcessRaisedException) after the
+    others are terminated, so a failing rank never leaves the rest waiting in a collective.
+    """
+    import time
+
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(fn, args=(world_size, *args), nprocs=world_size, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ctx.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{world_size} ranks did not finish within {timeout_s:g} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+__all__ = ["ShardedNicOptimizer", "host_local_rank", "init_gloo", "run_ranks"]

@@ -1,0 +1,30 @@
+"""The driver benchmark runs, and a step's extra host memory stays within two chunks."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from optimusnic.bench import driver as bench
+
+
+def test_bench_small_run(capsys) -> None:
+    r = bench.measure(params=200_000, repeats=1, chunk_elems=32_768)
+    assert r["chunk_elems"] == 32_768 and r["bare_kernel_s"] > 0 and r["driver_step_s"] > 0
+    assert r["peak_extra_chunks"] <= 2.0, r
+    assert bench.run(argparse.Namespace(params=50_000, repeats=1, threads=None, json=True)) == 0
+    assert '"overhead_ratio"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("optimizer", bench.OPTIMIZERS)
+def test_optimizer_bench_small_run(capsys, optimizer) -> None:
+    """NicAdamW / ShardedNicOptimizer end to end (golden): the figures exist; what the optimizer
+    holds is two chunks (beyond the sharded optimizer's one bucket), every scratch of a step included."""
+    r = bench.measure_optimizer(params=600_000, backend="golden", repeats=1, optimizer=optimizer)
+    print(bench.report_optimizer(r))
+    assert r["optimizer"] == optimizer
+    assert r["nic_held_bytes"] - r["bucket_bytes"] <= 2 * r["chunk_bytes"], r
+    assert (r["bucket_bytes"] > 0) == (optimizer == "ShardedNicOptimizer")
+    assert r["torch_fused_held_bytes"] >= 8 * r["params"]  # exp_avg + exp_avg_sq (fp32) and steps
+    assert r["nic_step_s"] > 0 and r["bare_card_step_s"] > 0 and r["host_part_s"] > 0
