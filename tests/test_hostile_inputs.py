@@ -1,4 +1,4 @@
-"""Hostile and careless inputs (issue 14): each class of defect, pinned by a directed test.
+"""Hostile and careless inputs: each class of defect, pinned by a directed test.
 
 Code injection through targets files, edited projects, path escape through manifests, kernel
 names that cannot compile, unbounded reads (FIFOs, /dev/zero, crafted zips and xclbins), and

@@ -87,7 +87,7 @@ USABLE = 14.375e9 * 0.9  # one U55C pseudo-channel: 14.375 GB/s (UG1393) x 0.9 m
 
 
 def test_size_u55c_1b_fp32_hand_computed() -> None:
-    """The issue's case: one port reaches one pseudo-channel, so arrays are striped over channels."""
+    """One port reaches one pseudo-channel, so arrays are striped over channels."""
     r = size(get_target("u55c"), 1_000_000_000)
     assert r.line_rate_params_per_s == 100e9 / 8 / 4 == 3.125e9
     # Line rate: p moves 8 B/element -> 25 GB/s -> ceil(25 / 12.94) = 2 stripes; grad and out 12.5 GB/s

@@ -1,4 +1,4 @@
-"""Hostile-input probe (issue 14): run a catalogue of inputs against a checkout and count, by class,
+"""Hostile-input probe: run a catalogue of inputs against a checkout and count, by class,
 how many are handled cleanly and how many are defects.
 
     python tests/hostile/probe.py [CHECKOUT] [--json OUT] [--only CLASS]

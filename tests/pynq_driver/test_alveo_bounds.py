@@ -1,4 +1,4 @@
-"""The alveo backend reads nothing unbounded (issue 14, point 5): the xclbin's section table is
+"""The alveo backend reads nothing unbounded: the xclbin's section table is
 bounded by the file size before PYNQ's parser walks it (a header claiming 0xFFFFFFFF sections kept
 PYNQ busy about 22 minutes), and a registry manifest is read as a regular file with a size cap and
 checked against its schema (a FIFO used to block forever).

@@ -40,7 +40,7 @@ def unit_sources(unit: str) -> list[Path]:
 
 def _skip_if_missing(unit: str) -> None:
     if not (FP_RTL / f"{unit}.v").exists():
-        # fp32_div / fp32_sqrt are written in parallel by another engineer (issue 4, second half)
+        # fp32_div / fp32_sqrt are written in parallel by another engineer
         pytest.skip(f"sim/rtl/fp/{unit}.v does not exist yet")
 
 

@@ -1,4 +1,4 @@
-"""The elastic RTL datapath (issue 13 point 1): credits under back-pressure, and the timing shape.
+"""The elastic RTL datapath: credits under back-pressure, and the timing shape.
 
 - onic_adam_core alone (sim/tb/kernel/test_onic_adam_core.py): four input streams with random
   gaps, output readys that drop at random and in stretches longer than the output FIFOs hold;

@@ -1,4 +1,4 @@
-"""All or nothing (issue 14, point 4): an optimizer step or load_state_dict that raises leaves
+"""All or nothing: an optimizer step or load_state_dict that raises leaves
 everything as it was: parameters, card state, step counts, param_groups, bit for bit.
 
 Every error class below is checked before the first shard steps (NicAdamW/NicAdam/_plan and

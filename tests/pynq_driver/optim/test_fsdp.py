@@ -1,5 +1,5 @@
 """NicAdamW under torch's own engines: FSDP2 (fully_shard), ZeroRedundancyOptimizer, and
-torch.distributed.checkpoint (issue 15, points 3, 4 and 5). gloo on 127.0.0.1, one process per rank.
+torch.distributed.checkpoint. gloo on 127.0.0.1, one process per rank.
 
 FSDP2 + NicAdamW against FSDP2 + torch.optim.AdamW on the same model, data and sharding: the
 gradients are the same bits (the same reduce-scatter), so the parameters differ only by the

@@ -1,4 +1,4 @@
-"""NicAdamW behaves as torch.optim.AdamW in the patterns of real training scripts (issue 15, point 1).
+"""NicAdamW behaves as torch.optim.AdamW in the patterns of real training scripts.
 
 Each test runs the same script with torch.optim.AdamW and with NicAdamW (golden backend) and
 compares: parameters within the fp32 tolerance of tests/pynq_driver/optim/test_optim.py, and what torch leaves
@@ -240,7 +240,7 @@ def test_detect_changes_off_is_the_documented_opt_out():
     assert w.abs().max().item() > 1e-3  # the card's copy won, as documented
 
 
-# ---- exact change detection: bit patterns, every stripe, chunk and tail (issue 15, point 6) --------
+# ---- exact change detection: bit patterns, every stripe, chunk and tail --------
 def _card_without_host_memory(dev):
     """A test double of a real card's memory: not host memory, so the masters are read back (and
     nothing of the host's is lent to the kernel)."""
