@@ -1,0 +1,1 @@
+"""Maintainer tools of the kernel toolkit, run by hand: the reserved-name probe."""
