@@ -12,6 +12,8 @@ import math
 import re
 from dataclasses import asdict, dataclass, fields
 
+import numpy as np
+
 from hls.errors import UserError
 
 OPTIMIZERS = ("adam", "adamw")
@@ -23,6 +25,11 @@ BEAT_BITS = 512
 MAX_LANES = BEAT_BITS // 32  # 16 fp32 values per 512-bit beat
 MAX_STRIPES = 32  # stripes of one state array per compute unit (one channel each)
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+BEAT_BYTES = BEAT_BITS // 8
+# How each dtype is held in host memory: bf16 as its 16-bit patterns (numpy has no bfloat16).
+STORAGE_DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(np.uint16), "fp16": np.dtype(np.float16)}
+# The RTL kernel's GRAD_FMT parameter (sim/rtl/kernel/onic_unpack.v): how a gradient beat is read.
+GRAD_FMT = {"fp32": 0, "bf16": 1, "fp16": 2}
 # Ranges every entry point shares (KernelSpec, the CLI options, the data-file schemas).
 CLOCK_MHZ_RANGE = (50, 700)
 MAX_COMPUTE_UNITS = 16
