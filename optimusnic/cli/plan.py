@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from hls import safe_io
 from hls.errors import UserError
 from hls.targets import get_target
+from optimusnic import planner
 from optimusnic.cli.common import (
     add_json,
     add_targets_file,
@@ -23,7 +24,6 @@ from optimusnic.cli.common import (
     path_arg,
     table,
 )
-from optimusnic.planner import model as planner
 
 
 def _one_line_error(parser: argparse.ArgumentParser) -> Any:

@@ -10,8 +10,8 @@ import math
 import pytest
 
 from hls.targets import get_target
+from optimusnic import planner as P
 from optimusnic.cli import main
-from optimusnic.planner import model as P
 
 GB = 1e9
 H100_PEAK = 989e12
