@@ -21,6 +21,8 @@ The modules, each importing only those listed before it:
   notes        the assumptions printed with a plan
   planning     `plan()`: every scheme in both views
   sweeps       `sweep()`: plans over GPU count, tokens or line rate
+  report       a plan as text, a sweep as CSV
+  charts       charts of a plan and of a sweep
 
 This package re-exports what the command and the tests use.
 """
@@ -44,6 +46,7 @@ from optimusnic.planner.assumptions import (
     read_rtl_efficiency,
 )
 from optimusnic.planner.card import NicSide, nic_side
+from optimusnic.planner.charts import write_chart, write_sweep_chart
 from optimusnic.planner.costs import (
     GRAD_BUFFERS,
     PARAM_BYTES,
@@ -79,6 +82,7 @@ from optimusnic.planner.presets import (
     transformer_params,
 )
 from optimusnic.planner.questions import gpu_counts
+from optimusnic.planner.report import format_plan, write_sweep_csv
 from optimusnic.planner.schemes import OPTIMUSNIC, SCHEME_NAMES, SCHEMES
 from optimusnic.planner.sweeps import SWEEPS, SweepRow, sweep
 
@@ -87,9 +91,10 @@ __all__ = [
     "DEFAULT_MFU", "DEFAULT_RTL_EFFICIENCY", "GRAD_BUFFERS", "GRAD_PATHS", "MFU_SOURCE", "NIC_GRADS", "OPTIMUSNIC",
     "PARAM_BYTES", "PLACEMENTS", "RECOMPUTE", "RTL_BENCH_JSON", "SCHEMES", "SCHEME_NAMES", "STATE_BYTES", "SWEEPS",
     "VIEWS", "Assumptions", "ClusterPreset", "GpuPreset", "ModelPreset", "NicSide", "Plan", "PlanError",
-    "SchemeResult", "SweepRow", "activation_bytes", "bus_bandwidth", "clusters", "collective_time",
+    "SchemeResult", "SweepRow", "activation_bytes", "bus_bandwidth", "clusters", "collective_time", "format_plan",
     "forward_flops", "get_cluster", "get_gpu", "get_model", "gpu_counts", "gpu_memory_bytes", "gpus",
     "link_efficiency_at", "logits_bytes", "model_flops", "models", "nic_side", "parse_link_efficiency",
     "pcie_bytes_per_s", "plan", "read_rtl_efficiency", "recompute_flops", "ring_all_gather_bytes",
-    "ring_all_reduce_bytes", "ring_reduce_scatter_bytes", "sweep", "transformer_params",
+    "ring_all_reduce_bytes", "ring_reduce_scatter_bytes", "sweep", "transformer_params", "write_chart",
+    "write_sweep_chart", "write_sweep_csv",
 ]
