@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from hls.paths import BUILD_DIR
+from optimusnic.text import emit_json
 
 SIZES = (1 << 20, 16 << 20, 50_000_000)
 # DRAM traffic per parameter (bytes), write-allocate reads included.
@@ -242,8 +243,6 @@ def cpu_costs(result: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from optimusnic.cli.common import emit_json
-
     sizes = tuple(getattr(args, "sizes", None) or SIZES)
     result = measure_sizes(sizes, max(1, args.repeats), args.threads)
     if getattr(args, "json", False):

@@ -1,6 +1,8 @@
-"""The `optimusnic` command: one console script, one verb per module in `hls/commands/`.
+"""The `optimusnic` command: one console script, one verb per module in `optimusnic/cli/`.
 
-Each verb module defines `register(subparsers)` and sets `func` on its parser. Every failure is
+Each verb module defines `register(subparsers)` and sets `func` on its parser. `build_parser()`
+returns the whole parser and `verbs()` each verb's one-line help and parser (what a CLI reference
+generator reads). Every failure is
 one line on stderr and exit status 2: usage errors (argparse's own, without the usage block),
 errors the toolkit raises on purpose (`OptimusError`), and OS errors (a file that cannot be
 written). Anything else is a bug of ours: it is reported in one line as an internal error
@@ -14,7 +16,7 @@ import importlib
 import os
 import pkgutil
 import sys
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from hls import __version__
 from hls.errors import OptimusError
@@ -29,6 +31,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `optimusnic` parser with every verb registered (what `main` parses; stable for docs generators)."""
     parser = _Parser(
         prog="optimusnic",
         description="Adam/AdamW optimizer kernels for Alveo SmartNICs: size, generate, simulate, build, drive.",
@@ -42,6 +45,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Verb(NamedTuple):
+    name: str
+    help: str  # the one line `optimusnic --help` shows for it
+    parser: argparse.ArgumentParser
+
+
+def verbs(parser: argparse.ArgumentParser | None = None) -> list[Verb]:
+    """Every verb of `parser` (default: `build_parser()`), sorted by name."""
+    parser = parser or build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    return [Verb(name, helps.get(name, ""), p) for name, p in sorted(sub.choices.items())]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -49,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a usage error (already one line on stderr)
         return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
-        verbs = ", ".join(sorted(parser._subparsers._group_actions[0].choices))  # type: ignore[union-attr]
-        print(f"optimusnic: error: give a VERB: {verbs} (see `optimusnic --help`)", file=sys.stderr)
+        names = ", ".join(v.name for v in verbs(parser))
+        print(f"optimusnic: error: give a VERB: {names} (see `optimusnic --help`)", file=sys.stderr)
         return 2
     try:
         return int(args.func(args) or 0)

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
 
 from hls import safe_io
 from hls.errors import UserError
 from hls.targets import get_target
-from optimusnic.cli.common import (
-    add_json,
-    add_targets_file,
-    emit_json,
-    float_in,
-    human_count,
-    int_in,
-    parse_count,
-    path_arg,
-    table,
-)
-from optimusnic.planner import model as planner
+from optimusnic import planner
+from optimusnic.cli.common import add_json, add_targets_file, float_in, int_in, parse_count, path_arg
+from optimusnic.text import emit_json
 
 
 def _one_line_error(parser: argparse.ArgumentParser) -> Any:
@@ -164,10 +154,10 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep:
         rows = planner.sweep(args.sweep, _sweep_values(args.sweep_values), params=params, gpus=args.gpus, gpu=gpu,
                              target=target, cluster=cluster, model=model, assumptions=assumptions)
-        write_sweep_csv(rows, args.sweep_out.with_suffix(".csv"))
-        write_sweep_chart(rows, args.sweep, result, args.sweep_out.with_suffix(".png"))
+        planner.write_sweep_csv(rows, args.sweep_out.with_suffix(".csv"))
+        planner.write_sweep_chart(rows, args.sweep, result, args.sweep_out.with_suffix(".png"))
     if args.plot:
-        write_chart(result, args.plot)
+        planner.write_chart(result, args.plot)
     if args.json:
         data = result.to_dict()
         data["plot"] = str(args.plot) if args.plot else None
@@ -176,224 +166,10 @@ def run(args: argparse.Namespace) -> int:
                              "png": str(args.sweep_out.with_suffix(".png")), "rows": [asdict(r) for r in rows]}
         emit_json(data)
     else:
-        print(format_plan(result))
+        print(planner.format_plan(result))
         if args.plot:
             print(f"\nchart: {args.plot}")
         if rows is not None:
             print(f"\nsweep over {args.sweep}: {args.sweep_out.with_suffix('.csv')} "
                   f"({len(rows)} rows), {args.sweep_out.with_suffix('.png')}")
     return 0
-
-
-def _gb(x: float) -> str:
-    return f"{x / 1e9:.1f}"
-
-
-def _s(x: float) -> str:
-    return f"{x:.2f}"
-
-
-def _opt(x: Any, fmt: str = "{}") -> str:
-    return "never" if x is None else fmt.format(x)
-
-
-def format_plan(p: planner.Plan) -> str:
-    lines = [
-        f"{p.model_name} ({human_count(p.params)} params) on {p.gpus} x {p.gpu_name} "
-        f"({p.nodes} node(s) x {p.gpus_per_node}, {p.cluster_name}), OptimusNIC card {p.nic.target_name} "
-        f"({p.nic.placement}, gradients {p.nic.grad_path})",
-        f"{p.tokens_per_step} tokens per step; GPU memory {p.gpu_memory_bytes / 1e9:.0f} GB; MFU {p.mfu:.0%} "
-        f"(model FLOPs {p.model_flops_per_step:.3g}), HFU {p.hfu:.0%} (hardware FLOPs {p.hardware_flops_per_step:.3g})",
-        "",
-        f"memory per GPU (GB) and step time (s), {p.view}:",
-    ]
-    rows = []
-    for s in p.schemes:
-        m = s.memory
-        rows.append([
-            s.name, _gb(m["params"]), _gb(m["grads"]), _gb(m["optimizer"]), _gb(m["activations"]), _gb(m["logits"]),
-            _gb(m["total"]), "yes" if s.fits else "NO", _s(s.compute_s), _s(s.comm_s), _s(s.comm_exposed_s),
-            _s(s.optimizer_s), _s(s.optimizer_exposed_s), _s(s.transfer_exposed_s), _s(s.step_s),
-        ])
-    lines.append(table(rows, ["scheme", "params", "grads", "optim", "activ", "logits", "total", "fits", "compute",
-                              "comm", "comm shown", "optim", "optim shown", "pcie shown", "step"]))
-    lines += ["", "step time (s) in both views (iso-hardware: baselines on the cluster's NICs; iso-network: "
-                  "baselines on the cards' links):"]
-    fits = {s.key: s.fits for s in p.schemes}
-    lines.append(table([[s.name, _s(p.views["iso-hardware"][s.key]), _s(p.views["iso-network"][s.key]),
-                         "yes" if fits[s.key] else "NO"] for s in p.schemes],
-                       ["scheme", "iso-hardware", "iso-network", "fits"]))
-    misfits = [s for s in p.schemes if not s.fits]
-    if misfits:
-        lines.append("")
-        lines += [f"  {s.name} does not fit: {s.why_not}" for s in misfits]
-    for s in p.schemes:
-        if s.host_bytes_per_node:
-            lines.append(f"  {s.name}: host memory per node {s.host_bytes_per_node / 1e12:.2f} TB "
-                         f"(fp32 state + grad copy of {p.gpus_per_node} ranks)")
-    n = p.nic
-    gps = lambda x: f"{x / 1e9:.2f} G params/s"  # noqa: E731
-    lines += [
-        "",
-        f"NIC side ({n.target_name}, {n.cards_per_node} per node, {n.placement}, sizing grad_source={n.grad_source}):",
-        f"  each card holds {human_count(n.card_params)} params -> {n.card_state_bytes / 1e9:.1f} GB fp32 state; "
-        f"a card holds {human_count(n.max_params_per_card)} -> {'fits' if n.fits else 'does NOT fit'}",
-        f"  card link: min({n.line_rate_gbps:g} Gb/s ports, PCIe {n.card_pcie_bytes_per_s / 1e9:.1f} GB/s) = "
-        f"{n.card_link_bytes_per_s / 1e9:.2f} GB/s after efficiency",
-        f"  update {gps(n.achieved_params_per_s)} (x RTL efficiency {n.rtl_efficiency:.2f}): "
-        f"{n.update_time_s:.3f} s per step; {'keeps up with' if n.keeps_up else 'falls behind'} gradients "
-        f"arriving over the card link",
-        f"  cards per GPU needed {n.cards_per_gpu_needed}, per node {n.cards_per_node_needed}; "
-        f"PCIe slots for cards per node {n.pcie_slots}",
-        f"  sizing fields used: {', '.join(n.sizing_fields)}",
-    ]
-    q = p.questions
-    if q:
-        names = {s.key: s.name for s in p.schemes}
-        fewest = q["fewest_gpus"]
-        lines += ["", f"questions (at micro-batch and seq as given; {p.nodes} node(s) for the per-N answers):"]
-        qrows = []
-        for key, name in names.items():
-            f = fewest[key]
-            qrows.append([name, _opt(f["gpus"]) + (f" ({f['cards']} cards)" if "cards" in f else ""),
-                          str(q["max_micro_batch"][key]), str(q["max_seq"][key]),
-                          _opt(q["hide_tokens_per_micro_batch"]["iso-hardware"][key], "{:,.0f}"),
-                          _opt(q["hide_tokens_per_micro_batch"]["iso-network"][key], "{:,.0f}")])
-        lines.append(table(qrows, ["scheme", "fewest GPUs", f"max micro-batch on {p.gpus}", f"max seq on {p.gpus}",
-                                   "tokens/micro-batch hiding collectives (iso-hw)", "(iso-net)"]))
-        lines.append("  (collectives only; an optimizer step or card chain that shows is in the step time above)")
-        fr = q["freed"]
-        rng = (f"N = {fr['gpus_min']}..{fr['gpus_max']}" if fr["gpus_max"] is not None else
-               f"no N (the cards hold the state from N = {fr['gpus_min']}, where it frees only "
-               f"{12 * p.params / fr['gpus_min'] / 1e9:.1f} GB per GPU)")
-        lines += [
-            f"  OptimusNIC frees 12 x P / N = {fr['freed_bytes_per_gpu'] / 1e9:.1f} GB per GPU here; it matters "
-            f"(>= {fr['threshold_bytes'] / 1e9:.1f} GB, {fr['threshold_basis']}) and fits on the cards "
-            f"({fr['card_state_capacity_bytes_per_gpu'] / 1e9:.1f} GB of state per GPU) for {rng}",
-        ]
-    if p.warnings:
-        lines += ["", "warnings:"] + [f"  ! {w}" for w in p.warnings]
-    lines += ["", "assumptions:"]
-    lines += [f"  - {a}" for a in p.assumptions]
-    best = p.fastest
-    if best is not None:
-        lines += ["", f"fastest scheme that fits ({p.view}): {best.name} at {best.step_s:.2f} s per step"
-                  f" ({p.tokens_per_step / best.step_s:,.0f} tokens/s)"]
-    return "\n".join(lines)
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise UserError(f"charts need matplotlib ({exc}); pip install matplotlib") from exc
-    return plt
-
-
-def _save(fig: Any, plt: Any, path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-    except OSError as exc:
-        raise UserError(f"cannot write the chart to {path}: {exc.strerror}") from exc
-    finally:
-        plt.close(fig)
-
-
-def write_sweep_csv(rows: list[planner.SweepRow], path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow([fl.name for fl in fields(planner.SweepRow)])
-            for r in rows:
-                w.writerow(list(asdict(r).values()))
-    except OSError as exc:
-        raise UserError(f"cannot write the sweep to {path}: {exc.strerror}") from exc
-
-
-def write_sweep_chart(rows: list[planner.SweepRow], what: str, p: planner.Plan, path: Path) -> None:
-    """Left: freed GB per GPU vs N with the card-capacity line; right: step time per scheme vs the swept value."""
-    plt = _pyplot()
-    fig, (ax_f, ax_t) = plt.subplots(1, 2, figsize=(13, 5))
-    cap = p.nic.max_params_per_card * p.nic.cards_per_node / p.gpus_per_node * planner.STATE_BYTES / 1e9
-    if what == "gpus":
-        ns = sorted({r.gpus for r in rows})
-    else:
-        ns = [k for k in planner.gpu_counts(p.gpus_per_node, 4096) if k >= p.gpus_per_node][:10]
-    ax_f.plot(ns, [planner.STATE_BYTES * p.params / k / 1e9 for k in ns], marker="o", label="freed: 12 x P / N")
-    ax_f.axhline(cap, color="k", linestyle="--", linewidth=1, label=f"{p.nic.target_name} state capacity per GPU")
-    if p.questions:
-        fr = p.questions["freed"]
-        ax_f.axhline(fr["threshold_bytes"] / 1e9, color="#c44e52", linestyle=":", linewidth=1,
-                     label=f"matters: {fr['threshold_basis']}")
-    ax_f.set_xscale("log", base=2)
-    ax_f.set_yscale("log")
-    ax_f.set_xlabel("GPUs (N)")
-    ax_f.set_ylabel("GB per GPU")
-    ax_f.set_title("Optimizer state moved off each GPU")
-    ax_f.legend(fontsize=8)
-    xlabel = {"gpus": "GPUs (N)", "tokens": "tokens per micro-batch", "line-rate": "card line rate (Gb/s per port)"}
-    for key in planner.SCHEMES:
-        pts = [(r.value, r.step_s_iso_hardware, r.step_s_iso_network) for r in rows if r.scheme == key and r.fits]
-        if not pts:
-            continue
-        line = ax_t.plot([x for x, _, _ in pts], [h for _, h, _ in pts], marker="o", label=planner.SCHEME_NAMES[key])
-        ax_t.plot([x for x, _, _ in pts], [v for _, _, v in pts], linestyle=":", color=line[0].get_color())
-    ax_t.set_xscale("log", base=2)
-    ax_t.set_xlabel(xlabel[what])
-    ax_t.set_ylabel("seconds per step (solid iso-hardware, dotted iso-network)")
-    ax_t.set_title("Step time of the schemes that fit")
-    ax_t.legend(fontsize=7)
-    fig.suptitle(f"{p.model_name} on {p.gpu_name}, OptimusNIC {p.nic.target_name} ({p.nic.placement})", fontsize=11)
-    fig.tight_layout()
-    _save(fig, plt, path)
-
-
-def write_chart(p: planner.Plan, path: Path) -> None:
-    """Stacked bars: memory per GPU (with the GPU's capacity) and step time, one bar per scheme."""
-    plt = _pyplot()
-    names = [s.name for s in p.schemes]
-    x = range(len(names))
-    fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(14, 5.2))
-    bottom = [0.0] * len(names)
-    for part, color in (("params", "#4c72b0"), ("grads", "#55a868"), ("optimizer", "#c44e52"),
-                        ("activations", "#8172b2"), ("logits", "#937860")):
-        vals = [s.memory[part] / 1e9 for s in p.schemes]
-        ax_m.bar(x, vals, bottom=bottom, label=part, color=color)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    ax_m.axhline(p.gpu_memory_bytes / 1e9, color="k", linestyle="--", linewidth=1,
-                 label=f"{p.gpu_name} {p.gpu_memory_bytes / 1e9:.0f} GB")
-    # A linear axis keeps the stack honest; bars far above the GPU's capacity are cut and labelled.
-    top = max(2.0 * p.gpu_memory_bytes / 1e9, *(s.memory["total"] / 1e9 * 1.15 for s in p.schemes if s.fits))
-    ax_m.set_ylim(0, top)
-    for i, s in enumerate(p.schemes):
-        total = s.memory["total"] / 1e9
-        ax_m.text(i, min(total, top * 0.97), f"{total:.0f} GB", ha="center", va="bottom" if total < top else "top",
-                  fontsize=7)
-    ax_m.set_ylabel("GB per GPU")
-    ax_m.set_title("Memory per GPU")
-    ax_m.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=3)
-    bottom = [0.0] * len(names)
-    for attr, label, color in (("compute_s", "compute", "#4c72b0"), ("comm_exposed_s", "comm (shown)", "#dd8452"),
-                               ("optimizer_exposed_s", "optimizer (shown)", "#c44e52"),
-                               ("transfer_exposed_s", "PCIe copies (shown)", "#937860")):
-        vals = [getattr(s, attr) for s in p.schemes]
-        ax_t.bar(x, vals, bottom=bottom, label=label, color=color)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    for i, s in enumerate(p.schemes):
-        if not s.fits:
-            ax_t.text(i, bottom[i], "does not fit", ha="center", va="bottom", fontsize=7, color="#c44e52")
-    ax_t.set_ylim(0, max(bottom) * 1.1)
-    ax_t.set_ylabel("seconds per step")
-    ax_t.set_title(f"Step time ({p.view})")
-    ax_t.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2)
-    for ax in (ax_m, ax_t):
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
-    fig.suptitle(f"{p.model_name} on {p.gpus} x {p.gpu_name}, OptimusNIC on {p.nic.target_name}", fontsize=11)
-    fig.tight_layout()
-    _save(fig, plt, path)

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from optimusnic.text import human_bytes, table
+
 # ---- the data ---------------------------------------------------------------------------------
 # Written for this demo. The model learns to continue it, character by character.
 TEXT = """\
@@ -426,8 +428,6 @@ def plot_losses(result: dict[str, Any], path: Path) -> Path:
 
 
 def format_report(result: dict[str, Any]) -> str:
-    from optimusnic.cli.common import human_bytes, table
-
     ws = result["world_size"]
     lines = [f"model: {result['task']}",
              f"{result['steps']} steps, lr {LR:g} with a cosine schedule, same start and same batches for both runs",

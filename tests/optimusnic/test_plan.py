@@ -10,8 +10,8 @@ import math
 import pytest
 
 from hls.targets import get_target
-from optimusnic.cli import main
-from optimusnic.planner import model as P
+from optimusnic import planner as P
+from optimusnic.cli import main, verbs
 
 GB = 1e9
 H100_PEAK = 989e12
@@ -445,6 +445,12 @@ def test_cli_json(capsys) -> None:
     assert data["nic"]["rtl_efficiency"] == 0.9 and data["nic"]["placement"] == "rail"
     assert set(data["views"]) == {"iso-hardware", "iso-network"} and data["questions"]["fewest_gpus"]
     assert data["assumptions"] and data["fastest"] and data["links"]["card_link"] == pytest.approx(U55C_PCIE)
+
+
+def test_cli_reference_lists_the_plan_verb() -> None:
+    plan = next(v for v in verbs() if v.name == "plan")
+    assert plan.help.startswith("compare DDP") and plan.parser.prog == "optimusnic plan"
+    assert any("--sweep" in a.option_strings for a in plan.parser._actions)
 
 
 @pytest.mark.parametrize(

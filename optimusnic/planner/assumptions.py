@@ -1,0 +1,119 @@
+"""What a plan assumes: the defaults (each printed with its source and overridable) and their checks."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hls.paths import BUILD_DIR
+from hls.targets import Target
+from optimusnic.planner.costs import GRAD_BUFFERS, RECOMPUTE
+from optimusnic.planner.errors import PlanError
+
+RTL_BENCH_JSON = BUILD_DIR / "bench" / "rtl.json"
+
+NIC_GRADS = ("full", "sharded")
+PLACEMENTS = ("sidecar", "rail")
+GRAD_PATHS = ("staged", "stream")
+VIEWS = ("iso-hardware", "iso-network")
+
+# Defaults for the assumptions; each is printed with the plan and can be overridden.
+DEFAULT_MFU = 0.40
+MFU_SOURCE = "Llama 3 paper (Grattafiori et al. 2024), Table 4: 38-43% BF16 MFU training 405B on H100s"
+DEFAULT_LINK_EFFICIENCY = 0.85
+DEFAULT_GPU_ADAM_EFFICIENCY = 0.80
+DEFAULT_CPU_ADAM_PARAMS_PER_S = 0.7e9  # per socket
+CPU_ADAM_SOURCE = (
+    "DeepSpeed PR #735 (deepspeedai/DeepSpeed, 2021-02): DeepSpeedCPUAdam takes 8.2 s for an 11.6B-parameter "
+    "GPT-2 (1.41e9 params/s per host; taken as two sockets, 0.7e9 each; socket count not stated); PR #378: "
+    "5.1-6.5x faster than torch's CPU Adam for 1-10B parameters")
+DEFAULT_RTL_EFFICIENCY = 0.95
+
+
+@dataclass
+class Assumptions:
+    micro_batch: int = 1
+    seq: int = 8192
+    grad_accum: int = 1
+    recompute: str = "full"
+    mfu: float = DEFAULT_MFU
+    link_efficiency: str | float = DEFAULT_LINK_EFFICIENCY
+    gpu_adam_efficiency: float = DEFAULT_GPU_ADAM_EFFICIENCY
+    cpu_adam_params_per_s: float = DEFAULT_CPU_ADAM_PARAMS_PER_S
+    rtl_efficiency: float = DEFAULT_RTL_EFFICIENCY
+    rtl_efficiency_source: str = "assumed"
+    nic_grads: str = "full"
+    nic_ports: int = 1
+    nic_placement: str = "sidecar"
+    nic_grad_path: str = "staged"
+    nic_overlap: bool = False  # the driver as built copies, updates and copies back one after another
+    clip: bool = True  # global-norm gradient clipping (Llama 3 clips at 1.0)
+    overlap_reduce: bool = True
+    overlap_gather: bool = True
+    grad_buffer: str = "bf16"
+    cards_per_node: int | None = None  # default: one card per GPU
+    pcie_slots: int | None = None  # default: the cluster preset's card_slots
+    card_pcie_bytes_per_s: float | None = None  # default: from the catalog's pcie string
+    rail_gbps: float | None = None  # per-GPU network for the baselines; default: the cluster's
+    view: str = "iso-hardware"
+    freed_threshold_bytes: float | None = None  # default: one micro-batch of activations + logits
+
+
+def read_rtl_efficiency(path: Path = RTL_BENCH_JSON) -> tuple[float, str]:
+    """The RTL benchmark's measured efficiency (elements per clock / lanes) and where it came from."""
+    try:
+        value = json.loads(path.read_text()).get("efficiency")
+    except (OSError, ValueError, AttributeError):
+        return DEFAULT_RTL_EFFICIENCY, f"assumed (no RTL benchmark result at {path}; run `optimusnic bench`)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        return DEFAULT_RTL_EFFICIENCY, f"assumed ({path} has no usable 'efficiency' in (0, 1])"
+    return float(value), f"measured by the RTL benchmark ({path})"
+
+
+def positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlanError(f"{name}: {value!r} must be a positive whole number")
+    return value
+
+
+def _fraction(name: str, value: float) -> float:
+    if not (isinstance(value, (int, float)) and 0 < value <= 1):
+        raise PlanError(f"{name}: {value!r} must be in (0, 1]")
+    return float(value)
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+        raise PlanError(f"{name}: {value!r} must be a positive number")
+
+
+def validate(a: Assumptions, target: Target) -> None:
+    for name in ("micro_batch", "seq", "grad_accum"):
+        positive_int(name.replace("_", "-"), getattr(a, name))
+    for name in ("mfu", "gpu_adam_efficiency", "rtl_efficiency"):
+        _fraction(name.replace("_", "-"), getattr(a, name))
+    if not a.cpu_adam_params_per_s > 0:
+        raise PlanError(f"cpu-adam-rate: {a.cpu_adam_params_per_s!r} must be positive")
+    choices = (("recompute", RECOMPUTE), ("nic_grads", NIC_GRADS), ("nic_placement", PLACEMENTS),
+               ("nic_grad_path", GRAD_PATHS), ("grad_buffer", tuple(GRAD_BUFFERS)), ("view", VIEWS))
+    for name, allowed in choices:
+        if getattr(a, name) not in allowed:
+            raise PlanError(f"{name.replace('_', '-')} {getattr(a, name)!r}; choose one of {', '.join(allowed)}")
+    if not 1 <= a.nic_ports <= target.network_ports:
+        raise PlanError(f"nic-ports: {a.nic_ports} must be 1..{target.network_ports} ({target.name} ports)")
+    if a.nic_grad_path == "stream" and a.nic_placement != "rail":
+        raise PlanError("nic-grad-path stream needs --nic-placement rail: a sidecar card gets gradients over PCIe "
+                        "into its memory")
+    if a.nic_grad_path == "stream" and a.clip:
+        raise PlanError("nic-grad-path stream needs --no-clip: with global-norm clipping the update of the first "
+                        "element waits for the norm of the whole gradient, so it cannot run on the stream")
+    for name in ("card_pcie_bytes_per_s", "rail_gbps", "freed_threshold_bytes"):
+        _positive(name.replace("_", "-"), getattr(a, name))
+    for name in ("cards_per_node", "pcie_slots"):
+        if getattr(a, name) is not None and not (isinstance(getattr(a, name), int) and getattr(a, name) >= 0):
+            raise PlanError(f"{name.replace('_', '-')}: {getattr(a, name)!r} must be a whole number")
+    if a.cards_per_node == 0:
+        raise PlanError("cards-per-node: 0; OptimusNIC needs at least one card per node")

@@ -1,0 +1,68 @@
+"""The assumptions every plan prints with its figures, as sentences with their sources."""
+
+from __future__ import annotations
+
+from optimusnic.planner.assumptions import CPU_ADAM_SOURCE, DEFAULT_CPU_ADAM_PARAMS_PER_S, DEFAULT_MFU, MFU_SOURCE
+from optimusnic.planner.context import Context
+from optimusnic.planner.costs import GPU_ADAM_FIXED_BYTES, PCIE_USABLE_FRACTION
+from optimusnic.planner.step import Compute
+
+
+def assumption_notes(c: Context, comp: Compute) -> list[str]:
+    a, gpu, cluster, target, nic = c.a, c.gpu, c.cluster, c.target, c.nic
+    m = c.model
+    tokens = a.micro_batch * a.seq
+    shape = m is not None and m.has_shape
+    recompute_text = {"full": "(2sbh bytes per layer)", "selective": "(34sbh bytes per layer)",
+                      "none": "(sbh(34 + 5as/h) bytes per layer)"}[a.recompute]
+    return [
+        f"data parallelism only over {c.n} GPUs ({c.nodes} node(s) x {c.g} of {cluster.name}); no tensor or "
+        "pipeline parallelism",
+        f"memory: ZeRO paper 2 + {c.gb} + 12 bytes per parameter (bf16 params, {a.grad_buffer} gradient buffer, fp32 "
+        "master + Adam m + v); HSDP shards inside a node; ZeRO++ hpZ adds a 2P/g secondary partition; framework "
+        "workspace, fragmentation and gather buffers not counted",
+        (f"activations: Korthikanti et al. 2022, recompute={a.recompute} {recompute_text}, micro-batch "
+         f"{a.micro_batch} x seq {a.seq}; plus fp32 logits s x b x {m.vocab} x 4 B; GPT-style formula applied to a "
+         "SwiGLU/GQA model") if shape else
+        "activations and logits: not estimated (no model architecture; give --model for an estimate)",
+        "compute: model FLOPs 6 x P_matmul x tokens" + (" + 12 x L x h x s x tokens (attention, PaLM appendix B)"
+                                                        if shape else " (no attention term without --model)")
+        + f"; {a.grad_accum} micro-batch(es) of {tokens} tokens per GPU per step; MFU on model FLOPs, recompute="
+        f"{a.recompute} adds hardware FLOPs: HFU {a.mfu * comp.hardware_flops / comp.model_flops:.0%}",
+        f"MFU {a.mfu:.0%} of {gpu.bf16_flops / 1e12:g} TFLOPS bf16 dense"
+        + (f" ({MFU_SOURCE})" if a.mfu == DEFAULT_MFU else " (given)"),
+        f"links at {c.eff:.0%} of peak at {c.nodes} node(s) (link efficiency {a.link_efficiency}): NVLink "
+        f"{gpu.nvlink_bytes_per_s / 1e9:g} GB/s per direction; cluster rail "
+        f"{a.rail_gbps or cluster.nic_gbps_per_gpu:g} Gb/s per GPU; GPU PCIe {gpu.pcie_bytes_per_s / 1e9:g} GB/s "
+        f"x {PCIE_USABLE_FRACTION}",
+        "collectives: NCCL bus bandwidth, busbw = NVLink in a node, min(NVLink, g x per-GPU rail) across nodes "
+        "(rings spread over all NICs; nccl issues 687/812, nccl-tests PERFORMANCE.md); all-reduce 2(n-1)/n, "
+        "reduce-scatter and all-gather (n-1)/n of the buffer; HSDP and ZeRO++ run it per node and across nodes",
+        f"overlap: gradient reductions {'hide under backward' if a.overlap_reduce else 'do NOT overlap (shown)'}; "
+        f"parameter all-gathers (ZeRO-3 style and the post-step gather of every scheme) "
+        f"{'hide under forward/backward' if a.overlap_gather else 'do NOT overlap (shown)'}; the same for every "
+        "scheme; the optimizer step on a GPU or CPU always shows",
+        f"views: iso-hardware = baselines on the cluster's {a.rail_gbps or cluster.nic_gbps_per_gpu:g} Gb/s per GPU; "
+        f"iso-network = baselines on the cards' links ({nic.cards_per_node} x {a.nic_ports} x "
+        f"{target.line_rate_gbps:g} Gb/s per node)",
+        f"GPU Adam: {GPU_ADAM_FIXED_BYTES + c.gb} bytes per parameter at {a.gpu_adam_efficiency:.0%} of "
+        f"{gpu.memory_bandwidth_bytes_per_s / 1e12:g} TB/s HBM (assumed)",
+        f"CPU Adam (ZeRO-Offload): {a.cpu_adam_params_per_s / 1e9:g} G params/s per socket x {cluster.cpu_sockets} "
+        f"sockets shared by {c.g} GPUs"
+        + (f" ({CPU_ADAM_SOURCE})" if a.cpu_adam_params_per_s == DEFAULT_CPU_ADAM_PARAMS_PER_S else " (given)"),
+        f"OptimusNIC: {nic.cards_per_node} {target.name} per node, placement {a.nic_placement}, gradients "
+        f"{a.nic_grad_path} (sizing grad_source={nic.grad_source}); card PCIe "
+        f"{nic.card_pcie_bytes_per_s / 1e9:.1f} GB/s usable ({target.pcie}); card link "
+        f"min({a.nic_ports} x {target.line_rate_gbps:g} Gb/s x {c.eff:.2f}, PCIe) = "
+        f"{nic.card_link_bytes_per_s / 1e9:.2f} GB/s; kernel x RTL efficiency {a.rtl_efficiency:.2f}, "
+        f"{a.rtl_efficiency_source}",
+        ("OptimusNIC sidecar as built: reduce-scatter on the GPU fabric, shard GPU -> host -> card, update, "
+         "card -> host -> GPU, all-gather; " if a.nic_placement == "sidecar" else
+         "OptimusNIC rail: reduce-scatter and all-gather over the cards (NVLink inside the node); ")
+        + ("copies and update pipelined over chunks (--nic-overlap)" if a.nic_overlap else
+           "copies and update one after another (as built)")
+        + ("; global-norm clipping on: the card's update waits for the whole reduce-scatter and the norm"
+           if a.clip else "; clipping off"),
+        "not counted: latency terms, the non-finite-flag and norm all-reduces (a few bytes), link contention "
+        "between overlapped collectives and compute",
+    ]
