@@ -17,3 +17,12 @@ def test_readme_is_a_front_door():
     for page in ("docs/getting-started.md", "docs/design.md", "docs/reference/cli.md", "docs/changelog.md",
                  "bench/results.md"):
         assert f"({page})" in text, page
+
+
+def test_no_measured_figures_outside_bench_results():
+    """Measured figures live in bench/results.md only: no speed ratios ("1.12x") in README or docs."""
+    import re
+
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        found = re.findall(r"\b\d+\.\d+x\b", page.read_text())
+        assert not found, f"{page.relative_to(ROOT)} quotes {found}: link bench/results.md instead"
