@@ -33,7 +33,8 @@ import torch
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
 from pynq_driver.device import Device
-from pynq_driver.shard import _BLOCK, DEFAULT_CHUNK_ELEMS, ShardState, _all_finite
+from pynq_driver.host import SCAN_BLOCK, all_finite
+from pynq_driver.shard import DEFAULT_CHUNK_ELEMS, ShardState
 
 _BF16_BLOCK = 1 << 14  # elements per block of the bf16 masters' comparison (temporaries of 64 KiB at most)
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -225,10 +226,11 @@ class CardBucket:
             return True
         shard = self.shard
         name = shard.spec.grad_dtype
-        step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block at a time
+        step = shard.chunk_elems if shard.finite_zeros is not None else SCAN_BLOCK  # bf16: a block at a time
         scratch = shard.host_chunks()[0]  # free until the step streams: the scan's scratch (bf16)
         for piece, host in _grad_pieces(runs, step):
-            ok = _all_finite(_np(piece), name, scratch, shard._zeros) if host else bool(torch.isfinite(piece).all())
+            ok = all_finite(_np(piece), name, scratch, shard.finite_zeros) if host \
+                else bool(torch.isfinite(piece).all())
             if not ok:
                 return False
         return True
@@ -459,9 +461,9 @@ class CardBucket:
         units: list[Callable[[np.ndarray], bool]] = []
         if not runs:
             return units, True
-        if shard._zeros is None:
+        if shard.finite_zeros is None:
             return units, self.grads_finite(runs)
-        zeros, step = shard._zeros, shard.chunk_elems
+        zeros, step = shard.finite_zeros, shard.chunk_elems
         for piece, host in _grad_pieces(runs, step):
             if host:
                 units.append(_unit(piece.numel() * 4, _finite_fp32, _np(piece), zeros))

@@ -439,10 +439,15 @@ class ShardedNicOptimizer(CardOptimizer):
             })
         return rows
 
+    def bucket_bytes(self) -> int:
+        """Host memory of the flat reduce-scatter buckets (one per group and dtype, with their 4-byte
+        flag per parameter saying which have a gradient)."""
+        return sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in self._sharded_buckets())
+
     def host_bytes(self) -> int:
         """Memory this optimizer holds beside the model (host memory when the parameters are on the
         host): the two host chunks, the comparison blocks, and one flat bucket per group and dtype."""
-        return super().host_bytes() + sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in self._sharded_buckets())
+        return super().host_bytes() + self.bucket_bytes()
 
     def full_state_dict(self) -> dict[str, Any]:
         """Collective: torch.optim.AdamW's plain state_dict, the full state gathered onto every rank

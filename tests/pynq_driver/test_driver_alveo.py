@@ -27,7 +27,7 @@ from hls.targets import get_target
 from pynq_driver import BitstreamMismatch, DeviceError, KernelTimeout, ShardState, StateError, open_device
 from pynq_driver.backends import rendered_manifest
 from pynq_driver.backends.alveo import CardBusy, CardNotResponding, _missing_runtime, verify_xclbin
-from pynq_driver.shard import _cu_ranges, _plan_buffers, check_fits, default_chunk_elems
+from pynq_driver.placement import check_fits, cu_ranges, default_chunk_elems, plan_buffers
 
 N, CHUNK = 3001, 1024
 
@@ -290,7 +290,7 @@ def test_the_largest_shard_sizing_allows_fits_the_readme_spec(tmp_path: Path) ->
             assert n == 402_653_184
             chunk = default_chunk_elems(dev, n)
             check_fits(dev, n, chunk)
-            plan = _plan_buffers(dev, _cu_ranges(n, dev.cus, dev.stripes.beat_align()), chunk)
+            plan = plan_buffers(dev, cu_ranges(n, dev.cus, dev.stripes.beat_align()), chunk)
             bufs = [dev.allocate(nbytes, bank) for _, _, bank, _, _, nbytes in plan]
             state = sum(b.nbytes for b in bufs if b.nbytes > 4 * chunk)
             assert state == 12 * n and dev.host_pinned_bytes == sum(b.nbytes for b in bufs)
