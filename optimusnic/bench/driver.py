@@ -217,7 +217,8 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
 
     import torch
 
-    import pynq_driver.optim.adam as optim_mod
+    import pynq_driver.optim.base as optim_base
+    from pynq_driver.optim import NicAdamW
 
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: {optimizer!r}; one of {', '.join(OPTIMIZERS)}")
@@ -248,10 +249,10 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
 
                 # free_grads=False: the same gradients every step (ZeRO-2 drops them after the reduction)
                 return ShardedNicOptimizer(model.parameters(), lr=1e-3, backend=backend_name, free_grads=False)
-            return optim_mod.NicAdamW(model.parameters(), lr=1e-3, backend=backend_name)
+            return NicAdamW(model.parameters(), lr=1e-3, backend=backend_name)
 
-        real_open = optim_mod.open_device
-        optim_mod.open_device = _null_card
+        real_open = optim_base.open_device  # the module whose DevicePool opens the cards
+        optim_base.open_device = _null_card
         try:
             null = make("golden")
             nic_step_peak = step_peak(null)
@@ -263,7 +264,7 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
             chunk_bytes = 4 * null.shards()[0].chunk_elems
             null.close()
         finally:
-            optim_mod.open_device = real_open
+            optim_base.open_device = real_open
 
         nic = make(backend)
         nic.step()

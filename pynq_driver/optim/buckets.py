@@ -32,6 +32,7 @@ import torch
 
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
+from hls.spec import BEAT_BYTES
 from pynq_driver.device import Device
 from pynq_driver.host import SCAN_BLOCK, all_finite
 from pynq_driver.shard import DEFAULT_CHUNK_ELEMS, ShardState
@@ -403,7 +404,7 @@ class CardBucket:
         if not runs:
             return []
         probe = self.shard.parts[0].state["p"][0]
-        if self.shard.dev.host_view(probe, 0, 64) is None:
+        if self.shard.dev.host_view(probe, 0, BEAT_BYTES) is None:
             return None
         out = []
         for slots, *_ in runs:
@@ -442,7 +443,9 @@ class CardBucket:
             return known[1]
         ok = True
         for pt, a, b in shard.pieces(s.offset, s.offset + s.numel):
-            if (4 * (b - a)) % 64 or 4 * (b - a) < 64 * len(pt.state["p"]) or (base + 4 * (a - s.offset)) % 64:
+            nbytes = 4 * (b - a)
+            start = base + 4 * (a - s.offset)
+            if nbytes % BEAT_BYTES or nbytes < BEAT_BYTES * len(pt.state["p"]) or start % BEAT_BYTES:
                 ok = False
         self._in_place[id(s)] = (base, ok)
         return ok

@@ -250,16 +250,17 @@ def _card_without_host_memory(dev):
 
 
 @pytest.fixture(params=["compiled", "numpy"])
-def comparison(request, monkeypatch):
+def comparison(request):
     """The compiled comparison loops (pynq_driver.native), or numpy's gather-and-memcmp, what runs
     where no C compiler is found."""
     import pynq_driver.native as native
 
     if request.param == "numpy":
-        monkeypatch.setattr(native, "_loaded", {"lib": None})
-    else:
-        assert native.stripe_equal() is not None, "the C comparison did not build here (a C compiler is installed)"
-    return request.param
+        with native.numpy_only():
+            yield request.param
+        return
+    assert native.stripe_equal() is not None, "the C comparison did not build here (a C compiler is installed)"
+    yield request.param
 
 
 def test_compiled_comparison_agrees_with_numpy_on_every_bit():
@@ -368,10 +369,10 @@ def small_comparisons(request, monkeypatch):
     """Where a step compares a few small tensors with their masters: in the stream as it stages
     their piece (the default below 2 MiB), or all before the first launch on two threads (what
     larger comparisons and the inf/NaN scan do), forced here by a threshold of 0."""
-    import pynq_driver.optim.adam as optim_mod
+    import pynq_driver.optim.base as optim_base
 
     if request.param == "before-launch":
-        monkeypatch.setattr(optim_mod, "_SCAN_INLINE_BYTES", 0)
+        monkeypatch.setattr(optim_base, "SCAN_INLINE_BYTES", 0)
     return request.param
 
 
