@@ -346,21 +346,21 @@ class ShardState:
         scratch, a chunk's bytes) and compared with memcmp."""
         self._check_open()
         want_all = expect.reshape(-1).view(np.uint8)
-        beats_per_blk = blk.size // 64
+        beats_per_blk = blk.size // BEAT_BYTES
         if beats_per_blk < 1:
             raise UserError(f"state_equals: the gathering scratch holds {blk.size} bytes; it needs one 64-byte beat")
-        gathered = blk[: beats_per_blk * 64].view("V64")
+        gathered = blk[: beats_per_blk * BEAT_BYTES].view(f"V{BEAT_BYTES}")
         native = stripe_equal()
         for pt, a, b in self.pieces(lo, lo + expect.size):
             want = want_all[4 * (a - lo):4 * (b - lo)]
             bufs = pt.state[array]
             stripes = len(bufs)
             offset = BEAT_BYTES * self._state_beat(pt, a)
-            full = want.size // 64
-            nb = -(-want.size // 64)
-            beats = want[: full * 64].view("V64")
+            full = want.size // BEAT_BYTES
+            nb = -(-want.size // BEAT_BYTES)
+            beats = want[: full * BEAT_BYTES].view(f"V{BEAT_BYTES}")
             if stripes > 1:  # card memory is host memory: every stripe compared where it lies, in one pass
-                views = [self.dev.host_view(buf, offset, layout.stripe_beats(nb, stripes, k) * 64)
+                views = [self.dev.host_view(buf, offset, layout.stripe_beats(nb, stripes, k) * BEAT_BYTES)
                          for k, buf in enumerate(bufs)]
                 if all(v is not None for v in views):
                     same = striped_equal(want, views)
@@ -372,9 +372,9 @@ class ShardState:
                 cnt = layout.stripe_beats(nb, stripes, k)
                 if not cnt:
                     continue
-                card = self.dev.host_view(buf, offset, cnt * 64)
+                card = self.dev.host_view(buf, offset, cnt * BEAT_BYTES)
                 if card is None:  # a real card: the stripe comes over once, into the free host chunk
-                    card = self.dev.read(buf, tmp[: cnt * 64], offset)
+                    card = self.dev.read(buf, tmp[: cnt * BEAT_BYTES], offset)
                 if stripes == 1:
                     if not same_bytes(want, card[: want.size]):
                         return False
@@ -388,11 +388,11 @@ class ShardState:
                     part = mine[j:j + beats_per_blk]
                     g = gathered[: part.size]
                     g[...] = part
-                    if not same_bytes(g, card[64 * j:64 * (j + part.size)]):
+                    if not same_bytes(g, card[BEAT_BYTES * j:BEAT_BYTES * (j + part.size)]):
                         return False
                 if mine.size < cnt:  # this stripe holds the partial last beat
-                    tail = want[full * 64:]
-                    at = 64 * mine.size
+                    tail = want[full * BEAT_BYTES:]
+                    at = BEAT_BYTES * mine.size
                     if not same_bytes(tail, card[at:at + tail.size]):
                         return False
         return True
