@@ -238,6 +238,11 @@ class CardOptimizer(torch.optim.Optimizer):
     def shards(self) -> list[ShardState]:
         return [b.shard for buckets in self._buckets for b in buckets if b.shard is not None]
 
+    def card_numel(self) -> int:
+        """Elements of parameters this optimizer keeps on its cards (for an FSDP2 DTensor parameter its
+        local shard, for the sharded optimizer this rank's slices), beat-alignment padding excluded."""
+        return sum(s.numel for buckets in self._buckets for b in buckets for s in b.slots)
+
     def device_state_bytes(self) -> int:
         return sum(12 * s.n for s in self.shards())
 
