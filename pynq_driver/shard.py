@@ -8,6 +8,11 @@ Every check on the caller's input runs before the first write to the card, so ba
 the state bit-identical. A step that fails half-way (a kernel that never finishes, a simulator
 that dies) marks the shard inconsistent: its state stays readable, and `step()` refuses to run
 until a checkpoint is loaded.
+
+Beside it: `host.py` (the caller's arrays and tensors, viewed and scanned in place),
+`placement.py` (compute-unit parts, buffers, striped copies), `pipeline.py` (the one
+double-buffered launch pipeline that `step()` and `stream()` both run) and `state_file.py`
+(checkpoints written by `save`, read back verified by `load`).
 """
 
 from __future__ import annotations
