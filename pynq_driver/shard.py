@@ -73,7 +73,7 @@ class ShardState:
     """
 
     def __init__(self, dev: Device, params: Any, chunk_elems: int | None = None, *, nonfinite: str = "skip") -> None:
-        dev._check_open()
+        dev.check_open()
         if nonfinite not in NONFINITE_POLICIES:
             raise UserError(f"nonfinite: {nonfinite!r}; choose one of {', '.join(NONFINITE_POLICIES)}")
         # `params` may be a number of elements: the shard starts at zeros and the caller writes its
@@ -158,7 +158,7 @@ class ShardState:
     def _check_open(self) -> None:
         if self.closed:
             raise DeviceClosed("shard is closed; create a new ShardState (or ShardState.load a checkpoint)")
-        self.dev._check_open()
+        self.dev.check_open()
 
     def chunks(self) -> list[tuple[CuPart, int, int]]:
         """Every chunk of the shard, in order: (its CU's part, lo, hi), each inside one part."""

@@ -6,7 +6,7 @@ the card.
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -14,6 +14,21 @@ from hls.errors import UserError
 
 MASTER_KEY = "master_param"
 STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
+
+
+class StateOwner(Protocol):
+    """What the views need of their optimizer (`base.CardOptimizer`, which keeps these internal)."""
+
+    param_groups: list[dict[str, Any]]
+    _slots: dict[int, tuple[Any, Any]]  # id(p) -> (its CardBucket, its Slot)
+
+    def _check_open(self) -> None: ...
+
+    def _read_param_state(self, p: torch.Tensor, key: str) -> torch.Tensor: ...
+
+    def _write_param_state(self, p: torch.Tensor, key: str, value: Any) -> None: ...
+
+    def _set_param_state(self, p: torch.Tensor, st: dict[str, Any]) -> None: ...
 
 
 class CardState(MutableMapping):
@@ -25,7 +40,7 @@ class CardState(MutableMapping):
     state once they stepped (or state was loaded), as in torch; `len(opt.state)` counts them.
     """
 
-    def __init__(self, opt: Any) -> None:  # a base.CardOptimizer
+    def __init__(self, opt: StateOwner) -> None:
         self._opt = opt
         self._other: dict[Any, Any] = {}  # keys that are not our parameters (torch's defaultdict keeps them)
 
@@ -76,7 +91,7 @@ class CardState(MutableMapping):
 class ParamState(MutableMapping):
     """The state of one parameter: every read comes from the card, every assignment goes to it."""
 
-    def __init__(self, opt: Any, p: torch.Tensor) -> None:  # a base.CardOptimizer
+    def __init__(self, opt: StateOwner, p: torch.Tensor) -> None:
         self._opt, self._p = opt, p
 
     def _keys(self) -> tuple[str, ...]:
@@ -109,4 +124,4 @@ class ParamState(MutableMapping):
         return f"ParamState(keys={list(self._keys())}, on the card)"
 
 
-__all__ = ["MASTER_KEY", "STATE_KEYS", "CardState", "ParamState"]
+__all__ = ["MASTER_KEY", "STATE_KEYS", "CardState", "ParamState", "StateOwner"]
