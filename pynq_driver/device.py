@@ -169,6 +169,10 @@ class Device:
             time.sleep(pause)
             pause = min(1e-3, pause * 2 + 2e-5)
 
+    def check_open(self) -> None:
+        """Raise DeviceClosed once the device is closed (what every call of the interface checks first)."""
+        self._check_open()
+
     def _check_open(self) -> None:
         if self.closed:
             raise DeviceClosed(f"{self.backend} device is closed; open a new one with open_device()")

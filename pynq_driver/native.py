@@ -10,6 +10,7 @@ step's two comparison threads really run at once. Where no C compiler is found (
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,4 +142,19 @@ def striped_equal(want: Any, stripes: list[Any]) -> bool | None:
     return bool(lib.onic_striped_equal(want.ctypes.data, want.size, ptrs, len(stripes)))
 
 
-__all__ = ["stripe_equal", "striped_equal"]
+@contextlib.contextmanager
+def numpy_only() -> Iterator[None]:
+    """Within the block the compiled loops are off, as where no C compiler is found: `stripe_equal`
+    and `striped_equal` return None and callers compare with numpy (what tests of that path use)."""
+    with _lock:
+        saved = dict(_loaded)
+        _loaded["lib"] = None
+    try:
+        yield
+    finally:
+        with _lock:
+            _loaded.clear()
+            _loaded.update(saved)
+
+
+__all__ = ["numpy_only", "stripe_equal", "striped_equal"]

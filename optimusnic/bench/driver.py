@@ -92,12 +92,12 @@ def measure(params: int = 16 << 20, repeats: int = 5, chunk_elems: int | None = 
         step_s = _median_s(lambda: shard.step(grad, hyper, out=out), repeats)
         unchecked_s = _median_s(lambda: shard.step(grad, hyper, out=out, apply_nonfinite=True), repeats)
         chunk = shard.chunk_elems
-        chunks = shard._all_chunks()
+        chunks = shard.chunks()
 
         def copies() -> None:  # what the card's DMA does: every gradient chunk in, every output chunk out
             for part, lo, hi in chunks:
-                shard._put(part.grad_stage[0], grad[lo:hi], 0)
-                shard._get(part.out_stage[0], out[lo:hi], 0)
+                shard.write_stripes(part.grad_stage[0], grad[lo:hi])
+                shard.read_stripes(part.out_stage[0], out[lo:hi])
 
         copy_s = _median_s(copies, repeats)
         tracemalloc.start()
@@ -217,7 +217,8 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
 
     import torch
 
-    import pynq_driver.optim.adam as optim_mod
+    import pynq_driver.optim.base as optim_base
+    from pynq_driver.optim import NicAdamW
 
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: {optimizer!r}; one of {', '.join(OPTIMIZERS)}")
@@ -248,23 +249,22 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
 
                 # free_grads=False: the same gradients every step (ZeRO-2 drops them after the reduction)
                 return ShardedNicOptimizer(model.parameters(), lr=1e-3, backend=backend_name, free_grads=False)
-            return optim_mod.NicAdamW(model.parameters(), lr=1e-3, backend=backend_name)
+            return NicAdamW(model.parameters(), lr=1e-3, backend=backend_name)
 
-        real_open = optim_mod.open_device
-        optim_mod.open_device = _null_card
+        real_open = optim_base.open_device  # the module whose DevicePool opens the cards
+        optim_base.open_device = _null_card
         try:
             null = make("golden")
             nic_step_peak = step_peak(null)
             nic_held = null.host_bytes()
             # ShardedNicOptimizer: its flat reduce-scatter buckets (one per group and dtype, with their
             # 4-byte flag per parameter saying which have a gradient) are allowed
-            bucket = sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in null._sharded_buckets()) \
-                if hasattr(null, "_sharded") else 0
+            bucket = null.bucket_bytes() if optimizer == "ShardedNicOptimizer" else 0
             host_s = _median_s(null.step, repeats)
             chunk_bytes = 4 * null.shards()[0].chunk_elems
             null.close()
         finally:
-            optim_mod.open_device = real_open
+            optim_base.open_device = real_open
 
         nic = make(backend)
         nic.step()
@@ -279,19 +279,12 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
         card_out = torch.empty(shard.n).numpy()
 
         def bare() -> None:  # the kernel back to back on every chunk, no host work
-            for pt, lo, hi in shard._all_chunks():
-                own = {k: b for k, b in (("grad", shard._lend(pt.grad_stage[0], card_grad[lo:hi])),
-                                         ("out", shard._lend(pt.out_stage[0], card_out[lo:hi]))) if b is not None}
-                try:
-                    pt.runner.launch(shard._pointers(pt, lo, 0, own.get("grad"), own.get("out")), hi - lo, bits)
-                    pt.runner.wait()
-                finally:
-                    shard._give_back(own)
+            for pt, lo, hi in shard.chunks():
+                shard.run_chunk(pt, lo, hi, bits, card_grad[lo:hi], card_out[lo:hi])
 
         def bare_staging() -> None:  # the same on one reused staging chunk: gradient and output stay in cache
-            for pt, lo, hi in shard._all_chunks():
-                pt.runner.launch(shard._pointers(pt, lo, 0), hi - lo, bits)
-                pt.runner.wait()
+            for pt, lo, hi in shard.chunks():
+                shard.run_chunk(pt, lo, hi, bits)
 
         def stepping(detect: bool, scan: bool) -> Any:
             def run() -> None:

@@ -60,12 +60,6 @@ def _read_filelist(path: Path) -> list[Path]:
 def kernel_sources(project_dir: Path, spec: KernelSpec) -> list[Path]:
     """The shared RTL library, then the kernel's control block and top from the project."""
     name = spec.name
-    try:
-        from hls import rtlsim  # the RTL team's runner owns the file lists, when present
-
-        return list(rtlsim.kernel_sources(spec, Path(project_dir)))
-    except ImportError:
-        pass
     rtl = Path(project_dir) / "rtl"
     top = sorted(rtl.glob("*.v"))
     if not (rtl / f"{name}.v").is_file():

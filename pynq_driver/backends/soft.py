@@ -22,11 +22,9 @@ import numpy as np
 from hls import layout
 from hls.golden import SCALAR_NAMES, Scalars, adam_update, to_bf16_bits
 from hls.sizing import StripeCounts
+from hls.spec import BEAT_BYTES, STORAGE_DTYPES
 from pynq_driver.device import ALIGN, Buffer, BumpAllocator, Device
 from pynq_driver.errors import DeviceError, KernelTimeout
-
-GRAD_NP = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
-OUT_NP = {"fp32": np.float32, "bf16": np.uint16}
 
 # execute(ports, n, scalar register bits by name): in place on the stripe buffers each m_axi
 # port points at (uint8 views; a state stripe's _rd and _wr ports usually see the same bytes).
@@ -135,13 +133,13 @@ class SoftDevice(Device):
         if not 0 <= index < stripes:
             raise ValueError(f"import_host: stripe {index} of {stripes}")
         raw = array.reshape(-1).view(np.uint8)
-        if not raw.nbytes or raw.ctypes.data % 64:
+        if not raw.nbytes or raw.ctypes.data % BEAT_BYTES:
             return None
         handle = raw
         if stripes > 1:
-            if raw.nbytes % 64 or raw.nbytes // 64 <= index:
+            if raw.nbytes % BEAT_BYTES or raw.nbytes // BEAT_BYTES <= index:
                 return None
-            handle = raw.reshape(-1, 64)[index::stripes]
+            handle = raw.reshape(-1, BEAT_BYTES)[index::stripes]
         nbytes = handle.size
         with self._lock:
             addr = self._next_import
@@ -158,9 +156,9 @@ class SoftDevice(Device):
         """The buffer's bytes [offset, offset + nbytes): flat, or rows of 64 for a lent stripe."""
         if buf.handle.ndim == 1:
             return buf.handle[offset : offset + nbytes]
-        if offset % 64 or nbytes % 64:
+        if offset % BEAT_BYTES or nbytes % BEAT_BYTES:
             raise DeviceError(f"a lent stripe is reached in whole 64-byte beats, not {nbytes} bytes at {offset}")
-        return buf.handle[offset // 64 : (offset + nbytes) // 64]
+        return buf.handle[offset // BEAT_BYTES : (offset + nbytes) // BEAT_BYTES]
 
     def _write(self, buf: Buffer, data: np.ndarray, offset: int) -> None:
         span = self._span(buf, offset, data.nbytes)
@@ -298,9 +296,9 @@ def _scalars_from_bits(bits: dict[str, int], optimizer: str) -> Scalars:
 
 def golden_executor(spec: Any, stripes: StripeCounts) -> Executor:
     """The golden model behind the card's ports: gather the stripes, update, scatter back."""
-    gnp = GRAD_NP[spec.grad_dtype]
+    gnp = STORAGE_DTYPES[spec.grad_dtype]
 
-    def gather(ports: dict[str, np.ndarray], array: str, suffix: str, n: int, dtype: type) -> np.ndarray:
+    def gather(ports: dict[str, np.ndarray], array: str, suffix: str, n: int, dtype: Any) -> np.ndarray:
         parts = [ports[f"{array}{k}{suffix}"] for k in range(stripes.of(array))]
         return layout.join(parts, n, dtype)
 
@@ -342,10 +340,8 @@ def csim_executor(project_dir: Path, threads: int | None = None, headers: str = 
     `headers`: "amd" (AMD's ap_int.h/hls_stream.h, the default) or "own" (our stand-ins, about 1.5x
     faster here: the stream model is lighter); both bit-exact with the golden model.
     """
-    try:
-        from hls.csim import kernel as csim
-    except ImportError as exc:
-        raise DeviceError("the csim backend needs hls/csim/kernel.py (C simulation of the HLS kernel)") from exc
+    from hls.csim import kernel as csim  # loaded with the csim backend only (it compiles the kernel)
+
     kernel = csim.CsimKernel(project_dir, threads=threads, headers=headers)
 
     def run(ports: dict[str, np.ndarray], n: int, scalars: dict[str, int]) -> None:

@@ -32,8 +32,10 @@ import torch
 
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
+from hls.spec import BEAT_BYTES
 from pynq_driver.device import Device
-from pynq_driver.shard import _BLOCK, DEFAULT_CHUNK_ELEMS, ShardState, _all_finite
+from pynq_driver.host import SCAN_BLOCK, all_finite
+from pynq_driver.shard import DEFAULT_CHUNK_ELEMS, ShardState
 
 _BF16_BLOCK = 1 << 14  # elements per block of the bf16 masters' comparison (temporaries of 64 KiB at most)
 _TORCH_FOR_KERNEL = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -225,10 +227,11 @@ class CardBucket:
             return True
         shard = self.shard
         name = shard.spec.grad_dtype
-        step = shard.chunk_elems if shard._zeros is not None else _BLOCK  # bf16: a block at a time
+        step = shard.chunk_elems if shard.finite_zeros is not None else SCAN_BLOCK  # bf16: a block at a time
         scratch = shard.host_chunks()[0]  # free until the step streams: the scan's scratch (bf16)
         for piece, host in _grad_pieces(runs, step):
-            ok = _all_finite(_np(piece), name, scratch, shard._zeros) if host else bool(torch.isfinite(piece).all())
+            ok = all_finite(_np(piece), name, scratch, shard.finite_zeros) if host \
+                else bool(torch.isfinite(piece).all())
             if not ok:
                 return False
         return True
@@ -401,7 +404,7 @@ class CardBucket:
         if not runs:
             return []
         probe = self.shard.parts[0].state["p"][0]
-        if self.shard.dev.host_view(probe, 0, 64) is None:
+        if self.shard.dev.host_view(probe, 0, BEAT_BYTES) is None:
             return None
         out = []
         for slots, *_ in runs:
@@ -440,7 +443,9 @@ class CardBucket:
             return known[1]
         ok = True
         for pt, a, b in shard.pieces(s.offset, s.offset + s.numel):
-            if (4 * (b - a)) % 64 or 4 * (b - a) < 64 * len(pt.state["p"]) or (base + 4 * (a - s.offset)) % 64:
+            nbytes = 4 * (b - a)
+            start = base + 4 * (a - s.offset)
+            if nbytes % BEAT_BYTES or nbytes < BEAT_BYTES * len(pt.state["p"]) or start % BEAT_BYTES:
                 ok = False
         self._in_place[id(s)] = (base, ok)
         return ok
@@ -459,9 +464,9 @@ class CardBucket:
         units: list[Callable[[np.ndarray], bool]] = []
         if not runs:
             return units, True
-        if shard._zeros is None:
+        if shard.finite_zeros is None:
             return units, self.grads_finite(runs)
-        zeros, step = shard._zeros, shard.chunk_elems
+        zeros, step = shard.finite_zeros, shard.chunk_elems
         for piece, host in _grad_pieces(runs, step):
             if host:
                 units.append(_unit(piece.numel() * 4, _finite_fp32, _np(piece), zeros))

@@ -59,13 +59,22 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from hls.errors import UserError
-from pynq_driver.optim.adam import DEFAULT_BACKEND, DEFAULT_TARGET, CardOptimizer, torch_defaults
+from pynq_driver.backends.discovery import local_rank
+from pynq_driver.optim.base import (
+    DEFAULT_BACKEND,
+    DEFAULT_TARGET,
+    KERNEL_DTYPES,
+    CardOptimizer,
+    hyper_for,
+    torch_defaults,
+)
 from pynq_driver.optim.buckets import CardBucket, Slot
 
 # torch 2.13 renamed the tensor collectives; both names work on gloo there, older torch has the old ones.
@@ -218,8 +227,6 @@ class ShardedNicOptimizer(CardOptimizer):
 
     # ---- layout ----------------------------------------------------------------------------------
     def _make_buckets(self, group: dict[str, Any]) -> list[CardBucket]:
-        from pynq_driver.optim.adam import KERNEL_DTYPES
-
         by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
         for p in group["params"]:
             if p.dtype not in KERNEL_DTYPES:
@@ -439,10 +446,15 @@ class ShardedNicOptimizer(CardOptimizer):
             })
         return rows
 
+    def bucket_bytes(self) -> int:
+        """Host memory of the flat reduce-scatter buckets (one per group and dtype, with their 4-byte
+        flag per parameter saying which have a gradient)."""
+        return sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in self._sharded_buckets())
+
     def host_bytes(self) -> int:
         """Memory this optimizer holds beside the model (host memory when the parameters are on the
         host): the two host chunks, the comparison blocks, and one flat bucket per group and dtype."""
-        return super().host_bytes() + sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in self._sharded_buckets())
+        return super().host_bytes() + self.bucket_bytes()
 
     def full_state_dict(self) -> dict[str, Any]:
         """Collective: torch.optim.AdamW's plain state_dict, the full state gathered onto every rank
@@ -462,10 +474,6 @@ class ShardedNicOptimizer(CardOptimizer):
 
 
 def _hyper(group: dict[str, Any], step: int, grad_scale: float) -> Any:
-    from dataclasses import replace
-
-    from pynq_driver.optim.adam import hyper_for
-
     return replace(hyper_for(group, step), grad_scale=grad_scale)
 
 
@@ -473,8 +481,6 @@ def host_local_rank(group: Any = None) -> int:
     """This rank's index among the ranks of `group` on its host: the launcher's LOCAL_RANK (torchrun,
     MPI, Slurm) when set, else counted from every rank's hostname (collective)."""
     import socket
-
-    from pynq_driver.backends.alveo import local_rank
 
     env = local_rank()
     if env is not None:

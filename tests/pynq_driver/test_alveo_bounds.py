@@ -31,7 +31,7 @@ def _huge_section_count(path: Path) -> None:
 
 
 def test_verify_xclbin_bounds_the_section_table(tmp_path: Path) -> None:
-    from pynq_driver.backends.alveo import verify_xclbin
+    from pynq_driver.backends.xclbin_checks import verify_xclbin
     from pynq_driver.errors import BitstreamMismatch
 
     write_project(KernelSpec(lanes=4), tmp_path / "p")
@@ -47,7 +47,7 @@ def test_verify_xclbin_bounds_the_section_table(tmp_path: Path) -> None:
 
 def test_bitstream_manifest_fifo_is_refused(tmp_path: Path) -> None:
     from hls.errors import UserError
-    from pynq_driver.backends.alveo import load_bitstream_manifest
+    from pynq_driver.backends.xclbin_checks import load_bitstream_manifest
 
     xclbin = tmp_path / "k.xclbin"
     xclbin.write_bytes(b"xclbin2\0")

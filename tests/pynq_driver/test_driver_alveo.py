@@ -26,8 +26,10 @@ from hls.spec import KernelSpec, default_name
 from hls.targets import get_target
 from pynq_driver import BitstreamMismatch, DeviceError, KernelTimeout, ShardState, StateError, open_device
 from pynq_driver.backends import rendered_manifest
-from pynq_driver.backends.alveo import CardBusy, CardNotResponding, _missing_runtime, verify_xclbin
-from pynq_driver.shard import _cu_ranges, _plan_buffers, check_fits, default_chunk_elems
+from pynq_driver.backends.discovery import missing_runtime
+from pynq_driver.backends.xclbin_checks import verify_xclbin
+from pynq_driver.errors import CardBusy, CardNotResponding
+from pynq_driver.placement import check_fits, cu_ranges, default_chunk_elems, plan_buffers
 
 N, CHUNK = 3001, 1024
 
@@ -107,10 +109,10 @@ def test_pynq_lib_imports_and_an_overlay_is_built_on_a_fake_card(tmp_path: Path)
     import pynq
     import pynq.lib  # noqa: F401 - what every Overlay() imports; fails with pycparser 3
 
-    from pynq_driver.backends.alveo import _pynq_parser
+    from pynq_driver.backends.xclbin_checks import pynq_parser
 
     assert int(pycparser.__version__.split(".")[0]) < 3
-    _pynq_parser()  # as every open does: PYNQ 3.0.1 has no name for XRT's MEM_HOST bank type
+    pynq_parser()  # as every open does: PYNQ 3.0.1 has no name for XRT's MEM_HOST bank type
     spec = KernelSpec()
     xclbin = make_bitstream(tmp_path, spec)
     with fake_cards(FakeCard("u55c")) as (card,):
@@ -228,9 +230,9 @@ def test_fp32_and_bf16_xclbins_resolve_by_spec_and_cannot_share_a_card(tmp_path:
 def test_xclbin_topology_reads_like_a_vpp_build(tmp_path: Path) -> None:
     from pynq.pl_server.xclbin_parser import XclBin
 
-    from pynq_driver.backends.alveo import _pynq_parser, xclbin_facts
+    from pynq_driver.backends.xclbin_checks import pynq_parser, xclbin_facts
 
-    _pynq_parser()  # PYNQ 3.0.1 knows no MEM_HOST type: the driver teaches it before parsing
+    pynq_parser()  # PYNQ 3.0.1 knows no MEM_HOST type: the driver teaches it before parsing
     spec = KernelSpec()
     manifest = rendered_manifest(spec)
     data = build_xclbin([manifest], memory_of(spec))
@@ -257,7 +259,7 @@ def ranged_manifest(spec: KernelSpec) -> dict:
 
 
 def test_bank_range_allocates_in_its_memory_group(tmp_path: Path) -> None:
-    from pynq_driver.backends.alveo import xclbin_facts
+    from pynq_driver.backends.xclbin_checks import xclbin_facts
 
     spec = KernelSpec()
     manifest = ranged_manifest(spec)
@@ -290,7 +292,7 @@ def test_the_largest_shard_sizing_allows_fits_the_readme_spec(tmp_path: Path) ->
             assert n == 402_653_184
             chunk = default_chunk_elems(dev, n)
             check_fits(dev, n, chunk)
-            plan = _plan_buffers(dev, _cu_ranges(n, dev.cus, dev.stripes.beat_align()), chunk)
+            plan = plan_buffers(dev, cu_ranges(n, dev.cus, dev.stripes.beat_align()), chunk)
             bufs = [dev.allocate(nbytes, bank) for _, _, bank, _, _, nbytes in plan]
             state = sum(b.nbytes for b in bufs if b.nbytes > 4 * chunk)
             assert state == 12 * n and dev.host_pinned_bytes == sum(b.nbytes for b in bufs)
@@ -645,7 +647,7 @@ def test_pycparser_3_is_named(tmp_path: Path) -> None:
     assert out.startswith("ToolMissing alveo backend: missing pycparser < 3"), out
 
 
-@pytest.mark.skipif(not _missing_runtime(), reason="XRT and a card are present")
+@pytest.mark.skipif(not missing_runtime(), reason="XRT and a card are present")
 def test_no_xrt_names_what_is_missing(tmp_path: Path) -> None:
     spec = KernelSpec()
     xclbin = make_bitstream(tmp_path, spec)

@@ -34,7 +34,8 @@ def run_steps(dev: RtlSimDevice, spec: KernelSpec, steps: int, seed: int) -> Non
     p0 = rng.standard_normal(N).astype(np.float32)
     p, m, v = p0.copy(), np.zeros(N, np.float32), np.zeros(N, np.float32)
     with ShardState(dev, p0, chunk_elems=CHUNK) as shard:
-        chunks = shard._chunks()  # CHUNK rounded to whole beats of every stripe: several chunks, a short last one
+        # CHUNK rounded to whole beats of every stripe: several chunks, a short last one
+        chunks = [(lo, hi) for _, lo, hi in shard.chunks()]
         assert isinstance(shard.runner, KernelRunner) and len(chunks) >= 3 and chunks[-1][1] == N
         for t in range(1, steps + 1):
             g = (rng.standard_normal(N) * 1e-2).astype(np.float32)

@@ -145,13 +145,13 @@ def test_sharded_step_error_leaves_everything_unchanged(case: str) -> None:
                 _grads(params)
                 ERRORS[case](opt, params)
                 before = (tuple(p.detach().numpy().tobytes() for p in params),
-                          tuple(np.asarray(b.shard.state_dict()["params"]).tobytes() for bs in opt._buckets
-                                for b in bs if b.shard is not None), repr(opt.param_groups))
+                          tuple(np.asarray(s.state_dict()["params"]).tobytes() for s in opt.shards()),
+                          repr(opt.param_groups))
                 with pytest.raises((ValueError, RuntimeError, TypeError)):
                     opt.step()
                 after = (tuple(p.detach().numpy().tobytes() for p in params),
-                         tuple(np.asarray(b.shard.state_dict()["params"]).tobytes() for bs in opt._buckets
-                               for b in bs if b.shard is not None), repr(opt.param_groups))
+                         tuple(np.asarray(s.state_dict()["params"]).tobytes() for s in opt.shards()),
+                         repr(opt.param_groups))
                 assert after == before
             finally:
                 opt.close()

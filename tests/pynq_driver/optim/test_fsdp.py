@@ -70,7 +70,7 @@ def _fsdp_worker(rank, world, port, out):
             ref = torch.optim.AdamW(ref_model.parameters(), lr=3e-3, weight_decay=0.05)
             # The card holds this rank's local shard of each parameter, in fp32, and nothing else.
             local = sum(p.to_local().numel() for p in model.parameters())
-            card = sum(s.numel for b in nic._buckets[0] for s in b.slots)
+            card = nic.card_numel()
             dtypes = sorted({str(p.dtype) for p in model.parameters()})
             # torch's own two implementations, for scale: fused against foreach on the same run
             fused = torch.optim.AdamW(fused_model.parameters(), lr=3e-3, weight_decay=0.05, fused=True)
@@ -245,7 +245,7 @@ def _zero_worker(rank, world, port, out):
                                                                strict=True))
         same = all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[2].parameters(), strict=True))
         owned = sum(p.numel() for g in opts[0].optim.param_groups for p in g["params"])
-        card = sum(s.numel for bs in opts[0].optim._buckets for b in bs for s in b.slots)
+        card = opts[0].optim.card_numel()
         total = sum(p.numel() for p in models[0].parameters())
         if rank == 0:
             Path(out).write_text(json.dumps({"diff": diff, "resumed_identical": same, "owned": owned, "card": card,

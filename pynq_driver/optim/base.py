@@ -1,0 +1,516 @@
+"""What the card optimizers share (NicAdamW/NicAdam in `adam.py`, ShardedNicOptimizer in
+`sharded.py`): `CardOptimizer` (slots on cards, torch's state and state_dict, the step's host
+work before the card), the devices they open (`DevicePool`), and torch's param-group handling.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import torch
+from torch.optim.optimizer import _get_scalar_dtype
+
+from hls.errors import UserError
+from hls.golden import Hyper
+from hls.spec import KernelSpec, default_name
+from pynq_driver.backends import BACKENDS, open_device
+from pynq_driver.device import Device
+from pynq_driver.errors import DeviceClosed
+from pynq_driver.optim.buckets import CardBucket, Slot, is_dtensor, local_tensor, param_slot
+from pynq_driver.optim.state import MASTER_KEY, STATE_KEYS, CardState, ParamState
+from pynq_driver.shard import ShardState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BACKEND = "csim"
+DEFAULT_TARGET = "u55c"
+# Parameter dtype -> (grad_dtype, out_dtype) of the kernel that serves it.
+KERNEL_DTYPES: dict[torch.dtype, tuple[str, str]] = {
+    torch.float32: ("fp32", "fp32"),
+    torch.bfloat16: ("bf16", "bf16"),
+}
+# Below this many bytes of tensors a step's scan and comparison run on the calling thread alone:
+# handing work to the second thread and waiting for it back costs a few hundred microseconds here,
+# what one thread takes to compare about 2 MiB.
+SCAN_INLINE_BYTES = 2 << 20
+
+
+class DevicePool:
+    """One opened device per kernel spec (fp32 and bf16 parameters need different kernels)."""
+
+    def __init__(self, backend: str, optimizer: str, target: str, lanes: int | None,
+                 device_options: dict[str, Any]) -> None:
+        if backend not in BACKENDS:
+            raise UserError(f"backend: {backend!r}; choose one of {', '.join(BACKENDS)}")
+        self.backend = backend
+        self.optimizer = optimizer
+        self.target = target
+        self.lanes = lanes
+        self.options = dict(device_options)
+        self.devices: dict[KernelSpec, Device] = {}
+
+    def spec(self, grad_dtype: str, out_dtype: str) -> KernelSpec:
+        kw: dict[str, Any] = {}
+        if self.lanes is not None:
+            kw["lanes"] = self.lanes
+        return KernelSpec(target=self.target, optimizer=self.optimizer, grad_dtype=grad_dtype,
+                          out_dtype=out_dtype, name=default_name(self.optimizer), **kw)
+
+    def get(self, grad_dtype: str, out_dtype: str) -> Device:
+        spec = self.spec(grad_dtype, out_dtype)
+        if spec not in self.devices:
+            if self.devices and self.options.get("project_dir") is not None:
+                raise UserError(
+                    "project_dir names one generated kernel, but these parameters need a second one "
+                    f"({grad_dtype} gradients, {out_dtype} output): keep all parameters in one dtype, "
+                    "or leave project_dir unset so the driver generates each kernel"
+                )
+            self.devices[spec] = open_device(self.backend, spec=spec, **self.options)
+        return self.devices[spec]
+
+    def close(self) -> None:
+        for dev in self.devices.values():
+            dev.close()
+        self.devices.clear()
+
+
+def hyper_for(group: dict[str, Any], step: int) -> Hyper:
+    """The kernel's hyperparameters of param group `group` at step `step`."""
+    beta1, beta2 = group["betas"]
+    return Hyper(lr=float(group["lr"]), beta1=float(beta1), beta2=float(beta2), eps=float(group["eps"]),
+                 weight_decay=float(group["weight_decay"]), step=step)
+
+
+def check_group(group: dict[str, Any], *, adamw: bool, who: str) -> None:
+    """Raise UserError for a param group the kernel cannot run (amsgrad, the other decay, bad numbers)."""
+    if group.get("amsgrad", False):
+        raise UserError(f"{who}: amsgrad=True is not implemented by the kernel (design.md section 3)")
+    if group.get("decoupled_weight_decay", adamw) != adamw:
+        other = "NicAdamW" if not adamw else "NicAdam"
+        raise UserError(f"{who}: this param group asks for decoupled_weight_decay="
+                        f"{group.get('decoupled_weight_decay')}; use {other}")
+    for name in ("lr", "eps", "weight_decay"):
+        value = float(group[name])
+        if not math.isfinite(value) or value < 0:
+            raise UserError(f"{who}: {name}={group[name]!r} must be a finite number >= 0")
+
+
+def torch_defaults(lr: float, betas: tuple[float, float], eps: float, weight_decay: float, *, adamw: bool,
+                   amsgrad: bool = False, maximize: bool = False, foreach: bool | None = None,
+                   capturable: bool = False, differentiable: bool = False, fused: bool | None = None
+                   ) -> dict[str, Any]:
+    """The param-group keys of torch.optim.AdamW / Adam (2.13), so state_dicts interchange.
+
+    `foreach` and `fused` pick one of torch's host implementations: kept for the state dict,
+    meaningless for the card. `capturable` and `differentiable` have no card equivalent.
+    """
+    if not 0.0 <= lr or not 0.0 <= eps or not 0.0 <= weight_decay:
+        raise ValueError(f"lr={lr}, eps={eps}, weight_decay={weight_decay} must be >= 0")
+    if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+        raise ValueError(f"betas={betas} must each be in [0, 1)")
+    if capturable or differentiable:
+        raise UserError("capturable / differentiable: CUDA-graph capture and differentiating through the step "
+                        "do not apply to an update that runs on the card")
+    return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=bool(amsgrad),
+                maximize=bool(maximize), foreach=foreach, capturable=False, differentiable=False, fused=fused,
+                decoupled_weight_decay=adamw)
+
+
+def map_saved_state(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Saved per-parameter state keyed by id() of our parameter (torch's id matching, no casts)."""
+    saved_groups = state_dict["param_groups"]
+    if len(saved_groups) != len(optimizer.param_groups):
+        raise ValueError("loaded state dict has a different number of parameter groups")
+    for g, s in zip(optimizer.param_groups, saved_groups, strict=True):
+        if len(g["params"]) != len(s["params"]):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                             "optimizer's group")
+    id_map = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
+                      chain.from_iterable(g["params"] for g in optimizer.param_groups), strict=True))
+    return {id(id_map[k]): v for k, v in state_dict["state"].items() if k in id_map}
+
+
+class CardOptimizer(torch.optim.Optimizer):
+    """What NicAdamW/NicAdam and ShardedNicOptimizer share: slots on cards, torch's state and state_dict."""
+
+    _adamw = True
+    _who = "NicAdamW"
+
+    def _init_card(self, backend: str, target: str, lanes: int | None, skip_nonfinite: bool,
+                   chunk_elems: int | None, device_options: dict[str, Any]) -> None:
+        self.kind = "adamw" if self._adamw else "adam"
+        self.skip_nonfinite = bool(skip_nonfinite)
+        # Exact change detection (the card's masters compared with the parameters before every chunk
+        # whose masters the kernel does not read from the parameter itself). `detect_changes=False`
+        # saves that pass for scripts that never touch parameters between steps; an edit may then
+        # be overwritten by the card's copy.
+        self.detect_changes = bool(device_options.pop("detect_changes", True))
+        self.chunk_elems = chunk_elems
+        self.pool = DevicePool(backend, self.kind, target, lanes, device_options)
+        self.skipped_steps = 0
+        self._closed = False
+        self._buckets: list[list[CardBucket]] = []
+        self._slots: dict[int, tuple[CardBucket, Slot]] = {}
+        try:
+            for group in self.param_groups:
+                check_group(group, adamw=self._adamw, who=self._who)
+                self._buckets.append(self._make_buckets(group))
+        except BaseException:
+            self.close()
+            raise
+        self._share_host_chunks()
+        self.state = CardState(self)  # type: ignore[assignment]
+
+    def _share_host_chunks(self) -> None:
+        """One pair of host chunks for all of this optimizer's shards (they step one after another)."""
+        shards = self.shards()
+        if shards:
+            nbytes = 4 * max(s.chunk_elems for s in shards)
+            if getattr(self, "_host_raw", None) is None or self._host_raw[0].nbytes < nbytes:
+                self._host_raw = (np.empty(nbytes, np.uint8), np.empty(nbytes, np.uint8))
+            for s in shards:
+                s.share_host_chunks(*self._host_raw)
+
+    # ---- layout: overridden by the sharded optimizer --------------------------------------------
+    def _slots_for(self, params: list[torch.Tensor]) -> list[Slot]:
+        return [param_slot(p) for p in params]
+
+    def _wrap_state(self, p: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """A state tensor of `p` from the slot's fp32 values: shaped (and for DTensors placed) as `p`."""
+        if is_dtensor(p):
+            from torch.distributed.tensor import DTensor
+
+            loc = local.view(local_tensor(p).shape).to(p.device)
+            return DTensor.from_local(loc, p.device_mesh, p.placements, run_check=False, shape=p.shape,
+                                      stride=p.stride())
+        return local.view_as(p).to(p.device)
+
+    def _local_value(self, p: torch.Tensor, value: Any, key: str) -> torch.Tensor:
+        """This optimizer's part of a state value for `p` (a DTensor's local shard, else the value)."""
+        if not isinstance(value, torch.Tensor):
+            raise UserError(f"{self._who}: state {key!r} must be a tensor, got {type(value).__name__}")
+        if is_dtensor(value):
+            if is_dtensor(p) and tuple(value.placements) != tuple(p.placements):
+                value = value.redistribute(p.device_mesh, p.placements)
+            return local_tensor(value)
+        if is_dtensor(p) and value.numel() == p.numel() != local_tensor(p).numel():
+            from torch.distributed.tensor import distribute_tensor
+
+            return local_tensor(distribute_tensor(value.to(p.device), p.device_mesh, p.placements))
+        return value
+
+    def _make_buckets(self, group: dict[str, Any]) -> list[CardBucket]:
+        by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = defaultdict(list)
+        for p in group["params"]:
+            if p.dtype not in KERNEL_DTYPES:
+                raise UserError(f"{self._who}: parameters of dtype {p.dtype} are not supported; "
+                                f"use one of {', '.join(str(d) for d in KERNEL_DTYPES)}")
+            # Frozen parameters get a place too: unfrozen later, they train (torch gives them state
+            # at their first gradient; until then the card keeps zeros for them).
+            by_dtype[p.dtype, local_tensor(p).device].append(p)
+        out = []
+        for (dtype, _), params in by_dtype.items():
+            slots = self._slots_for(params)
+            bucket = CardBucket(slots, self.pool.get(*KERNEL_DTYPES[dtype]), dtype, self.chunk_elems)
+            for p, s in zip(params, slots, strict=True):
+                self._slots[id(p)] = (bucket, s)
+            out.append(bucket)
+        return out
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        if getattr(self, "_closed", False):
+            self._check_open()
+        super().add_param_group(param_group)
+        if hasattr(self, "_buckets"):  # not during __init__, which builds them itself
+            check_group(self.param_groups[-1], adamw=self._adamw, who=self._who)
+            self._buckets.append(self._make_buckets(self.param_groups[-1]))
+            self._share_host_chunks()
+
+    def shards(self) -> list[ShardState]:
+        return [b.shard for buckets in self._buckets for b in buckets if b.shard is not None]
+
+    def card_numel(self) -> int:
+        """Elements of parameters this optimizer keeps on its cards (for an FSDP2 DTensor parameter its
+        local shard, for the sharded optimizer this rank's slices), beat-alignment padding excluded."""
+        return sum(s.numel for buckets in self._buckets for b in buckets for s in b.slots)
+
+    def device_state_bytes(self) -> int:
+        return sum(12 * s.n for s in self.shards())
+
+    def host_bytes(self) -> int:
+        """Host memory this optimizer holds for its steps: the shared pair of host chunks, every
+        scratch of a step included (the state itself is on the card)."""
+        raw = getattr(self, "_host_raw", None) or ()
+        return sum(a.nbytes for a in raw)
+
+    # ---- life cycle ------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if getattr(self, "_closed", False):
+            raise DeviceClosed(f"{self._who} is closed (close() released its cards and their state); "
+                               "create a new optimizer and load_state_dict a saved state_dict into it")
+
+    def close(self) -> None:
+        worker = getattr(self, "_scan_worker", None)
+        if worker is not None:
+            worker.shutdown(wait=True)
+            self._scan_worker = None
+        for buckets in getattr(self, "_buckets", []):
+            for b in buckets:
+                b.close()
+        self._buckets = []
+        self._slots = {}
+        if hasattr(self, "pool"):
+            self.pool.close()
+        self._closed = True
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._check_open()
+        super().zero_grad(set_to_none)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(f"{self._who} cannot be pickled or deep-copied: its state lives on a card, which a copy "
+                        "cannot share. Save optimizer.state_dict() (torch.save works on it) and load it into a new "
+                        f"{self._who} over the copied model's parameters")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        self.__reduce_ex__(4)
+
+    # ---- per-parameter state (optimizer.state, state_dict) ----------------------------------------
+    def _read_param_state(self, p: torch.Tensor, key: str) -> torch.Tensor:
+        bucket, slot = self._slots[id(p)]
+        if key == "step":
+            return torch.tensor(float(slot.step), dtype=_get_scalar_dtype())
+        array = {"exp_avg": "m", "exp_avg_sq": "v", MASTER_KEY: "p"}[key]
+        return self._wrap_state(p, bucket.read(slot, array))
+
+    def _param_state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: self._read_param_state(p, k) for k in ParamState(self, p)}
+
+    def _write_param_state(self, p: torch.Tensor, key: str, value: Any) -> None:
+        bucket, slot = self._slots[id(p)]
+        if key == "step":
+            slot.step = as_step(value, self._who)
+            slot.has_state = True
+            bucket.shard_step_changed()
+            return
+        array = {"exp_avg": "m", "exp_avg_sq": "v", MASTER_KEY: "p"}.get(key)
+        if array is None or (key == MASTER_KEY and bucket.dtype == torch.float32):
+            raise UserError(f"{self._who}: optimizer.state[p][{key!r}]: the card keeps step, exp_avg, exp_avg_sq"
+                            + (" and master_param" if bucket.dtype != torch.float32 else ""))
+        bucket.write(slot, array, self._local_value(p, value, key))
+        slot.has_state = True
+
+    def _set_param_state(self, p: torch.Tensor, st: dict[str, Any]) -> None:
+        """Replace the whole state of `p` (torch's keys; empty: no state, as before its first step)."""
+        self._apply_param_state(p, self._check_param_state(p, st))
+
+    def _check_param_state(self, p: torch.Tensor, st: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Everything `_apply_param_state` needs, checked; nothing is written (None: no state)."""
+        bucket, slot = self._slots[id(p)]
+        if not st:
+            return None
+        missing = [k for k in STATE_KEYS if k not in st]
+        if missing:
+            raise UserError(f"{self._who}: state for a parameter lacks {', '.join(missing)} (torch.optim.AdamW "
+                            "keeps step, exp_avg and exp_avg_sq)")
+        unknown = sorted(set(st) - {*STATE_KEYS, MASTER_KEY})
+        if unknown:
+            raise UserError(f"{self._who}: state keys {unknown} have no place on the card (amsgrad's max_exp_avg_sq "
+                            "is not implemented by the kernel)")
+        step = as_step(st["step"], self._who)
+        m = self._local_value(p, st["exp_avg"], "exp_avg")
+        v = self._local_value(p, st["exp_avg_sq"], "exp_avg_sq")
+        master = st.get(MASTER_KEY) if bucket.dtype != torch.float32 else None
+        for value, key in ((m, "exp_avg"), (v, "exp_avg_sq")):
+            if value.numel() != slot.numel:
+                raise UserError(f"{self._who}: state {key!r} has {value.numel()} elements, the parameter "
+                                f"{slot.numel} (a state_dict of another model or sharding?)")
+        master = self._local_value(p, master, MASTER_KEY) if master is not None else None
+        if master is not None and master.numel() != slot.numel:
+            raise UserError(f"{self._who}: state {MASTER_KEY!r} has {master.numel()} elements, the parameter "
+                            f"{slot.numel}")
+        return step, m, v, master
+
+    def _apply_param_state(self, p: torch.Tensor, checked: tuple[Any, ...] | None) -> None:
+        bucket, slot = self._slots[id(p)]
+        if checked is None:
+            bucket.write(slot, "m", None)
+            bucket.write(slot, "v", None)
+            slot.step, slot.has_state = 0, False
+            bucket.shard_step_changed()
+            return
+        step, m, v, master = checked
+        bucket.write(slot, "m", m)
+        bucket.write(slot, "v", v)
+        # bf16: the saved fp32 masters where they still round to the parameter, else the parameter;
+        # the next step compares element by element (CardBucket.run), so writing them is enough.
+        bucket.write(slot, "p", master if master is not None else slot.data())
+        slot.step, slot.has_state = step, True
+        bucket.shard_step_changed()
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch.optim.AdamW's (or Adam's) state_dict, the state read from the card."""
+        self._check_open()
+        kept = self.state
+        self.state = {p: self._param_state(p) for p in kept}  # type: ignore[assignment]
+        try:
+            return super().state_dict()
+        finally:
+            self.state = kept
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load torch.optim.AdamW's (or Adam's, or ours) format; each value goes straight to the card."""
+        self._check_open()
+        saved = map_saved_state(self, state_dict)
+        # All or nothing: every group and every parameter's state is checked before anything changes.
+        for group, new in zip(self.param_groups, state_dict["param_groups"], strict=True):
+            check_group({**group, **{k: v for k, v in new.items() if k != "params"}}, adamw=self._adamw,
+                        who=self._who)
+        checked = {id(p): (p, self._check_param_state(p, saved.get(id(p)) or {}))
+                   for group in self.param_groups for p in group["params"] if id(p) in self._slots}
+        # torch's load casts every state tensor (a host copy of the whole state); the card needs none.
+        super().load_state_dict({**state_dict, "state": {}})
+        self.state = CardState(self)  # type: ignore[assignment]
+        for p, values in checked.values():
+            self._apply_param_state(p, values)
+
+    # ---- the step --------------------------------------------------------------------------------
+    def _plan(self) -> list[tuple[CardBucket, list[Any]]]:
+        plans = []
+        for group, buckets in zip(self.param_groups, self._buckets, strict=True):
+            check_group(group, adamw=self._adamw, who=self._who)
+            for b in buckets:
+                b.maximize = bool(group.get("maximize", False))
+                runs = b.plan(functools.partial(hyper_for, group), self.kind) if b.shard is not None else []
+                if runs or b.empty_with_grad():
+                    plans.append((b, runs))
+        return plans
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        self._check_open()
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        plans = self._plan()
+        if not plans:
+            return loss
+        # The inf/NaN scan, and where the card's memory is host memory the comparison of every
+        # tensor with its masters (those the kernel does not read in place), run before the first
+        # launch on two threads (their units release the GIL), while the card is idle; elsewhere
+        # the comparison runs piece by piece in the stream and the scan beside the first piece's
+        # staging (the first launch waits for it).
+        verdict, compared = self._prefix(plans, scan=self.skip_nonfinite, wait=None)
+        if verdict is False:
+            return self._skipped(loss)
+        gate = verdict if callable(verdict) else None
+        for i, (b, runs) in enumerate(plans):
+            if not b.run(runs, detect=self.detect_changes, gate=gate if i == 0 else None):
+                return self._skipped(loss)
+        return loss
+
+    def _prefix(self, plans: list[tuple[CardBucket, list[Any]]], *, scan: bool, wait: bool | None
+                ) -> tuple[Any, set[int]]:
+        """Start the step's host work that precedes the card: the inf/NaN scan (if `scan`) and the
+        comparisons that can run anywhere (`CardBucket.compare_units`). Returns (verdict, ids of the
+        buckets compared): verdict True/False when the units ran here (always when some bucket was
+        compared, or `wait`), else a callable giving it later (a stream gate)."""
+        units: list[Callable[[np.ndarray], bool]] = []
+        if scan:
+            for b, runs in plans:
+                more, ok = b.scan_units(runs) if b.shard is not None else ([], True)
+                if not ok:
+                    return False, set()
+                units += more
+        compared: set[int] = set()
+        if self.detect_changes:
+            todo = [(b, b.compare_slots(runs) if b.shard is not None else None) for b, runs in plans]
+            # A few small tensors (biases, norms: the large ones are read in place on the software
+            # cards) are left to the stream, which compares each as it stages its piece, beside the
+            # kernel on the piece before, instead of delaying the first launch.
+            small = sum(4 * s.numel for _, ts in todo if ts for s, _ in ts) < SCAN_INLINE_BYTES
+            if not (small and not scan):
+                for b, ts in todo:
+                    if ts is not None:
+                        units += b.compare_units(ts)
+                        compared.add(id(b))
+        if not units:
+            return True, compared
+        run = _Scan(units, self._scan_pool(), self._host_raw)
+        if compared or wait:
+            return run.finish(), compared
+        return run.finish, compared
+
+    def _skipped(self, loss: Any) -> Any:
+        self.skipped_steps += 1
+        log.warning("%s: step skipped, a gradient holds inf or NaN (state unchanged)", self._who)
+        return loss
+
+    def _scan_pool(self) -> ThreadPoolExecutor:
+        pool = getattr(self, "_scan_worker", None)
+        if pool is None:
+            pool = self._scan_worker = ThreadPoolExecutor(1, thread_name_prefix="nic-scan")
+        return pool
+
+
+def as_step(value: Any, who: str) -> int:
+    """A saved step count (number or tensor) as an int; UserError naming `who` if not a whole count >= 0."""
+    step = float(value.item() if isinstance(value, torch.Tensor) else value)
+    if step != int(step) or step < 0:
+        raise UserError(f"{who}: step {step} is not a whole count >= 0")
+    return int(step)
+
+
+class _Scan:
+    """A step's scan and comparison units on two threads: the worker takes units from the front,
+    the caller of `finish` from the back, until they meet or one finds inf/NaN. Each thread hands
+    its units its own block (a host chunk). numpy's dot products and copies, memcmp and the
+    compiled comparison (pynq_driver.native) release the GIL, so the two run at once. Units that
+    read less than SCAN_INLINE_BYTES in all run on the caller's thread only."""
+
+    def __init__(self, units: list[Callable[[np.ndarray], bool]], pool: ThreadPoolExecutor,
+                 blocks: tuple[np.ndarray, np.ndarray]) -> None:
+        self.units = units
+        self.lock = threading.Lock()
+        self.lo, self.hi = 0, len(units)
+        self.bad = False
+        self.blocks = blocks
+        small = sum(getattr(u, "nbytes", SCAN_INLINE_BYTES) for u in units) < SCAN_INLINE_BYTES
+        self.future = pool.submit(self._work, True) if units and not small else None
+
+    def _take(self, front: bool) -> Callable[[np.ndarray], bool] | None:
+        with self.lock:
+            if self.bad or self.lo >= self.hi:
+                return None
+            if front:
+                self.lo += 1
+                return self.units[self.lo - 1]
+            self.hi -= 1
+            return self.units[self.hi]
+
+    def _work(self, front: bool) -> None:
+        blk = self.blocks[1 if front else 0]
+        while (unit := self._take(front)) is not None:
+            if not unit(blk):
+                self.bad = True
+
+    def finish(self) -> bool:
+        """Help until every unit ran (or one found inf/NaN): True when all gradients are finite."""
+        self._work(False)
+        if self.future is not None:
+            self.future.result()
+        return not self.bad
+
+
+__all__ = ["DEFAULT_BACKEND", "DEFAULT_TARGET", "KERNEL_DTYPES", "SCAN_INLINE_BYTES", "CardOptimizer", "DevicePool",
+           "as_step", "check_group", "hyper_for", "map_saved_state", "torch_defaults"]
