@@ -397,7 +397,6 @@ def size(
         notes.append("gradients arrive on the AXI4-Stream network path; no gradient buffer in card memory")
     if not target.has_xrt_flow:
         notes.append(f"{target.name}: {target.flow_note}")
-    notes += _synth_notes(target, optimizer, grad_dtype, out_dtype, grad_source, lanes, cus)
     keeps_up = achieved >= demand * (1 - 1e-9)
     shard_n = shard or 0
     report = SizingReport(
@@ -476,19 +475,6 @@ def _what_would(target: Target, r: SizingReport, optimizer: str, rate: float | N
         share = math.ceil(r.demand_params_per_s / r.achieved_params_per_s)
         out.append(f"{share} cards per network port: each card updates 1/{share} of the stream")
     return out
-
-
-def _synth_notes(target: Target, optimizer: str, grad_dtype: str, out_dtype: str, grad_source: str, lanes: int,
-                 cus: int) -> list[str]:
-    """A warning from cached yosys figures (`optimusnic synth`) when this width cannot fit; never runs yosys."""
-    from hls.rtl.synth import fit_note  # lazy: hls.rtl.synth imports modules that import this one
-
-    if not (1 <= cus <= 16 and 1 <= lanes <= MAX_LANES):
-        return []
-    spec = KernelSpec(target=target.key, optimizer=optimizer, grad_dtype=grad_dtype, out_dtype=out_dtype,
-                      grad_source=grad_source, lanes=lanes, compute_units=cus)
-    note = fit_note(spec, target)
-    return [note] if note else []
 
 
 def size_spec(spec: KernelSpec, target: Target, params: int | None = None) -> SizingReport:

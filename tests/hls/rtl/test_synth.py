@@ -53,13 +53,19 @@ def test_fit_note_scales_cached_figures_to_any_width(tmp_path: Path) -> None:
     assert synth.fit_note(KernelSpec(target="u50", lanes=16, optimizer="adam"), target, tmp_path) is None
 
 
-def test_sizing_warns_from_cached_synth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_size_verb_warns_from_cached_synth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # The `size` verb prints the note; sizing itself (and so a manifest) never reads the cache.
     target = get_target("u50")
     synth.save_estimate(_fake_estimate(lane_lut=target.usable("lut") // 10), tmp_path)
     monkeypatch.setattr(synth, "SYNTH_DIR", tmp_path)
-    report = size(target, 10**9, lanes=16)
-    assert any("yosys estimate" in n for n in report.notes)
-    assert not any("yosys estimate" in n for n in size(target, 10**9, lanes=4).notes)
+    assert not any("yosys estimate" in n for n in size(target, 10**9, lanes=16).notes)
+    assert main(["size", "--target", "u50", "--params", "1e9", "--lanes", "16"]) == 0
+    assert "note: yosys estimate: 16 lanes x 1 CU does not fit" in capsys.readouterr().out
+    assert main(["size", "--target", "u50", "--params", "1e9", "--lanes", "16", "--json"]) == 0
+    assert any("yosys estimate" in n for n in json.loads(capsys.readouterr().out)["notes"])
+    assert main(["size", "--target", "u50", "--params", "1e9", "--lanes", "4"]) == 0
+    assert "yosys estimate" not in capsys.readouterr().out
 
 
 @needs_yosys
