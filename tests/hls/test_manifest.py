@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hls.generate import load_manifest, read_manifest, write_project
+from hls.generate import write_project
+from hls.manifest import load_manifest, read_manifest
 from hls.rtl import synth
 from hls.spec import KernelSpec
 from hls.targets import get_target
