@@ -30,7 +30,8 @@ from hls.csim.compile import CsimError, compile_kernel, kernel_source, project_d
 from hls.errors import UserError
 from hls.golden import scalar_names
 from hls.manifest import load_manifest, spec_from_manifest
-from hls.sizing import StripeCounts, port_names
+from hls.ports import is_written_port, port_names
+from hls.sizing import StripeCounts
 from hls.spec import BEAT_BYTES, STORAGE_DTYPES, KernelSpec
 
 # 3: per-port beat, stripe and flag words; aligned scratch copies; a shared worker pool; stream
@@ -160,7 +161,7 @@ class CsimKernel:
         for array, index in self.stripes.stripes():
             for port in port_names(array, index):
                 self.port_info[port] = PortInfo(port, array, index, self.stripes.of(array), sizes.get(array, 4),
-                                                array == "out" or port.endswith("_wr"))
+                                                is_written_port(port))
         self.align = self.stripes.beat_align()  # chunk starts: every stripe of every array at a round start
         self.library = compile_kernel(self.project_dir, build_dir, headers, spec=self.spec)
         self.threads = threads or default_threads()
