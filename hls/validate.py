@@ -453,7 +453,7 @@ def registry_manifest(data: Any, file: str) -> dict[str, Any]:
 # --- shard checkpoint headers -----------------------------------------------------------------
 
 STATE_ARRAYS = ("params", "exp_avg", "exp_avg_sq")
-MAX_STATE_ELEMENTS = (1 << 32) - 33  # the kernel's `n` register is 32 bits (hls/csim.MAX_ELEMENTS)
+MAX_STATE_ELEMENTS = (1 << 32) - 33  # the kernel's `n` register is 32 bits (hls.csim.kernel.MAX_ELEMENTS)
 CHECKPOINT_HEADER = Obj(
     required={"format": Enum("optimusnic-shard"), "version": Int(1, 1), "spec": SPEC,
               "n": Int(0, MAX_STATE_ELEMENTS), "step": Int(0, (1 << 63) - 1),
