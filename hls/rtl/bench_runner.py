@@ -271,7 +271,7 @@ def simulate(
     }
     t1 = time.perf_counter()
     log = bdir / f"sim-{os.getpid()}.log"
-    with locked(bdir, exclusive=False):
+    with locked(bdir, exclusive=False), simulators.python_path(KERNEL_TB, TB_MODELS_DIR, REPO_ROOT):
         xml = runner.test(
             test_module=TEST_MODULE,
             hdl_toplevel=spec.name,
