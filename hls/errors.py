@@ -11,3 +11,7 @@ class UserError(OptimusError, ValueError):
 
 class ToolMissing(OptimusError, RuntimeError):
     """A tool or device the operation needs is not here (simulator, Vitis, a card, XRT)."""
+
+
+class Invalid(UserError):
+    """A data file does not match its schema; the message names the file, the field and what is allowed."""

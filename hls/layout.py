@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-BEAT_BYTES = 64
+from hls.spec import BEAT_BYTES
 
 
 def beats(n: int, elem_bytes: int) -> int:

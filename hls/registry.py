@@ -21,12 +21,13 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from hls import safe_io, validate
+from hls import safe_io, validate, xclbin
 from hls.errors import UserError
 from hls.paths import BITSTREAMS_DIR
+from hls.spec import BEAT_BITS
+from hls.xclbin import IMAGE_SECTIONS, XCLBIN_MAGIC, container, is_axlf, section_kinds  # noqa: F401  (also read from here: driver, doubles)
 
 MANIFEST_SUFFIX = ".manifest.json"
-XCLBIN_MAGIC = b"xclbin2\0"
 
 
 def entry_paths(target: str, name: str, root: Path = BITSTREAMS_DIR) -> tuple[Path, Path]:
@@ -45,11 +46,6 @@ def sha256_file(path: Path, max_bytes: int = safe_io.XCLBIN_MAX) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def is_axlf(path: Path) -> bool:
-    with safe_io.open_regular(path, safe_io.XCLBIN_MAX, "xclbin") as (f, _size):
-        return f.read(len(XCLBIN_MAGIC)) == XCLBIN_MAGIC
 
 
 def register(
@@ -196,7 +192,7 @@ def entries(root: Path = BITSTREAMS_DIR) -> list[dict[str, Any]]:
             out.append(row | {"status": "modified", "detail": detail})
         elif not axlf:
             out.append(row | {"status": "not-axlf", "detail": "matches its manifest but is not an xclbin container"})
-        elif not {SECTION_BITSTREAM, SECTION_PDI} & set(kinds):
+        elif not set(IMAGE_SECTIONS) & set(kinds):
             out.append(row | {"status": "no-bitstream", "detail": "an xclbin container without a bitstream section"})
         else:
             out.append(row | {"status": "ok", "detail": "matches its manifest"})
@@ -213,15 +209,7 @@ def entries(root: Path = BITSTREAMS_DIR) -> list[dict[str, Any]]:
 # manifest so a host parser (PYNQ's) can be checked against what we generate. The container
 # has no BITSTREAM section: it programs nothing and entries() reports it as "no-bitstream".
 
-SECTION_BITSTREAM = 0
-SECTION_EMBEDDED_METADATA = 2
-SECTION_MEM_TOPOLOGY = 6
-SECTION_CONNECTIVITY = 7
-SECTION_IP_LAYOUT = 8
-SECTION_PDI = 18
 _MEM_TYPES = {"HBM": 6, "DDR": 1, "PLRAM": 7, "HOST": 2}
-_HEADER_SIZE = validate.AXLF_HEADER_SIZE  # magic, signature, key block, unique id, axlf_header
-_SECTION_HEADER = validate.AXLF_SECTION_HEADER  # kind, name, (pad), offset, size
 CU_BASE = 0x1800000  # address of the first CU's control registers in this container
 CU_STRIDE = 0x10000
 
@@ -256,9 +244,10 @@ def kernel_metadata_xml(manifest: dict[str, Any]) -> str:
     for a in args:
         if a["kind"] == "pointer":
             lines.append(f'          <port name="M_AXI_{a["name"].upper()}" mode="master" range="0xFFFFFFFFFFFFFFFF" '
-                         'dataWidth="512" portType="addressable" base="0x0"/>')
+                         f'dataWidth="{BEAT_BITS}" portType="addressable" base="0x0"/>')
         elif a["kind"] == "stream":
-            lines.append(f'          <port name="{a["name"]}" mode="read_only" dataWidth="512" portType="stream"/>')
+            lines.append(f'          <port name="{a["name"]}" mode="read_only" dataWidth="{BEAT_BITS}" '
+                         'portType="stream"/>')
     for i, a in enumerate(args):
         if a["kind"] == "pointer":
             lines.append(f'          <arg name="{a["name"]}" addressQualifier="1" id="{i}" '
@@ -271,7 +260,7 @@ def kernel_metadata_xml(manifest: dict[str, Any]) -> str:
         else:
             lines.append(f'          <arg name="{a["name"]}" addressQualifier="4" id="{i}" port="{a["name"]}" '
                          'size="0x0" offset="0x0" hostOffset="0x0" hostSize="0x40" '
-                         'type="stream&lt;ap_axiu&lt;512, 0, 0, 0&gt;&gt;&amp;"/>')
+                         f'type="stream&lt;ap_axiu&lt;{BEAT_BITS}, 0, 0, 0&gt;&gt;&amp;"/>')
     for cu in range(spec["compute_units"]):
         lines += [f'          <instance name="{name}_{cu + 1}">',
                   f'            <addrRemap base="{CU_BASE + cu * CU_STRIDE:#x}" port="S_AXI_CONTROL"/>',
@@ -304,33 +293,9 @@ def metadata_xclbin(manifest: dict[str, Any], memory: dict[str, Any]) -> bytes:
         struct.pack("<IIQ64s", 1, 1, CU_BASE + cu * CU_STRIDE, f"{name}:{name}_{cu + 1}".encode())
         for cu in range(spec["compute_units"]))
     conn = struct.pack("<i", len(connections)) + b"".join(struct.pack("<iii", *c) for c in connections)
-    sections = [(SECTION_EMBEDDED_METADATA, "EMBEDDED_METADATA", kernel_metadata_xml(manifest).encode()),
-                (SECTION_MEM_TOPOLOGY, "MEM_TOPOLOGY", mem), (SECTION_IP_LAYOUT, "IP_LAYOUT", ips),
-                (SECTION_CONNECTIVITY, "CONNECTIVITY", conn)]
-    base = _HEADER_SIZE + _SECTION_HEADER.size * len(sections)
-    headers, payload = b"", b""
-    for kind, title, data in sections:
-        payload += bytes(-(base + len(payload)) % 8)  # 8-byte aligned payloads
-        headers += _SECTION_HEADER.pack(kind, title.encode()[:16], base + len(payload), len(data))
-        payload += data
-    total = _HEADER_SIZE + len(headers) + len(payload)
+    sections = [(xclbin.EMBEDDED_METADATA, "EMBEDDED_METADATA", kernel_metadata_xml(manifest).encode()),
+                (xclbin.MEM_TOPOLOGY, "MEM_TOPOLOGY", mem), (xclbin.IP_LAYOUT, "IP_LAYOUT", ips),
+                (xclbin.CONNECTIVITY, "CONNECTIVITY", conn)]
     uuid = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).digest()[:16]
     vbnv = (manifest["target"]["platform"] or manifest["target"]["key"]).encode()[:64]
-    header = struct.pack("<QQQHBBI16s64s16s16sI4x", total, 0, 0, 0, 2, 2, 1, b"", vbnv, uuid, b"", len(sections))
-    file_head = XCLBIN_MAGIC + bytes(32) + bytes(256) + struct.pack("<Q", 0)
-    return file_head + header + headers + payload
-
-
-def section_kinds(path: Path) -> list[int]:
-    """The section kinds listed in an AXLF file's header (empty when it is not one). Counts and
-    offsets are bounded by the file size (hls/validate.py): a header claiming 0xFFFFFFFF sections is
-    refused at once instead of walked; only the header and section table are read."""
-    table_max = validate.AXLF_HEADER_SIZE + validate.MAX_SECTIONS * validate.AXLF_SECTION_HEADER.size
-    with safe_io.open_regular(path, safe_io.XCLBIN_MAX, "xclbin") as (f, size):
-        head = f.read(table_max)
-    if not head.startswith(XCLBIN_MAGIC):
-        return []
-    try:
-        return [kind for kind, _off, _len in validate.xclbin_sections(head, size, str(path))]
-    except validate.Invalid as exc:
-        raise UserError(f"malformed xclbin: {exc}") from exc
+    return container(sections, vbnv, uuid)

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from hls.golden import scalar_names
-from hls.sizing import STATE_ARGS, StripeCounts, port_names
+from hls.ports import STATE_ARRAYS, is_read_port, port_names
+from hls.sizing import StripeCounts
 from hls.spec import KernelSpec
 
 CTRL = 0x00
@@ -95,8 +96,8 @@ _DESCRIPTIONS = {
 def _pointer(array: str, index: int, stripes: int, port: str) -> tuple[str, str]:
     """Direction and description of one m_axi port (stripe `index` of `stripes`)."""
     where = f"stripe {index} of {stripes} (beats {index}, {index} + {stripes}, ...)" if stripes > 1 else "whole array"
-    if array in STATE_ARGS:
-        rd = port.endswith("_rd")
+    if array in STATE_ARRAYS:
+        rd = is_read_port(port)
         return ("in" if rd else "out"), f"{_ARRAYS[array]}, {where}, {'read' if rd else 'written back'}"
     verb = "read" if array == "grad" else "written"
     return ("in" if array == "grad" else "out"), f"{_ARRAYS[array]}, {where}, {verb}"

@@ -9,18 +9,19 @@ cfg word and a file name. A name that passes the C-identifier rule can still fai
 - every identifier of the generated C++ (the kernel's own names, e.g. `LANES`, `f32_beat`, which a
   `using namespace` brings next to the kernel function);
 - every name that collides at global scope in the C simulation translation unit: found by the
-  compiler itself (`probe()` declares `int NAME;` after the generated kernel, its testbench, the
-  harness and the whole C/C++ standard library, and keeps the names g++ refuses), plus every
-  macro defined there; saved in `reserved_names.txt` (regenerate: `python -m hls.reserved`);
+  compiler itself (`hls/tools/reserved_probe.py` declares `int NAME;` after the generated kernel, its
+  testbench, the harness and the whole C/C++ standard library, and keeps the names g++ refuses), plus
+  every macro defined there; saved in `reserved_names.txt` (regenerate: `python -m hls.tools.reserved_probe`);
 - the global names of AMD's own HLS headers, which the stand-ins in `hls/csim/include/` do not define
   (`AMD_HLS_NAMES`), and our RTL module names (a kernel module may not shadow them).
+
+This module holds only the names (the spec reads them); the probe that compiles generated projects
+to find them lives above everything it runs, in `hls.tools.reserved_probe`.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -84,73 +85,3 @@ def reserved_names() -> frozenset[str]:
     except OSError:
         saved = set()
     return frozenset(saved | AMD_HLS_NAMES | HARNESS_NAMES | VERILOG_KEYWORDS | rtl_module_names())
-
-
-_IDENT = re.compile(r"\b[A-Za-z][A-Za-z0-9_]*\b")
-
-
-def probe(cxx: str = "g++") -> set[str]:
-    """Ask the compiler: the names that collide at global scope in the csim translation unit of
-    generated kernels (every optimizer, dtype and gradient source), or are macros there, with
-    each header set csim compiles against (AMD's and our stand-ins)."""
-    from hls.csim.kernel import HEADER_SETS
-
-    return set().union(*(_probe(cxx, headers) for headers in HEADER_SETS))
-
-
-def _probe(cxx: str, headers: str) -> set[str]:
-    from hls.csim.kernel import include_flags
-    from hls.generate import write_project
-    from hls.spec import KernelSpec
-
-    with tempfile.TemporaryDirectory(prefix="optimusnic-names-") as tmp:
-        t = Path(tmp)
-        includes = []
-        specs = [KernelSpec(name="zzprobe_a"),
-                 KernelSpec(name="zzprobe_b", optimizer="adam", grad_dtype="bf16", out_dtype="bf16",
-                            grad_source="stream", lanes=4),
-                 KernelSpec(name="zzprobe_c", grad_dtype="fp16", lanes=1, compute_units=2)]
-        generated: set[str] = set()
-        for i, spec in enumerate(specs):
-            write_project(spec, t / f"p{i}")
-            for f in (t / f"p{i}" / "hls").glob("*.[ch]*"):
-                generated |= set(_IDENT.findall(_strip_comments(f.read_text())))
-            includes += [f'#include "{t / f"p{i}" / "hls" / f"{spec.name}.cpp"}"',
-                         f'#include "{t / f"p{i}" / "hls" / f"{spec.name}_tb.cpp"}"']
-        head = "\n".join([*includes, '#include "optimusnic_csim_host.h"', "#include <bits/stdc++.h>",
-                          *(f"#include <{h}>" for h in ("stdio.h", "stdlib.h", "string.h", "math.h", "stdint.h",
-                                                         "immintrin.h", "pthread.h", "unistd.h"))]) + "\n"
-        flags = ["-std=c++17", "-march=native", *include_flags(headers)]
-        (t / "head.cpp").write_text(head)
-        pre = subprocess.run([cxx, *flags, "-E", "-P", str(t / "head.cpp")], capture_output=True, text=True,
-                             check=True).stdout
-        macros = subprocess.run([cxx, *flags, "-E", "-dM", str(t / "head.cpp")], capture_output=True, text=True,
-                                check=True).stdout
-        macro_names = set(re.findall(r"^#define ([A-Za-z][A-Za-z0-9_]*)", macros, re.M))
-        candidates = sorted(set(_IDENT.findall(pre)) - macro_names - {s.name for s in specs})
-        first = head.count("\n") + 1
-        body = "".join(f"int {name};\n" for name in candidates)
-        (t / "probe.cpp").write_text(head + body)
-        result = subprocess.run([cxx, *flags, "-fsyntax-only", "-fmax-errors=0", "-w", str(t / "probe.cpp")],
-                                capture_output=True, text=True, check=False)
-        bad_lines = {int(m) for m in re.findall(r"probe\.cpp:(\d+):\d+: error", result.stderr)}
-        collide = {candidates[ln - first] for ln in bad_lines if 0 <= ln - first < len(candidates)}
-        ours = {s.name for s in specs} | {f"{s.name}_impl" for s in specs}
-        return collide | macro_names | (generated - ours)
-
-
-def _strip_comments(code: str) -> str:
-    """C++ source without comments and string literals (their words are no identifiers)."""
-    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"', " ", code, flags=re.S)
-
-
-def main() -> None:
-    names = sorted(probe())
-    NAMES_FILE.write_text("# Kernel names refused: they collide in the C simulation translation unit.\n"
-                          "# Generated by `python -m hls.reserved` (g++ probe); do not edit by hand.\n"
-                          + "".join(f"{n}\n" for n in names))
-    print(f"{len(names)} names -> {NAMES_FILE}")
-
-
-if __name__ == "__main__":
-    main()

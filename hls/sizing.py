@@ -42,13 +42,11 @@ from dataclasses import asdict, dataclass, field
 
 from hls import layout
 from hls.errors import UserError
-from hls.spec import BEAT_BITS, DTYPE_BYTES, MAX_LANES, MAX_STRIPES, KernelSpec
+from hls.ports import ARRAYS, STATE_ARRAYS, port_names
+from hls.spec import BEAT_BYTES, DTYPE_BYTES, MAX_LANES, MAX_STRIPES, KernelSpec
 from hls.targets import Target
 
 STATE_BYTES = 12  # fp32 master parameter + two fp32 moments
-STATE_ARGS = ("p", "m", "v")
-ARRAYS = ("grad", "p", "m", "v", "out")
-BEAT_BYTES = BEAT_BITS // 8
 # Elements per staging chunk: the driver streams a shard through the kernel in chunks of this
 # size, double-buffered, so staging stripes hold 2 chunks (never a whole shard).
 CHUNK_ELEMS = 1 << 20
@@ -63,13 +61,6 @@ def array_traffic(array: str, grad_bytes: int, out_bytes: int) -> int:
     return {"grad": grad_bytes, "p": 8, "m": 8, "v": 8, "out": out_bytes}[array]
 
 
-def port_names(array: str, index: int) -> list[str]:
-    """The kernel's m_axi ports for stripe `index` of `array` (state: read and write port)."""
-    if array in STATE_ARGS:
-        return [f"{array}{index}_rd", f"{array}{index}_wr"]
-    return [f"{array}{index}"]
-
-
 def memory_arrays(grad_source: str) -> tuple[str, ...]:
     return ARRAYS[1:] if grad_source == "stream" else ARRAYS
 
@@ -81,7 +72,7 @@ class StripeCounts:
     out: int
 
     def of(self, array: str) -> int:
-        return self.state if array in STATE_ARGS else getattr(self, array)
+        return self.state if array in STATE_ARRAYS else getattr(self, array)
 
     def stripes(self) -> list[tuple[str, int]]:
         """(array, index) of every stripe, in register-map order."""
@@ -92,7 +83,7 @@ class StripeCounts:
 
     def beat_align(self) -> int:
         """Elements a chunk start must be a multiple of, so that every stripe restarts at its beat 0."""
-        return 16 * math.lcm(self.state, max(self.grad, 1), self.out) * 2
+        return MAX_LANES * math.lcm(self.state, max(self.grad, 1), self.out) * 2  # fp32 per beat x 2
 
 
 @dataclass
@@ -190,7 +181,7 @@ def _place(target: Target, cu: int, per_cu: int, counts: StripeCounts, spec: Ker
         loads[slot] += traffic
         count[slot] += 1
         chan = base + slot
-        state = array in STATE_ARGS
+        state = array in STATE_ARRAYS
         esize = 4 if state else (gb if array == "grad" else spec.out_bytes)
         stripes.append(Stripe(
             array=array, index=index, ports=port_names(array, index), channel=chan,
@@ -222,7 +213,7 @@ def _channel_loads(target: Target, a: CuAssignment, cu_rate: float) -> list[Chan
         out.append(ChannelLoad(
             channel=chan, bank=ss[0].bank, stripes=[f"{s.array}{s.index}" for s in ss],
             load_bytes_per_elem=load, usable_bytes_per_s=usable, utilization=load * cu_rate / usable,
-            staging_bytes=sum(s.staging_bytes for s in ss), state_stripes=sum(s.array in STATE_ARGS for s in ss),
+            staging_bytes=sum(s.staging_bytes for s in ss), state_stripes=sum(s.array in STATE_ARRAYS for s in ss),
         ))
     return out
 
@@ -373,7 +364,7 @@ def size(
         (cap - c.staging_bytes) * counts.state // (4 * c.state_stripes) for c in a0.loads if c.state_stripes
     )
     # A stripe buffer is whole beats: round down to what whole beats in every stripe hold.
-    per_cu_max = max(0, per_cu_max // (16 * counts.state) * 16 * counts.state)
+    per_cu_max = max(0, per_cu_max // (MAX_LANES * counts.state) * MAX_LANES * counts.state)
     max_params = per_cu_max * cus
     mem_rate = mem_cu * cus
     kernel_rate = kernel_cu * cus
@@ -397,7 +388,6 @@ def size(
         notes.append("gradients arrive on the AXI4-Stream network path; no gradient buffer in card memory")
     if not target.has_xrt_flow:
         notes.append(f"{target.name}: {target.flow_note}")
-    notes += _synth_notes(target, optimizer, grad_dtype, out_dtype, grad_source, lanes, cus)
     keeps_up = achieved >= demand * (1 - 1e-9)
     shard_n = shard or 0
     report = SizingReport(
@@ -476,19 +466,6 @@ def _what_would(target: Target, r: SizingReport, optimizer: str, rate: float | N
         share = math.ceil(r.demand_params_per_s / r.achieved_params_per_s)
         out.append(f"{share} cards per network port: each card updates 1/{share} of the stream")
     return out
-
-
-def _synth_notes(target: Target, optimizer: str, grad_dtype: str, out_dtype: str, grad_source: str, lanes: int,
-                 cus: int) -> list[str]:
-    """A warning from cached yosys figures (`optimusnic synth`) when this width cannot fit; never runs yosys."""
-    from hls.rtl.synth import fit_note  # lazy: hls.rtl.synth imports modules that import this one
-
-    if not (1 <= cus <= 16 and 1 <= lanes <= MAX_LANES):
-        return []
-    spec = KernelSpec(target=target.key, optimizer=optimizer, grad_dtype=grad_dtype, out_dtype=out_dtype,
-                      grad_source=grad_source, lanes=lanes, compute_units=cus)
-    note = fit_note(spec, target)
-    return [note] if note else []
 
 
 def size_spec(spec: KernelSpec, target: Target, params: int | None = None) -> SizingReport:

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import math
 import re
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hls.errors import UserError
+from hls.errors import Invalid, UserError  # noqa: F401  (Invalid: validate.Invalid, as callers name it)
+from hls.ports import PORT_PATTERN
 from hls.spec import CLOCK_MHZ_RANGE, MAX_COMPUTE_UNITS, MAX_LANES, MAX_STRIPES, RATE_GPS_MAX
 
-
-class Invalid(UserError):
-    """A data file does not match its schema; the message names the file, the field and what is allowed."""
+# The xclbin (AXLF) container layout is hls.xclbin's; these names are re-exported for callers that
+# still read them from here (pynq_driver.backends.alveo, tests outside tests/hls). Import hls.xclbin.
+from hls.xclbin import AXLF_HEADER_SIZE, AXLF_SECTION_HEADER, MAX_SECTIONS, XCLBIN_MAGIC, xclbin_sections  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -403,7 +403,7 @@ def spec_dict(data: Any, where: Where) -> dict[str, Any]:
 MANIFEST_TARGET = Obj(required={"key": TARGET_KEY, "name": TARGET_NAME, "part": PART, "platform": Opt(PLATFORM),
                                 "flow": Enum("xrt", "versal")})
 STRIPE_COUNTS = Obj(required={"grad": Int(0, 32), "state": Int(1, 32), "out": Int(1, 32)})
-PORT = Str(r"(grad|p|m|v|out)[0-9]{1,2}(_rd|_wr)?", "a port name like grad0, p1_rd, v0_wr or out0")
+PORT = Str(PORT_PATTERN, "a port name like grad0, p1_rd, v0_wr or out0")
 REG_ARG = Obj(required={"name": IDENT, "kind": Enum("pointer", "scalar", "stream"), "offset": Opt(Int(0, 1 << 20)),
                         "size": Int(0, 64), "direction": Enum("in", "out", "inout"), "description": Text(200)})
 REGISTER_MAP = Obj(
@@ -453,7 +453,7 @@ def registry_manifest(data: Any, file: str) -> dict[str, Any]:
 # --- shard checkpoint headers -----------------------------------------------------------------
 
 STATE_ARRAYS = ("params", "exp_avg", "exp_avg_sq")
-MAX_STATE_ELEMENTS = (1 << 32) - 33  # the kernel's `n` register is 32 bits (hls/csim.MAX_ELEMENTS)
+MAX_STATE_ELEMENTS = (1 << 32) - 33  # the kernel's `n` register is 32 bits (hls.csim.kernel.MAX_ELEMENTS)
 CHECKPOINT_HEADER = Obj(
     required={"format": Enum("optimusnic-shard"), "version": Int(1, 1), "spec": SPEC,
               "n": Int(0, MAX_STATE_ELEMENTS), "step": Int(0, (1 << 63) - 1),
@@ -464,41 +464,3 @@ CHECKPOINT_HEADER = Obj(
 
 def checkpoint_header(data: Any, file: str) -> dict[str, Any]:
     return CHECKPOINT_HEADER.check(data, Where(file, ("header",)))
-
-
-# --- xclbin (AXLF) container layout -----------------------------------------------------------
-
-XCLBIN_MAGIC = b"xclbin2\0"
-AXLF_HEADER_SIZE = 8 + 32 + 256 + 8 + 152  # magic, signature, key block, unique id, axlf_header
-AXLF_SECTION_HEADER = struct.Struct("<I16s4xQQ")  # kind, name, (pad), offset, size
-MAX_SECTIONS = 256  # xclbin.h knows ~40 section kinds; real files carry 10-20 sections
-
-
-def xclbin_sections(head: bytes, file_size: int, file: str) -> list[tuple[int, int, int]]:
-    """(kind, offset, size) of each section, from the first bytes of an xclbin (`head`: at least the
-    header and the section table), every count and offset bounded by the file size. Raises Invalid."""
-    where = Where(file)
-    if not head.startswith(XCLBIN_MAGIC):
-        raise where.at("magic").fail("not an xclbin (AXLF) container: the file does not start with 'xclbin2'")
-    if file_size < AXLF_HEADER_SIZE or len(head) < AXLF_HEADER_SIZE:
-        raise where.at("header").fail(f"{file_size} bytes, shorter than the {AXLF_HEADER_SIZE}-byte AXLF header")
-    (length,) = struct.unpack_from("<Q", head, 8 + 32 + 256 + 8)
-    if length > file_size:
-        raise where.at("m_length").fail(f"says {length:,} bytes, the file has {file_size:,}")
-    (count,) = struct.unpack_from("<I", head, AXLF_HEADER_SIZE - 8)
-    room = (file_size - AXLF_HEADER_SIZE) // AXLF_SECTION_HEADER.size
-    if count > min(room, MAX_SECTIONS):
-        raise where.at("m_numSections").fail(
-            f"{count:,} sections; the file has room for {room:,} section headers (at most {MAX_SECTIONS})")
-    need = AXLF_HEADER_SIZE + count * AXLF_SECTION_HEADER.size
-    if len(head) < need:
-        raise where.at("sections").fail("section table truncated")
-    out = []
-    for i in range(count):
-        at = AXLF_HEADER_SIZE + i * AXLF_SECTION_HEADER.size
-        kind, _name, offset, size = AXLF_SECTION_HEADER.unpack_from(head, at)
-        if offset > file_size or size > file_size - offset:
-            raise where.at(f"section[{i}]").fail(
-                f"kind {kind} at offset {offset:,} with {size:,} bytes runs past the end of the file ({file_size:,})")
-        out.append((kind, offset, size))
-    return out

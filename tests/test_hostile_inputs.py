@@ -21,8 +21,9 @@ import pytest
 
 from hls import registry, safe_io, validate
 from hls.errors import UserError
-from hls.generate import load_manifest, write_project
+from hls.generate import write_project
 from hls.golden import Hyper
+from hls.manifest import load_manifest
 from hls.spec import KernelSpec, SpecError
 from hls.targets import CatalogError, load_catalog
 from optimusnic.cli import main
@@ -185,8 +186,9 @@ def test_ordinary_kernel_names_are_accepted(name: str) -> None:
 
 @pytest.mark.slow
 def test_reserved_name_list_is_current() -> None:
-    """The saved list equals what g++ finds now (templates or headers changed: python -m hls.reserved)."""
-    from hls.reserved import NAMES_FILE, probe
+    """The saved list equals what g++ finds now (templates or headers changed: python -m hls.tools.reserved_probe)."""
+    from hls.reserved import NAMES_FILE
+    from hls.tools.reserved_probe import probe
 
     saved = {ln for ln in NAMES_FILE.read_text().splitlines() if ln and not ln.startswith("#")}
     assert probe() <= saved

@@ -1,20 +1,9 @@
-"""C simulation: the generated HLS kernel compiled with g++ into a shared library, run from numpy.
+"""C simulation, running: the compiled kernel library (hls.csim.compile) called from numpy.
 
-The library is the generated `hls/<name>.cpp`, unchanged, compiled at -std=c++14 (as run_hls.tcl)
-against AMD's own C simulation headers `ap_int.h` and `hls_stream.h` (Apache-2.0, shipped in the
-`hls4ml` wheel; `headers="amd"`, the default) or our stand-ins for them (`hls/csim/include/own/`,
-`headers="own"`), plus our stand-ins for what AMD does not publish on PyPI (`hls/csim/include/`:
-hls_vector.h, ap_axi_sdata.h, hls_math.h), plus a host harness (`hls/csim/harness/`) that calls
-the kernel chunk by chunk on the caller's buffers, in place, on a pool of threads. Like the card,
-it takes one buffer per m_axi port: each array's stripes (design.md section 3b, hls/layout.py).
-Flags keep IEEE-754 binary32 semantics (no fast-math, no FMA contraction), so the library must
-equal the golden model bit for bit. This is the `csim` backend of the driver and the engine of the
-demo. Vendor headers are system headers (their warnings are theirs); ours build with
--Wall -Wextra -Werror.
-
-Builds are cached in `build/csim/` under a name made of the sha256 of everything that goes into
-them (sources, headers, flags, compiler, CPU), so a changed kernel gets a new, uniquely named
-library and an old one already loaded in this process is never reloaded under the same name.
+A host harness (`hls/csim/harness/`) calls the kernel chunk by chunk on the caller's buffers, in
+place, on a pool of threads. Like the card, it takes one buffer per m_axi port: each array's
+stripes (design.md section 3b, hls/layout.py). This is the `csim` backend of the driver and the
+engine of the demo; `hls.csim.check` compares it with the golden model bit for bit.
 
 Speed: C simulation executes the DATAFLOW region as written, so every 512-bit beat goes through
 one FIFO per m_axi port (8 for the U55C AdamW kernel: grad, p/m/v read, p/m/v write, out), each a
@@ -30,66 +19,25 @@ update_one in a plain loop over the buffers takes about 19 ns. What made it so (
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import importlib.util
 import os
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from hls import layout
-from hls.errors import OptimusError, ToolMissing, UserError
-from hls.generate import load_manifest, spec_from_manifest
+from hls.csim.compile import CsimError, compile_kernel, kernel_source, project_dir_checked
+from hls.errors import UserError
 from hls.golden import scalar_names
-from hls.paths import BUILD_DIR, HLS_INCLUDE_DIR
-from hls.sizing import StripeCounts, port_names
-from hls.spec import KernelSpec
+from hls.manifest import load_manifest, spec_from_manifest
+from hls.ports import is_written_port, port_names
+from hls.sizing import StripeCounts
+from hls.spec import BEAT_BYTES, STORAGE_DTYPES, KernelSpec
 
-HOST_HEADER = "optimusnic_csim_host.h"
-HARNESS_DIR = Path(__file__).resolve().parent / "harness"
-OWN_HEADERS_DIR = HLS_INCLUDE_DIR / "own"  # our ap_int.h and hls_stream.h, for headers="own"
-# AMD's headers come from this wheel, installed without its dependencies (Makefile `deps`); the
-# pin is also pyproject.toml's [tool.optimusnic] csim-headers (a test keeps the two equal).
-HLS4ML_REQUIREMENT = "hls4ml==1.3.0"
-AMD_HEADERS = ("ap_int.h", "ap_int_base.h", "ap_int_ref.h", "ap_common.h", "etc/ap_private.h", "hls_stream.h")
-HEADER_SETS = ("amd", "own")
 # 3: per-port beat, stripe and flag words; aligned scratch copies; a shared worker pool; stream
 # warnings of the simulation model counted (any HLS headers). 4: buffer lengths, checked in C too.
 # 5: a pitch word per port (a read port's beats may lie a multiple of 64 bytes apart).
 ABI_VERSION = 5
-# IEEE-754 binary32 exactly as design.md section 3: no contraction into FMA, none of the
-# fast-math relaxations (-fno-math-errno only drops errno writes; results are unchanged, and
-# it lets sqrt compile to the correctly rounded vector instruction).
-IEEE_FLAGS = (
-    "-ffp-contract=off",
-    "-fno-fast-math",
-    "-fno-associative-math",
-    "-fno-reciprocal-math",
-    "-fno-finite-math-only",
-    "-fsigned-zeros",
-    "-fno-math-errno",
-)
-WARN_FLAGS = ("-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas")
-# C++14 as run_hls.tcl; -faligned-new because C++14 has no aligned operator new, so without it the
-# std::deque inside AMD's hls::stream would put alignas(64) hls::vector beats at 16-byte addresses
-# (an aligned vector load there faults).
-# _GLIBCXX_DEQUE_BUF_SIZE: the bytes of one std::deque node in libstdc++ (512 by default, i.e. 8
-# beats of 64 bytes). AMD's hls::stream is a std::deque, so with 512-byte nodes every 8th write
-# of every stream allocated a node and every 8th read freed one, and the map of nodes was
-# reallocated as a FIFO grew: a third of the time of a C simulation step. 4 KiB nodes hold 64
-# beats (the harness recycles blocks of that size per thread). Only the node size changes, not
-# what a stream holds or returns; the deques live inside this library, which exports nothing but
-# its C functions (exports.map), so no std::deque crosses into code built with the default size.
-DEQUE_FLAGS = ("-D_GLIBCXX_DEQUE_BUF_SIZE=4096",)
-BASE_FLAGS = ("-std=c++14", "-faligned-new", "-O3", "-fPIC", "-shared", "-pthread", *DEQUE_FLAGS, *IEEE_FLAGS,
-              *WARN_FLAGS)
-NATIVE_FLAGS = ("-march=native",)
-# The library exports its three optimusnic_csim_* functions and nothing else (see exports.map).
-LINK_FLAGS = (f"-Wl,--version-script={HARNESS_DIR / 'exports.map'}",)
 # Elements per kernel call (rounded to the stripe alignment). C simulation runs the dataflow
 # processes one after another, so each call's FIFOs hold the whole chunk: for 8192 fp32 elements
 # 128 KiB of g, p, m, v beats in and 128 KiB of p, m, v, out beats out, within a core's L2; and
@@ -99,136 +47,7 @@ LINK_FLAGS = (f"-Wl,--version-script={HARNESS_DIR / 'exports.map'}",)
 DEFAULT_CHUNK = 8192
 FLAG_PREFETCH = 1  # port flag of the harness ABI
 MAX_ELEMENTS = (1 << 32) - 33  # the `n` register is 32 bits; the harness keeps a 32-element margin
-
-
-class CsimError(OptimusError):
-    """The generated kernel did not compile, or the library misbehaved."""
-
-
-def compiler() -> str:
-    cxx = os.environ.get("CXX") or "g++"
-    path = shutil.which(cxx)
-    if not path:
-        raise ToolMissing(f"C++ compiler {cxx!r} not found; install g++ (apt-get install g++) or set CXX")
-    return path
-
-
-def _project(project_dir: Path) -> tuple[KernelSpec, Path]:
-    project_dir = Path(project_dir)
-    if not project_dir.is_dir():
-        raise UserError(f"{project_dir}: no such directory; generate a project first (optimusnic generate -o DIR)")
-    spec = spec_from_manifest(load_manifest(project_dir))
-    source = project_dir / "hls" / f"{spec.name}.cpp"
-    if not source.is_file():
-        raise UserError(f"{source}: kernel source missing; regenerate the project (optimusnic generate)")
-    return spec, source
-
-
-def _cpu_id() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                return line
-    except OSError:
-        pass
-    return os.uname().machine
-
-
-def _tool_version(cxx: str) -> str:
-    try:
-        return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
-    except OSError as exc:
-        raise ToolMissing(f"cannot run {cxx}: {exc}") from exc
-
-
-def _first_errors(stderr: str, lines: int = 25) -> str:
-    picked = [ln for ln in stderr.splitlines() if ln.strip()][:lines]
-    return "\n".join(picked)
-
-
-def amd_headers_dir() -> Path:
-    """AMD's C simulation headers (ap_int.h, hls_stream.h) inside the installed hls4ml wheel.
-
-    Found without importing hls4ml (it is installed without its dependencies, see the Makefile).
-    """
-    hint = (f"install AMD's C simulation headers with `pip install --no-deps {HLS4ML_REQUIREMENT}` "
-            "(make deps does), or use our stand-ins (--headers own)")
-    try:
-        found = importlib.util.find_spec("hls4ml")
-    except (ImportError, ValueError):
-        found = None
-    if found is None or not found.submodule_search_locations:
-        raise ToolMissing(f"AMD's HLS headers not found (no hls4ml package): {hint}")
-    for root in found.submodule_search_locations:
-        folder = Path(root) / "templates" / "vivado" / "ap_types"
-        if all((folder / h).is_file() for h in AMD_HEADERS):
-            return folder
-    raise ToolMissing(f"AMD's HLS headers not found in the hls4ml package at {found.submodule_search_locations[0]} "
-                      f"(templates/vivado/ap_types/ lacks {', '.join(AMD_HEADERS)}): {hint}")
-
-
-def include_flags(headers: str) -> list[str]:
-    """Include path of a header set: harness, our stand-ins for unpublished AMD headers, then
-    AMD's ap_int.h/hls_stream.h as system headers ("amd") or our stand-ins for them ("own")."""
-    if headers not in HEADER_SETS:
-        raise UserError(f"headers: {headers!r}; choose one of {', '.join(HEADER_SETS)}")
-    flags = ["-I", str(HARNESS_DIR), "-I", str(HLS_INCLUDE_DIR)]
-    if headers == "amd":
-        # GCC reports -W(maybe-)uninitialized where system-header code is inlined into ours, not in
-        # the header: ap_private's default constructor leaves its words uninitialized, by AMD's
-        # design. Our code keeps those checks in the "own" build, which the tests compile too.
-        return [*flags, "-isystem", str(amd_headers_dir()), "-Wno-uninitialized", "-Wno-maybe-uninitialized"]
-    return [*flags, "-I", str(OWN_HEADERS_DIR)]
-
-
-def _header_files(headers: str) -> list[Path]:
-    dirs = [HARNESS_DIR, HLS_INCLUDE_DIR, amd_headers_dir() if headers == "amd" else OWN_HEADERS_DIR]
-    files = [f for d in dirs[:2] for f in sorted(d.glob("*.h"))] + [HARNESS_DIR / "exports.map"]
-    return files + sorted(dirs[2].rglob("*.h"))
-
-
-def compile_kernel(project_dir: Path, build_dir: Path | None = None, headers: str = "amd") -> Path:
-    """Compile the project's kernel into the C simulation library; returns the .so path (cached)."""
-    spec, source = _project(project_dir)
-    includes = include_flags(headers)
-    build_dir = Path(build_dir) if build_dir else BUILD_DIR / "csim"
-    build_dir.mkdir(parents=True, exist_ok=True)
-    cxx = compiler()
-    unit = f'#include "{source.resolve()}"\n#include "{HOST_HEADER}"\nOPTIMUSNIC_CSIM_ENTRY({spec.name})\n'
-    digest = hashlib.sha256()
-    for part in (unit, source.read_text(), _tool_version(cxx), _cpu_id(), str(BASE_FLAGS), str(NATIVE_FLAGS),
-                 str(includes), str(LINK_FLAGS)):
-        digest.update(part.encode())
-    for header in _header_files(headers):
-        digest.update(header.name.encode() + header.read_bytes())
-    key = digest.hexdigest()[:16]
-    lib = build_dir / f"lib{spec.name}_csim_{headers}_{key}.so"
-    if lib.is_file():
-        return lib
-    src = build_dir / f"{spec.name}_csim_{headers}_{key}.cpp"
-    src.write_text(unit)
-    # Compile to a private name, then rename: concurrent builds never see a half-written library.
-    fd, tmp = tempfile.mkstemp(prefix=lib.stem + ".", suffix=".tmp.so", dir=build_dir)
-    os.close(fd)
-    try:
-        for extra in (NATIVE_FLAGS, ()):
-            cmd = [cxx, *BASE_FLAGS, *extra, *includes, *LINK_FLAGS, "-o", tmp, str(src)]
-            result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if result.returncode == 0:
-                break
-            if not extra or "march" not in result.stderr:  # only -march=native earns a second try
-                raise CsimError(f"g++ failed to compile {source} ({headers} HLS headers):\n"
-                                f"{_first_errors(result.stderr)}")
-        os.replace(tmp, lib)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return lib
-
-
-_GRAD_DTYPES = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16)}
-_OUT_DTYPES = {"fp32": np.dtype(np.float32), "bf16": np.dtype(np.uint16)}
-_F32 = np.dtype(np.float32)
+_F32 = STORAGE_DTYPES["fp32"]
 
 
 @dataclass(frozen=True)
@@ -256,15 +75,15 @@ def _beat_pitch(arr: np.ndarray) -> int | None:
     """Bytes from one 64-byte beat of `arr` to the next: 64 for a C-contiguous array, the row
     stride of uint8 rows of one beat each (a positive multiple of 64), else None."""
     if arr.flags.c_contiguous:
-        return 64
-    if arr.ndim == 2 and arr.dtype == np.uint8 and arr.shape[1] == 64 and arr.strides[1] == 1:
+        return BEAT_BYTES
+    if arr.ndim == 2 and arr.dtype == np.uint8 and arr.shape[1] == BEAT_BYTES and arr.strides[1] == 1:
         pitch = arr.strides[0]
-        if pitch >= 64 and pitch % 64 == 0:
+        if pitch >= BEAT_BYTES and pitch % BEAT_BYTES == 0:
             return int(pitch)
     return None
 
 
-def aligned_zeros(nbytes: int, align: int = 64) -> np.ndarray:
+def aligned_zeros(nbytes: int, align: int = BEAT_BYTES) -> np.ndarray:
     """A zeroed uint8 array of nbytes whose data starts on an `align`-byte boundary."""
     raw = np.zeros(int(nbytes) + align, np.uint8)
     start = -raw.ctypes.data % align
@@ -328,8 +147,9 @@ class CsimKernel:
             raise UserError(f"threads: {threads!r} must be a positive integer")
         self.project_dir = Path(project_dir)
         self.headers = headers
-        self.spec: KernelSpec = _project(self.project_dir)[0]
-        manifest = load_manifest(self.project_dir)
+        manifest = load_manifest(project_dir_checked(self.project_dir))
+        self.spec: KernelSpec = spec_from_manifest(manifest)
+        kernel_source(self.project_dir, self.spec)
         self.stripes = _stripe_counts(manifest)
         self.ports: list[str] = [a["name"] for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
         if self.ports != self.stripes.ports():
@@ -341,9 +161,9 @@ class CsimKernel:
         for array, index in self.stripes.stripes():
             for port in port_names(array, index):
                 self.port_info[port] = PortInfo(port, array, index, self.stripes.of(array), sizes.get(array, 4),
-                                                array == "out" or port.endswith("_wr"))
+                                                is_written_port(port))
         self.align = self.stripes.beat_align()  # chunk starts: every stripe of every array at a round start
-        self.library = compile_kernel(self.project_dir, build_dir, headers)
+        self.library = compile_kernel(self.project_dir, build_dir, headers, spec=self.spec)
         self.threads = threads or default_threads()
         self.chunk = DEFAULT_CHUNK
         self._names = scalar_names(spec.optimizer)
@@ -364,7 +184,8 @@ class CsimKernel:
         info = [self.port_info[p] for p in self.ports]
         # Per port: elements per beat, stripes, stripe index, flags, pitch of its beats (run_ports
         # sets the pitch of a buffer whose beats are not back to back).
-        self._info = np.array([[64 // i.elem_bytes, i.stripes, i.index, FLAG_PREFETCH if _prefetched(i) else 0, 64]
+        self._info = np.array([[BEAT_BYTES // i.elem_bytes, i.stripes, i.index,
+                                FLAG_PREFETCH if _prefetched(i) else 0, BEAT_BYTES]
                                for i in info], dtype=np.uint64).reshape(-1, 5)
 
     def port_bytes(self, n: int) -> dict[str, int]:
@@ -381,7 +202,8 @@ class CsimKernel:
         """
         if isinstance(first, bool) or not isinstance(first, (int, np.integer)) or first < 0 or first % self.align:
             raise ValueError(f"first: {first!r} must be a multiple of {self.align} (32 x lcm of the stripe counts)")
-        return {p: int(first) // (64 // i.elem_bytes * i.stripes) * 64 for p, i in self.port_info.items()}
+        return {p: int(first) // (BEAT_BYTES // i.elem_bytes * i.stripes) * BEAT_BYTES
+                for p, i in self.port_info.items()}
 
     def scalar_bits(self, scalars: dict[str, int]) -> np.ndarray:
         """The scalar registers in register-map order as a uint32 array (validated)."""
@@ -433,7 +255,7 @@ class CsimKernel:
             if pitch is None:
                 raise ValueError(f"buffers[{name!r}]: must be C-contiguous, or uint8 rows of one 64-byte beat "
                                  "each a multiple of 64 bytes apart")
-            if pitch != 64:
+            if pitch != BEAT_BYTES:
                 if name not in self.port_info or self.port_info[name].written:
                     raise ValueError(f"buffers[{name!r}]: beats {pitch} bytes apart, on a port the kernel "
                                      "writes (only read ports take rows that are not back to back)")
@@ -468,8 +290,8 @@ class CsimKernel:
                n: int) -> None:
         self._check_n(n)
         spec = self.spec
-        wanted = {"grad": _GRAD_DTYPES[spec.grad_dtype], "p": _F32, "m": _F32, "v": _F32,
-                  "out": _OUT_DTYPES[spec.out_dtype]}
+        wanted = {"grad": STORAGE_DTYPES[spec.grad_dtype], "p": _F32, "m": _F32, "v": _F32,
+                  "out": STORAGE_DTYPES[spec.out_dtype]}
         for name, arr in (("grad", grad), ("p", p), ("m", m), ("v", v), ("out", out)):
             if not isinstance(arr, np.ndarray):
                 raise ValueError(f"{name}: expected a numpy array, got {type(arr).__name__}")
@@ -529,72 +351,3 @@ class CsimKernel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# --- Checking a project against the golden model (used by `optimusnic csim` and the tests) ---
-
-F32_SPECIALS = np.array(
-    [0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007FFFFF, 0x807FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF,
-     0x7F7FFFFE, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001, 0x3F800000],
-    dtype=np.uint32,
-).view(np.float32)
-H16_SPECIALS = {
-    "fp16": np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00,
-                      0x7C01, 0x3C00], dtype=np.uint16),
-    "bf16": np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0080, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0,
-                      0x7F81, 0x3F80], dtype=np.uint16),
-}
-
-
-def make_inputs(spec: KernelSpec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """p, m, v (fp32) and a gradient in the spec's dtype: realistic values with every special value mixed in.
-
-    Specials (zeros of both signs, subnormals, the largest finite values, infinities, NaNs) are
-    scattered at random positions, so they land in every lane and in the tail.
-    """
-    def specials(arr: np.ndarray, pool: np.ndarray, fraction: float = 0.1) -> np.ndarray:
-        k = min(n, max(len(pool), int(n * fraction))) if n else 0
-        where = rng.choice(n, size=k, replace=False) if k else np.zeros(0, dtype=np.int64)
-        arr.view(pool.dtype)[where] = pool[rng.integers(0, len(pool), size=k)].view(pool.dtype)
-        return arr
-
-    p = specials(rng.standard_normal(n).astype(np.float32), F32_SPECIALS)
-    m = specials((rng.standard_normal(n) * 1e-2).astype(np.float32), F32_SPECIALS)
-    v = specials((np.abs(rng.standard_normal(n)) * 1e-4).astype(np.float32), F32_SPECIALS)
-    g32 = (rng.standard_normal(n) * 1e-1).astype(np.float32)
-    if spec.grad_dtype == "fp32":
-        grad = specials(g32, F32_SPECIALS)
-    elif spec.grad_dtype == "fp16":
-        grad = specials(g32.astype(np.float16), H16_SPECIALS["fp16"].view(np.float16))
-    else:
-        from hls.golden import to_bf16_bits
-
-        grad = specials(to_bf16_bits(g32), H16_SPECIALS["bf16"])
-    return {"grad": grad, "p": p, "m": m, "v": v}
-
-
-def check_project(kernel: CsimKernel, elements: int, steps: int, seed: int = 0) -> list[dict[str, object]]:
-    """Run `steps` consecutive steps on the csim library and the golden model; one result per step and array."""
-    from hls.golden import Hyper, adam_update, bits_equal, prepare_scalars
-
-    spec = kernel.spec
-    rng = np.random.default_rng(seed)
-    state = make_inputs(spec, elements, rng)
-    p, m, v = state["p"], state["m"], state["v"]
-    gp, gm, gv = p.copy(), m.copy(), v.copy()
-    out = np.zeros(elements, dtype=_OUT_DTYPES[spec.out_dtype])
-    results: list[dict[str, object]] = []
-    for step in range(1, steps + 1):
-        grad = state["grad"] if step == 1 else make_inputs(spec, elements, rng)["grad"]
-        # Vary the hyperparameters too, so every scalar register matters.
-        hyper = Hyper(lr=1e-3 * step, weight_decay=0.01 * step, step=step, grad_scale=1.0 if step == 1 else 0.5,
-                      bias_correction=step != 3)
-        scalars = prepare_scalars(hyper, spec.optimizer)
-        ref = adam_update(gp, gm, gv, grad, scalars, optimizer=spec.optimizer, grad_dtype=spec.grad_dtype,
-                          out_dtype=spec.out_dtype)
-        kernel.run(grad, p, m, v, out, elements, scalars.registers(spec.optimizer))
-        for name, got, want in (("p", p, gp), ("m", m, gm), ("v", v, gv), ("out", out, ref)):
-            bad = np.flatnonzero(~bits_equal(got, want))
-            results.append({"step": step, "array": name, "elements": elements, "ok": not bad.size,
-                            "mismatches": int(bad.size), "first_mismatch": int(bad[0]) if bad.size else None})
-    return results

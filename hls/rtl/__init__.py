@@ -1,1 +1,1 @@
-"""RTL stage: simulators, the cocotb bench runner, yosys synthesis and netlist analysis."""
+"""RTL stage: simulators, the cocotb bench runner, yosys synthesis, netlist analysis and the timing report."""

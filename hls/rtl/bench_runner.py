@@ -35,13 +35,12 @@ from typing import Any
 
 from hls.errors import UserError
 from hls.generate import write_project
-from hls.paths import BUILD_DIR, REPO_ROOT, RTL_DIR, TB_DIR, TB_MODELS_DIR
+from hls.paths import BUILD_DIR, REPO_ROOT, TB_DIR, TB_MODELS_DIR
 from hls.rtl import simulators
+from hls.rtl_sources import FP_RTL, static_sources
 from hls.spec import KernelSpec
 from hls.targets import Target
 
-KERNEL_RTL = RTL_DIR / "kernel"
-FP_RTL = RTL_DIR / "fp"
 KERNEL_TB = TB_DIR / "kernel"
 TEST_MODULE = "test_kernel"
 TESTS = ("test_update", "test_control", "test_status", "test_reset", "test_lite_restart",
@@ -109,24 +108,12 @@ def build_dir_for(spec: KernelSpec, simulator: str) -> Path:
     return BUILD_DIR / "sim" / "kernel" / f"{spec_hash(spec)}-{simulator}"
 
 
-def _listed(folder: Path, list_file: str) -> list[Path]:
-    path = folder / list_file
-    if not path.exists():
-        raise UserError(f"{path}: missing; the RTL sources are incomplete")
-    files = [folder / line.strip() for line in path.read_text().splitlines()
-             if line.strip() and not line.strip().startswith("#")]
-    missing = [str(f) for f in files if not f.exists()]
-    if missing:
-        raise UserError(f"{list_file} lists files that do not exist yet: {', '.join(missing)}")
-    return files
-
-
 def kernel_sources(spec: KernelSpec, project_dir: Path) -> list[Path]:
     """FP units, static kernel modules, then the generated control block and top."""
     generated = project_dir / "rtl"
     top = generated / f"{spec.name}.v"
     control = generated / f"{spec.name}_control_s_axi.v"
-    return [*_listed(FP_RTL, "fp_units.f"), *_listed(KERNEL_RTL, "kernel.f"), control, top]
+    return [*static_sources(), control, top]
 
 
 def prepare(spec: KernelSpec, simulator: str, target: Target | None = None) -> tuple[Path, Path, list[Path]]:
@@ -284,7 +271,7 @@ def simulate(
     }
     t1 = time.perf_counter()
     log = bdir / f"sim-{os.getpid()}.log"
-    with locked(bdir, exclusive=False):
+    with locked(bdir, exclusive=False), simulators.python_path(KERNEL_TB, TB_MODELS_DIR, REPO_ROOT):
         xml = runner.test(
             test_module=TEST_MODULE,
             hdl_toplevel=spec.name,

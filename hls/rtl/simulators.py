@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from hls.errors import ToolMissing
@@ -119,20 +121,36 @@ def run_cocotb(
     )
     env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(TB_MODELS_DIR), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
-    return runner.test(
-        test_module=test_module,
-        hdl_toplevel=toplevel,
-        test_dir=test_dir,
-        build_dir=build_dir,
-        parameters=dict(parameters or {}),
-        extra_env=env,
-        testcase=testcase,
-        seed=seed,
-        waves=waves,
-        log_file=log_file,
-        # Absolute, inside the build dir: otherwise cocotb writes results next to the testbench sources.
-        results_xml=str(Path(build_dir).resolve() / "results.xml"),
-    )
+    with python_path(Path(test_dir), TB_MODELS_DIR):
+        return runner.test(
+            test_module=test_module,
+            hdl_toplevel=toplevel,
+            test_dir=test_dir,
+            build_dir=build_dir,
+            parameters=dict(parameters or {}),
+            extra_env=env,
+            testcase=testcase,
+            seed=seed,
+            waves=waves,
+            log_file=log_file,
+            # Absolute, inside the build dir: otherwise cocotb writes results next to the testbench sources.
+            results_xml=str(Path(build_dir).resolve() / "results.xml"),
+        )
+
+
+@contextmanager
+def python_path(*dirs: Path) -> Iterator[None]:
+    """`dirs` first on sys.path while cocotb's runner starts a simulation: `cocotb_tools.runner` sets
+    the simulator's PYTHONPATH from this process's sys.path, replacing a PYTHONPATH given in
+    `extra_env`, so the testbench's own folder and the bench models (sim/tb/models) must be here."""
+    added = [str(d) for d in dirs if str(d) not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for d in added:
+            if d in sys.path:
+                sys.path.remove(d)
 
 
 def check_results(results_xml: Path) -> tuple[int, int]:

@@ -12,7 +12,9 @@ take infrastructure = top(1 lane) - lane, and scale: per CU = infrastructure + l
 `mode="full"` synthesizes the requested kernel top as it is (slow at 16 lanes).
 Results are cached in build/synth/ by a key over the spec's resource-relevant fields, the
 sha256 of every source file, the yosys version and this script. Each run also writes the mapped
-netlist as JSON, from which `hls.rtl.netlist` reads LUT levels between registers and fan-out.
+netlist as JSON, from which `hls.rtl.netlist` reads LUT levels between registers and fan-out
+(`hls.rtl.timing_report` tabulates them). The sources, module names and lane parameters are
+`hls.rtl_sources`.
 """
 
 from __future__ import annotations
@@ -26,18 +28,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hls import rtl_sources
 from hls.errors import ToolMissing, UserError
-from hls.paths import BUILD_DIR, RTL_DIR
+from hls.paths import BUILD_DIR
 from hls.rtl import netlist as timing
+from hls.rtl_sources import LANE_MODULE, lane_params
 from hls.spec import MAX_LANES, KernelSpec
 from hls.targets import Target
 
 SYNTH_DIR = BUILD_DIR / "synth"
-FILELISTS = (RTL_DIR / "fp" / "fp_units.f", RTL_DIR / "kernel" / "kernel.f")
-LANE_MODULE = "onic_adam_lane"
 SCRIPT_VERSION = 2
 RESOURCES = ("lut", "ff", "dsp", "bram36", "uram")
-GRAD_FMT = {"fp32": 0, "bf16": 1, "fp16": 2}
 
 # Primitive -> (resource, amount). LUT-RAM and SRL cells are LUTs used as memory, as Vivado counts
 # them under "CLB LUTs"; a RAMB18 is half a BRAM36 tile.
@@ -70,28 +71,6 @@ def yosys_bin() -> str:
 def yosys_version() -> str:
     out = subprocess.run([yosys_bin(), "-V"], capture_output=True, text=True, check=False).stdout.strip()
     return out or "unknown"
-
-
-def read_filelist(path: Path) -> list[Path]:
-    """Sources named in a `.f` file, one per line, relative to the file's folder (# comments)."""
-    files = []
-    for line in Path(path).read_text().splitlines():
-        line = line.split("#", 1)[0].split("//", 1)[0].strip()
-        if line:
-            files.append((Path(path).parent / line).resolve())
-    return files
-
-
-def static_sources() -> list[Path]:
-    files: list[Path] = []
-    for flist in FILELISTS:
-        if not flist.is_file():
-            raise UserError(f"{flist}: file list missing; the RTL sources are not in place")
-        files += [f for f in read_filelist(flist) if f not in files]
-    missing = [f for f in files if not f.is_file()]
-    if missing:
-        raise UserError(f"{missing[0]}: listed in a .f file but missing; the RTL is not complete yet")
-    return files
 
 
 def cell_resources(cells: dict[str, int]) -> dict[str, Any]:
@@ -198,13 +177,8 @@ def synth_module(
     return result | {"cached": False}
 
 
-def lane_params(spec: KernelSpec) -> dict[str, int]:
-    return {"ADAMW": int(spec.optimizer == "adamw"), "GRAD_FMT": GRAD_FMT[spec.grad_dtype],
-            "OUT_BF16": int(spec.out_dtype == "bf16"), "TAG_WIDTH": 1}
-
-
 def synth_lane(spec: KernelSpec, **kw: Any) -> dict[str, Any]:
-    sources = [f for f in static_sources() if f.stem == LANE_MODULE or f.parent.name == "fp"]
+    sources = [f for f in rtl_sources.static_sources() if f.stem == LANE_MODULE or f.parent.name == "fp"]
     return synth_module(sources, LANE_MODULE, lane_params(spec), label="lane", **kw)
 
 
@@ -224,8 +198,8 @@ def synth_top(spec: KernelSpec, target: Target, cache_dir: Path = SYNTH_DIR, **k
         dest = gen_dir / Path(path).name
         dest.write_bytes(data)
         generated.append(dest)
-    return synth_module([*static_sources(), *generated], spec.name, label=f"kernel top, {spec.lanes} lane(s)",
-                        cache_dir=cache_dir, **kw)
+    return synth_module([*rtl_sources.static_sources(), *generated], spec.name,
+                        label=f"kernel top, {spec.lanes} lane(s)", cache_dir=cache_dir, **kw)
 
 
 def _sub(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:

@@ -30,7 +30,9 @@ from typing import Any
 
 from hls import generate, registry, safe_io, validate
 from hls.errors import OptimusError, ToolMissing, UserError
+from hls.manifest import load_manifest
 from hls.paths import BITSTREAMS_DIR, RTL_DIR
+from hls.rtl_sources import FP_UNITS_LIST, KERNEL_LIST
 from hls.spec import KernelSpec
 from hls.targets import Target
 from hls.vitis import reports
@@ -149,7 +151,7 @@ def plan_build(
         files, _ = generate.render(spec, target)
         project_files = ["manifest.json", *sorted(files)]
     else:
-        manifest = generate.load_manifest(project)
+        manifest = load_manifest(project)
         project_files = ["manifest.json", *sorted(manifest.get("files", {}))]
     name = spec.name
     logs = run_dir / "logs"
@@ -209,7 +211,7 @@ def plan_build(
                   "-log", str(logs / "vivado.log"), "-journal", str(logs / "vivado.jou"),
                   "-tclargs", str(RTL_DIR), str(xo)],
             cwd=rtl_dir, inputs=[rtl_dir / f"{name}.v", rtl_dir / "kernel.xml", rtl_dir / "package_xo.tcl",
-                                 RTL_DIR / "kernel" / "kernel.f", RTL_DIR / "fp" / "fp_units.f"],
+                                 KERNEL_LIST, FP_UNITS_LIST],
             outputs=[xo], log=logs / "1-package_xo.log",
         ))
     link_dir = run_dir / "link"
@@ -436,7 +438,7 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     if plan.generate_project:
         echo(f"[0] generate: {plan.project_dir}")
         generate.write_project(plan.spec, plan.project_dir, plan.target)
-    manifest = generate.load_manifest(plan.project_dir)
+    manifest = load_manifest(plan.project_dir)
     bursts = None
     for i, step in enumerate(plan.steps, 1):
         echo(f"[{i}] {step.name}: {shlex.join(step.argv)}  (log: {step.log})")

@@ -247,8 +247,8 @@ BENCH_FULL_LANES = (1, 2)
 def synth_timing(log=print) -> dict[str, Any]:  # noqa: ANN001
     """`optimusnic synth --timing` for the default U55C AdamW fp32 kernel (cached yosys runs are reused)."""
     from hls.errors import ToolMissing
-    from hls.rtl import netlist as timing
     from hls.rtl import synth
+    from hls.rtl import timing_report as timing
     from hls.spec import KernelSpec
     from hls.targets import get_target
 
@@ -262,7 +262,7 @@ def synth_timing(log=print) -> dict[str, Any]:  # noqa: ANN001
 
 def synth_section(rep: dict[str, Any] | None) -> list[str]:
     """The timing table of bench/results.md (nothing when the bench ran without it)."""
-    from hls.rtl import netlist as timing
+    from hls.rtl import timing_report as timing
 
     if not rep:
         return []

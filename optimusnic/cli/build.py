@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hls.errors import UserError
-from hls.generate import load_manifest, spec_from_manifest
+from hls.manifest import load_manifest, spec_from_manifest
 from hls.paths import BITSTREAMS_DIR
 from hls.targets import get_target
 from hls.vitis import build

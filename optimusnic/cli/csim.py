@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hls.csim.kernel import CsimKernel, check_project
+    from hls.csim.check import check_project
+    from hls.csim.kernel import CsimKernel
     from hls.errors import UserError
 
     if args.steps < 1:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from hls.rtl.synth import fit_note
 from hls.sizing import SizingReport, size
-from hls.spec import GRAD_DTYPES, GRAD_SOURCES, OUT_DTYPES
-from hls.targets import get_target
+from hls.spec import GRAD_DTYPES, GRAD_SOURCES, MAX_COMPUTE_UNITS, MAX_LANES, OUT_DTYPES, KernelSpec
+from hls.targets import Target, get_target
 from optimusnic.cli.common import (
     CLOCK,
     COMPUTE_UNITS,
@@ -54,11 +55,24 @@ def run(args: argparse.Namespace) -> int:
         stripes=args.stripes,
         rate=args.rate * 1e9 if args.rate is not None else None,
     )
+    report.notes += yosys_notes(report, target)
     if args.json:
         emit_json(report.to_dict())
     else:
         print(format_report(report))
     return 0
+
+
+def yosys_notes(r: SizingReport, target: Target, optimizer: str = "adamw") -> list[str]:
+    """A warning from cached yosys figures (`optimusnic synth`) when this width cannot fit; never runs yosys.
+
+    The verb adds it: sizing (and so a project's manifest) never reads the build/synth/ cache."""
+    if not (1 <= r.compute_units <= MAX_COMPUTE_UNITS and 1 <= r.lanes <= MAX_LANES):
+        return []
+    spec = KernelSpec(target=target.key, optimizer=optimizer, grad_dtype=r.grad_dtype, out_dtype=r.out_dtype,
+                      grad_source=r.grad_source, lanes=r.lanes, compute_units=r.compute_units)
+    note = fit_note(spec, target)
+    return [note] if note else []
 
 
 def format_report(r: SizingReport) -> str:

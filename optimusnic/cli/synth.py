@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from hls.errors import UserError
-from hls.rtl import netlist as timing
 from hls.rtl import synth
+from hls.rtl import timing_report as timing
 from hls.targets import get_target
 from optimusnic.cli.common import add_json, add_spec_options, emit_json, spec_from_args, table
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hls import registry
+from hls import registry, xclbin
 from hls.generate import render
 from hls.spec import KernelSpec
 from hls.targets import get_target
@@ -16,8 +16,8 @@ from optimusnic.cli import main
 
 # An AXLF header listing one BITSTREAM section, so the registry's container checks pass. It is
 # made up for these tests: the "bitstream" is 8 bytes of text and programs nothing.
-FAKE_CONTAINER = (registry.XCLBIN_MAGIC + bytes(32 + 256 + 8 + 144) + struct.pack("<I4x", 1)
-                  + struct.pack("<I16s4xQQ", registry.SECTION_BITSTREAM, b"BITSTREAM", 496, 8) + b"not bits")
+FAKE_CONTAINER = (xclbin.XCLBIN_MAGIC + bytes(32 + 256 + 8 + 144) + struct.pack("<I4x", 1)
+                  + struct.pack("<I16s4xQQ", xclbin.BITSTREAM, b"BITSTREAM", 496, 8) + b"not bits")
 
 
 def _manifest(target: str = "u280", lanes: int = 8) -> dict:

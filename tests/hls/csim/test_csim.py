@@ -15,8 +15,10 @@ import pytest
 from kernel_variants import ALL_VARIANTS, DEFAULT_VARIANTS, spec_of
 
 from hls import layout
+from hls.csim import compile as csim_compile
 from hls.csim import kernel as csim
-from hls.csim.kernel import DEFAULT_CHUNK, MAX_ELEMENTS, CsimKernel, aligned_zeros, check_project, make_inputs
+from hls.csim.check import check_project, make_inputs
+from hls.csim.kernel import DEFAULT_CHUNK, MAX_ELEMENTS, CsimKernel, aligned_zeros
 from hls.errors import ToolMissing, UserError
 from hls.generate import write_project
 from hls.golden import Hyper, adam_update, bits_equal, prepare_scalars, to_bf16_bits
@@ -269,7 +271,7 @@ def test_vitis_testbench_passes_with_gcc(variant: tuple, headers: str, tmp_path:
     hls_dir = tmp_path / "hls"
     exe = tmp_path / "tb"
     cmd = ["g++", "-std=c++14", "-faligned-new", "-O1", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror",
-           "-Wno-unknown-pragmas", *csim.include_flags(headers), str(hls_dir / f"{spec.name}.cpp"),
+           "-Wno-unknown-pragmas", *csim_compile.include_flags(headers), str(hls_dir / f"{spec.name}.cpp"),
            str(hls_dir / f"{spec.name}_tb.cpp"), "-o", str(exe)]
     built = subprocess.run(cmd, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[:3000]
@@ -373,28 +375,28 @@ def test_threads_must_be_positive() -> None:
 
 def test_header_set_is_checked() -> None:
     with pytest.raises(UserError, match="amd, own"):
-        csim.include_flags("vendor")
+        csim_compile.include_flags("vendor")
 
 
 def test_missing_amd_headers_say_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No hls4ml, or an hls4ml without the header files: one line naming the pinned wheel to install."""
-    monkeypatch.setattr(csim.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(csim_compile.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ToolMissing, match=r"pip install --no-deps hls4ml==") as err:
-        csim.amd_headers_dir()
+        csim_compile.amd_headers_dir()
     assert "\n" not in str(err.value) and "--headers own" in str(err.value)
 
     class Found:
         submodule_search_locations = [str(tmp_path)]
 
-    monkeypatch.setattr(csim.importlib.util, "find_spec", lambda name: Found())
+    monkeypatch.setattr(csim_compile.importlib.util, "find_spec", lambda name: Found())
     with pytest.raises(ToolMissing, match="lacks ap_int.h"):
-        csim.amd_headers_dir()
+        csim_compile.amd_headers_dir()
 
 
 def test_hls4ml_pin_is_pyproject_s() -> None:
     """The wheel the Makefile installs (pyproject.toml) is the one csim names, and it is installed."""
     pin = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["optimusnic"]["csim-headers"]
-    assert pin == csim.HLS4ML_REQUIREMENT
+    assert pin == csim_compile.HLS4ML_REQUIREMENT
     from importlib.metadata import version
 
     assert version("hls4ml") == pin.split("==")[1]
@@ -430,7 +432,7 @@ def test_stream_warnings_are_counted_not_printed(headers: str, tmp_path: Path, m
     f = np.zeros(n, np.float32)
     regs = prepare_scalars(Hyper(), spec.optimizer).registers(spec.optimizer)
     capfd.readouterr()
-    with pytest.raises(csim.CsimError, match=r"reported \d+ stream underflow\(s\) or leftover beat"):
+    with pytest.raises(csim_compile.CsimError, match=r"reported \d+ stream underflow\(s\) or leftover beat"):
         kernel.run(np.zeros(n, np.float16), f, f.copy(), f.copy(), np.zeros(n, np.uint16), n, regs)
     assert "WARNING" not in capfd.readouterr().out
 
@@ -496,7 +498,8 @@ int main() {
 }
 """)
     exe = tmp_path / "vec"
-    subprocess.run([csim.compiler(), "-std=c++14", "-O2", "-Wall", "-Wextra", "-Werror", "-I",
-                    str(csim.HLS_INCLUDE_DIR), "-o", str(exe), str(src)], check=True, capture_output=True, text=True)
+    subprocess.run([csim_compile.compiler(), "-std=c++14", "-O2", "-Wall", "-Wextra", "-Werror", "-I",
+                    str(csim_compile.HLS_INCLUDE_DIR), "-o", str(exe), str(src)],
+                   check=True, capture_output=True, text=True)
     result = subprocess.run([str(exe)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout

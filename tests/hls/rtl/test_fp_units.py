@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
+from hls.paths import BUILD_DIR, TB_DIR
 from hls.rtl import simulators
+from hls.rtl_sources import FP_RTL, FP_UNITS_LIST, read_filelist
 
-FP_RTL = RTL_DIR / "fp"
 FP_TB = TB_DIR / "fp"
 sys.path.insert(0, str(FP_TB))
 
@@ -33,8 +33,7 @@ TAG_WIDTH = 7  # odd width so a tag slice or swap shows up
 def unit_sources(unit: str) -> list[Path]:
     """The unit plus the helpers listed in fp_units.f (the other units are left out, so one unit's
     work in progress cannot break another's test)."""
-    listed = [line.strip() for line in (FP_RTL / "fp_units.f").read_text().splitlines()]
-    helpers = [FP_RTL / name for name in listed if name and Path(name).stem not in vectors.UNITS]
+    helpers = [f for f in read_filelist(FP_UNITS_LIST) if f.stem not in vectors.UNITS]
     return [*helpers, FP_RTL / f"{unit}.v"]
 
 

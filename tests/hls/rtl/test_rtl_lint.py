@@ -17,6 +17,7 @@ import pytest
 
 from hls.paths import REPO_ROOT, RTL_DIR
 from hls.rtl import simulators
+from hls.rtl_sources import read_filelist
 
 
 def rtl_files() -> list[Path]:
@@ -27,12 +28,7 @@ def dependencies(module_file: Path) -> list[Path]:
     """The module file plus every existing file named by the `.f` lists of its directory."""
     files: list[Path] = []
     for flist in sorted(module_file.parent.glob("*.f")):
-        for line in flist.read_text().splitlines():
-            line = line.split("//")[0].split("#")[0].strip()
-            if line:
-                path = (flist.parent / line).resolve()
-                if path.exists() and path not in files:
-                    files.append(path)
+        files += [f for f in read_filelist(flist) if f.exists() and f not in files]
     if module_file.resolve() not in files:
         files.append(module_file.resolve())
     return files

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from hls import rtl_sources
 from hls.paths import RTL_DIR
 from hls.rtl import netlist as timing
-from hls.rtl import synth
+from hls.rtl import synth, timing_report
 from hls.sizing import size
 from hls.spec import KernelSpec
 from hls.targets import get_target
@@ -53,13 +54,19 @@ def test_fit_note_scales_cached_figures_to_any_width(tmp_path: Path) -> None:
     assert synth.fit_note(KernelSpec(target="u50", lanes=16, optimizer="adam"), target, tmp_path) is None
 
 
-def test_sizing_warns_from_cached_synth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_size_verb_warns_from_cached_synth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # The `size` verb prints the note; sizing itself (and so a manifest) never reads the cache.
     target = get_target("u50")
     synth.save_estimate(_fake_estimate(lane_lut=target.usable("lut") // 10), tmp_path)
     monkeypatch.setattr(synth, "SYNTH_DIR", tmp_path)
-    report = size(target, 10**9, lanes=16)
-    assert any("yosys estimate" in n for n in report.notes)
-    assert not any("yosys estimate" in n for n in size(target, 10**9, lanes=4).notes)
+    assert not any("yosys estimate" in n for n in size(target, 10**9, lanes=16).notes)
+    assert main(["size", "--target", "u50", "--params", "1e9", "--lanes", "16"]) == 0
+    assert "note: yosys estimate: 16 lanes x 1 CU does not fit" in capsys.readouterr().out
+    assert main(["size", "--target", "u50", "--params", "1e9", "--lanes", "16", "--json"]) == 0
+    assert any("yosys estimate" in n for n in json.loads(capsys.readouterr().out)["notes"])
+    assert main(["size", "--target", "u50", "--params", "1e9", "--lanes", "4"]) == 0
+    assert "yosys estimate" not in capsys.readouterr().out
 
 
 @needs_yosys
@@ -211,20 +218,20 @@ def _row(lanes: int, levels: int, nets: dict[str, int]) -> tuple[dict, dict]:
     run = {"unit": f"k{lanes}", "top": "k", "params": {}, "seconds": 1, "cached": False,
            "timing": {"lut_levels": levels, "path": None, "io_paths": {}, "large_nets": nets,
                       "max_fanout": {"net": worst[0], "loads": worst[1], "pins": {}}}}
-    return timing.row(run, lanes=lanes), run["timing"]
+    return timing_report.row(run, lanes=lanes), run["timing"]
 
 
 def test_scaled_16_lanes_grow_shared_nets_linearly_and_keep_per_lane_nets() -> None:
     r1, t1 = _row(1, 4, {"ce": 300, "rst": 900, "lane0.x": 200})
     r4, t4 = _row(4, 4, {"ce": 1200, "rst": 960, "lane0.x": 200, "lane3.x": 200})
-    r16 = timing.scale_row(r1, r4, t1, t4, 16)
+    r16 = timing_report.scale_row(r1, r4, t1, t4, 16)
     assert r16["scaled"] and r16["max_fanout_net"] == "ce" and r16["max_fanout"] == 1200 + 4 * 900
     assert r16["lut_levels"] == 4 and r16["lut_levels_met"] and not r16["fanout_met"] and "scaled" in r16["unit"]
     assert r16["nets_over_goal"] == {"ce": 4800, "rst": 1200} and r4["nets_over_goal"] == {"ce": 1200}
     # Depth that grows with lanes (a reduction over lanes) grows again by the same step.
     r4b, t4b = _row(4, 6, {"ce": 90})
     r1b, t1b = _row(1, 5, {"ce": 60})
-    assert timing.scale_row(r1b, r4b, t1b, t4b, 16)["lut_levels"] == 7
+    assert timing_report.scale_row(r1b, r4b, t1b, t4b, 16)["lut_levels"] == 7
 
 
 @needs_yosys
@@ -232,7 +239,7 @@ def test_synth_cli_timing_json_and_text(tmp_path: Path, monkeypatch: pytest.Monk
                                         capsys: pytest.CaptureFixture[str]) -> None:
     # The per-module sweep over a one-file RTL tree (the fixture), through the real command and yosys.
     monkeypatch.setattr(synth, "SYNTH_DIR", tmp_path)
-    monkeypatch.setattr(synth, "static_sources", lambda: [FIXTURE])
+    monkeypatch.setattr(rtl_sources, "static_sources", lambda: [FIXTURE])
     assert main(["synth", "--target", "u55c", "--timing", "--no-kernel", "--json"]) == 0
     captured = capsys.readouterr()
     rep = json.loads(captured.out)

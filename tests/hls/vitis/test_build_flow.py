@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hls.generate import load_manifest, render
+from hls.generate import render
+from hls.manifest import load_manifest
 from hls.paths import RTL_DIR
 from hls.spec import KernelSpec
 from hls.targets import get_target, load_catalog

@@ -1,0 +1,202 @@
+"""C simulation, building: the generated HLS kernel compiled with g++ into a shared library.
+
+The library is the generated `hls/<name>.cpp`, unchanged, compiled at -std=c++14 (as run_hls.tcl)
+against AMD's own C simulation headers `ap_int.h` and `hls_stream.h` (Apache-2.0, shipped in the
+`hls4ml` wheel; `headers="amd"`, the default) or our stand-ins for them (`hls/csim/include/own/`,
+`headers="own"`), plus our stand-ins for what AMD does not publish on PyPI (`hls/csim/include/`:
+hls_vector.h, ap_axi_sdata.h, hls_math.h), plus the host harness (`hls/csim/harness/`). Flags keep
+IEEE-754 binary32 semantics (no fast-math, no FMA contraction), so the library must equal the
+golden model bit for bit. Vendor headers are system headers (their warnings are theirs); ours
+build with -Wall -Wextra -Werror.
+
+Builds are cached in `build/csim/` under a name made of the sha256 of everything that goes into
+them (sources, headers, flags, compiler, CPU), so a changed kernel gets a new, uniquely named
+library and an old one already loaded in this process is never reloaded under the same name.
+Running the library is `hls.csim.kernel`; checking it against the golden model `hls.csim.check`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from hls.errors import OptimusError, ToolMissing, UserError
+from hls.manifest import load_manifest, spec_from_manifest
+from hls.paths import BUILD_DIR, HLS_INCLUDE_DIR
+from hls.spec import KernelSpec
+
+HOST_HEADER = "optimusnic_csim_host.h"
+HARNESS_DIR = Path(__file__).resolve().parent / "harness"
+OWN_HEADERS_DIR = HLS_INCLUDE_DIR / "own"  # our ap_int.h and hls_stream.h, for headers="own"
+# AMD's headers come from this wheel, installed without its dependencies (Makefile `deps`); the
+# pin is also pyproject.toml's [tool.optimusnic] csim-headers (a test keeps the two equal).
+HLS4ML_REQUIREMENT = "hls4ml==1.3.0"
+AMD_HEADERS = ("ap_int.h", "ap_int_base.h", "ap_int_ref.h", "ap_common.h", "etc/ap_private.h", "hls_stream.h")
+HEADER_SETS = ("amd", "own")
+# IEEE-754 binary32 exactly as design.md section 3: no contraction into FMA, none of the
+# fast-math relaxations (-fno-math-errno only drops errno writes; results are unchanged, and
+# it lets sqrt compile to the correctly rounded vector instruction).
+IEEE_FLAGS = (
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fno-associative-math",
+    "-fno-reciprocal-math",
+    "-fno-finite-math-only",
+    "-fsigned-zeros",
+    "-fno-math-errno",
+)
+WARN_FLAGS = ("-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas")
+# C++14 as run_hls.tcl; -faligned-new because C++14 has no aligned operator new, so without it the
+# std::deque inside AMD's hls::stream would put alignas(64) hls::vector beats at 16-byte addresses
+# (an aligned vector load there faults).
+# _GLIBCXX_DEQUE_BUF_SIZE: the bytes of one std::deque node in libstdc++ (512 by default, i.e. 8
+# beats of 64 bytes). AMD's hls::stream is a std::deque, so with 512-byte nodes every 8th write
+# of every stream allocated a node and every 8th read freed one, and the map of nodes was
+# reallocated as a FIFO grew: a third of the time of a C simulation step. 4 KiB nodes hold 64
+# beats (the harness recycles blocks of that size per thread). Only the node size changes, not
+# what a stream holds or returns; the deques live inside this library, which exports nothing but
+# its C functions (exports.map), so no std::deque crosses into code built with the default size.
+DEQUE_FLAGS = ("-D_GLIBCXX_DEQUE_BUF_SIZE=4096",)
+BASE_FLAGS = ("-std=c++14", "-faligned-new", "-O3", "-fPIC", "-shared", "-pthread", *DEQUE_FLAGS, *IEEE_FLAGS,
+              *WARN_FLAGS)
+NATIVE_FLAGS = ("-march=native",)
+# The library exports its three optimusnic_csim_* functions and nothing else (see exports.map).
+LINK_FLAGS = (f"-Wl,--version-script={HARNESS_DIR / 'exports.map'}",)
+class CsimError(OptimusError):
+    """The generated kernel did not compile, or the library misbehaved."""
+
+
+def compiler() -> str:
+    cxx = os.environ.get("CXX") or "g++"
+    path = shutil.which(cxx)
+    if not path:
+        raise ToolMissing(f"C++ compiler {cxx!r} not found; install g++ (apt-get install g++) or set CXX")
+    return path
+
+
+def project_dir_checked(project_dir: Path) -> Path:
+    """`project_dir` as a Path, refused unless it is a folder (before its manifest is read)."""
+    project_dir = Path(project_dir)
+    if not project_dir.is_dir():
+        raise UserError(f"{project_dir}: no such directory; generate a project first (optimusnic generate -o DIR)")
+    return project_dir
+
+
+def kernel_source(project_dir: Path, spec: KernelSpec) -> Path:
+    """The project's generated HLS kernel source, which must be there."""
+    source = Path(project_dir) / "hls" / f"{spec.name}.cpp"
+    if not source.is_file():
+        raise UserError(f"{source}: kernel source missing; regenerate the project (optimusnic generate)")
+    return source
+
+
+def _cpu_id() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                return line
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+def _tool_version(cxx: str) -> str:
+    try:
+        return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
+    except OSError as exc:
+        raise ToolMissing(f"cannot run {cxx}: {exc}") from exc
+
+
+def _first_errors(stderr: str, lines: int = 25) -> str:
+    picked = [ln for ln in stderr.splitlines() if ln.strip()][:lines]
+    return "\n".join(picked)
+
+
+def amd_headers_dir() -> Path:
+    """AMD's C simulation headers (ap_int.h, hls_stream.h) inside the installed hls4ml wheel.
+
+    Found without importing hls4ml (it is installed without its dependencies, see the Makefile).
+    """
+    hint = (f"install AMD's C simulation headers with `pip install --no-deps {HLS4ML_REQUIREMENT}` "
+            "(make deps does), or use our stand-ins (--headers own)")
+    try:
+        found = importlib.util.find_spec("hls4ml")
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not found.submodule_search_locations:
+        raise ToolMissing(f"AMD's HLS headers not found (no hls4ml package): {hint}")
+    for root in found.submodule_search_locations:
+        folder = Path(root) / "templates" / "vivado" / "ap_types"
+        if all((folder / h).is_file() for h in AMD_HEADERS):
+            return folder
+    raise ToolMissing(f"AMD's HLS headers not found in the hls4ml package at {found.submodule_search_locations[0]} "
+                      f"(templates/vivado/ap_types/ lacks {', '.join(AMD_HEADERS)}): {hint}")
+
+
+def include_flags(headers: str) -> list[str]:
+    """Include path of a header set: harness, our stand-ins for unpublished AMD headers, then
+    AMD's ap_int.h/hls_stream.h as system headers ("amd") or our stand-ins for them ("own")."""
+    if headers not in HEADER_SETS:
+        raise UserError(f"headers: {headers!r}; choose one of {', '.join(HEADER_SETS)}")
+    flags = ["-I", str(HARNESS_DIR), "-I", str(HLS_INCLUDE_DIR)]
+    if headers == "amd":
+        # GCC reports -W(maybe-)uninitialized where system-header code is inlined into ours, not in
+        # the header: ap_private's default constructor leaves its words uninitialized, by AMD's
+        # design. Our code keeps those checks in the "own" build, which the tests compile too.
+        return [*flags, "-isystem", str(amd_headers_dir()), "-Wno-uninitialized", "-Wno-maybe-uninitialized"]
+    return [*flags, "-I", str(OWN_HEADERS_DIR)]
+
+
+def _header_files(headers: str) -> list[Path]:
+    dirs = [HARNESS_DIR, HLS_INCLUDE_DIR, amd_headers_dir() if headers == "amd" else OWN_HEADERS_DIR]
+    files = [f for d in dirs[:2] for f in sorted(d.glob("*.h"))] + [HARNESS_DIR / "exports.map"]
+    return files + sorted(dirs[2].rglob("*.h"))
+
+
+def compile_kernel(project_dir: Path, build_dir: Path | None = None, headers: str = "amd",
+                   spec: KernelSpec | None = None) -> Path:
+    """Compile the project's kernel into the C simulation library; returns the .so path (cached).
+
+    `spec`: the project's spec when the caller has loaded (and verified) its manifest already."""
+    if spec is None:
+        spec = spec_from_manifest(load_manifest(project_dir_checked(project_dir)))
+    source = kernel_source(project_dir, spec)
+    includes = include_flags(headers)
+    build_dir = Path(build_dir) if build_dir else BUILD_DIR / "csim"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cxx = compiler()
+    unit = f'#include "{source.resolve()}"\n#include "{HOST_HEADER}"\nOPTIMUSNIC_CSIM_ENTRY({spec.name})\n'
+    digest = hashlib.sha256()
+    for part in (unit, source.read_text(), _tool_version(cxx), _cpu_id(), str(BASE_FLAGS), str(NATIVE_FLAGS),
+                 str(includes), str(LINK_FLAGS)):
+        digest.update(part.encode())
+    for header in _header_files(headers):
+        digest.update(header.name.encode() + header.read_bytes())
+    key = digest.hexdigest()[:16]
+    lib = build_dir / f"lib{spec.name}_csim_{headers}_{key}.so"
+    if lib.is_file():
+        return lib
+    src = build_dir / f"{spec.name}_csim_{headers}_{key}.cpp"
+    src.write_text(unit)
+    # Compile to a private name, then rename: concurrent builds never see a half-written library.
+    fd, tmp = tempfile.mkstemp(prefix=lib.stem + ".", suffix=".tmp.so", dir=build_dir)
+    os.close(fd)
+    try:
+        for extra in (NATIVE_FLAGS, ()):
+            cmd = [cxx, *BASE_FLAGS, *extra, *includes, *LINK_FLAGS, "-o", tmp, str(src)]
+            result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if result.returncode == 0:
+                break
+            if not extra or "march" not in result.stderr:  # only -march=native earns a second try
+                raise CsimError(f"g++ failed to compile {source} ({headers} HLS headers):\n"
+                                f"{_first_errors(result.stderr)}")
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib
