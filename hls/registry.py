@@ -25,7 +25,7 @@ from hls import safe_io, validate, xclbin
 from hls.errors import UserError
 from hls.paths import BITSTREAMS_DIR
 from hls.spec import BEAT_BITS
-from hls.xclbin import IMAGE_SECTIONS, XCLBIN_MAGIC, container, is_axlf, section_kinds  # noqa: F401  (also read from here: driver, doubles)
+from hls.xclbin import IMAGE_SECTIONS, container, is_axlf, section_kinds
 
 MANIFEST_SUFFIX = ".manifest.json"
 

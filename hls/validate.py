@@ -28,10 +28,6 @@ from hls.errors import Invalid, UserError  # noqa: F401  (Invalid: validate.Inva
 from hls.ports import PORT_PATTERN
 from hls.spec import CLOCK_MHZ_RANGE, MAX_COMPUTE_UNITS, MAX_LANES, MAX_STRIPES, RATE_GPS_MAX
 
-# The xclbin (AXLF) container layout is hls.xclbin's; these names are re-exported for callers that
-# still read them from here (pynq_driver.backends.alveo, tests outside tests/hls). Import hls.xclbin.
-from hls.xclbin import AXLF_HEADER_SIZE, AXLF_SECTION_HEADER, MAX_SECTIONS, XCLBIN_MAGIC, xclbin_sections  # noqa: F401
-
 
 @dataclass(frozen=True)
 class Where:

@@ -32,8 +32,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 from hls import validate  # noqa: E402
 from hls.errors import UserError  # noqa: E402
-from hls.generate import load_manifest, write_project  # noqa: E402
+from hls.generate import write_project  # noqa: E402
 from hls.golden import Hyper  # noqa: E402
+from hls.manifest import load_manifest  # noqa: E402
 from hls.spec import KernelSpec  # noqa: E402
 from hls.targets import CatalogError, load_catalog  # noqa: E402
 from optimusnic.cli import main  # noqa: E402

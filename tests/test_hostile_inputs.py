@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hls import registry, safe_io, validate
+from hls import registry, safe_io, validate, xclbin
 from hls.errors import UserError
 from hls.generate import write_project
 from hls.golden import Hyper
@@ -304,7 +304,7 @@ def test_register_refuses_escaping_manifest(project: Path, tmp_path: Path) -> No
 def _axlf(sections: int, size: int = 2000) -> bytes:
     head = bytearray(b"xclbin2\0" + bytes(size - 8))
     struct.pack_into("<Q", head, 8 + 32 + 256 + 8, size)
-    struct.pack_into("<I", head, validate.AXLF_HEADER_SIZE - 8, sections)
+    struct.pack_into("<I", head, xclbin.AXLF_HEADER_SIZE - 8, sections)
     return bytes(head)
 
 
@@ -324,8 +324,8 @@ def test_xclbin_with_huge_section_count_is_refused_fast(project: Path, tmp_path:
     assert time.monotonic() - t0 < 5
     with pytest.raises(validate.Invalid, match="runs past the end"):
         head = bytearray(_axlf(1))
-        validate.AXLF_SECTION_HEADER.pack_into(head, validate.AXLF_HEADER_SIZE, 0, b"BIT", 1900, 500)
-        validate.xclbin_sections(bytes(head), len(head), "x.xclbin")
+        xclbin.AXLF_SECTION_HEADER.pack_into(head, xclbin.AXLF_HEADER_SIZE, 0, b"BIT", 1900, 500)
+        xclbin.xclbin_sections(bytes(head), len(head), "x.xclbin")
 
 
 def test_registry_manifest_fifo_and_garbage(project: Path, tmp_path: Path, capsys) -> None:

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from hls.paths import BUILD_DIR
+from hls.ports import port_names
 from optimusnic.text import emit_json
 
 SIZES = (1 << 20, 16 << 20, 50_000_000)
@@ -92,13 +93,11 @@ def _kernel_buffers(kernel: Any, params: int, p: np.ndarray, grad: np.ndarray) -
                                ("v", None, plan.state), ("out", None, plan.out)):
         parts = layout.split(arr, stripes) if arr is not None else None
         for k in range(stripes):
-            port = f"{name}{k}" if name in ("grad", "out") else f"{name}{k}_rd"
-            buf = aligned_zeros(kernel.port_info[port].nbytes(params))
+            ports = port_names(name, k)  # a state stripe's read and write ports share one buffer
+            buf = aligned_zeros(kernel.port_info[ports[0]].nbytes(params))
             if parts is not None:
                 buf[:] = parts[k].view(np.uint8)
-            buffers[port] = buf
-            if port.endswith("_rd"):
-                buffers[f"{name}{k}_wr"] = buf
+            buffers.update(dict.fromkeys(ports, buf))
     return buffers
 
 

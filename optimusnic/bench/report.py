@@ -4,7 +4,7 @@ Each benchmark measures its ratio inside one run (the machine is shared and nois
 figures measured side by side are compared) and reports medians. The report records the
 machine, the date, the exact commands and every figure, plus a bar chart; the RTL efficiency
 also goes to build/bench/rtl.json, where `optimusnic plan` reads it. The last step is the yosys
-timing evidence (`hls.rtl.netlist.report`: LUT levels and fan-out per RTL module and for the kernel),
+timing evidence (`hls.rtl.timing_report.report`: LUT levels and fan-out per RTL module and for the kernel),
 reused from build/synth/ when the RTL has not changed.
 """
 

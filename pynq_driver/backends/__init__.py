@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from hls.errors import UserError
-from hls.generate import MANIFEST, load_manifest, read_manifest, render, write_project
+from hls.generate import render, write_project
+from hls.manifest import MANIFEST, load_manifest, read_manifest
 from hls.paths import BUILD_DIR
 from hls.sizing import StripeCounts
 from hls.spec import KernelSpec
@@ -41,7 +42,7 @@ def project_for(spec: KernelSpec, project_dir: str | Path | None) -> tuple[Path,
         if current != _rendered(spec)["files"]:
             write_project(spec, project_dir)
     project_dir = Path(project_dir)
-    manifest = load_manifest(project_dir)  # trusted only when whole: every sha256, spec -> files (hls/generate.py)
+    manifest = load_manifest(project_dir)  # trusted only when whole: every sha256, spec -> files (hls/manifest.py)
     if manifest.get("spec") != spec.to_dict():
         raise UserError(f"{project_dir}: generated for spec {manifest.get('spec')}, not {spec.to_dict()}")
     return project_dir, manifest

@@ -4,7 +4,7 @@ How it runs (chosen so a simulator that dies or hangs can never hang the driver)
 - The driver (this process) listens on a Unix socket and starts a child process
   (`python -m pynq_driver.backends.rtlsim CONFIG`) in its own session. The child builds the kernel
   with Verilator (or Icarus) through `hls.rtl.simulators.run_cocotb` and runs the single cocotb
-  test `rtlsim_tb/driver_server.py`, which wraps the kernel in the RTL team's `KernelTB`
+  test `rtlsim_server.py` beside it, which wraps the kernel in the RTL team's `KernelTB`
   (AxiLiteMaster as the host; one cocotbext-axi RAM model per m_axi port, every stripe port on
   its memory-plan channel, all over one flat simulated memory) and connects back.
 - Every device call is one request over the socket: register writes/reads become AXI4-Lite
@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from hls import rtl_sources
 from hls.errors import ToolMissing, UserError
-from hls.paths import BUILD_DIR, REPO_ROOT, RTL_DIR, TB_MODELS_DIR
+from hls.paths import BUILD_DIR, REPO_ROOT, TB_MODELS_DIR
 from hls.spec import KernelSpec
 from pynq_driver.backends.soft import bank_layout
 from pynq_driver.device import Buffer, BumpAllocator, Device
@@ -48,15 +49,6 @@ WAIT_SLICE_S = 0.25  # wall time the simulator polls ap_done before answering "n
 HEADER_FMT = "<II"
 
 
-def _read_filelist(path: Path) -> list[Path]:
-    out = []
-    for line in path.read_text().splitlines():
-        line = line.split("//")[0].split("#")[0].strip()
-        if line:
-            out.append((path.parent / line).resolve())
-    return out
-
-
 def kernel_sources(project_dir: Path, spec: KernelSpec) -> list[Path]:
     """The shared RTL library, then the kernel's control block and top from the project."""
     name = spec.name
@@ -64,11 +56,10 @@ def kernel_sources(project_dir: Path, spec: KernelSpec) -> list[Path]:
     top = sorted(rtl.glob("*.v"))
     if not (rtl / f"{name}.v").is_file():
         raise ToolMissing(f"{rtl / (name + '.v')}: no RTL kernel in the project; regenerate it (optimusnic generate)")
-    libs: list[Path] = []
-    for flist in (RTL_DIR / "fp" / "fp_units.f", RTL_DIR / "kernel" / "kernel.f"):
-        if not flist.is_file():
-            raise ToolMissing(f"{flist}: the RTL kernel library is not in this checkout")
-        libs += _read_filelist(flist)
+    try:
+        libs = rtl_sources.static_sources()
+    except UserError as exc:  # a checkout without the RTL library: the simulator cannot be had here
+        raise ToolMissing(str(exc)) from None
     return [*libs, *top]
 
 

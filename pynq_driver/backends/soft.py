@@ -21,6 +21,7 @@ import numpy as np
 
 from hls import layout
 from hls.golden import SCALAR_NAMES, Scalars, adam_update, to_bf16_bits
+from hls.ports import port_array
 from hls.sizing import StripeCounts
 from hls.spec import BEAT_BYTES, STORAGE_DTYPES
 from pynq_driver.device import ALIGN, Buffer, BumpAllocator, Device
@@ -46,16 +47,9 @@ def bank_layout(dev: Device) -> tuple[dict[str, int], dict[str, int]]:
 def _port_geometry(dev: Device, port: str) -> tuple[int, int, int]:
     """(element bytes, stripes of its array, its stripe index) of pointer argument `port`: a run over
     n elements touches `layout.stripe_bytes(n, *geometry)` bytes through it (whole beats)."""
-    array, index = _port_array(port)
+    array, index = port_array(port)
     elem = {"grad": dev.spec.grad_bytes, "out": dev.spec.out_bytes}.get(array, 4)
     return elem, dev.stripes.of(array), index
-
-
-def _port_array(port: str) -> tuple[str, int]:
-    """("p", 1) for p1_rd / p1_wr, ("grad", 0) for grad0."""
-    stem = port.split("_")[0]
-    digits = len(stem) - len(stem.rstrip("0123456789"))
-    return stem[: len(stem) - digits], int(stem[len(stem) - digits :])
 
 
 class _CuState:

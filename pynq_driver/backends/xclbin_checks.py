@@ -15,16 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hls import registry, safe_io, validate
+from hls import safe_io, validate
+from hls import xclbin as xclbin_format
 from hls.errors import UserError
 from hls.paths import BITSTREAMS_DIR
 from hls.spec import KernelSpec
 from pynq_driver.errors import BitstreamMismatch
 
 MANIFEST_SUFFIX = ".manifest.json"
-# XRT's xclbin.h section kinds that carry a device image.
-_IMAGE_SECTIONS = {0: "BITSTREAM", 18: "PDI", 19: "BITSTREAM_PARTIAL_PDI"}
-_GROUP_TOPOLOGY = 26
 
 
 
@@ -146,8 +144,8 @@ def xclbin_facts(data: bytes | bytearray) -> dict[str, Any]:
     header = axlf.axlf.from_buffer(buf).m_header
     sections, uuid = parser.parse_xclbin_header(buf)
     groups = []
-    if _GROUP_TOPOLOGY in sections:
-        topo = axlf.mem_topology.from_buffer(sections[_GROUP_TOPOLOGY])
+    if xclbin_format.GROUP_TOPOLOGY in sections:
+        topo = axlf.mem_topology.from_buffer(sections[xclbin_format.GROUP_TOPOLOGY])
         entries = parser._get_object_as_array(topo.m_mem_data[0], topo.m_count)
         groups = [parser._mem_data_to_dict(i, m, ctypes.string_at(m.m_tag).decode()) for i, m in enumerate(entries)]
     return {"vbnv": bytes(header.m_platformVBNV).rstrip(b"\0").decode(errors="replace"), "uuid": uuid,
@@ -174,7 +172,7 @@ def verify_xclbin(xclbin: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
     try:
         # Section counts and offsets bounded by the file size before PYNQ walks the table: a header
         # claiming 0xFFFFFFFF sections is refused at once (PYNQ would spend many minutes on it).
-        registry.section_kinds(xclbin)
+        xclbin_format.section_kinds(xclbin)
     except UserError as exc:
         raise BitstreamMismatch(f"{xclbin}: {exc}") from exc
     parser = pynq_parser()
@@ -184,7 +182,7 @@ def verify_xclbin(xclbin: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
         facts = xclbin_facts(data)
     except Exception as exc:  # PYNQ raises KeyError/ValueError/IndexError on containers it cannot read
         raise BitstreamMismatch(f"{xclbin}: PYNQ cannot parse it as an xclbin ({type(exc).__name__}: {exc})") from exc
-    if not facts["sections"] & set(_IMAGE_SECTIONS):
+    if not facts["sections"] & set(xclbin_format.IMAGE_SECTIONS):
         raise BitstreamMismatch(f"{xclbin}: no bitstream section (BITSTREAM or PDI): a metadata-only container "
                                 "programs nothing; build the kernel with `optimusnic build`")
     platform = (manifest.get("target") or {}).get("platform")

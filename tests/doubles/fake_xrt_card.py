@@ -49,18 +49,29 @@ from typing import Any
 import numpy as np
 
 from hls import layout
-from hls.registry import CU_STRIDE, XCLBIN_MAGIC, expand_banks, kernel_metadata_xml
+from hls.ports import port_array
+from hls.registry import CU_STRIDE, expand_banks, kernel_metadata_xml
 from hls.sizing import StripeCounts
 from hls.spec import KernelSpec
+from hls.xclbin import (
+    AXLF_HEADER_SIZE,
+    AXLF_SECTION_HEADER,
+    BITSTREAM,
+    CONNECTIVITY,
+    EMBEDDED_METADATA,
+    GROUP_CONNECTIVITY,
+    GROUP_TOPOLOGY,
+    IP_LAYOUT,
+    MEM_TOPOLOGY,
+    XCLBIN_MAGIC,
+)
 
 FAKE_BITSTREAM_MAGIC = b"OPTIMUSNIC TEST DOUBLE: not a bitstream, programs nothing\n"
 
-# XRT's xclbin.h
-BITSTREAM, EMBEDDED_METADATA, MEM_TOPOLOGY, CONNECTIVITY, IP_LAYOUT = 0, 2, 6, 7, 8
-GROUP_TOPOLOGY, GROUP_CONNECTIVITY = 26, 27
+# XRT's xclbin.h memory types (the container layout and section kinds are hls.xclbin's)
 MEM_DDR4, MEM_DRAM, MEM_HBM, MEM_HOST = 1, 2, 6, 10
-_HEADER_SIZE = 8 + 32 + 256 + 8 + 152
-_SECTION_HEADER = struct.Struct("<I16s4xQQ")
+_HEADER_SIZE = AXLF_HEADER_SIZE
+_SECTION_HEADER = AXLF_SECTION_HEADER
 _MEM_DATA = struct.Struct("<BB6xqq16s")
 CU_BASE = 0x1800000
 
@@ -485,7 +496,7 @@ class FakeCard:
         for name, a in args.items():
             if a["kind"] != "pointer":
                 continue
-            array, index = _port_array(name)
+            array, index = port_array(name)
             elem = {"grad": spec.grad_bytes, "out": spec.out_bytes}.get(array, 4)
             nbytes = layout.stripe_bytes(n, elem, stripes.of(array), index)
             off = int(a["offset"])
@@ -513,12 +524,6 @@ class FakeCard:
             return None
         start = addr - bo.address
         return bo.storage[start: start + nbytes]
-
-
-def _port_array(port: str) -> tuple[str, int]:
-    stem = port.split("_")[0]
-    digits = len(stem) - len(stem.rstrip("0123456789"))
-    return stem[: len(stem) - digits], int(stem[len(stem) - digits:])
 
 
 # ---- the XRT calls PYNQ makes, answered by the cards ---------------------------------------------

@@ -282,7 +282,7 @@ REGISTERED = """
 import json, os, struct, subprocess, sys, time
 from pathlib import Path
 from hls import registry
-from hls.generate import load_manifest
+from hls.manifest import load_manifest
 kind = '@XCLBIN@'
 head = bytearray(b'xclbin2\\0' + bytes(1992))
 struct.pack_into('<Q', head, 304, 2000)

@@ -18,15 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from hls import validate
-from hls.generate import load_manifest, write_project
+from hls import xclbin
+from hls.generate import write_project
+from hls.manifest import load_manifest
 from hls.spec import KernelSpec
 
 
 def _huge_section_count(path: Path) -> None:
     head = bytearray(b"xclbin2\0" + bytes(1992))
     struct.pack_into("<Q", head, 304, 2000)
-    struct.pack_into("<I", head, validate.AXLF_HEADER_SIZE - 8, 0xFFFFFFFF)
+    struct.pack_into("<I", head, xclbin.AXLF_HEADER_SIZE - 8, 0xFFFFFFFF)
     path.write_bytes(bytes(head))
 
 
