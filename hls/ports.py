@@ -24,6 +24,16 @@ def port_names(array: str, index: int) -> list[str]:
     return [f"{array}{index}"]
 
 
+def read_port(array: str, index: int) -> str:
+    """The port the kernel reads stripe `index` of `array` through (grad<k>, p<k>_rd ...)."""
+    return f"{array}{index}{READ_SUFFIX}" if array in STATE_ARRAYS else f"{array}{index}"
+
+
+def write_port(array: str, index: int) -> str:
+    """The port the kernel writes stripe `index` of `array` through (out<k>, p<k>_wr ...)."""
+    return f"{array}{index}{WRITE_SUFFIX}" if array in STATE_ARRAYS else f"{array}{index}"
+
+
 def parse_port(port: str) -> tuple[str, int, str | None]:
     """(array, stripe index, "rd" / "wr" / None) of a port name: the inverse of `port_names`."""
     m = _PORT.match(port)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hls.ports import port_names, read_port, write_port
 from hls.spec import BEAT_BYTES
 from pynq_driver.device import Buffer, Device
 from pynq_driver.placement import CuPart
@@ -70,13 +71,13 @@ def port_pointers(pt: CuPart, state_beat: int, slot: int, grad: Any = None, out:
     ptrs: dict[str, tuple[Any, int]] = {}
     for a in ("p", "m", "v"):
         for k, buf in enumerate(pt.state[a]):
-            ptrs[f"{a}{k}_rd"] = ptrs[f"{a}{k}_wr"] = (buf, offset)
+            ptrs.update(dict.fromkeys(port_names(a, k), (buf, offset)))
     for k, buf in enumerate(p_rd or ()):
-        ptrs[f"p{k}_rd"] = (buf, 0)
+        ptrs[read_port("p", k)] = (buf, 0)
     for k, buf in enumerate([grad] if grad is not None else pt.grad_stage[slot]):
-        ptrs[f"grad{k}"] = (buf, 0)
+        ptrs[read_port("grad", k)] = (buf, 0)
     for k, buf in enumerate([out] if out is not None else pt.out_stage[slot]):
-        ptrs[f"out{k}"] = (buf, 0)
+        ptrs[write_port("out", k)] = (buf, 0)
     return ptrs
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from hls import layout
+from hls.ports import port_names, read_port
 from hls.sizing import CHUNK_ELEMS
 from hls.spec import BEAT_BYTES
 from pynq_driver.device import Device
@@ -69,11 +70,12 @@ def plan_buffers(dev: Device, ranges: list[tuple[int, int]],
         for a in ("p", "m", "v"):
             for k in range(st.state):
                 nbytes = max(BEAT_BYTES, layout.stripe_bytes(hi - lo, 4, st.state, k))
-                plan.append((cu, a, banks[f"{a}{k}_rd"], k, -1, nbytes))
+                plan.append((cu, a, banks[read_port(a, k)], k, -1, nbytes))
         for a, elem in (("grad", spec.grad_bytes), ("out", spec.out_bytes)):
             for k in range(st.of(a)):
                 nbytes = layout.stripe_bytes(min(chunk, hi - lo), elem, st.of(a), 0)
-                plan += [(cu, a, banks[f"{a}{k}"], k, slot, nbytes) for slot in (0, 1)]
+                port = port_names(a, k)[0]  # a staging array has one port per stripe
+                plan += [(cu, a, banks[port], k, slot, nbytes) for slot in (0, 1)]
     return plan
 
 

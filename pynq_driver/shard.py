@@ -27,6 +27,7 @@ import numpy as np
 from hls import layout
 from hls.errors import UserError
 from hls.golden import Hyper, prepare_scalars
+from hls.ports import read_port
 from hls.spec import BEAT_BYTES, STORAGE_DTYPES, KernelSpec
 from pynq_driver.device import Buffer, Device
 from pynq_driver.errors import (
@@ -464,7 +465,7 @@ class ShardState:
             if masters_in_direct and self.spec.out_dtype == "fp32":
                 stripes = self.lend_stripes(pt.state["p"], dst)
                 if stripes is not None:
-                    own.update({f"p{k}_rd": buf for k, buf in enumerate(stripes)})
+                    own.update({read_port("p", k): buf for k, buf in enumerate(stripes)})
                     return
             if prepare is not None:  # the gradient chunk is on the card: its host chunk is free again
                 prepare(a, b, pbuf[: b - a], otmp)

@@ -30,7 +30,7 @@ from hls.csim.compile import CsimError, compile_kernel, kernel_source, project_d
 from hls.errors import UserError
 from hls.golden import scalar_names
 from hls.manifest import load_manifest, spec_from_manifest
-from hls.ports import is_written_port, port_names
+from hls.ports import is_written_port, port_names, read_port, write_port
 from hls.sizing import StripeCounts
 from hls.spec import BEAT_BYTES, STORAGE_DTYPES, KernelSpec
 
@@ -330,15 +330,15 @@ class CsimKernel:
             buffers["grad"] = grad[:n]
         else:
             for k, part in enumerate(layout.split(grad[:n], s.grad)):
-                buffers[f"grad{k}"] = part
+                buffers[read_port("grad", k)] = part
         state = {}
         for name, arr in (("p", p), ("m", m), ("v", v)):
             state[name] = layout.split(arr[:n], s.state)
             for k, part in enumerate(state[name]):
-                buffers[f"{name}{k}_rd"] = buffers[f"{name}{k}_wr"] = part
-        outs = [np.zeros(self.port_info[f"out{k}"].nbytes(n), np.uint8) for k in range(s.out)]
+                buffers.update(dict.fromkeys(port_names(name, k), part))
+        outs = [np.zeros(self.port_info[write_port("out", k)].nbytes(n), np.uint8) for k in range(s.out)]
         for k, part in enumerate(outs):
-            buffers[f"out{k}"] = part
+            buffers[write_port("out", k)] = part
         return buffers, state, outs
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from hls import layout
 from hls.golden import SCALAR_NAMES, Scalars, adam_update, to_bf16_bits
-from hls.ports import port_array
+from hls.ports import port_array, read_port, write_port
 from hls.sizing import StripeCounts
 from hls.spec import BEAT_BYTES, STORAGE_DTYPES
 from pynq_driver.device import ALIGN, Buffer, BumpAllocator, Device
@@ -292,21 +292,21 @@ def golden_executor(spec: Any, stripes: StripeCounts) -> Executor:
     """The golden model behind the card's ports: gather the stripes, update, scatter back."""
     gnp = STORAGE_DTYPES[spec.grad_dtype]
 
-    def gather(ports: dict[str, np.ndarray], array: str, suffix: str, n: int, dtype: Any) -> np.ndarray:
-        parts = [ports[f"{array}{k}{suffix}"] for k in range(stripes.of(array))]
+    def gather(ports: dict[str, np.ndarray], array: str, n: int, dtype: Any) -> np.ndarray:
+        parts = [ports[read_port(array, k)] for k in range(stripes.of(array))]
         return layout.join(parts, n, dtype)
 
-    def scatter(ports: dict[str, np.ndarray], array: str, suffix: str, data: np.ndarray) -> None:
+    def scatter(ports: dict[str, np.ndarray], array: str, data: np.ndarray) -> None:
         for k, part in enumerate(layout.split(data, stripes.of(array))):
-            dest = ports[f"{array}{k}{suffix}"]
+            dest = ports[write_port(array, k)]
             dest[: part.size] = part[: dest.size]
 
     def run(ports: dict[str, np.ndarray], n: int, scalars: dict[str, int]) -> None:
         if n == 0:
             return
         s = _scalars_from_bits(scalars, spec.optimizer)
-        grad = gather(ports, "grad", "", n, gnp)
-        p, m, v = (gather(ports, a, "_rd", n, np.float32) for a in ("p", "m", "v"))
+        grad = gather(ports, "grad", n, gnp)
+        p, m, v = (gather(ports, a, n, np.float32) for a in ("p", "m", "v"))
         out = adam_update(p, m, v, grad, s, optimizer=spec.optimizer, grad_dtype=spec.grad_dtype,
                           out_dtype=spec.out_dtype)
         # Whole beats go back, as the kernel writes them: lanes past n keep what was read, and
@@ -314,16 +314,16 @@ def golden_executor(spec: Any, stripes: StripeCounts) -> Executor:
         nfull = layout.beats(n, 4) * 16
         full = {}
         for a, arr in (("p", p), ("m", m), ("v", v)):
-            full[a] = gather(ports, a, "_rd", nfull, np.float32)
+            full[a] = gather(ports, a, nfull, np.float32)
             full[a][:n] = arr
-            scatter(ports, a, "_wr", full[a])
+            scatter(ports, a, full[a])
         if spec.out_dtype == "bf16":
             full_out = np.zeros(layout.beats(n, 2) * 32, np.uint16)
             full_out[:nfull] = to_bf16_bits(full["p"])
         else:
             full_out = full["p"].copy()
         full_out[:n] = out
-        scatter(ports, "out", "", full_out)
+        scatter(ports, "out", full_out)
 
     return run
 

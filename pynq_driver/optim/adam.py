@@ -62,6 +62,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from hls.ports import STATE_ARRAYS, parse_port
 from pynq_driver.optim.base import (
     DEFAULT_BACKEND,
     DEFAULT_TARGET,
@@ -101,7 +102,7 @@ class _NicAdamBase(CardOptimizer):
                     "backend": shard.backend, "kernel": shard.spec.name, "target": shard.spec.target,
                     "state_bytes": 12 * shard.n,
                     "banks": {a: sorted({b[port] for b in banks.values() for port in b
-                                         if port.startswith(a) and port.endswith("_rd")}) for a in ("p", "m", "v")},
+                                         if parse_port(port)[::2] == (a, "rd")}) for a in STATE_ARRAYS},
                 })
         return rows
 
