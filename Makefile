@@ -55,7 +55,7 @@ FUZZ_SLOW_EXAMPLES ?= 200
 fuzz: deps
 	HYPOTHESIS_PROFILE=fuzz FUZZ_GENERATE_EXAMPLES=$(FUZZ_SLOW_EXAMPLES) FUZZ_OPTIM_EXAMPLES=$(FUZZ_SLOW_EXAMPLES) \
 		$(BIN)/python -m pytest -q \
-		tests/test_fuzz.py tests/test_hostile_inputs.py tests/pynq_driver/optim/test_all_or_nothing.py $(PYTEST_ARGS)
+		tests/hostile/test_fuzz.py tests/hostile/test_hostile_inputs.py tests/pynq_driver/optim/test_all_or_nothing.py $(PYTEST_ARGS)
 
 # Resource estimate of the RTL kernel with yosys: make synth SYNTH_ARGS="--target u55c --lanes 16"
 SYNTH_ARGS ?= --target u55c
