@@ -66,6 +66,17 @@ _CARD_USERS: dict[int, dict[str, Any]] = {}
 _USERS_LOCK = threading.Lock()
 
 
+NETWORK_BITSTREAM_MISSING = (
+    "alveo backend: joining a ring needs the network bitstream (the card's Ethernet port running the ring "
+    "protocol of design.md section 8: issue \"the card's network RTL\", not built yet); today's xclbins hold "
+    "the update kernel only. Use backend='golden' or 'csim' for software cards on the wire (pynq_driver.net)")
+
+
+def require_network_bitstream(spec: KernelSpec | None = None) -> None:
+    """Raise `ToolMissing`: no alveo xclbin carries the ring's network port yet (a card cannot join a ring)."""
+    raise ToolMissing(NETWORK_BITSTREAM_MISSING)
+
+
 # ---- the device ---------------------------------------------------------------------------------
 
 class AlveoDevice(Device):
@@ -107,6 +118,10 @@ class AlveoDevice(Device):
                                     f"{index} is an Alveo {board(card.name).upper()} (shell {card.name}): "
                                     "pass the device_index of a matching card or build for this one")
         return cls(manifest, path, ips, card=card, index=index, timeout_s=timeout_s)
+
+    def join_ring(self, *args: Any, **kwargs: Any) -> None:
+        """A card on the wire needs the network bitstream, which does not exist yet: `ToolMissing`."""
+        require_network_bitstream(self.spec)
 
     def __init__(self, manifest: dict[str, Any], xclbin: Path, ips: list[dict[str, Any]], *, card: Any,
                  index: int, timeout_s: float) -> None:
