@@ -100,13 +100,14 @@ class FaultLayer:
         if r_drop < f.drop:
             c.dropped += 1
             return
-        if r_flip < f.bitflip and frame:
-            c.bitflipped += 1
+        flipped = r_flip < f.bitflip and bool(frame)
+        if flipped:
             raw = bytearray(frame)
             raw[bit // 8] ^= 1 << (bit % 8)
             frame = bytes(raw)
         copies = 2 if r_dup < f.duplicate else 1
         c.duplicated += copies - 1
+        c.bitflipped += copies if flipped else 0  # corrupted frames handed to the wire
         for _ in range(copies):
             if r_delay < f.delay:
                 c.delayed += 1

@@ -246,11 +246,11 @@ class RingNode:
     def _check_usable(self) -> None:
         if self.closed:
             raise RingError(f"rank {self.rank}: the ring node is closed")
-        if not self._thread.is_alive():
-            raise RingError(f"rank {self.rank}: the card's event loop stopped ({self._error!r}); open a new node")
         if self._error is not None:
             raise RingError(f"rank {self.rank}: an earlier step failed ({self._error}); open a new node "
                             "(and load a checkpoint)")
+        if not self._thread.is_alive():
+            raise RingError(f"rank {self.rank}: the card's event loop stopped; open a new node")
 
     def _check_idle(self, what: str) -> None:
         if self._active or self._pending is not None:
