@@ -2,8 +2,8 @@
 thread, equal `hls.net.ring.ring_step` bit for bit over several steps (every rank's gathered
 parameters, every owner's p, m, v), with and without a fault layer on the wire.
 
-Default runs cover every world size, backend, wire dtype and payload at least once; the whole
-cross product is `@pytest.mark.slow` (pytest --full).
+Default runs cover every world size x backend x wire dtype x payload; the long runs (a large
+vector, heavy faults over many seeds) are `@pytest.mark.slow` (pytest --full).
 """
 
 from __future__ import annotations
@@ -23,16 +23,8 @@ from pynq_driver.net.faults import Faults
 from pynq_driver.net.node import RingNode
 from pynq_driver.net.transport import UdpTransport
 
-# (world, backend, wire dtype, payload bytes): the default set; the rest run with --full.
-QUICK = [
-    (2, "golden", "fp32", 1408),
-    (3, "golden", "bf16", 8192),
-    (4, "golden", "fp32", 8192),
-    (4, "golden", "bf16", 1408),
-    (2, "csim", "bf16", 1408),
-    (3, "csim", "fp32", 8192),
-]
-FULL = [c for c in itertools.product([2, 3, 4], ["golden", "csim"], ["fp32", "bf16"], [1408, 8192]) if c not in QUICK]
+# (world, backend, wire dtype, payload bytes): every combination (about 0.3 s each).
+CASES = list(itertools.product([2, 3, 4], ["golden", "csim"], ["fp32", "bf16"], [1408, 8192]))
 # Lengths that leave padding in the last chunk and need several packets per chunk.
 LENGTH = {1408: 7001, 8192: 20011}
 
@@ -53,16 +45,20 @@ def _run(world: int, backend: str, wire_dtype: str, payload: int, *, steps: int 
         return cluster.totals()
 
 
-@pytest.mark.parametrize("world,backend,wire_dtype,payload", QUICK)
+@pytest.mark.parametrize("world,backend,wire_dtype,payload", CASES)
 def test_cluster_equals_ring_step(world, backend, wire_dtype, payload):
     totals = _run(world, backend, wire_dtype, payload)
     assert totals["dropped_fcs"] == 0 and totals["frames_in"] > 0
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world,backend,wire_dtype,payload", FULL)
-def test_cluster_equals_ring_step_full(world, backend, wire_dtype, payload):
-    _run(world, backend, wire_dtype, payload, steps=4)
+@pytest.mark.parametrize("backend,wire_dtype", [("golden", "bf16"), ("csim", "fp32")])
+def test_cluster_long_run_large_vector(backend, wire_dtype):
+    """A 600k-element vector over 8 steps on 4 cards, with faults."""
+    params = _params(600_000)
+    with NetCluster(backend, KernelSpec(), 4, params, wire_dtype=wire_dtype, payload_bytes=8192, faults=FAULTS,
+                    peer_timeout_s=30.0) as cluster:
+        run_steps(cluster, params, 8, seed=9, timeout_s=120)
 
 
 def test_bf16_parameters_and_two_phase_clip():
@@ -103,8 +99,7 @@ def test_cluster_under_faults(world, backend, wire_dtype, payload):
     assert totals["dropped_duplicate"] > 0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=[pytest.mark.slow] if s > 1 else []) for s in range(8)])
 def test_cluster_under_heavy_faults(seed):
     heavy = Faults(drop=5e-2, duplicate=5e-2, reorder=5e-2, bitflip=3e-2, delay=5e-2, seed=seed)
     _run(4, "golden", "bf16", 1408, steps=5, faults=heavy)
