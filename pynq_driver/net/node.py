@@ -184,6 +184,7 @@ class RingNode:
             self._result = None
             self._done.clear()
             self._pending = (grad, hyper, {"two_phase": bool(two_phase), "max_norm": max_norm})
+        self.transport.wake()
 
     def wait(self, timeout_s: float | None = None) -> np.ndarray:
         """The step's gathered parameters (L elements of the out dtype: float32 or uint16 bf16 patterns).
@@ -338,19 +339,22 @@ class RingNode:
         """(peer rank, what) for everything the card still waits on in this step."""
         pred, succ = self.config.predecessor, self.config.successor
         step = self.steps
-        flows = getattr(self.card, "_flows", None)  # the card model's per-phase go-back-N state
-        if not isinstance(flows, dict):
-            return [(pred, f"the data of step {step}")] if self.card.gathered is None else \
-                [(succ, f"the ACKs of step {step}")]
-        out = []
-        for fl in flows.values():
-            name = {"RS": "reduce-scatter", "AG": "all-gather", "SCALAR": "scalar"}.get(fl.flow.name, fl.flow.name)
-            if fl.receiver.expected < fl.total:
-                out.append((pred, f"its {name} data of step {step} (packet {fl.receiver.expected} of {fl.total})"))
-            if fl.sender.base < fl.total and fl.sender.base < len(fl.sender.sizes):
-                out.append((succ, f"ACKs of rank {self.rank}'s {name} data of step {step} "
-                                  f"({fl.sender.base} of {fl.total} acknowledged)"))
-        return out
+        try:  # the card model's per-phase go-back-N state, for a precise message
+            out = []
+            for fl in self.card._flows.values():
+                name = {"RS": "reduce-scatter", "AG": "all-gather", "SCALAR": "scalar"}.get(fl.flow.name,
+                                                                                             fl.flow.name)
+                rx, tx = fl.receiver, fl.sender
+                if rx.expected < tx.total:
+                    out.append((pred, f"its {name} data of step {step} (packet {rx.expected} of {tx.total})"))
+                if tx.base < tx.total and tx.base < len(tx.sizes):
+                    out.append((succ, f"ACKs of rank {self.rank}'s {name} data of step {step} "
+                                      f"({tx.base} of {tx.total} acknowledged)"))
+            return out
+        except (AttributeError, TypeError):  # another card model: what its public state says
+            if self.card.gathered is None:
+                return [(pred, f"its data of step {step}")]
+            return [(succ, f"ACKs of rank {self.rank}'s data of step {step}")]
 
     def _check_peers(self, now: float) -> None:
         worst: tuple[float, int, str] | None = None

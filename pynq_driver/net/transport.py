@@ -4,7 +4,7 @@ included) travel as one datagram to the peer card's socket.
 Localhost only by default (127.0.0.1, an ephemeral port): the frame's own Ethernet and IPv4
 addresses are the ring's (hls.net.wire), the UDP socket is only the cable. `recv` waits at most
 `timeout_s` and returns every datagram already queued (bounded), so an event loop never blocks
-for longer than its next deadline.
+for longer than its next deadline; `wake()` makes it return at once (the host started a step).
 """
 
 from __future__ import annotations
@@ -71,9 +71,17 @@ class UdpTransport:
                 break
             except ConnectionRefusedError:  # an ICMP error of an earlier send: nothing to read
                 continue
-            out.append(data)
+            if data:  # an empty datagram is `wake`'s: no frame is empty
+                out.append(data)
         self.received_datagrams += len(out)
         return out
+
+    def wake(self) -> None:
+        """Make a `recv` waiting in another thread return now (an empty datagram to this socket)."""
+        try:
+            self.sock.sendto(b"", self.address)
+        except OSError:  # closed or full: the waiting recv returns at its timeout anyway
+            pass
 
     def close(self) -> None:
         if not self.closed:

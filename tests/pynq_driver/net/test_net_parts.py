@@ -36,6 +36,8 @@ def test_transport_carries_each_frame_as_one_datagram():
             got += b.recv(0.1)
         assert got == frames  # exact bytes, FCS included, in order on loopback
         assert b.recv(0.01) == []
+        b.wake()  # an empty datagram wakes a waiting recv and is no frame
+        assert b.recv(1.0) == [] and b.received_datagrams == len(frames)
     assert a.recv(0.01) == []  # closed: nothing, no error
 
 
