@@ -3,8 +3,10 @@ store (`TCPStore`, `FileStore`, `dist.distributed_c10d._get_default_store()`, ..
 
 The store is duck-typed (`set(key, value)`, `get(key) -> bytes`, `wait(keys, timeout)` with a
 `datetime.timedelta`), so this package never imports torch. Each rank publishes the UDP address
-of its card's socket under `<prefix>/<comm>/<rank>` and reads every rank's; a rank that never
-publishes is named in a `RendezvousTimeout` after `timeout_s`.
+of its card's socket under `<prefix>/<comm>/<generation>/<rank>` and reads every rank's; a rank
+that never publishes is named in a `RendezvousTimeout` after `timeout_s`. The generation counts
+the rank's joins of ring `comm` through the store (`store.add`), so a ring opened again in the
+same job reads the new addresses, not the old ones.
 """
 
 from __future__ import annotations
@@ -21,8 +23,16 @@ from pynq_driver.net.transport import Address
 DEFAULT_PREFIX = "optimusnic/net"
 
 
-def address_key(rank: int, comm: int = 0, prefix: str = DEFAULT_PREFIX) -> str:
-    return f"{prefix}/{comm}/{rank}"
+def address_key(rank: int, comm: int = 0, prefix: str = DEFAULT_PREFIX, generation: int = 1) -> str:
+    return f"{prefix}/{comm}/{generation}/{rank}"
+
+
+def _generation(store: Any, rank: int, comm: int, prefix: str) -> int:
+    """How many times this rank joined ring `comm` through this store (1, 2, ...): every rank joins
+    as often as the others, so a ring opened again (after a failure, a checkpoint load) never reads
+    the addresses of the one before. Stores without `add` have one generation."""
+    add = getattr(store, "add", None)
+    return int(add(f"{prefix}/{comm}/joins/{rank}", 1)) if callable(add) else 1
 
 
 def exchange_addresses(store: Any, rank: int, world: int, address: Address, *, comm: int = 0,
@@ -35,11 +45,12 @@ def exchange_addresses(store: Any, rank: int, world: int, address: Address, *, c
     if not 0 <= rank < world:
         raise UserError(f"rank {rank} out of 0 .. {world - 1}")
     host, port = address
-    store.set(address_key(rank, comm, prefix), json.dumps([host, int(port)]))
+    generation = _generation(store, rank, comm, prefix)
+    store.set(address_key(rank, comm, prefix, generation), json.dumps([host, int(port)]))
     deadline = time.monotonic() + timeout_s
     out: list[Address] = []
     for peer in range(world):
-        key = address_key(peer, comm, prefix)
+        key = address_key(peer, comm, prefix, generation)
         left = deadline - time.monotonic()
         try:
             if left <= 0:

@@ -85,16 +85,17 @@ def test_rendezvous_through_a_tcpstore():
     world = 3
     got: dict[int, list] = {}
 
-    def rank(r: int) -> None:
-        got[r] = exchange_addresses(store, r, world, ("127.0.0.1", 40000 + r), comm=5, timeout_s=10)
+    def rank(r: int, base: int) -> None:
+        got[r] = exchange_addresses(store, r, world, ("127.0.0.1", base + r), comm=5, timeout_s=10)
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(15)
-    want = [("127.0.0.1", 40000 + r) for r in range(world)]
-    assert got == {r: want for r in range(world)}
+    for base in (40000, 50000):  # a ring opened again through the same store reads the new addresses
+        threads = [threading.Thread(target=rank, args=(r, base)) for r in range(world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+        want = [("127.0.0.1", base + r) for r in range(world)]
+        assert got == {r: want for r in range(world)}
 
 
 def test_rendezvous_names_the_rank_that_never_came():
