@@ -85,8 +85,9 @@ def test_rendezvous_through_a_tcpstore():
     world = 3
     got: dict[int, list] = {}
 
-    def rank(r: int, base: int) -> None:
-        got[r] = exchange_addresses(store, r, world, ("127.0.0.1", base + r), comm=5, timeout_s=10)
+    def rank(r: int, base: int) -> None:  # each rank its own client, as each process has
+        client = dist.TCPStore("127.0.0.1", store.port, is_master=False, timeout=datetime.timedelta(seconds=10))
+        got[r] = exchange_addresses(client, r, world, ("127.0.0.1", base + r), comm=5, timeout_s=10)
 
     for base in (40000, 50000):  # a ring opened again through the same store reads the new addresses
         threads = [threading.Thread(target=rank, args=(r, base)) for r in range(world)]
