@@ -73,6 +73,7 @@ class Flow(enum.IntEnum):
     SCALAR = 3
 
 
+_OPCODES = frozenset(int(op) for op in Opcode)
 DATA_OPCODE_FLOW = {Opcode.RS: Flow.RS, Opcode.AG: Flow.AG, Opcode.SCALAR: Flow.SCALAR}
 FLOW_OPCODE = {flow: op for op, flow in DATA_OPCODE_FLOW.items()}
 
@@ -186,8 +187,10 @@ class Header:
         for name, value, top in fields:
             if not 0 <= value <= top:
                 raise WireError(f"header {name}: {value} out of 0 .. {top}")
-        if int(self.opcode) not in Opcode._value2member_map_:
-            raise WireError(f"header opcode: {self.opcode!r}")
+        try:
+            Opcode(self.opcode)
+        except ValueError:
+            raise WireError(f"header opcode: {self.opcode!r}") from None
         return _RING.pack((VERSION << 4) | int(self.opcode), (DTYPE_CODE[validate_wire_dtype(self.dtype)] << 6)
                           | self.flags, self.comm, self.src, self.hop, self.chunk, self.step, self.seq,
                           self.offset, self.length)
@@ -284,7 +287,7 @@ def parse_frame(frame: bytes, *, local: Endpoint | None = None, with_fcs: bool =
     vo, df, comm, src, hop, chunk, step, seq, offset, length = ring_fields
     if vo >> 4 != VERSION:
         return Drop.VERSION
-    if (vo & 0xF) not in Opcode._value2member_map_:
+    if (vo & 0xF) not in _OPCODES:
         return Drop.OPCODE
     if (df >> 6) not in _CODE_DTYPE:
         return Drop.DTYPE

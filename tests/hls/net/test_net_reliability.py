@@ -33,11 +33,12 @@ class Link:
 
 
 def run_flow(seed: int, total: int, window: int, slots: int, loss: float, dup: float, jitter: float,
-             steps: int = 3) -> tuple[list[tuple[int, int]], Sender]:
+             steps: int = 3) -> tuple[list[tuple[int, int]], Sender, int]:
     """`steps` flows one after the other over the same links; returns what the receiver consumed."""
     rng = random.Random(seed)
     data, replies = Link(rng, loss, dup, jitter), Link(rng, loss, dup, jitter)
     consumed: list[tuple[int, int]] = []
+    stale = 0
     now = 0.0
     sender = None
     for step in range(steps):
@@ -56,6 +57,7 @@ def run_flow(seed: int, total: int, window: int, slots: int, loss: float, dup: f
                 verdict = receiver.on_frame(frame_step, seq)
                 if frame_step != step:
                     assert verdict is Verdict.STALE  # a stale step's frame is never accepted
+                    stale += 1
                 if verdict is Verdict.ACCEPT:
                     consumed.append((frame_step, seq))
                     receiver.hold()  # a slow consumer: slots free later
@@ -73,21 +75,27 @@ def run_flow(seed: int, total: int, window: int, slots: int, loss: float, dup: f
         else:
             pytest.fail(f"step {step}: no progress: base {sender.base} of {total}")
     assert sender is not None
-    return consumed, sender
+    return consumed, sender, stale
+
+
+def test_stale_frames_arrive_and_are_refused() -> None:
+    # heavy duplication and long delays: the previous step's frames reach the next step's receiver
+    consumed, _, stale = run_flow(3, 20, 6, 6, loss=0.1, dup=0.5, jitter=30.0, steps=4)
+    assert stale > 0 and consumed == [(step, seq) for step in range(4) for seq in range(20)]
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_exactly_once_in_order_under_loss_dup_reorder(seed: int) -> None:
     rng = random.Random(seed)
     total, window, slots = rng.randrange(1, 60), rng.randrange(1, 12), rng.randrange(1, 12)
-    consumed, sender = run_flow(seed, total, window, slots, loss=0.15, dup=0.1, jitter=3.0)
+    consumed, sender, _ = run_flow(seed, total, window, slots, loss=0.15, dup=0.1, jitter=3.0)
     assert consumed == [(step, seq) for step in range(3) for seq in range(total)]
     if total > 5:
         assert sender.counters.retransmitted_frames > 0
 
 
 def test_clean_link_sends_each_packet_once() -> None:
-    consumed, sender = run_flow(1, 40, 8, 8, loss=0.0, dup=0.0, jitter=0.0, steps=1)
+    consumed, sender, _ = run_flow(1, 40, 8, 8, loss=0.0, dup=0.0, jitter=0.0, steps=1)
     assert consumed == [(0, s) for s in range(40)]
     c = sender.counters
     assert c.frames_sent == 40 and c.bytes_sent == 40 * 64 and c.retransmitted_frames == 0 and c.timeouts == 0
