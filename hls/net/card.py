@@ -46,6 +46,9 @@ from hls.net import ring, wire
 from hls.net.reliability import ProtocolError, Receiver, Reply, Sender, Verdict
 from hls.net.wire import Drop, Endpoint, Flow, Header, Opcode
 
+# Payload elements are little-endian, as in card memory.
+_PAYLOAD_DTYPE = {"fp32": np.dtype("<f4"), "bf16": np.dtype("<u2")}
+
 # The two-phase step's scalar entry: rank, non-finite flag, 6 pad bytes, float64 sum of squares
 # (little-endian, as card memory); a scalar frame at hop k carries k + 1 entries.
 _SCALAR_ENTRY = struct.Struct("<B?6xd")
@@ -167,7 +170,6 @@ class Card:
         self._previous: tuple[int, dict[Flow, int]] | None = None  # last step and each flow's final ACK
         self._late_replies: list[bytes] = []  # re-ACKs of the previous step's flows
         c = config
-        self._storage = {"fp32": np.dtype("<f4"), "bf16": np.dtype("<u2")}
         self._elems_per_packet = {d: c.payload_bytes // wire.ELEMENT_BYTES[d] for d in wire.WIRE_DTYPES}
         self._size = c.chunk_elems
         self._local: np.ndarray | None = None
@@ -207,8 +209,8 @@ class Card:
             self._previous = (self.step, {f: fl.receiver.expected for f, fl in self._flows.items()})
         self.step = step
         self._local = ring.pad(local_grad, c.world)
-        self._reduced = np.zeros(self._size, self._storage[c.wire_dtype])
-        self._gathered = np.zeros(c.world * self._size, self._storage[c.param_dtype])
+        self._reduced = np.zeros(self._size, _PAYLOAD_DTYPE[c.wire_dtype])
+        self._gathered = np.zeros(c.world * self._size, _PAYLOAD_DTYPE[c.param_dtype])
         self._updated = False
         self._two_phase, self._max_norm, self._grad_scale = two_phase, max_norm, float(grad_scale)
         self._own_scalar, self._scalars, self._scalar_inbox = None, {}, {}
@@ -394,7 +396,7 @@ class Card:
         assert self._local is not None and self._reduced is not None
         chunk = ring.rs_recv_chunk(c.rank, hop, c.world)
         lo, hi = self._span(c.wire_dtype, index)
-        partial = np.frombuffer(payload, self._storage[c.wire_dtype]).astype(ring.STORAGE[c.wire_dtype])
+        partial = np.frombuffer(payload, _PAYLOAD_DTYPE[c.wire_dtype]).astype(ring.STORAGE[c.wire_dtype])
         total = ring.add_partial(partial, self._local[chunk * self._size + lo : chunk * self._size + hi], c.wire_dtype)
         rs = self._flows[Flow.RS]
         if hop < c.world - 2:  # not ours yet: forward the new partial at once
@@ -452,7 +454,7 @@ class Card:
 
     def _run_update(self, scale: float | None) -> None:
         c = self.config
-        want = self._storage[c.param_dtype]
+        want = _PAYLOAD_DTYPE[c.param_dtype]
         out = np.asarray(self.update(self._reduced, scale))
         if out.shape != (self._size,) or out.dtype != want:
             raise TypeError(f"update returned {out.dtype} {out.shape}; expected {self._size} elements of {want}")
@@ -469,7 +471,7 @@ class Card:
         chunk = ring.ag_recv_chunk(c.rank, hop, c.world)
         lo, hi = self._span(c.param_dtype, index)
         base = chunk * self._size
-        self._gathered[base + lo : base + hi] = np.frombuffer(payload, self._storage[c.param_dtype])
+        self._gathered[base + lo : base + hi] = np.frombuffer(payload, _PAYLOAD_DTYPE[c.param_dtype])
         if hop < c.world - 2:  # every card but the owner's predecessor passes it on
             self._provide(self._flows[Flow.AG], Opcode.AG, c.param_dtype, hop + 1, index, chunk, payload)
 
