@@ -718,6 +718,10 @@ def _network_plan(target: Target, ring_ports: int, payload: int, window: int, gr
                  f"{ring_ports * target.line_rate_gbps * 1e9 / 8 / wire / 1e9:.3f})")
     notes.append("rail: lgrad and gather are the ring engine's streams (not kernel ports), each at twice the "
                  "goodput (ring + host DMA); lgrad runs with the update, gather in the all-gather hops")
+    if gb:
+        notes.append("rail with gradients from memory = the two-phase step (clipping or the non-finite check): the "
+                     "reduce-scatter's sum lands in the grad stripes, the update is a second pass over them; "
+                     "sizing budgets lgrad alongside it (conservative)")
     if any(st.shares_kernel_channel for st in streams):
         notes.append("rail: too few free channels: ring streams share the kernel's channels")
     if ob > wire:
