@@ -43,8 +43,8 @@ runs the ring's reduce-scatter, the owner's update and the all-gather):
                    payload goodput, not the line rate)
   ports            one ring port carries one direction's goodput to the successor (through a switch on
                    a one-port U50, or cabled switchless on a two-port card: port 0 to the successor,
-                   port 1 from the predecessor: the same goodput per direction); `ring_ports=2` runs two
-                   rings, half the vector each, one per port: twice the demand
+                   port 1 from the predecessor: the same goodput per direction); `ring_ports=k` (up to
+                   the card's ports) runs k rings, 1/k of the vector each, one per port: k times the demand
   extra streams    (card level, HBM/DDR staging buffers, double-buffered chunks)
     lgrad          the local gradient of every chunk: the ring reads it (wire bytes per element at the
                    goodput) in every reduce-scatter hop, the update hop included; the host's DMA fills
@@ -491,8 +491,8 @@ def _check_rail(target: Target, placement: str, payload_bytes: object, ring_port
         raise SizingError(f"placement: {placement!r} must be one of {', '.join(PLACEMENTS)}")
     check_payload_bytes(payload_bytes)
     if (isinstance(ring_ports, bool) or not isinstance(ring_ports, int)
-            or not 1 <= ring_ports <= min(2, target.network_ports)):
-        raise SizingError(f"ring_ports: {ring_ports!r} must be 1..{min(2, target.network_ports)} "
+            or not 1 <= ring_ports <= target.network_ports):
+        raise SizingError(f"ring_ports: {ring_ports!r} must be 1..{target.network_ports} "
                           f"({target.name} has {target.network_ports} network port(s))")
     if (isinstance(window_packets, bool) or not isinstance(window_packets, int)
             or not 1 <= window_packets <= MAX_WINDOW_PACKETS):
@@ -500,15 +500,16 @@ def _check_rail(target: Target, placement: str, payload_bytes: object, ring_port
 
 
 def port_assumption(target: Target, ring_ports: int) -> str:
-    if ring_ports == 2:
-        return (f"two rings, half the vector each, one on each of the {target.name}'s 2 ports (through a switch): "
-                f"twice one port's goodput per direction")
+    if ring_ports >= 2:
+        return (f"{ring_ports} rings, 1/{ring_ports} of the vector each, one on each of {ring_ports} of the "
+                f"{target.name}'s {target.network_ports} ports (through a switch): {ring_ports} x one port's goodput "
+                f"per direction")
     if target.network_ports == 1:
         return (f"one ring on the {target.name}'s one port, through a switch: it sends to the successor and "
                 f"receives from the predecessor on the same port (full duplex)")
     return (f"one ring: one port's goodput per direction (through a switch on one port, or cabled switchless, "
-            f"port 0 to the successor and port 1 from the predecessor); the {target.name}'s second port "
-            f"doubles it with ring_ports=2")
+            f"port 0 to the successor and port 1 from the predecessor); ring_ports={target.network_ports} runs "
+            f"a ring on each of the {target.name}'s {target.network_ports} ports")
 
 
 def recommend_width(elements_per_clock: float) -> tuple[int, int]:

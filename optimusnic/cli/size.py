@@ -62,9 +62,9 @@ def add_network_options(p: argparse.ArgumentParser) -> None:
                    help=f"rail: frame payload in bytes, a multiple of 64 from {sizing.PAYLOAD_MIN} to "
                         f"{sizing.PAYLOAD_MAX} (8192 for jumbo frames; default {sizing.PAYLOAD_BYTES}, "
                         "a 1500-byte MTU)")
-    p.add_argument("--ring-ports", type=int_in(1, 2), default=1,
-                   help="rail: network ports the ring uses: 1, or 2 rings (half the vector each) on a two-port "
-                        "card (default 1)")
+    p.add_argument("--ring-ports", type=int_in(1, 16), default=1,
+                   help="rail: network ports the ring uses, one ring on each (1/k of the vector each); at most the "
+                        "card's ports (default 1)")
     p.add_argument("--window-packets", type=int_in(1, sizing.MAX_WINDOW_PACKETS), default=sizing.WINDOW_PACKETS,
                    help=f"rail: go-back-N window per flow, in packets (default {sizing.WINDOW_PACKETS})")
 
