@@ -486,3 +486,43 @@ def test_cli_errors_are_one_line(argv: list[str], needle: str, capsys) -> None:
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("optimusnic plan: error:") and needle in err and "\n" not in err
+
+
+def test_rail_plan_uses_sizing_network_figures_and_labels_them(capsys) -> None:
+    """Rail: the card's wire is the payload goodput; the update rate comes from sizing's rail memory plan;
+    every rail figure says whether it is measured (by the software-card simulation) or assumed, and where from."""
+    p = _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_grad_path": "stream", "clip": False})
+    n = p.nic
+    assert n.sizing.network is not None and "network" in n.sizing_fields
+    assert n.card_link_bytes_per_s == pytest.approx(n.sizing.network.goodput_bytes_per_s)
+    assert n.sizing.network.streams and n.rail
+    names = {f.name: f for f in n.rail}
+    assert names["payload goodput, all ring ports"].value == pytest.approx(12.5e9 * 1408 / 1496)
+    assert names["card update rate with the ring streams"].value == pytest.approx(n.achieved_params_per_s)
+    assert names["local-gradient reads + host DMA writes (lgrad)"].value == pytest.approx(2 * 12.5e9 * 1408 / 1496)
+    assert all(f.status in ("measured", "assumed", P.UNMEASURED) and f.source for f in n.rail)
+    assert P.UNMEASURED == "assumed until measured by `make bench`"
+    assert not any(f.status == "measured" for f in n.rail)  # no ring benchmark yet
+    text = P.format_plan(p)
+    assert "rail figures (measured = by the software-card simulation):" in text
+    assert text.count("assumed until measured by `make bench`") >= 6
+    assert "11.76 GB/s payload goodput of 100 Gb/s" in text and "1408/(1408+88) payload goodput" in text
+    rc = main(["plan", "--params", "7B", "--gpus", "16", "--gpu", "h200", "--nic", "u55c", "--json",
+               "--nic-placement", "rail", "--payload-bytes", "8192"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["nic"]["sizing"]["network"]["payload_bytes"] == 8192
+    assert {f["status"] for f in data["nic"]["rail"]} <= {"assumed", P.UNMEASURED}
+    assert main(["plan", "--params", "7B", "--gpus", "16", "--gpu", "h200", "--nic", "u55c",
+                 "--payload-bytes", "1000"]) == 2
+    capsys.readouterr()
+
+
+def test_sidecar_plan_has_no_rail_figures(capsys) -> None:
+    p = _plan(gpus=64)
+    assert p.nic.rail is None and p.nic.sizing.network is None
+    assert "rail figures" not in P.format_plan(p) and "payload goodput" not in P.format_plan(p)
+    rc = main(["plan", "--params", "7B", "--gpus", "16", "--gpu", "h200", "--nic", "u55c", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and "rail" not in data["nic"] and "network" not in data["nic"]["sizing"]
+    # the sidecar's card link stays ports x line rate x link efficiency
+    assert p.nic.card_link_bytes_per_s == pytest.approx(min(12.5e9 * 0.85, U55C_PCIE))
