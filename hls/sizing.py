@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass, field
 
 from hls import layout
 from hls.errors import UserError
+from hls.net import wire
 from hls.ports import ARRAYS, STATE_ARRAYS, port_names
 from hls.spec import BEAT_BYTES, DTYPE_BYTES, MAX_LANES, MAX_STRIPES, KernelSpec
 from hls.targets import Target
@@ -77,16 +78,11 @@ STATE_BYTES = 12  # fp32 master parameter + two fp32 moments
 CHUNK_ELEMS = 1 << 20
 
 PLACEMENTS = ("sidecar", "rail")
-# Bytes a frame costs on the wire beside its payload (design.md 8.2): preamble + SFD 8, Ethernet 14,
-# IPv4 20, UDP 8, our header 22, FCS 4, inter-frame gap 12.
-FRAME_OVERHEAD = {"preamble+SFD": 8, "Ethernet": 14, "IPv4": 20, "UDP": 8, "header": 22, "FCS": 4,
-                  "inter-frame gap": 12}
-FRAME_OVERHEAD_BYTES = sum(FRAME_OVERHEAD.values())  # 88
-PAYLOAD_BYTES = 1408  # 22 beats: a 1458-byte IP packet fits a 1500-byte MTU
-# Payload bounds: whole 64-byte beats (the payload starts on a beat); at least one beat; at most the
-# largest multiple of 64 whose IP packet (P + 20 + 8 + 22) fits a 9000-byte jumbo MTU: 8896
-# (8192 fits; 8960 would need a 9010-byte MTU).
-PAYLOAD_MIN, PAYLOAD_MAX = 64, 8896
+# The frame format is hls.net.wire's (design.md 8.2): a frame costs its payload plus 88 bytes of wire
+# time (preamble + SFD 8, Ethernet 14, IPv4 20, UDP 8, our header 22, FCS 4, inter-frame gap 12).
+FRAME_OVERHEAD_BYTES = wire.WIRE_OVERHEAD_BYTES
+PAYLOAD_BYTES = wire.DEFAULT_PAYLOAD_BYTES  # 22 beats: a 1458-byte IP packet fits a 1500-byte MTU
+PAYLOAD_MIN, PAYLOAD_MAX = wire.PAYLOAD_MIN, wire.PAYLOAD_MAX
 WINDOW_PACKETS = 128  # go-back-N window per flow (assumed: covers a ~14 us round trip at 100 Gb/s, P = 1408)
 MAX_WINDOW_PACKETS = 1 << 16
 # On-chip memories holding a 512-bit-wide buffer: 8 blocks side by side (72-bit ports, 64 data bits).
@@ -105,15 +101,14 @@ def net_goodput_bytes_per_s(line_rate_gbps: float, payload_bytes: int) -> float:
     Ethernet, IPv4, UDP, our header, FCS and the inter-frame gap). 100 Gb/s at P = 1408:
     12.5e9 x 1408 / 1496 = 11.76 GB/s = 2.94 G fp32 elements/s.
     """
-    return line_rate_gbps * 1e9 / 8 * payload_bytes / (payload_bytes + FRAME_OVERHEAD_BYTES)
+    return wire.goodput(line_rate_gbps * 1e9, payload_bytes) / 8
 
 
 def check_payload_bytes(payload_bytes: object) -> int:
-    if (isinstance(payload_bytes, bool) or not isinstance(payload_bytes, int)
-            or not PAYLOAD_MIN <= payload_bytes <= PAYLOAD_MAX or payload_bytes % BEAT_BYTES):
-        raise SizingError(f"payload_bytes: {payload_bytes!r} must be a multiple of {BEAT_BYTES} from {PAYLOAD_MIN} "
-                          f"to {PAYLOAD_MAX} (the largest whose IP packet fits a 9000-byte jumbo MTU)")
-    return payload_bytes
+    try:
+        return wire.validate_payload_bytes(payload_bytes)  # type: ignore[arg-type]
+    except wire.WireError as exc:
+        raise SizingError(str(exc)) from None
 
 
 def array_traffic(array: str, grad_bytes: int, out_bytes: int) -> int:

@@ -39,6 +39,10 @@ WIRE_OVERHEAD_BYTES = HEADER_BYTES + FCS_BYTES + 8 + 12
 DEFAULT_PAYLOAD_BYTES = 1408  # 22 beats: a 1458-byte IP packet fits a 1500-byte MTU
 JUMBO_PAYLOAD_BYTES = 8192
 MAX_FRAME_MTU = 9000  # jumbo MTU: the largest payload_bytes is bounded by it
+# Payload bounds: whole 64-byte beats (the payload starts on a beat), at least one; at most the largest
+# multiple of 64 whose IP packet (P + IPv4 + UDP + our header) fits the jumbo MTU: 8896 (8192 fits).
+PAYLOAD_MIN = 64
+PAYLOAD_MAX = (MAX_FRAME_MTU - IPV4_BYTES - UDP_BYTES - RING_HEADER_BYTES) // 64 * 64
 
 WIRE_DTYPES = ("fp32", "bf16")
 DTYPE_CODE = {"fp32": 0, "bf16": 1}
@@ -100,11 +104,12 @@ class WireError(ValueError):
 
 
 def validate_payload_bytes(payload_bytes: int) -> int:
-    """A packet's payload size: whole 64-byte beats, 64 .. 9000 - 64 (a jumbo frame's MTU)."""
+    """A packet's payload size: whole 64-byte beats, PAYLOAD_MIN .. PAYLOAD_MAX."""
     if isinstance(payload_bytes, bool) or not isinstance(payload_bytes, int):
         raise WireError(f"payload_bytes: {payload_bytes!r} must be an integer")
-    if payload_bytes % 64 or not 64 <= payload_bytes <= MAX_FRAME_MTU - 64:
-        raise WireError(f"payload_bytes: {payload_bytes} must be a multiple of 64 in 64 .. {MAX_FRAME_MTU - 64}")
+    if payload_bytes % 64 or not PAYLOAD_MIN <= payload_bytes <= PAYLOAD_MAX:
+        raise WireError(f"payload_bytes: {payload_bytes} must be a multiple of 64 from {PAYLOAD_MIN} to {PAYLOAD_MAX} "
+                        f"(the largest whose IP packet fits a {MAX_FRAME_MTU}-byte jumbo MTU)")
     return payload_bytes
 
 
