@@ -8,11 +8,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hls import safe_io
+from hls import safe_io, sizing
 from hls.errors import UserError
 from hls.targets import get_target
 from optimusnic import planner
 from optimusnic.cli.common import add_json, add_targets_file, float_in, int_in, parse_count, path_arg
+from optimusnic.cli.size import payload_bytes_arg
 from optimusnic.text import emit_json
 
 
@@ -75,6 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nic-grads", choices=planner.NIC_GRADS, default="full",
                    help="OptimusNIC gradient buffer on the GPU: full or ZeRO-2-style sharded (default full)")
     p.add_argument("--nic-ports", type=int_in(1, 16), default=1, help="card network ports used (default 1)")
+    p.add_argument("--payload-bytes", type=payload_bytes_arg, default=sizing.PAYLOAD_BYTES,
+                   help=f"rail: frame payload of the cards' ring, a multiple of 64 from {sizing.PAYLOAD_MIN} to "
+                        f"{sizing.PAYLOAD_MAX} (default {sizing.PAYLOAD_BYTES}; 8192 for jumbo frames)")
     p.add_argument("--cards-per-node", type=int_in(1, 64), default=None,
                    help="OptimusNIC cards per node (default one per GPU)")
     p.add_argument("--pcie-slots", type=int_in(0, 64), default=None,
@@ -141,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         mfu=args.mfu, link_efficiency=args.link_efficiency, cpu_adam_params_per_s=float(args.cpu_adam_rate),
         rtl_efficiency=eff, rtl_efficiency_source=eff_source, nic_grads=args.nic_grads, nic_ports=args.nic_ports,
         nic_placement=args.nic_placement, nic_grad_path=args.nic_grad_path, nic_overlap=args.nic_overlap,
+        nic_payload_bytes=args.payload_bytes,
         clip=args.clip, overlap_reduce=args.overlap_reduce, overlap_gather=args.overlap_gather,
         grad_buffer=args.grad_buffer, cards_per_node=args.cards_per_node, pcie_slots=args.pcie_slots,
         card_pcie_bytes_per_s=args.card_pcie_gbs * 1e9 if args.card_pcie_gbs is not None else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from hls import sizing
 from hls.rtl.synth import fit_note
 from hls.sizing import SizingReport, size
 from hls.spec import GRAD_DTYPES, GRAD_SOURCES, MAX_COMPUTE_UNITS, MAX_LANES, OUT_DTYPES, KernelSpec
@@ -35,9 +36,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compute-units", type=COMPUTE_UNITS, default=None, help="fixed compute units (default: as needed)")
     p.add_argument("--clock", type=CLOCK, default=None, help="kernel clock in MHz, 50 to 700 (default: the target's)")
     add_plan_options(p)
+    add_network_options(p)
     add_json(p)
     add_targets_file(p)
     p.set_defaults(func=run)
+
+
+def payload_bytes_arg(text: str) -> int:
+    """argparse type for --payload-bytes: whole 64-byte beats, 64 to 8896 (a 9000-byte jumbo MTU)."""
+    value = int_in(sizing.PAYLOAD_MIN, sizing.PAYLOAD_MAX)(text)
+    if value % 64:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a multiple of 64 (whole 512-bit beats)")
+    return value
+
+
+payload_bytes_arg.__name__ = "payload size"
+
+
+def add_network_options(p: argparse.ArgumentParser) -> None:
+    """Where the card sits and, on the rail, its network (design.md section 8)."""
+    p.add_argument("--placement", choices=sizing.PLACEMENTS, default="sidecar",
+                   help="sidecar: a PCIe device beside the GPU; rail: the card runs the ring (reduce-scatter, "
+                        "update, all-gather) at its ports' payload goodput (default sidecar)")
+    p.add_argument("--payload-bytes", type=payload_bytes_arg, default=sizing.PAYLOAD_BYTES,
+                   help=f"rail: frame payload in bytes, a multiple of 64 from {sizing.PAYLOAD_MIN} to "
+                        f"{sizing.PAYLOAD_MAX} (8192 for jumbo frames; default {sizing.PAYLOAD_BYTES}, "
+                        "a 1500-byte MTU)")
+    p.add_argument("--ring-ports", type=int_in(1, 16), default=1,
+                   help="rail: network ports the ring uses, one ring on each (1/k of the vector each); at most the "
+                        "card's ports (default 1)")
+    p.add_argument("--window-packets", type=int_in(1, sizing.MAX_WINDOW_PACKETS), default=sizing.WINDOW_PACKETS,
+                   help=f"rail: go-back-N window per flow, in packets (default {sizing.WINDOW_PACKETS})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
         clock_mhz=args.clock,
         stripes=args.stripes,
         rate=args.rate * 1e9 if args.rate is not None else None,
+        placement=args.placement,
+        payload_bytes=args.payload_bytes,
+        ring_ports=args.ring_ports,
+        window_packets=args.window_packets,
     )
     report.notes += yosys_notes(report, target)
     if args.json:
@@ -77,7 +110,8 @@ def yosys_notes(r: SizingReport, target: Target, optimizer: str = "adamw") -> li
 
 def format_report(r: SizingReport) -> str:
     gps = lambda x: f"{x / 1e9:.2f} G params/s"  # noqa: E731
-    demand = "line rate" if r.demand_params_per_s == r.line_rate_params_per_s else "requested rate"
+    line = "line rate" if r.network is None else "ring goodput"
+    demand = line if r.demand_params_per_s == r.line_rate_params_per_s else "requested rate"
     st = r.stripes
     lines = [
         f"{r.target_name} ({r.target}): {human_count(r.params)} parameters over {r.cards} card(s), "
@@ -86,7 +120,7 @@ def format_report(r: SizingReport) -> str:
         f"  bytes/param resident        {r.state_bytes_per_param} (fp32 p + m + v)"
         f" -> shard state {human_bytes(r.shard_state_bytes)}",
         f"  bytes/param moved per step  {r.moved_bytes_per_param}",
-        f"  line rate                   {r.line_rate_gbps:g} Gb/s -> {gps(r.line_rate_params_per_s)}"
+        f"  {line:<27} {r.line_rate_gbps:g} Gb/s -> {gps(r.line_rate_params_per_s)}"
         f" ({r.elements_per_clock_needed:.2f} elements/clock at {r.clock_mhz:g} MHz)",
         f"  sized for                   {gps(r.demand_params_per_s)} ({demand})",
         f"  memory plan per CU          {st.state} stripe(s) each of p, m, v; {st.grad} of grad; {st.out} of out;"
@@ -109,6 +143,8 @@ def format_report(r: SizingReport) -> str:
             ports = ", ".join(p for s in a.stripes if s.channel == c.channel for p in s.ports)
             lines.append(f"    {where:<8} {', '.join(c.stripes):<12} ports {ports:<22} "
                          f"{c.utilization:6.1%} of usable at {cu_rate}")
+    if r.network is not None:
+        lines += format_network(r)
     lines += [f"  note: {n}" for n in r.notes]
     lines.append(f"verdict: {r.verdict}")
     if r.alternatives:
@@ -117,3 +153,34 @@ def format_report(r: SizingReport) -> str:
     if not r.keeps_up:
         lines.append(f"no plan on one {r.target_name} with these options reaches {demand}")
     return "\n".join(lines)
+
+
+def format_network(r: SizingReport) -> list[str]:
+    """The rail lines: goodput, the ring's memory streams, window buffers (design.md section 8)."""
+    n = r.network
+    assert n is not None
+    gps = lambda x: f"{x / 1e9:.2f} G params/s"  # noqa: E731
+    lines = [
+        f"  rail: ring ports            {n.ring_ports} of {n.card_ports}: {n.port_assumption}",
+        f"  rail: payload goodput       {n.ring_ports} x {n.line_rate_gbps:g} Gb/s x {n.payload_bytes}/"
+        f"({n.payload_bytes}+{n.frame_overhead_bytes}) = {n.goodput_bytes_per_s / 1e9:.2f} GB/s per direction"
+        f" -> {gps(n.goodput_params_per_s)} {r.grad_dtype} (raw line rate {gps(n.line_params_per_s)})",
+    ]
+    for st in n.streams:
+        where = ", ".join(b or f"channel {c}" for b, c in zip(st.banks, st.channels, strict=True))
+        lines.append(f"  rail: {st.name:<6} {st.stripes} stripe(s) on {where}: {st.bytes_per_s / 1e9:.2f} GB/s "
+                     f"in {st.phase} ({st.what})")
+    for c in n.loads:
+        lines.append(f"    {c.bank or f'channel {c.channel}':<8} {', '.join(c.stripes):<12} "
+                     f"{c.load_bytes_per_elem * r.demand_params_per_s / c.usable_bytes_per_s:6.1%} of usable "
+                     f"at the goodput")
+    lines += [
+        f"  rail: card memory traffic   {n.update_bytes_per_s / 1e9:.2f} GB/s in the update hop "
+        f"(the kernel alone, fed from the stream: {n.sidecar_update_bytes_per_s / 1e9:.2f} GB/s); "
+        f"memory allows {gps(n.memory_params_per_s)}",
+        f"  rail: window buffers        {len(n.window_buffers)} x {n.window_packets} packets x "
+        f"{n.payload_bytes} B = {human_bytes(n.window_bytes)} (RS and AG, retransmit and receive, per ring port): "
+        + (f"{n.uram} URAM of {n.uram_usable} usable" if n.uram else f"{n.bram36} BRAM36 of {n.bram36_usable} usable")
+        + ("" if n.onchip_fits else " -- does NOT fit"),
+    ]
+    return lines

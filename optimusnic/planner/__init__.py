@@ -45,7 +45,7 @@ from optimusnic.planner.assumptions import (
     Assumptions,
     read_rtl_efficiency,
 )
-from optimusnic.planner.card import NicSide, nic_side
+from optimusnic.planner.card import UNMEASURED, NicSide, RailFigure, nic_side
 from optimusnic.planner.charts import write_chart, write_sweep_chart
 from optimusnic.planner.costs import (
     GRAD_BUFFERS,
@@ -91,7 +91,8 @@ __all__ = [
     "DEFAULT_MFU", "DEFAULT_RTL_EFFICIENCY", "GRAD_BUFFERS", "GRAD_PATHS", "MFU_SOURCE", "NIC_GRADS", "OPTIMUSNIC",
     "PARAM_BYTES", "PLACEMENTS", "RECOMPUTE", "RTL_BENCH_JSON", "SCHEMES", "SCHEME_NAMES", "STATE_BYTES", "SWEEPS",
     "VIEWS", "Assumptions", "ClusterPreset", "GpuPreset", "ModelPreset", "NicSide", "Plan", "PlanError",
-    "SchemeResult", "SweepRow", "activation_bytes", "bus_bandwidth", "clusters", "collective_time", "format_plan",
+    "RailFigure", "SchemeResult", "SweepRow", "UNMEASURED", "activation_bytes", "bus_bandwidth", "clusters",
+    "collective_time", "format_plan",
     "forward_flops", "get_cluster", "get_gpu", "get_model", "gpu_counts", "gpu_memory_bytes", "gpus",
     "link_efficiency_at", "logits_bytes", "model_flops", "models", "nic_side", "parse_link_efficiency",
     "pcie_bytes_per_s", "plan", "read_rtl_efficiency", "recompute_flops", "ring_all_gather_bytes",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hls.paths import BUILD_DIR
+from hls.sizing import PAYLOAD_BYTES, SizingError, check_payload_bytes
 from hls.targets import Target
 from optimusnic.planner.costs import GRAD_BUFFERS, RECOMPUTE
 from optimusnic.planner.errors import PlanError
@@ -49,6 +50,7 @@ class Assumptions:
     nic_ports: int = 1
     nic_placement: str = "sidecar"
     nic_grad_path: str = "staged"
+    nic_payload_bytes: int = PAYLOAD_BYTES  # rail: frame payload of the cards' ring (design.md 8.2)
     nic_overlap: bool = False  # the driver as built copies, updates and copies back one after another
     clip: bool = True  # global-norm gradient clipping (Llama 3 clips at 1.0)
     overlap_reduce: bool = True
@@ -104,6 +106,10 @@ def validate(a: Assumptions, target: Target) -> None:
             raise PlanError(f"{name.replace('_', '-')} {getattr(a, name)!r}; choose one of {', '.join(allowed)}")
     if not 1 <= a.nic_ports <= target.network_ports:
         raise PlanError(f"nic-ports: {a.nic_ports} must be 1..{target.network_ports} ({target.name} ports)")
+    try:
+        check_payload_bytes(a.nic_payload_bytes)
+    except SizingError as exc:
+        raise PlanError(str(exc).replace("payload_bytes", "payload-bytes", 1)) from None
     if a.nic_grad_path == "stream" and a.nic_placement != "rail":
         raise PlanError("nic-grad-path stream needs --nic-placement rail: a sidecar card gets gradients over PCIe "
                         "into its memory")

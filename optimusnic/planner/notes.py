@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hls.sizing import FRAME_OVERHEAD_BYTES
 from optimusnic.planner.assumptions import CPU_ADAM_SOURCE, DEFAULT_CPU_ADAM_PARAMS_PER_S, DEFAULT_MFU, MFU_SOURCE
 from optimusnic.planner.context import Context
 from optimusnic.planner.costs import GPU_ADAM_FIXED_BYTES, PCIE_USABLE_FRACTION
@@ -53,8 +54,10 @@ def assumption_notes(c: Context, comp: Compute) -> list[str]:
         f"OptimusNIC: {nic.cards_per_node} {target.name} per node, placement {a.nic_placement}, gradients "
         f"{a.nic_grad_path} (sizing grad_source={nic.grad_source}); card PCIe "
         f"{nic.card_pcie_bytes_per_s / 1e9:.1f} GB/s usable ({target.pcie}); card link "
-        f"min({a.nic_ports} x {target.line_rate_gbps:g} Gb/s x {c.eff:.2f}, PCIe) = "
-        f"{nic.card_link_bytes_per_s / 1e9:.2f} GB/s; kernel x RTL efficiency {a.rtl_efficiency:.2f}, "
+        + (f"min({a.nic_ports} x {target.line_rate_gbps:g} Gb/s x {c.eff:.2f}, PCIe) = " if a.nic_placement == "sidecar"
+           else f"min({a.nic_ports} x {target.line_rate_gbps:g} Gb/s x {a.nic_payload_bytes}/"
+                f"({a.nic_payload_bytes}+{FRAME_OVERHEAD_BYTES}) payload goodput, PCIe) = ")
+        + f"{nic.card_link_bytes_per_s / 1e9:.2f} GB/s; kernel x RTL efficiency {a.rtl_efficiency:.2f}, "
         f"{a.rtl_efficiency_source}",
         ("OptimusNIC sidecar as built: reduce-scatter on the GPU fabric, shard GPU -> host -> card, update, "
          "card -> host -> GPU, all-gather; " if a.nic_placement == "sidecar" else

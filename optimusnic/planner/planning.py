@@ -79,6 +79,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["nic"]["sizing"] = self.nic.sizing.to_dict() if hasattr(self.nic.sizing, "to_dict") else None
+        if d["nic"]["rail"] is None:  # sidecar: no rail figures (its output stays as it was)
+            del d["nic"]["rail"]
         d["fastest"] = self.fastest.key if self.fastest else None
         return d
 

@@ -25,6 +25,16 @@ def _opt(x: Any, fmt: str = "{}") -> str:
     return "never" if x is None else fmt.format(x)
 
 
+def _figure(value: float, unit: str) -> str:
+    if unit == "B/s":
+        return f"{value / 1e9:.2f} GB/s"
+    if unit == "params/s":
+        return f"{value / 1e9:.2f} G params/s"
+    if unit == "fraction":
+        return f"{value:g}"
+    return f"{value:g} {unit}"
+
+
 def format_plan(p: Plan) -> str:
     lines = [
         f"{p.model_name} ({human_count(p.params)} params) on {p.gpus} x {p.gpu_name} "
@@ -61,13 +71,15 @@ def format_plan(p: Plan) -> str:
                          f"(fp32 state + grad copy of {p.gpus_per_node} ranks)")
     n = p.nic
     gps = lambda x: f"{x / 1e9:.2f} G params/s"  # noqa: E731
+    wire = (f"{n.line_rate_gbps:g} Gb/s ports" if n.rail is None else
+            f"{n.sizing.network.goodput_bytes_per_s / 1e9:.2f} GB/s payload goodput of {n.line_rate_gbps:g} Gb/s")
     lines += [
         "",
         f"NIC side ({n.target_name}, {n.cards_per_node} per node, {n.placement}, sizing grad_source={n.grad_source}):",
         f"  each card holds {human_count(n.card_params)} params -> {n.card_state_bytes / 1e9:.1f} GB fp32 state; "
         f"a card holds {human_count(n.max_params_per_card)} -> {'fits' if n.fits else 'does NOT fit'}",
-        f"  card link: min({n.line_rate_gbps:g} Gb/s ports, PCIe {n.card_pcie_bytes_per_s / 1e9:.1f} GB/s) = "
-        f"{n.card_link_bytes_per_s / 1e9:.2f} GB/s after efficiency",
+        f"  card link: min({wire}, PCIe {n.card_pcie_bytes_per_s / 1e9:.1f} GB/s) = "
+        f"{n.card_link_bytes_per_s / 1e9:.2f} GB/s" + (" after efficiency" if n.rail is None else ""),
         f"  update {gps(n.achieved_params_per_s)} (x RTL efficiency {n.rtl_efficiency:.2f}): "
         f"{n.update_time_s:.3f} s per step; {'keeps up with' if n.keeps_up else 'falls behind'} gradients "
         f"arriving over the card link",
@@ -75,6 +87,9 @@ def format_plan(p: Plan) -> str:
         f"PCIe slots for cards per node {n.pcie_slots}",
         f"  sizing fields used: {', '.join(n.sizing_fields)}",
     ]
+    if n.rail is not None:
+        lines += ["  rail figures (measured = by the software-card simulation):"]
+        lines += [f"    {f.name}: {_figure(f.value, f.unit)} -- {f.status}; {f.source}" for f in n.rail]
     q = p.questions
     if q:
         names = {s.key: s.name for s in p.schemes}

@@ -272,16 +272,23 @@ def test_overlap_flags_apply_to_every_scheme() -> None:
 
 
 def test_rail_placement_and_card_link() -> None:
-    # Rail across 8 nodes: card link min(100 Gb/s x 0.85 = 10.625, 12.997 GB/s PCIe) = 10.625 GB/s;
-    # two ports: min(21.25, 12.997) = 12.997 GB/s (the card's PCIe caps two 100G ports)
+    # Rail across 8 nodes: the cards' own ring carries the payload goodput, 12.5 GB/s x 1408/1496 = 11.765 GB/s
+    # (framing is the loss counted, not the NCCL link efficiency): min(11.765, 12.997 GB/s PCIe);
+    # two ports: min(23.53, 12.997) = 12.997 GB/s (the card's PCIe caps two 100G ports)
     p1 = _plan(gpus=64, assumptions={"nic_placement": "rail"})
     p2 = _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_ports": 2})
-    assert p1.nic.card_link_bytes_per_s == pytest.approx(10.625e9)
+    goodput = 12.5e9 * 1408 / 1496
+    assert p1.nic.card_link_bytes_per_s == pytest.approx(goodput) and goodput == pytest.approx(11.7647e9, rel=1e-5)
     assert p2.nic.card_link_bytes_per_s == pytest.approx(U55C_PCIE)
-    # reduce-scatter over the cards: bus min(382.5, 8 x 10.625 = 85) = 85 GB/s: 63/64 x 2 GB / 85 GB/s
+    # reduce-scatter over the cards: bus min(382.5, 8 x 11.765 = 94.1) GB/s: 63/64 x 2 GB / 94.1 GB/s
     o = p1.scheme("optimusnic")
     assert o.comm_bytes["reduce_scatter_grads"] == pytest.approx(63 / 64 * 2e9)
-    assert o.comm_s == pytest.approx(2 * 63 / 64 * 2e9 / 85e9)
+    assert o.comm_s == pytest.approx(2 * 63 / 64 * 2e9 / (8 * goodput))
+    # jumbo frames: 8192 B payload, 12.5 x 8192/8280 = 12.367 GB/s
+    jumbo = _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_payload_bytes": 8192})
+    assert jumbo.nic.card_link_bytes_per_s == pytest.approx(12.5e9 * 8192 / 8280)
+    with pytest.raises(P.PlanError, match="payload-bytes"):
+        _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_payload_bytes": 1000})
     # staged with clipping: the update (no PCIe copies on a rail) shows after the reduce-scatter
     assert o.transfer_exposed_s == 0 and o.optimizer_exposed_s == pytest.approx(p1.nic.update_time_s)
 
@@ -363,7 +370,7 @@ def test_sweep_rows(tmp_path) -> None:
                    assumptions=P.Assumptions(rtl_efficiency=0.9))
     assert {r.gpus for r in rows} == {8, 64} and len(rows) == 2 * len(P.SCHEMES)
     assert next(r for r in rows if r.gpus == 64).freed_gb_per_gpu == pytest.approx(12 / 64)
-    # line rate: a 400G port would be capped by the card's Gen3 x16 PCIe (min(400/8 x 0.85 = 42.5, 13.0) GB/s)
+    # line rate: a 400G port would be capped by the card's Gen3 x16 PCIe (min(400/8 x 1408/1496 = 47, 13.0) GB/s)
     rows = P.sweep("line-rate", [100, 400], params=10**9, gpus=64, gpu=P.get_gpu("h100"), target=get_target("u55c"),
                    assumptions=P.Assumptions(rtl_efficiency=0.9, nic_placement="rail", overlap_gather=False))
     nic = {r.value: r.step_s_iso_hardware for r in rows if r.scheme == "optimusnic"}
@@ -372,7 +379,7 @@ def test_sweep_rows(tmp_path) -> None:
                             target=dataclasses.replace(get_target("u55c"), line_rate_gbps=rate),
                             assumptions=P.Assumptions(rtl_efficiency=0.9, nic_placement="rail")).nic.update_time_s
                for rate in (100, 400)}
-    gather = {rate: 63 / 64 * 2e9 / (8 * link) for rate, link in ((100, 10.625e9), (400, U55C_PCIE))}
+    gather = {rate: 63 / 64 * 2e9 / (8 * link) for rate, link in ((100, 12.5e9 * 1408 / 1496), (400, U55C_PCIE))}
     assert nic[100] - nic[400] == pytest.approx(gather[100] - gather[400] + updates[100] - updates[400])
     with pytest.raises(P.PlanError, match="multiple"):
         P.sweep("tokens", [1000], params=10**9, gpus=8, gpu=P.get_gpu("h100"), target=get_target("u55c"))
@@ -479,3 +486,43 @@ def test_cli_errors_are_one_line(argv: list[str], needle: str, capsys) -> None:
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("optimusnic plan: error:") and needle in err and "\n" not in err
+
+
+def test_rail_plan_uses_sizing_network_figures_and_labels_them(capsys) -> None:
+    """Rail: the card's wire is the payload goodput; the update rate comes from sizing's rail memory plan;
+    every rail figure says whether it is measured (by the software-card simulation) or assumed, and where from."""
+    p = _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_grad_path": "stream", "clip": False})
+    n = p.nic
+    assert n.sizing.network is not None and "network" in n.sizing_fields
+    assert n.card_link_bytes_per_s == pytest.approx(n.sizing.network.goodput_bytes_per_s)
+    assert n.sizing.network.streams and n.rail
+    names = {f.name: f for f in n.rail}
+    assert names["payload goodput, all ring ports"].value == pytest.approx(12.5e9 * 1408 / 1496)
+    assert names["card update rate with the ring streams"].value == pytest.approx(n.achieved_params_per_s)
+    assert names["local-gradient reads + host DMA writes (lgrad)"].value == pytest.approx(2 * 12.5e9 * 1408 / 1496)
+    assert all(f.status in ("measured", "assumed", P.UNMEASURED) and f.source for f in n.rail)
+    assert P.UNMEASURED == "assumed until measured by `make bench`"
+    assert not any(f.status == "measured" for f in n.rail)  # no ring benchmark yet
+    text = P.format_plan(p)
+    assert "rail figures (measured = by the software-card simulation):" in text
+    assert text.count("assumed until measured by `make bench`") >= 6
+    assert "11.76 GB/s payload goodput of 100 Gb/s" in text and "1408/(1408+88) payload goodput" in text
+    rc = main(["plan", "--params", "7B", "--gpus", "16", "--gpu", "h200", "--nic", "u55c", "--json",
+               "--nic-placement", "rail", "--payload-bytes", "8192"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["nic"]["sizing"]["network"]["payload_bytes"] == 8192
+    assert {f["status"] for f in data["nic"]["rail"]} <= {"assumed", P.UNMEASURED}
+    assert main(["plan", "--params", "7B", "--gpus", "16", "--gpu", "h200", "--nic", "u55c",
+                 "--payload-bytes", "1000"]) == 2
+    capsys.readouterr()
+
+
+def test_sidecar_plan_has_no_rail_figures(capsys) -> None:
+    p = _plan(gpus=64)
+    assert p.nic.rail is None and p.nic.sizing.network is None
+    assert "rail figures" not in P.format_plan(p) and "payload goodput" not in P.format_plan(p)
+    rc = main(["plan", "--params", "7B", "--gpus", "16", "--gpu", "h200", "--nic", "u55c", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and "rail" not in data["nic"] and "network" not in data["nic"]["sizing"]
+    # the sidecar's card link stays ports x line rate x link efficiency
+    assert p.nic.card_link_bytes_per_s == pytest.approx(min(12.5e9 * 0.85, U55C_PCIE))
