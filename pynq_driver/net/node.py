@@ -14,8 +14,10 @@ still finishes. Every wait is bounded:
 - `step(..., timeout_s=)`: the whole step (default: none beyond the peer timeout).
 
 Per step the host gives the rank's flat local gradient (L elements of the wire dtype: float32 or
-uint16 bf16 patterns) and gets the flat updated parameters back (L elements of the kernel's out
-dtype), the same bits on every rank and equal to `hls.net.ring.ring_step`. The owner's shard
+uint16 bf16 patterns, or a contiguous CPU torch tensor of float32 / bfloat16, viewed without this
+package importing torch) and gets the flat updated parameters back (L elements of the kernel's
+out dtype; `out=` also fills a caller's array or tensor), the same bits on every rank and equal
+to `hls.net.ring.ring_step`. The owner's shard
 state (p, m, v, step: S elements) is `state_dict()` / `load_state_dict()`.
 
 Across processes each rank opens its own node with `RingNode.join(..., store=...)`: the ring
@@ -40,6 +42,7 @@ from hls.net import ring, wire
 from hls.spec import KernelSpec
 from pynq_driver.backends import open_device
 from pynq_driver.device import Device
+from pynq_driver.host import host_array
 from pynq_driver.net.errors import PeerTimeout, RingError
 from pynq_driver.net.faults import FaultLayer, Faults
 from pynq_driver.net.kernel import ShardKernel
@@ -129,7 +132,7 @@ class RingNode:
                 self.dev.close()
             raise
         self._own_dev = own_dev
-        self.card = card_model.Card(self.config, self.kernel)
+        self.card = card_model.Card(self.config, self.kernel)  # checks nothing CardConfig did not
         self.steps = 0  # steps started on the wire (the wire's step number is steps, from 1)
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -163,7 +166,7 @@ class RingNode:
             raise
 
     # ---- the host side ---------------------------------------------------------------------------
-    def start(self, local_grad: np.ndarray, hyper: Hyper, *, two_phase: bool = False,
+    def start(self, local_grad: Any, hyper: Hyper, *, two_phase: bool = False,
               max_norm: float | None = None) -> None:
         """Begin a step with this rank's flat local gradient (L elements of the wire dtype: float32, or
         uint16 bf16 patterns); `hyper.grad_scale` is the host's unscale factor (the kernel gets it / N)."""
@@ -172,25 +175,25 @@ class RingNode:
             raise RingError(f"rank {self.rank}: step {self.steps} is still running; wait() for it first")
         if not isinstance(hyper, Hyper):
             raise UserError(f"hyper: expected hls.golden.Hyper, got {type(hyper).__name__}")
-        want = ring.STORAGE[self.wire_dtype]
-        if not isinstance(local_grad, np.ndarray) or local_grad.dtype != want or local_grad.size != self.length:
-            raise UserError(f"local_grad: expected {self.length} elements of {want} (wire dtype {self.wire_dtype}), "
-                            f"got {getattr(local_grad, 'dtype', type(local_grad).__name__)} "
-                            f"{getattr(local_grad, 'shape', '')}")
         if max_norm is not None and not two_phase:
             raise UserError("max_norm needs the two-phase step (two_phase=True)")
-        grad = np.ascontiguousarray(local_grad).reshape(-1).copy()
+        # numpy, or a contiguous CPU torch tensor viewed without importing torch (bf16: its bits)
+        grad = host_array(local_grad, self.wire_dtype, self.length, f"local_grad (wire dtype {self.wire_dtype})",
+                          err=UserError).copy()
         with self._lock:
             self._result = None
             self._done.clear()
             self._pending = (grad, hyper, {"two_phase": bool(two_phase), "max_norm": max_norm})
         self.transport.wake()
 
-    def wait(self, timeout_s: float | None = None) -> np.ndarray:
-        """The step's gathered parameters (L elements of the out dtype: float32 or uint16 bf16 patterns).
+    def wait(self, timeout_s: float | None = None, out: Any = None) -> np.ndarray:
+        """The step's gathered parameters (L elements of the out dtype: float32 or uint16 bf16 patterns),
+        also copied into `out` when given (a numpy array or contiguous CPU torch tensor of L elements).
 
         Raises `PeerTimeout` when a peer stops answering (after `peer_timeout_s`), `RingError` when
         `timeout_s` passes first or the protocol broke."""
+        dst = None if out is None else host_array(out, self.param_dtype, self.length, "out", writable=True,
+                                                  err=UserError)
         if self._pending is None and not self._active and self._result is None and self._error is None:
             raise RingError(f"rank {self.rank}: no step started")
         limit = self.peer_timeout_s * 4 + 60.0 if timeout_s is None else float(timeout_s)
@@ -200,13 +203,21 @@ class RingNode:
         if self._error is not None:
             raise self._error
         assert self._result is not None
+        if dst is not None:
+            dst[...] = self._result
         return self._result
 
-    def step(self, local_grad: np.ndarray, hyper: Hyper, *, two_phase: bool = False, max_norm: float | None = None,
-             timeout_s: float | None = None) -> np.ndarray:
+    def step(self, local_grad: Any, hyper: Hyper, *, two_phase: bool = False, max_norm: float | None = None,
+             timeout_s: float | None = None, out: Any = None) -> np.ndarray:
         """One optimizer step on the ring: `start` then `wait`."""
         self.start(local_grad, hyper, two_phase=two_phase, max_norm=max_norm)
-        return self.wait(timeout_s)
+        return self.wait(timeout_s, out)
+
+    @property
+    def owned(self) -> tuple[int, int]:
+        """The elements [lo, hi) of the flat parameter vector this rank's card owns (hi <= L; the
+        shard's S elements beyond L - lo are padding)."""
+        return min(self.lo, self.length), min(self.lo + self.chunk_elems, self.length)
 
     @property
     def counters(self) -> dict[str, int]:

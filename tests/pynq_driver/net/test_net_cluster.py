@@ -164,3 +164,26 @@ def test_a_silent_peer_fails_the_step_within_the_timeout():
             assert err.value.peer == 1 and "reduce-scatter" in err.value.awaited
             with pytest.raises(Exception, match="earlier step failed"):
                 node.start(np.zeros(500, np.float32), hyper(2))
+
+
+def test_torch_tensors_in_and_out_and_the_owned_range():
+    """The per-rank API a torch optimizer drives: a bf16 gradient tensor in, a bf16 parameter tensor
+    filled (`out=`), the same bits as numpy in and out."""
+    import torch
+
+    params = _params(1000)
+    world = 3
+    with NetCluster("golden", KernelSpec(out_dtype="bf16"), world, params, wire_dtype="bf16") as cluster:
+        assert [n.owned for n in cluster.nodes] == [(0, 336), (336, 672), (672, 1000)]
+        rng = np.random.default_rng(2)
+        local = grads(rng, world, params.size, "bf16")
+        tensors = [torch.from_numpy(g.view(np.int16)).view(torch.bfloat16) for g in local]
+        outs = [torch.empty(params.size, dtype=torch.bfloat16) for _ in range(world)]
+        for node, t in zip(cluster.nodes, tensors, strict=True):
+            node.start(t, hyper(1))
+        got = [node.wait(30, out=o) for node, o in zip(cluster.nodes, outs, strict=True)]
+        shards = [ring.Shard.from_params(params, r, world) for r in range(world)]
+        ref = ring.ring_step(shards, local, hyper(1), wire_dtype="bf16", out_dtype="bf16")
+        for g, o in zip(got, outs, strict=True):
+            assert np.array_equal(g, ref.gathered)
+            assert np.array_equal(o.view(torch.int16).numpy().view(np.uint16), ref.gathered)
