@@ -35,6 +35,7 @@ class ShardKernel:
         self.out_dtype = dev.spec.out_dtype
         self.updates = 0
         self.skipped = 0
+        self.last_grad_scale: float | None = None  # the scale of the last update (None: it was skipped)
 
     @property
     def size(self) -> int:
@@ -43,6 +44,7 @@ class ShardKernel:
     def __call__(self, reduced_chunk: np.ndarray, grad_scale: float | None) -> np.ndarray:
         if self.hyper is None:
             raise StateError("the ring's update ran before the step's hyperparameters were set")
+        self.last_grad_scale = grad_scale
         if grad_scale is None:  # the two-phase step found inf/NaN somewhere: no update, masters unchanged
             self.skipped += 1
             return ring.output_params(self.shard.params(), self.out_dtype)

@@ -214,6 +214,12 @@ class RingNode:
         return self.wait(timeout_s, out)
 
     @property
+    def last_step_skipped(self) -> bool:
+        """Whether the last finished step skipped the update (the two-phase step saw inf/NaN on some
+        rank; every card skipped it and the parameters came back unchanged)."""
+        return self.kernel.last_grad_scale is None and self.kernel.updates + self.kernel.skipped > 0
+
+    @property
     def owned(self) -> tuple[int, int]:
         """The elements [lo, hi) of the flat parameter vector this rank's card owns (hi <= L; the
         shard's S elements beyond L - lo are padding)."""

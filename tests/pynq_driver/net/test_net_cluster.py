@@ -80,6 +80,11 @@ def test_two_phase_skips_a_nonfinite_step_on_every_card():
         for out in outs:
             assert np.array_equal(out, params)
         assert [n.kernel.skipped for n in cluster.nodes] == [1, 1, 1]
+        assert all(n.last_step_skipped for n in cluster.nodes)
+        local[1][1234] = 0.0
+        cluster.step(local, hyper(1), two_phase=True, timeout_s=30)
+        assert not any(n.last_step_skipped for n in cluster.nodes)
+        assert {n.kernel.last_grad_scale for n in cluster.nodes} == {1.0 / world}
 
 
 FAULTS = Faults(drop=1e-2, duplicate=2e-2, reorder=2e-2, bitflip=1e-2, delay=2e-2, delay_s=0.003, seed=7)
