@@ -39,27 +39,27 @@ def memory_of(spec: KernelSpec) -> dict:
 
 
 def register(folder: Path, manifests: list[dict], data: bytes, name: str | None = None) -> Path:
-    """Write the xclbin and one registry manifest per kernel in it (bitstreams/<target>/ layout)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    xclbin = folder / f"{name or manifests[0]['spec']['name']}.xclbin"
-    xclbin.write_bytes(data)
-    for m in manifests:
-        m = dict(m, xclbin={"file": xclbin.name, "sha256": registry.sha256_file(xclbin)})
-        (folder / f"{m['spec']['name']}.manifest.json").write_text(json.dumps(m))
-    return xclbin
+    """Register `data` through `hls.registry.register()`, the path `optimusnic build` takes: the registry
+    under `folder` gets <target>/<name>.xclbin and its manifest for each kernel of `manifests` (an
+    xclbin that links several kernels is registered once under each kernel's name). The first path."""
+    stage = folder / "_built"
+    stage.mkdir(parents=True, exist_ok=True)
+    src = stage / f"{name or manifests[0]['spec']['name']}.xclbin"
+    src.write_bytes(data)
+    paths = [Path(registry.register(src, m, {"kernel": m["spec"]["name"], "platform": m["target"]["platform"]},
+                                    {"timing_met": True}, root=folder)["paths"]["xclbin"]) for m in manifests]
+    return paths[0]
 
 
 def make_bitstream(folder: Path, spec: KernelSpec, *, xclbin_spec: KernelSpec | None = None,
                    manifest: dict | None = None, **build) -> Path:
-    """An xclbin as v++ lays it out (with a stand-in bitstream section) and its registry manifest."""
+    """An xclbin as v++ lays it out (with a stand-in bitstream section), registered as `optimusnic build`
+    registers it (`hls.registry.register`). With `xclbin_spec` the manifest describes `spec` but the
+    container holds another kernel."""
     manifest = manifest or rendered_manifest(spec)
     inner = rendered_manifest(xclbin_spec) if xclbin_spec else manifest
     data = build_xclbin([inner], memory_of(spec), **build)
-    xclbin = register(folder, [inner], data)
-    if xclbin_spec:  # the manifest describes `spec`, the container holds another kernel
-        (folder / f"{spec.name}.manifest.json").write_text(
-            json.dumps(dict(manifest, xclbin={"file": xclbin.name, "sha256": registry.sha256_file(xclbin)})))
-    return xclbin
+    return register(folder, [manifest], data)
 
 
 def golden_steps(spec: KernelSpec, params: np.ndarray, grads: list[np.ndarray]) -> tuple[list[np.ndarray], dict]:
@@ -167,10 +167,9 @@ def nic_bitstreams(folder: Path, *, one_xclbin: bool) -> Path:
     bf16 = rendered_manifest(KernelSpec(name="optimusnic_adamw_bf16", grad_dtype="bf16", out_dtype="bf16"))
     mem = memory_of(KernelSpec())
     if one_xclbin:
-        return register(folder, [fp32, bf16], build_xclbin([fp32, bf16], mem), name="optimusnic_adamw_both")
+        return register(folder, [fp32, bf16], build_xclbin([fp32, bf16], mem), name="optimusnic_adamw_both").parent
     register(folder, [fp32], build_xclbin([fp32], mem))
-    register(folder, [bf16], build_xclbin([bf16], mem))
-    return folder
+    return register(folder, [bf16], build_xclbin([bf16], mem)).parent
 
 
 def two_dtype_model() -> torch.nn.Module:
@@ -376,8 +375,8 @@ def test_each_rank_drives_its_own_card(tmp_path: Path) -> None:
     from optimusnic.demo.run import free_port
     from pynq_driver.optim.sharded import run_ranks
 
-    nic_bitstreams(tmp_path / "bits", one_xclbin=False)
-    run_ranks(_rank_worker, 2, (free_port(), str(tmp_path / "bits"), str(tmp_path)), timeout_s=240)
+    bits = nic_bitstreams(tmp_path / "bits", one_xclbin=False)
+    run_ranks(_rank_worker, 2, (free_port(), str(bits), str(tmp_path)), timeout_s=240)
     seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert seen == [{"device_index": 0, "contexts": [1, 0]}, {"device_index": 1, "contexts": [0, 1]}]
 
@@ -517,7 +516,7 @@ def test_first_open_from_a_thread(tmp_path: Path) -> None:
 def test_matching_xclbin_passes_pynq_parser_checks(tmp_path: Path) -> None:
     spec = KernelSpec(compute_units=2)
     xclbin = make_bitstream(tmp_path, spec)
-    manifest = json.loads((tmp_path / f"{spec.name}.manifest.json").read_text())
+    manifest = json.loads(xclbin.with_name(f"{spec.name}.manifest.json").read_text())
     ips = verify_xclbin(xclbin, manifest)
     assert [ip["cu_name"] for ip in ips] == [f"{spec.name}:{spec.name}_1", f"{spec.name}:{spec.name}_2"]
     assert ips[0]["registers"]["p0_rd"]["address_offset"] == 0x1C
