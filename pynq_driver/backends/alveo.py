@@ -43,7 +43,16 @@ import numpy as np
 from hls.errors import ToolMissing
 from hls.spec import KernelSpec
 from hls.targets import get_target
-from pynq_driver.backends.discovery import card_problems, cards, check_device_index, import_pynq, local_rank
+from pynq_driver.backends.discovery import (
+    ABORTING_XRT,
+    card_problems,
+    cards,
+    check_device_index,
+    context_holders,
+    import_pynq,
+    local_rank,
+    memory_used,
+)
 from pynq_driver.backends.xclbin_checks import (
     bank_tag,
     board,
@@ -59,6 +68,23 @@ from pynq_driver.errors import BitstreamMismatch, CardBusy, CardNotResponding, D
 def _xrt_errno(ret: int) -> str:
     code = -ret if ret < 0 else (1 << 64) - ret
     return f"{errno.errorcode.get(code, code)} ({os.strerror(code)})" if 0 < code < 4096 else str(ret)
+
+
+def xrt_version() -> tuple[int, ...]:
+    """The XRT release PYNQ found (pynq.pl_server.xrt_device._xrt_version)."""
+    from pynq.pl_server import xrt_device
+
+    return tuple(xrt_device._xrt_version or (0, 0, 0))
+
+
+def _aborts_on_busy() -> bool:
+    """XRT 2.14-2.16: xclOpenContext on a CU another process holds aborts the process (SIGABRT)."""
+    return ABORTING_XRT[0] <= xrt_version()[:2] <= ABORTING_XRT[1]
+
+
+# U50/U55C/U280 gen3x16 shells are 2-stage platforms: a shell mismatch fails as "interface uuids do
+# not match" (EINVAL) there, as "Shell does not match" (EOPNOTSUPP) on the 1-stage DDR shells.
+TWO_STAGE_BOARDS = {"u50", "u55c", "u280"}
 
 
 # Every AlveoDevice open in this process, per PYNQ device object: the xclbin it runs and the CUs in use.
@@ -146,12 +172,17 @@ class AlveoDevice(Device):
                                "one xclbin that links both (manifests of both next to it), or a device_index each")
             try:
                 self.overlay = self._pynq.Overlay(str(self.xclbin), device=self.card, download=not users)
-            except RuntimeError as exc:
-                msg = str(exc)
-                if "Shell does not match" in msg or "EOPNOTSUPP" in msg:
-                    raise BitstreamMismatch(f"{self.where}: XRT refused {self.xclbin} (shell does not match: the "
-                                            "xclbin was built for another shell version; update the card's shell "
-                                            f"or rebuild for it): {msg}") from exc
+            except (RuntimeError, OSError, KeyError, ValueError, TypeError) as exc:  # PYNQ's, all of them
+                msg = str(exc) or type(exc).__name__
+                two_stage = board(self.card.name) in TWO_STAGE_BOARDS and "EINVAL" in msg
+                if "Shell does not match" in msg or "EOPNOTSUPP" in msg or "interface uuid" in msg or two_stage:
+                    raise BitstreamMismatch(f"{self.where}: XRT refused {self.xclbin.name} ({msg}): the xclbin was "
+                                            f"built for another shell version than the card's {self.card.name}"
+                                            + (" (a 2-stage shell: its interface uuid differs)" if two_stage
+                                               else "") + "; update the card's shell (xbmgmt program --base) "
+                                            "or rebuild for the installed platform") from exc
+                if isinstance(exc, OSError):
+                    raise DeviceError(f"{self.where}: cannot read {self.xclbin} for programming: {msg}") from exc
                 if "EBUSY" in msg or "in use" in msg or "lock" in msg:
                     raise CardBusy(f"{self.where} is in use by another program with another xclbin (XRT: {msg}); "
                                    "stop it, or pick another card with device_index") from exc
@@ -167,6 +198,12 @@ class AlveoDevice(Device):
                 if cu_name in users["cus"]:
                     raise CardBusy(f"{self.where}: compute unit {cu_name} is in use by another open device of "
                                    "this process; close it first")
+                if cu_name in self.card.contexts:
+                    # PYNQ's open_context returns an open context as it is: a shared one (an IP object
+                    # of this process made it) would be taken for exclusive. Reopen it exclusive.
+                    if self.card.contexts[cu_name].get("shared", True):
+                        self.card.close_context(cu_name)
+                self._check_not_held(cu_name)
                 try:
                     # Exclusive: a second program (another rank on the same card) gets EBUSY, not a race.
                     self.card.open_context(desc, shared=False)
@@ -181,9 +218,32 @@ class AlveoDevice(Device):
             self._reg_base.append(int(ip.mmio.base_addr))
         self.ip = self.ips[0]
 
+    def _check_not_held(self, cu_name: str) -> None:
+        """On XRT 2.14-2.16 xclOpenContext on a CU another process holds aborts this process (SIGABRT):
+        ask xocl first (kdsstat) who holds contexts on the card. A window remains between the check and
+        the call (another process opening at that instant); XRT 2.13 returns EBUSY instead."""
+        if not _aborts_on_busy():
+            return
+        holders = context_holders(self.card)
+        if holders is None:
+            raise DeviceError(f"{self.where}: cannot read the card's kdsstat in sysfs (xocl user function): "
+                              f"on XRT {'.'.join(map(str, xrt_version()))} opening a compute unit another program "
+                              "holds would abort this process, so the driver does not try; check that the xocl "
+                              "driver is loaded and /sys is mounted, or use XRT 2.13")
+        others = sorted(set(holders) - {os.getpid()})
+        if others:
+            raise CardBusy(f"{self.where}: another program (pid {', '.join(map(str, others))}) holds compute "
+                           f"unit contexts on this card, {cu_name} may be one of them; stop it, or pick another "
+                           "card with device_index")
+
     def _check_idle(self, cu: int) -> None:
-        # One read also clears an ap_done left by a run nobody waited for (clear-on-read).
+        # One read also clears an ap_done left by a run nobody waited for (clear-on-read). A run
+        # finishing just now gets a short grace period before the card is called busy.
         ctrl = self.read_reg(self.ctrl_offset, cu)
+        deadline = time.monotonic() + min(self.timeout_s, 0.5)
+        while not ctrl & self.ap_idle and time.monotonic() < deadline:
+            time.sleep(1e-3)
+            ctrl = self.read_reg(self.ctrl_offset, cu)
         if not ctrl & self.ap_idle:
             raise CardBusy(f"{self.where}: compute unit {self._cu_names[cu]} is not idle (CTRL={ctrl:#x}): a run "
                            "started earlier is still going; wait for it, or reset the card (`xbutil reset`)")
@@ -213,10 +273,21 @@ class AlveoDevice(Device):
     def _allocate(self, nbytes: int, bank: str) -> Buffer:
         self._handle()  # PYNQ would pass a closed (NULL) handle straight to XRT
         memory = self._memory(bank)
+        live = sum(b.nbytes for b in self.buffers if b.bank == bank)
+        if xrt_version()[:2] == ABORTING_XRT[1]:
+            # XRT 2.16: a failing xclAllocBO aborts this process (SIGABRT): check the bank's room first.
+            used = memory_used(self.card, int(memory.idx))
+            need = -(-nbytes // 4096) * 4096
+            if used is None or used + need > int(memory.size):
+                why = ("its use is unknown (no memstat_raw in the card's sysfs)" if used is None
+                       else f"{used:,} bytes are in use there")
+                raise DeviceError(f"{self.where}: cannot allocate {nbytes:,} bytes in {bank} ({memory.size:,} "
+                                  f"bytes; {why}, {live:,} by this device): on XRT 2.16 a failing allocation "
+                                  "aborts the process, so the driver does not try; use a smaller chunk or "
+                                  "fewer shards per card, or free the card's memory (close other programs)")
         try:
             pbuf = self._pynq.allocate((nbytes,), np.uint8, target=memory)
-        except RuntimeError as exc:
-            live = sum(b.nbytes for b in self.buffers if b.bank == bank)
+        except (RuntimeError, OSError, ValueError) as exc:
             raise DeviceError(f"{self.where}: cannot allocate {nbytes:,} bytes in {bank} ({memory.desc['tag']}, "
                               f"{memory.size:,} bytes; {live:,} already taken there by this device): {exc}") from exc
         buf = Buffer(int(pbuf.device_address), nbytes, bank, handle=pbuf)

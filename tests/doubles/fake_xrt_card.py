@@ -23,6 +23,24 @@ A `FakeCard` is what the driver sees of a card:
   calls `finish_late()`: a stale ap_done), `off_bus` (every register reads 0xFFFFFFFF, as a card
   that fell off the PCIe bus), `reg_error` (register reads and writes fail, -EIO).
 
+Per XRT version (`fake_cards(xrt_version=...)`), as the XRT releases the toolkit supports behave:
+- 2.13: every failure is an error code (xclOpenContext -EBUSY on a CU another process holds,
+  xclAllocBO a negative errno), as the C API of src/runtime_src/core/pcie/linux/shim.cpp returns it;
+- 2.14-2.16: the C wrappers in shim.cpp (`xclOpenContext`, and on 2.16 `xclAllocBO`) catch only a
+  subclass of the exception the shim throws when a compute unit is busy (or an allocation fails),
+  so the exception leaves the `extern "C"` function, std::terminate runs and the process dies with
+  SIGABRT (issue 29: reproduced with a copy of the wrapper, exit 134). The double cannot let the test
+  process die, so it raises `XrtAbort` (a BaseException nothing in the driver may catch) and records
+  the call in `card.aborts`: a test asserting `card.aborts == []` asserts the backend never made it;
+- 2-stage shells (u50/u55c/u280 gen3x16: a shell and a user partition): loading an xclbin for
+  another shell version fails in the xclmgmt/xocl ICAP download with "interface uuids do not match"
+  (-EINVAL), not "Shell does not match" (-EOPNOTSUPP, what 1-stage DDR shells such as u200/u250 say);
+- sysfs: each card publishes what xocl's user function shows under
+  <root>/bus/pci/drivers/xocl/<bdf>/ (driver/linux/xocl/userpf/xocl_sysfs.c): `kdsstat`
+  (kdsstat_show: "contexts:" and the "client pid:" list) and `memstat_raw` (xocl_mm_stat, raw:
+  "<bytes used> <BO count> 0" per GROUP_TOPOLOGY entry), and the management function's `slot`
+  under xclmgmt/<bdf>/ (what PYNQ's XrtDevice._find_sysfs reads). `<root>` is OPTIMUSNIC_SYSFS_ROOT.
+
 `build_xclbin()` writes the AXLF container v++ would (section layout from XRT's xclbin.h):
 BITSTREAM (a labelled stand-in payload that carries the manifests, so the fake card knows which
 kernel it "is"), EMBEDDED_METADATA, MEM_TOPOLOGY with every bank of the target plus PLRAM and
@@ -39,11 +57,14 @@ import errno
 import hashlib
 import json
 import mmap
+import os
 import struct
+import tempfile
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,6 +104,16 @@ SHELLS = {
     "u250": "xilinx_u250_gen3x16_base_4",
     "u200": "xilinx_u200_gen3x16_xdma_base_2",
 }
+# Boards whose gen3x16 shells are 2-stage platforms (shell partition + user partition).
+TWO_STAGE = {"u50", "u55c", "u280"}
+OTHER_PID = 4242  # the process id kdsstat lists for "another program" (hold_context_elsewhere)
+
+
+class XrtAbort(BaseException):  # noqa: N818 - named for what it stands for
+    """TEST DOUBLE: here a real XRT 2.14-2.16 would have aborted the process (SIGABRT, exit 134): a C++
+    exception crossed the `extern "C"` boundary of shim.cpp's wrapper (see the module docstring)."""
+
+
 PLRAM_BANKS, PLRAM_BYTES = 6, 128 * 1024
 HOST_BYTES = 1 << 38
 HBM_BASE, DDR_BASE = 0x0, 0x4000000000
@@ -273,6 +304,7 @@ class _Handle:
     def __init__(self, card: FakeCard) -> None:
         self.card = card
         self.closed = False
+        self.pid = os.getpid()
 
 
 class FakeCard:
@@ -298,6 +330,8 @@ class FakeCard:
         self.loads = 0
         self.faults: set[str] = set()
         self.errors: list[str] = []  # what a real card would have done wrong (tests assert it stays empty)
+        self.aborts: list[str] = []  # XRT calls that would have killed the process (tests assert it stays empty)
+        self.sysfs: Path | None = None  # xocl's user-function folder (set by fake_cards)
         self.handles: list[_Handle] = []
         self._lock = threading.RLock()
 
@@ -311,7 +345,25 @@ class FakeCard:
     def hold_context_elsewhere(self, cu: int = 0) -> None:
         """Another process opens an exclusive context on CU `cu` (a busy card)."""
         other = _Handle(self)
+        other.pid = OTHER_PID
         self.contexts.setdefault(self.cus[cu].ip_index, {})[other] = False
+        self.publish()
+
+    def publish(self) -> None:
+        """Write kdsstat and memstat_raw as xocl shows them (see the module docstring)."""
+        if self.sysfs is None:
+            return
+        pids = sorted({h.pid for holders in self.contexts.values() for h in holders})
+        uuid = (self.uuid or bytes(16)).hex()
+        kds = (f"xclbin:\t\t\t{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}\n"
+               f"outstanding execs:\t0\ntotal execs:\t\t0\ncontexts:\t\t{len(pids)}\nclient pid:\n"
+               + "".join(f"\t\t\t{p}\n" for p in pids))
+        mem = ""
+        for i, _m in enumerate(self.mems):
+            bos = [b for b in self.live_bos() if b.mem == i]
+            mem += f"{sum(-(-b.size // 4096) * 4096 for b in bos)} {len(bos)} 0\n"
+        (self.sysfs / "kdsstat").write_text(kds)
+        (self.sysfs / "memstat_raw").write_text(mem)
 
     def finish_late(self) -> None:
         """Complete every run held back by the `late` fault: ap_done rises now."""
@@ -328,7 +380,9 @@ class FakeCard:
                 return -errno.EINVAL
             sections, uuid, vbnv = _sections(bytes(data))
             if _board(vbnv) != _board(self.shell) or vbnv not in self.platforms:
-                return -errno.EOPNOTSUPP  # XRT: "Shell does not match"
+                if _board(vbnv) == _board(self.shell) and _board(self.shell) in TWO_STAGE:
+                    return -errno.EINVAL  # 2-stage shell: "interface uuids do not match"
+                return -errno.EOPNOTSUPP  # 1-stage shell: XRT's "Shell does not match"
             if BITSTREAM not in sections:
                 return -errno.EINVAL
             if uuid == self.uuid:
@@ -360,6 +414,7 @@ class FakeCard:
                 self.cus.append(_Cu(full, base, span, manifest, i))
             self.uuid, self.vbnv = uuid, vbnv
             self.loads += 1
+            self.publish()
             return 0
 
     # ---- contexts ------------------------------------------------------------------------------
@@ -371,6 +426,7 @@ class FakeCard:
         if others and (not shared or not all(others.values())):
             return -errno.EBUSY
         holders[handle] = shared
+        self.publish()
         return 0
 
     def close_context(self, handle: _Handle, uuid: bytes, ip: int) -> int:
@@ -378,6 +434,7 @@ class FakeCard:
         if uuid != self.uuid or handle not in holders:
             return -errno.EINVAL
         del holders[handle]
+        self.publish()
         return 0
 
     # ---- memory -------------------------------------------------------------------------------
@@ -400,6 +457,7 @@ class FakeCard:
         bo = _Bo(handle, idx, addr, size, np.zeros(size, np.uint8))
         self.bos[self._next_bo] = bo
         self._next_bo += 1
+        self.publish()
         return self._next_bo - 1
 
     def bo(self, handle: _Handle, bo: int) -> _Bo | None:
@@ -418,6 +476,7 @@ class FakeCard:
             return
         b.freed = True
         b.storage = np.zeros(0, np.uint8)
+        self.publish()
 
     def close_handle(self, handle: _Handle) -> None:
         # XRT closes the handle's contexts and buffers with it.
@@ -427,6 +486,7 @@ class FakeCard:
         for b in self.bos.values():
             if b.handle is handle:
                 b.freed = True
+        self.publish()
 
     # ---- registers and the kernel ----------------------------------------------------------
     def _cu_at(self, address: int) -> tuple[_Cu, int] | None:
@@ -537,8 +597,13 @@ _ERR = 1 << 64  # c_size_t / c_uint returns of negative errno
 class FakeXrt:
     """Stand-ins for the functions of `pynq._3rdparty.xrt`, dispatching on the fake handle."""
 
-    def __init__(self, cards: list[FakeCard]) -> None:
+    def __init__(self, cards: list[FakeCard], version: tuple[int, int, int] = (2, 15, 0)) -> None:
         self.cards = cards
+        self.version = tuple(version)
+
+    def _abort(self, card: FakeCard, call: str) -> None:
+        card.aborts.append(call)
+        raise XrtAbort(f"XRT {'.'.join(map(str, self.version))}: {call} would abort the process (SIGABRT)")
 
     def xclProbe(self) -> int:  # noqa: N802 - XRT's names
         return len(self.cards)
@@ -570,13 +635,20 @@ class FakeXrt:
         return names.index(name) if name in names else -errno.ENOENT
 
     def xclOpenContext(self, handle: _Handle, uuid: Any, ip: int, shared: bool) -> int:  # noqa: N802
-        return handle.card.open_context(handle, bytes(uuid.bytes), ip, bool(shared))
+        ret = handle.card.open_context(handle, bytes(uuid.bytes), ip, bool(shared))
+        # 2.14-2.16: the busy CU's exception escapes shim.cpp's xclOpenContext wrapper (module docstring).
+        if ret == -errno.EBUSY and (2, 14) <= self.version[:2] <= (2, 16):
+            self._abort(handle.card, f"xclOpenContext(ip {ip}) on a compute unit another process holds")
+        return ret
 
     def xclCloseContext(self, handle: _Handle, uuid: Any, ip: int) -> int:  # noqa: N802
         return handle.card.close_context(handle, bytes(uuid.bytes), ip)
 
     def xclAllocBO(self, handle: _Handle, size: int, domain: int, flags: int) -> int:  # noqa: N802
         bo = handle.card.alloc(handle, int(size), int(flags)) if not handle.closed else -errno.EBADF
+        # 2.16: a failed allocation's exception escapes shim.cpp's xclAllocBO wrapper (module docstring).
+        if bo < 0 and self.version[:2] == (2, 16):
+            self._abort(handle.card, f"xclAllocBO({size} bytes, flags {flags:#x}) that fails ({errno.errorcode[-bo]})")
         return bo % (1 << 32)
 
     def xclGetBOProperties(self, handle: _Handle, bo: int, prop: Any) -> int:  # noqa: N802
@@ -660,7 +732,17 @@ def fake_cards(*cards: FakeCard, xrt_version: tuple[int, int, int] = (2, 15, 0))
     from pynq._3rdparty import xrt
     from pynq.pl_server.device import Device, DeviceMeta
 
-    fake = FakeXrt(list(cards))
+    fake = FakeXrt(list(cards), xrt_version)
+    sysfs_root = Path(tempfile.mkdtemp(prefix="fake-sysfs-"))
+    for i, card in enumerate(cards):  # the management and user functions of card i, as xclmgmt/xocl bind them
+        mgmt = sysfs_root / "bus/pci/drivers/xclmgmt" / f"0000:{0x10 + i:02x}:00.0"
+        mgmt.mkdir(parents=True)
+        (mgmt / "slot").write_text(f"{i}\n")
+        card.sysfs = sysfs_root / "bus/pci/drivers/xocl" / f"0000:{0x10 + i:02x}:00.1"
+        card.sysfs.mkdir(parents=True)
+        card.publish()
+    saved_root = os.environ.get("OPTIMUSNIC_SYSFS_ROOT")
+    os.environ["OPTIMUSNIC_SYSFS_ROOT"] = str(sysfs_root)
     saved = {n: getattr(xrt, n, None) for n in XRT_FUNCTIONS}
     saved_state = (xrt.XRT_SUPPORTED, xrt_device._xrt_version, dict(DeviceMeta._subclasses),
                    Device.__dict__.get("_devices"), Device.__dict__.get("_active_device"))
@@ -679,6 +761,15 @@ def fake_cards(*cards: FakeCard, xrt_version: tuple[int, int, int] = (2, 15, 0))
         import gc
 
         gc.collect()  # PynqBuffers dropped by the test free themselves while the fake XRT answers
+        import shutil
+
+        if saved_root is None:
+            os.environ.pop("OPTIMUSNIC_SYSFS_ROOT", None)
+        else:
+            os.environ["OPTIMUSNIC_SYSFS_ROOT"] = saved_root
+        shutil.rmtree(sysfs_root, ignore_errors=True)
+        for card in cards:
+            card.sysfs = None
         for n, f in saved.items():
             if f is None:
                 delattr(xrt, n)

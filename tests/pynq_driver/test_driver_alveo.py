@@ -86,6 +86,7 @@ def assert_clean(card: FakeCard) -> None:
     assert card.open_contexts() == 0
     assert card.live_bos() == []
     assert card.errors == []
+    assert card.aborts == []  # no XRT call that would abort the process on 2.14-2.16
     assert not any(h.closed for h in card.handles)
 
 
@@ -335,7 +336,9 @@ def test_two_programs_on_one_card_do_not_share_a_kernel(tmp_path: Path) -> None:
     xclbin = make_bitstream(tmp_path, spec)
     other = make_bitstream(tmp_path / "other", spec.with_(lanes=8))
     card = FakeCard("u55c")
-    with fake_cards(card, card):
+    # XRT 2.13: a busy CU is an error code, so two handles of this process stand for two processes
+    # (2.14-2.16 abort there: test_busy_card_never_aborts_the_process).
+    with fake_cards(card, card, xrt_version=(2, 13, 0)):
         with open_device("alveo", spec, xclbin=xclbin, device_index=0) as dev:
             with pytest.raises(CardBusy, match="another program holds compute unit"):
                 open_device("alveo", spec, xclbin=xclbin, device_index=1)
@@ -571,25 +574,82 @@ def test_xclbin_for_another_card_and_wrong_shell(tmp_path: Path) -> None:
     with fake_cards(FakeCard("u55c"), FakeCard("u280", platforms={"xilinx_u280_gen3x16_xdma_1_202211_1"})) as (a, b):
         with pytest.raises(BitstreamMismatch, match=r"is for an Alveo U280 .* card 0 is an Alveo U55C"):
             open_device("alveo", spec, xclbin=xclbin, device_index=0)
-        # Same board, older shell version than the xclbin's platform: XRT refuses it.
+        # Same board, older shell version than the xclbin's platform: XRT refuses it. The U280 gen3x16
+        # shell is 2-stage: XRT says "interface uuids do not match" (EINVAL), and the user gets the hint.
         b.platforms = {"xilinx_u280_xdma_201920_3"}
-        with pytest.raises(BitstreamMismatch, match="shell does not match"):
+        with pytest.raises(BitstreamMismatch, match=r"EINVAL.*another shell version.*2-stage shell.*xbmgmt"):
             open_device("alveo", spec, xclbin=xclbin, device_index=1)
         assert a.loads == b.loads == 0
         assert_clean(a)
         assert_clean(b)
 
 
-def test_busy_compute_unit_after_programming_leaves_nothing_open(tmp_path: Path) -> None:
+def test_one_stage_shell_mismatch_is_eopnotsupp_and_named(tmp_path: Path) -> None:
+    spec = KernelSpec(target="u250", optimizer="adam", compute_units=2, grad_dtype="bf16")
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u250", platforms={"xilinx_u250_xdma_201830_2"})) as (card,):
+        with pytest.raises(BitstreamMismatch, match=r"Shell does not match.*another shell version than the card's"):
+            open_device("alveo", spec, xclbin=xclbin)
+        assert card.loads == 0 and card.aborts == []
+
+
+XRT_VERSIONS = [(2, 13, 0), (2, 14, 0), (2, 15, 0), (2, 16, 0)]
+
+
+@pytest.mark.parametrize("version", XRT_VERSIONS, ids=lambda v: ".".join(map(str, v)))
+def test_busy_card_never_aborts_the_process(version: tuple[int, int, int], tmp_path: Path) -> None:
+    """A CU another program holds: CardBusy on every supported XRT, and never the call that aborts on 2.14-2.16."""
     spec = KernelSpec(compute_units=2)
     xclbin = make_bitstream(tmp_path, spec)
-    with fake_cards(FakeCard("u55c")) as (card,):
+    with fake_cards(FakeCard("u55c"), xrt_version=version) as (card,):
         open_device("alveo", spec, xclbin=xclbin).close()
         card.hold_context_elsewhere(cu=1)  # another program holds the second CU
-        with pytest.raises(CardBusy, match="optimusnic_adamw_2"):
+        # 2.13 answers EBUSY on the CU itself; 2.14-2.16 are asked first (kdsstat lists the other pid).
+        match = "optimusnic_adamw_2" if version < (2, 14) else r"another program \(pid 4242\)"
+        with pytest.raises(CardBusy, match=match):
             open_device("alveo", spec, xclbin=xclbin)
+        assert card.aborts == []  # no call that would have killed the process
         assert card.open_contexts() == 1  # only the other program's
         assert card.live_bos() == [] and card.errors == []
+
+
+@pytest.mark.parametrize("version", XRT_VERSIONS, ids=lambda v: ".".join(map(str, v)))
+def test_the_double_aborts_where_xrt_does(version: tuple[int, int, int], tmp_path: Path) -> None:
+    """The double is as strict as XRT: PYNQ's own calls, made without the backend's checks, abort."""
+    import pynq
+    from fake_xrt_card import XrtAbort
+
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u55c"), xrt_version=version) as (card,):
+        ov = pynq.Overlay(str(xclbin), device=pynq.Device.devices[0])
+        desc = ov.ip_dict["optimusnic_adamw_1"]
+        card.hold_context_elsewhere(cu=0)
+        if (2, 14) <= version[:2] <= (2, 16):
+            with pytest.raises(XrtAbort):
+                ov.device.open_context(desc, shared=False)
+        else:
+            with pytest.raises(RuntimeError, match="Could not open CU context"):
+                ov.device.open_context(desc, shared=False)
+        memory = ov.device.get_memory(ov.mem_dict["HBM[0]"])
+        if version[:2] == (2, 16):
+            with pytest.raises(XrtAbort):
+                pynq.allocate((1 << 30,), np.uint8, target=memory)
+        else:
+            with pytest.raises(RuntimeError, match="Allocate failed"):
+                pynq.allocate((1 << 30,), np.uint8, target=memory)
+        assert len(card.aborts) == ((2, 14) <= version[:2] <= (2, 16)) + (version[:2] == (2, 16))
+
+
+def test_unreadable_kdsstat_on_aborting_xrt_is_refused_not_tried(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u55c"), xrt_version=(2, 15, 0)) as (card,):
+        monkeypatch.setenv("OPTIMUSNIC_SYSFS_ROOT", str(tmp_path / "no-sysfs"))
+        with pytest.raises(DeviceError, match="cannot read the card's kdsstat"):
+            open_device("alveo", spec, xclbin=xclbin)
+        assert card.aborts == [] and card.open_contexts() == 0
 
 
 def test_allocation_failure_is_a_project_error(tmp_path: Path) -> None:
@@ -601,6 +661,20 @@ def test_allocation_failure_is_a_project_error(tmp_path: Path) -> None:
                 dev.allocate(600 << 20, "HBM[1]")
             with pytest.raises(BitstreamMismatch, match=r"no kernel port .* is connected to it"):
                 dev.allocate(4096, "HBM[20]")
+        assert_clean(card)
+
+
+def test_allocation_failure_on_xrt_2_16_is_checked_before_the_call(tmp_path: Path) -> None:
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u55c"), xrt_version=(2, 16, 0)) as (card,):
+        with open_device("alveo", spec, xclbin=xclbin) as dev:
+            kept = dev.allocate(300 << 20, "HBM[1]")
+            with pytest.raises(DeviceError, match=r"cannot allocate .* in HBM\[1\] .*in use there.*aborts"):
+                dev.allocate(300 << 20, "HBM[1]")
+            dev.free(kept)
+            dev.free(dev.allocate(300 << 20, "HBM[1]"))  # room again once freed (memstat_raw follows)
+        assert card.aborts == []
         assert_clean(card)
 
 
