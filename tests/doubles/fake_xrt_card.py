@@ -163,11 +163,15 @@ def _tag_index(mems: list[_Mem], bank: str) -> int:
 
 
 def build_xclbin(manifests: list[dict[str, Any]], memory: dict[str, Any], *, platform: str | None = None,
-                 bitstream: bool = True, ddr_tags: str = "DDR", protocol: str | None = None) -> bytes:
+                 bitstream: bool = True, ddr_tags: str = "DDR", protocol: str | None = None,
+                 ctrl_range: int | None = None) -> bytes:
     """An xclbin holding the kernels of `manifests` (one or more), laid out as v++ links them.
 
     `platform` overrides the VBNV (default: the first manifest's target platform); `ddr_tags="bank"`
-    names DDR banks bank0.. as older platforms do; `protocol` overrides hwControlProtocol.
+    names DDR banks bank0.. as older platforms do; `protocol` overrides hwControlProtocol;
+    `ctrl_range` the S_AXI_CONTROL range (the kernel's register decoder: an HLS build whose decoder is
+    narrower than the register map; the card then aliases offsets past it, as the decoder ignores the
+    upper address bits).
     """
     mems = _topology(memory, ddr_tags)
     groups: list[_Mem] = []
@@ -180,6 +184,8 @@ def build_xclbin(manifests: list[dict[str, Any]], memory: dict[str, Any], *, pla
         kernel = root.find("platform/device/core/kernel")
         if protocol is not None:
             kernel.set("hwControlProtocol", protocol)
+        if ctrl_range is not None:
+            kernel.find("port[@name='S_AXI_CONTROL']").set("range", hex(ctrl_range))
         for cu, inst in enumerate(kernel.findall("instance")):
             inst.find("addrRemap").set("base", hex(base + cu * CU_STRIDE))
         xml_kernels.append(kernel)
@@ -296,6 +302,7 @@ class _Cu:
     running: bool = False
     done: bool = False
     pending: Any = None  # a finished run waiting for finish_late()
+    decoder: int = 0  # bytes the register decoder covers (0: the whole span); offsets past it alias
 
 
 class _Handle:
@@ -405,13 +412,16 @@ class FakeCard:
                 self.connections.setdefault((ip, arg), set()).add(mem)
             (count,) = struct.unpack_from("<i", sections[IP_LAYOUT], 0)
             by_name = {m["spec"]["name"]: m for m in manifests}
+            meta = ET.fromstring(sections[EMBEDDED_METADATA])
+            decoders = {k.get("name"): int(k.find("port[@name='S_AXI_CONTROL']").get("range"), 0)
+                        for k in meta.iter("kernel")}
             self.cus = []
             for i in range(count):
                 _, _, base, name = struct.unpack_from("<IIQ64s", sections[IP_LAYOUT], 8 + 80 * i)
                 full = name.rstrip(b"\0").decode()
                 manifest = by_name[full.split(":")[0]]
                 span = 1 << manifest["register_map"]["address_bits"]
-                self.cus.append(_Cu(full, base, span, manifest, i))
+                self.cus.append(_Cu(full, base, span, manifest, i, decoder=decoders.get(full.split(":")[0], 0)))
             self.uuid, self.vbnv = uuid, vbnv
             self.loads += 1
             self.publish()
@@ -504,6 +514,8 @@ class FakeCard:
         if found is None:
             return None
         cu, off = found
+        if cu.decoder:
+            off %= cu.decoder  # the HLS decoder ignores address bits above its width
         if off != 0:
             return cu.regs.get(off, 0)
         value = (0x1 if cu.running else 0) | (0x2 if cu.done else 0) | (0x0 if cu.running else 0x4)
@@ -519,6 +531,8 @@ class FakeCard:
         if found is None:
             return False
         cu, off = found
+        if cu.decoder:
+            off %= cu.decoder
         if off != 0:
             cu.regs[off] = value & 0xFFFFFFFF
             return True

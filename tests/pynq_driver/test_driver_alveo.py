@@ -568,6 +568,26 @@ def test_verify_checks_bitstream_platform_and_protocol(case: str, tmp_path: Path
         assert card.loads == 0
 
 
+def test_register_map_past_the_kernels_decoder_is_refused(tmp_path: Path) -> None:
+    """An HLS build whose control decoder is narrower than the register map: STATUS (0x108) and PORT_ERR
+    (0x10c) would read back other control words; verify_xclbin refuses it before a card is touched."""
+    from pynq_driver.backends.xclbin_checks import register_reach
+
+    spec = KernelSpec()
+    manifest = rendered_manifest(spec)
+    reach, last = register_reach(manifest["register_map"])
+    assert last == "PORT_ERR" and reach == manifest["register_map"]["status"]["port_errors"]["offsets"][-1] + 4
+    xclbin = make_bitstream(tmp_path, spec, ctrl_range=0x100)
+    with pytest.raises(BitstreamMismatch, match=r"control decoder covers 0x100 bytes .* reaches 0x110 \(PORT_ERR\)"):
+        verify_xclbin(xclbin, json.loads(xclbin.with_name(f"{spec.name}.manifest.json").read_text()))
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with pytest.raises(BitstreamMismatch, match="control decoder"):
+            open_device("alveo", spec, xclbin=xclbin)
+        assert card.loads == 0
+    ok = make_bitstream(tmp_path / "ok", spec, ctrl_range=reach)  # a decoder that just covers it passes
+    verify_xclbin(ok, json.loads(ok.with_name(f"{spec.name}.manifest.json").read_text()))
+
+
 def test_xclbin_for_another_card_and_wrong_shell(tmp_path: Path) -> None:
     spec = KernelSpec(target="u280")
     xclbin = make_bitstream(tmp_path, spec)
