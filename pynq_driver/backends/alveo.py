@@ -153,6 +153,12 @@ class AlveoDevice(Device):
         self._reg_base: list[int] = []
         facts = xclbin_facts(self.xclbin.read_bytes())
         self._uuid, self._groups = facts["uuid"], facts["groups"]
+        # The argument block of each CU (pointers and scalars, contiguous after the control words) and
+        # what this device last wrote there: a launch writes only the span that changed, in one call.
+        args = [a for a in self.manifest["register_map"]["args"] if a["kind"] != "stream"]
+        self._args_lo = min(int(a["offset"]) for a in args)
+        self._args_hi = max(int(a["offset"]) + int(a.get("size") or 4) for a in args)
+        self._images: list[np.ndarray | None] = []
         try:
             self._program()
             self._take_cus([ip["cu_name"].split(":")[1] for ip in ips])
@@ -342,10 +348,54 @@ class AlveoDevice(Device):
         self._check_usable()
         data = (ctypes.c_char * 4).from_buffer_copy(int(value).to_bytes(4, "little"))
         addr = self._reg_base[cu] + offset
+        images = self._images
+        if cu < len(images) and images[cu] is not None and self._args_lo <= offset < self._args_hi:
+            images[cu] = None  # a single write into the argument block: the image is rebuilt next launch
         ret = xrt.xclWrite(self._handle(), xrt.xclAddressSpace.XCL_ADDR_KERNEL_CTRL, addr, data, 4)
         if ret != 4:
             raise DeviceError(f"{self.where}: register write at {addr:#x} (CU {cu} +{offset:#x}) failed: "
                               f"{_xrt_errno(ret)}")
+
+    def write_regs(self, values: dict[int, int], cu: int = 0) -> None:
+        """A kernel's arguments in one register write: the argument block's image (what this device
+        last wrote to `cu`, kept per CU) updated with `values`, and the span from the first to the last
+        changed word written with one xclWrite, as PYNQ's own `XrtDevice.write_registers` writes a
+        block (XRT copies it to the BAR word by word). HLS ignores writes to the reserved word after
+        each 64-bit pointer, which the image holds as 0. Registers outside the block: one write each."""
+        self._check_open()
+        cu = self._cu(cu)
+        self._check_usable()
+        lo, hi = self._args_lo, self._args_hi
+        while len(self._images) < self.cus:
+            self._images.append(None)
+        old = self._images[cu]
+        new = np.zeros((hi - lo) // 4, np.uint32) if old is None else old.copy()
+        for offset, value in values.items():
+            offset = int(offset)
+            if lo <= offset < hi and not offset % 4:
+                new[(offset - lo) // 4] = int(value) & 0xFFFFFFFF
+            else:
+                self._write_reg(offset, int(value) & 0xFFFFFFFF, cu)
+        if old is None:
+            first, last = 0, len(new)
+        else:
+            changed = np.flatnonzero(new != old)
+            if not changed.size:
+                return
+            first, last = int(changed[0]), int(changed[-1]) + 1
+        self._images[cu] = None  # unknown until the write succeeded
+        self._write_block(lo + 4 * first, new[first:last], cu)
+        self._images[cu] = new
+
+    def _write_block(self, offset: int, words: np.ndarray, cu: int) -> None:
+        from pynq._3rdparty import xrt
+
+        data = (ctypes.c_char * words.nbytes).from_buffer(words)
+        addr = self._reg_base[cu] + offset
+        ret = xrt.xclWrite(self._handle(), xrt.xclAddressSpace.XCL_ADDR_KERNEL_CTRL, addr, data, words.nbytes)
+        if ret != words.nbytes:
+            raise DeviceError(f"{self.where}: register write of {words.nbytes} bytes at {addr:#x} (CU {cu} "
+                              f"+{offset:#x}) failed: {_xrt_errno(ret)}")
 
     def _read_reg(self, offset: int, cu: int = 0) -> int:
         from pynq._3rdparty import xrt

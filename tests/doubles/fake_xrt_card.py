@@ -21,7 +21,8 @@ A `FakeCard` is what the driver sees of a card:
   port is connected to;
 - injected faults: `hang` (ap_done never comes), `late` (the run finishes only when the test
   calls `finish_late()`: a stale ap_done), `off_bus` (every register reads 0xFFFFFFFF, as a card
-  that fell off the PCIe bus), `reg_error` (register reads and writes fail, -EIO).
+  that fell off the PCIe bus), `reg_error` (register reads and writes fail, -EIO), `no_compute`
+  (ap_done at once, nothing computed: the driver bench's host-side launch cost).
 
 Per XRT version (`fake_cards(xrt_version=...)`), as the XRT releases the toolkit supports behave:
 - 2.13: every failure is an error code (xclOpenContext -EBUSY on a CU another process holds,
@@ -337,6 +338,7 @@ class FakeCard:
         self.loads = 0
         self.faults: set[str] = set()
         self.errors: list[str] = []  # what a real card would have done wrong (tests assert it stays empty)
+        self.calls: dict[str, int] = {}  # XRT register calls made on this card: xclWrite, xclRead
         self.aborts: list[str] = []  # XRT calls that would have killed the process (tests assert it stays empty)
         self.sysfs: Path | None = None  # xocl's user-function folder (set by fake_cards)
         self.handles: list[_Handle] = []
@@ -547,6 +549,9 @@ class FakeCard:
         cu.running, cu.done = True, False
         if "hang" in self.faults:
             return
+        if "no_compute" in self.faults:  # the driver bench: ap_done at once, nothing computed
+            cu.running, cu.done = False, True
+            return
         run = self._run(cu)
         if "late" in self.faults:
             cu.pending = run
@@ -701,6 +706,7 @@ class FakeXrt:
     def xclRead(self, handle: _Handle, space: int, offset: int, buf: Any, size: int) -> int:  # noqa: N802
         if handle.closed:
             return _ERR - errno.EBADF
+        handle.card.calls["xclRead"] = handle.card.calls.get("xclRead", 0) + 1
         with handle.card._lock:
             words = [handle.card.read_reg(offset + 4 * i) for i in range(size // 4)]
         if any(w is None for w in words):
@@ -711,6 +717,7 @@ class FakeXrt:
     def xclWrite(self, handle: _Handle, space: int, offset: int, buf: Any, size: int) -> int:  # noqa: N802
         if handle.closed:
             return _ERR - errno.EBADF
+        handle.card.calls["xclWrite"] = handle.card.calls.get("xclWrite", 0) + 1
         data = ctypes.string_at(buf, size)
         with handle.card._lock:
             ok = all(handle.card.write_reg(offset + 4 * i, w)

@@ -568,6 +568,25 @@ def test_verify_checks_bitstream_platform_and_protocol(case: str, tmp_path: Path
         assert card.loads == 0
 
 
+def test_a_launch_writes_its_arguments_in_one_call(tmp_path: Path) -> None:
+    """The argument block in one xclWrite (then only the span that changed), plus ap_start: bit-exact."""
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    params, grads = grads_for(spec, 4 * CHUNK, 2)
+    want, _ = golden_steps(spec, params, grads)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with open_device("alveo", spec, xclbin=xclbin) as dev, ShardState(dev, params, CHUNK) as shard:
+            launches = 0
+            for g, w in zip(grads, want, strict=True):
+                before = card.calls.get("xclWrite", 0)
+                assert same_bits(shard.step(g, shard.next_hyper(lr=1e-3, weight_decay=0.01)), w)
+                launches = len(shard.chunks())
+                assert card.calls["xclWrite"] - before <= 2 * launches  # block + ap_start, not ~50 words
+            runner = shard.parts[0].runner
+            assert len(runner.pointers) * 2 + len(runner.scalars) > 20  # what it would have been word by word
+        assert_clean(card)
+
+
 def test_register_map_past_the_kernels_decoder_is_refused(tmp_path: Path) -> None:
     """An HLS build whose control decoder is narrower than the register map: STATUS (0x108) and PORT_ERR
     (0x10c) would read back other control words; verify_xclbin refuses it before a card is touched."""
