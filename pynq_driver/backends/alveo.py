@@ -96,6 +96,7 @@ _USERS_LOCK = threading.Lock()
 
 class AlveoDevice(Device):
     backend = "alveo"
+    overlap_dma = True  # XRT syncs of distinct buffers from two threads (PYNQ's sync_to/from_device)
 
     @classmethod
     def open(cls, spec: KernelSpec, *, xclbin: str | Path | Sequence[str | Path] | None = None,

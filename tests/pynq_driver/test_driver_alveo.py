@@ -587,6 +587,41 @@ def test_a_launch_writes_its_arguments_in_one_call(tmp_path: Path) -> None:
         assert_clean(card)
 
 
+def test_overlapped_pipeline_uploads_and_downloads_on_their_own_workers(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """LaunchPipeline(overlap=True): upload of chunk i+1, kernel i and download of chunk i-1 at once, bit-exact."""
+    import functools
+
+    import pynq_driver.shard as shard_module
+    from pynq_driver.backends.alveo import AlveoDevice
+    from pynq_driver.pipeline import LaunchPipeline
+
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    params, grads = grads_for(spec, 6 * CHUNK + 17, 3)
+    want, want_sd = golden_steps(spec, params, grads)
+    monkeypatch.setattr(shard_module, "LaunchPipeline", functools.partial(LaunchPipeline, overlap=True))
+    threads: dict[str, set[str]] = {"write": set(), "read": set()}
+    for name in ("write", "read"):
+        orig = getattr(AlveoDevice, f"_{name}")
+
+        def spy(self, *a, _orig=orig, _name=name):  # noqa: ANN001, ANN202
+            threads[_name].add(threading.current_thread().name.split("_")[0])
+            return _orig(self, *a)
+
+        monkeypatch.setattr(AlveoDevice, f"_{name}", spy)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with open_device("alveo", spec, xclbin=xclbin) as dev, ShardState(dev, params, CHUNK) as shard:
+            threads["write"].clear()
+            threads["read"].clear()
+            for g, w in zip(grads, want, strict=True):
+                assert same_bits(shard.step(g, shard.next_hyper(lr=1e-3, weight_decay=0.01)), w)
+            got_sd = shard.state_dict()
+        assert_clean(card)
+    assert "optimusnic-upload" in threads["write"] and "optimusnic-download" in threads["read"], threads
+    assert all(same_bits(got_sd[k], want_sd[k]) for k in ("params", "exp_avg", "exp_avg_sq"))
+
+
 def test_register_map_past_the_kernels_decoder_is_refused(tmp_path: Path) -> None:
     """An HLS build whose control decoder is narrower than the register map: STATUS (0x108) and PORT_ERR
     (0x10c) would read back other control words; verify_xclbin refuses it before a card is touched."""
