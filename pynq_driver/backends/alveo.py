@@ -89,6 +89,10 @@ TWO_STAGE_BOARDS = {"u50", "u55c", "u280"}
 
 # Every AlveoDevice open in this process, per PYNQ device object: the xclbin it runs and the CUs in use.
 _CARD_USERS: dict[int, dict[str, Any]] = {}
+# Buffers of a closed device whose compute unit timed out and was still running at close: freeing
+# them would let that run write into memory XRT hands to the next allocation. Kept (per PYNQ device:
+# the device object and its buffers) until a later open of the card finds every CU idle.
+_ORPHANS: dict[int, tuple[Any, list[Any]]] = {}
 _USERS_LOCK = threading.Lock()
 
 
@@ -160,11 +164,13 @@ class AlveoDevice(Device):
         self._args_lo = min(int(a["offset"]) for a in args)
         self._args_hi = max(int(a["offset"]) + int(a.get("size") or 4) for a in args)
         self._images: list[np.ndarray | None] = []
+        self._timed_out: set[int] = set()
         try:
             self._program()
             self._take_cus([ip["cu_name"].split(":")[1] for ip in ips])
             for cu in range(self.cus):
                 self._check_idle(cu)
+            self._free_orphans()
         except BaseException:
             self._release()
             raise
@@ -309,7 +315,11 @@ class AlveoDevice(Device):
         pbuf.freebuffer()
 
     def _free(self, buf: Buffer) -> None:
-        self._free_pynq_buffer(buf.handle)
+        if self._timed_out and self.card.handle and self._still_running():
+            with _USERS_LOCK:  # a CU that timed out may still write into it: kept (see _ORPHANS)
+                _ORPHANS.setdefault(id(self.card), (self.card, []))[1].append(buf.handle)
+        else:
+            self._free_pynq_buffer(buf.handle)
         buf.handle = None
         if buf in self.buffers:
             self.buffers.remove(buf)
@@ -437,6 +447,7 @@ class AlveoDevice(Device):
             if self.read_reg(self.ctrl_offset, cu) & self.ap_done:  # clear-on-read: seen once
                 return
             if time.monotonic() >= deadline:
+                self._timed_out.add(cu)
                 self.unusable = (f"{self.where}: compute unit {self._cu_names[cu]} did not finish within "
                                  f"{timeout_s:g} s (a late ap_done would be taken for the next run's)")
                 raise KernelTimeout(f"{self.unusable}; card memory is still readable; close() and open_device() "
@@ -445,10 +456,35 @@ class AlveoDevice(Device):
             pause = min(1e-3, pause * 2 + 2e-5)
 
     # ---- closing ------------------------------------------------------------------------------------
+    def _still_running(self) -> bool:
+        """A CU that timed out is still running (or cannot be asked): its buffers must not be freed."""
+        for cu in self._timed_out:
+            try:
+                if not self._read_reg(self.ctrl_offset, cu) & self.ap_idle:
+                    return True
+            except Exception:  # noqa: BLE001 - a card that cannot answer may still be writing
+                return True
+        return False
+
+    def _free_orphans(self) -> None:
+        """Every CU of this card's kernel is idle now: free what closed devices had to keep."""
+        with _USERS_LOCK:
+            _card, orphans = _ORPHANS.pop(id(self.card), (None, []))
+        for pbuf in orphans:
+            try:
+                self._free_pynq_buffer(pbuf)
+            except Exception:  # noqa: BLE001
+                pass
+
     def _release(self) -> None:
+        keep = bool(self._timed_out and self.buffers and self.card.handle and self._reg_base) and self._still_running()
+        if keep:
+            with _USERS_LOCK:
+                _ORPHANS.setdefault(id(self.card), (self.card, []))[1].extend(b.handle for b in self.buffers)
         for buf in list(self.buffers):
             try:
-                self._free_pynq_buffer(buf.handle)
+                if not keep:
+                    self._free_pynq_buffer(buf.handle)
             except Exception:  # noqa: BLE001 - closing must finish
                 pass
             buf.handle, buf.freed = None, True

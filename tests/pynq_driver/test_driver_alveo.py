@@ -446,11 +446,35 @@ def test_timeout_makes_the_device_unusable_and_a_late_done_is_never_taken(tmp_pa
             shard.step(grads[1], shard.next_hyper(lr=1e-3, weight_decay=0.01))
         shard.close()
         dev.close()
-        assert card.cus[0].done  # the stale ap_done is still there
-        # Reopened: the stale ap_done is read away before the first run, which runs for real.
+        # Closing asked the timed-out CU whether it still runs (it does not: its buffers were freed);
+        # that read took the stale ap_done away (clear-on-read), as a reopen's idle check would.
+        assert not card.cus[0].running and not card.cus[0].done
+        # Reopened: the first run runs for real.
         with open_device("alveo", spec, xclbin=xclbin) as dev2, ShardState(dev2, params, CHUNK) as fresh:
             assert not card.cus[0].done
             assert same_bits(fresh.step(grads[1], fresh.next_hyper(lr=1e-3, weight_decay=0.01)), want[0])
+        assert_clean(card)
+
+
+def test_buffers_of_a_cu_still_running_after_a_timeout_are_not_freed(tmp_path: Path) -> None:
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    params, grads = grads_for(spec, N, 1)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        dev = open_device("alveo", spec, xclbin=xclbin, timeout_s=0.1)
+        shard = ShardState(dev, params, CHUNK)
+        card.faults.add("late")
+        with pytest.raises(KernelTimeout):
+            shard.step(grads[0], shard.next_hyper(lr=1e-3, weight_decay=0.01))
+        held = len(card.live_bos())
+        shard.close()
+        dev.close()
+        assert len(card.live_bos()) == held > 0  # the running CU may still write into them: kept
+        assert card.open_contexts() == 0
+        card.finish_late()  # the run ends (writing into buffers that are still allocated)
+        card.faults.clear()
+        with open_device("alveo", spec, xclbin=xclbin):  # every CU idle: what was kept is freed
+            assert card.live_bos() == []
         assert_clean(card)
 
 
