@@ -165,14 +165,15 @@ def _tag_index(mems: list[_Mem], bank: str) -> int:
 
 def build_xclbin(manifests: list[dict[str, Any]], memory: dict[str, Any], *, platform: str | None = None,
                  bitstream: bool = True, ddr_tags: str = "DDR", protocol: str | None = None,
-                 ctrl_range: int | None = None) -> bytes:
+                 ctrl_range: int | None = None, reverse_addresses: bool = False) -> bytes:
     """An xclbin holding the kernels of `manifests` (one or more), laid out as v++ links them.
 
     `platform` overrides the VBNV (default: the first manifest's target platform); `ddr_tags="bank"`
     names DDR banks bank0.. as older platforms do; `protocol` overrides hwControlProtocol;
     `ctrl_range` the S_AXI_CONTROL range (the kernel's register decoder: an HLS build whose decoder is
     narrower than the register map; the card then aliases offsets past it, as the decoder ignores the
-    upper address bits).
+    upper address bits); `reverse_addresses` places instance k of n at the (n-1-k)-th address, as
+    the linker may (instance names, not addresses, say which CU is which).
     """
     mems = _topology(memory, ddr_tags)
     groups: list[_Mem] = []
@@ -187,13 +188,18 @@ def build_xclbin(manifests: list[dict[str, Any]], memory: dict[str, Any], *, pla
             kernel.set("hwControlProtocol", protocol)
         if ctrl_range is not None:
             kernel.find("port[@name='S_AXI_CONTROL']").set("range", hex(ctrl_range))
+        ncu = spec["compute_units"]
+
+        def cu_base(cu: int, base: int = base, ncu: int = ncu) -> int:
+            return base + ((ncu - 1 - cu) if reverse_addresses else cu) * CU_STRIDE
+
         for cu, inst in enumerate(kernel.findall("instance")):
-            inst.find("addrRemap").set("base", hex(base + cu * CU_STRIDE))
+            inst.find("addrRemap").set("base", hex(cu_base(cu)))
         xml_kernels.append(kernel)
         arg_ids = {a["name"]: i for i, a in enumerate(manifest["register_map"]["args"])}
         for cu in range(spec["compute_units"]):
             ip_index = len(ips)
-            ips.append((base + cu * CU_STRIDE, f"{name}:{name}_{cu + 1}"))
+            ips.append((cu_base(cu), f"{name}:{name}_{cu + 1}"))
             banks = next(b["banks"] for b in manifest["banks"] if b["cu"] == cu)
             for arg, expr in banks.items():
                 if expr is None or arg not in arg_ids:

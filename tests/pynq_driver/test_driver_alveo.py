@@ -646,6 +646,20 @@ def test_overlapped_pipeline_uploads_and_downloads_on_their_own_workers(tmp_path
     assert all(same_bits(got_sd[k], want_sd[k]) for k in ("params", "exp_avg", "exp_avg_sq"))
 
 
+def test_compute_units_are_taken_by_instance_name_not_address(tmp_path: Path) -> None:
+    spec = KernelSpec(compute_units=2)
+    xclbin = make_bitstream(tmp_path, spec, reverse_addresses=True)  # _2 below _1 in the address map
+    params, grads = grads_for(spec, N, 2)
+    want, _ = golden_steps(spec, params, grads)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with open_device("alveo", spec, xclbin=xclbin) as dev, ShardState(dev, params, CHUNK) as shard:
+            assert dev._cu_names == ["optimusnic_adamw_1", "optimusnic_adamw_2"]
+            assert dev._reg_base[0] > dev._reg_base[1]
+            for g, w in zip(grads, want, strict=True):  # each CU's pointers in its own banks
+                assert same_bits(shard.step(g, shard.next_hyper(lr=1e-3, weight_decay=0.01)), w)
+        assert_clean(card)
+
+
 def test_register_map_past_the_kernels_decoder_is_refused(tmp_path: Path) -> None:
     """An HLS build whose control decoder is narrower than the register map: STATUS (0x108) and PORT_ERR
     (0x10c) would read back other control words; verify_xclbin refuses it before a card is touched."""
