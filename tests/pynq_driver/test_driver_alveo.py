@@ -646,6 +646,42 @@ def test_overlapped_pipeline_uploads_and_downloads_on_their_own_workers(tmp_path
     assert all(same_bits(got_sd[k], want_sd[k]) for k in ("params", "exp_avg", "exp_avg_sq"))
 
 
+def test_a_shared_context_of_this_process_is_reopened_exclusive(tmp_path: Path) -> None:
+    """PYNQ's open_context returns an open context as it is: one an IP object opened shared must not be
+    taken for the exclusive one the driver asks for."""
+    import pynq
+
+    folder = nic_bitstreams(tmp_path, one_xclbin=True)
+    bf16 = KernelSpec(name="optimusnic_adamw_bf16", grad_dtype="bf16", out_dtype="bf16")
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with open_device("alveo", KernelSpec(), xclbin=folder):
+            ov = pynq.Overlay(str(folder / "optimusnic_adamw_bf16.xclbin"), device=pynq.Device.devices[0],
+                              download=False)
+            ov.optimusnic_adamw_bf16_1.device.open_context(ov.ip_dict["optimusnic_adamw_bf16_1"])  # shared
+            ip = next(i for i, cu in enumerate(card.cus) if cu.name.endswith("bf16_1"))
+            assert list(card.contexts[ip].values()) == [True]
+            with open_device("alveo", bf16, xclbin=folder):
+                assert list(card.contexts[ip].values()) == [False]  # exclusive now
+        assert_clean(card)
+
+
+@pytest.mark.parametrize("exc", [KeyError("ip_dict"), OSError(5, "Input/output error"), ValueError("bad")])
+def test_pynq_errors_while_programming_are_project_errors(exc: Exception, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynq
+
+    def broken(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise exc
+
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        monkeypatch.setattr(pynq, "Overlay", broken)
+        with pytest.raises(DeviceError, match=r"card 0 .*(programming|cannot read)"):
+            open_device("alveo", spec, xclbin=xclbin)
+        assert_clean(card)
+
+
 def test_compute_units_are_taken_by_instance_name_not_address(tmp_path: Path) -> None:
     spec = KernelSpec(compute_units=2)
     xclbin = make_bitstream(tmp_path, spec, reverse_addresses=True)  # _2 below _1 in the address map
