@@ -29,6 +29,7 @@ would close it under them).
 
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import os
@@ -163,7 +164,7 @@ class AlveoDevice(Device):
         args = [a for a in self.manifest["register_map"]["args"] if a["kind"] != "stream"]
         self._args_lo = min(int(a["offset"]) for a in args)
         self._args_hi = max(int(a["offset"]) + int(a.get("size") or 4) for a in args)
-        self._images: list[np.ndarray | None] = []
+        self._images: list[array.array | None] = []
         self._timed_out: set[int] = set()
         try:
             self._program()
@@ -380,32 +381,34 @@ class AlveoDevice(Device):
         while len(self._images) < self.cus:
             self._images.append(None)
         old = self._images[cu]
-        new = np.zeros((hi - lo) // 4, np.uint32) if old is None else old.copy()
+        new = array.array("I", bytes(hi - lo)) if old is None else array.array("I", old)
+        first, last = len(new), 0
         for offset, value in values.items():
             offset = int(offset)
             if lo <= offset < hi and not offset % 4:
-                new[(offset - lo) // 4] = int(value) & 0xFFFFFFFF
+                k, value = (offset - lo) >> 2, int(value) & 0xFFFFFFFF
+                if old is None or old[k] != value:
+                    new[k] = value
+                    first, last = min(first, k), max(last, k + 1)
             else:
                 self._write_reg(offset, int(value) & 0xFFFFFFFF, cu)
         if old is None:
             first, last = 0, len(new)
-        else:
-            changed = np.flatnonzero(new != old)
-            if not changed.size:
-                return
-            first, last = int(changed[0]), int(changed[-1]) + 1
+        elif first >= last:
+            return
         self._images[cu] = None  # unknown until the write succeeded
         self._write_block(lo + 4 * first, new[first:last], cu)
         self._images[cu] = new
 
-    def _write_block(self, offset: int, words: np.ndarray, cu: int) -> None:
+    def _write_block(self, offset: int, words: array.array, cu: int) -> None:
         from pynq._3rdparty import xrt
 
-        data = (ctypes.c_char * words.nbytes).from_buffer(words)
+        nbytes = len(words) * 4
+        data = (ctypes.c_char * nbytes).from_buffer(words)
         addr = self._reg_base[cu] + offset
-        ret = xrt.xclWrite(self._handle(), xrt.xclAddressSpace.XCL_ADDR_KERNEL_CTRL, addr, data, words.nbytes)
-        if ret != words.nbytes:
-            raise DeviceError(f"{self.where}: register write of {words.nbytes} bytes at {addr:#x} (CU {cu} "
+        ret = xrt.xclWrite(self._handle(), xrt.xclAddressSpace.XCL_ADDR_KERNEL_CTRL, addr, data, nbytes)
+        if ret != nbytes:
+            raise DeviceError(f"{self.where}: register write of {nbytes} bytes at {addr:#x} (CU {cu} "
                               f"+{offset:#x}) failed: {_xrt_errno(ret)}")
 
     def _read_reg(self, offset: int, cu: int = 0) -> int:

@@ -725,9 +725,18 @@ class FakeXrt:
             return _ERR - errno.EBADF
         handle.card.calls["xclWrite"] = handle.card.calls.get("xclWrite", 0) + 1
         data = ctypes.string_at(buf, size)
-        with handle.card._lock:
-            ok = all(handle.card.write_reg(offset + 4 * i, w)
-                     for i, w in enumerate(struct.unpack(f"<{size // 4}I", data)))
+        words = struct.unpack(f"<{size // 4}I", data)
+        card = handle.card
+        with card._lock:
+            found = card._cu_at(offset)
+            if (found and not {"reg_error", "off_bus"} & card.faults and found[0].decoder in (0, found[0].span)
+                    and found[1] > 0
+                    and found[1] + size <= found[0].span):
+                # A block of argument words inside one CU, past its control word: stored as they come.
+                cu, off = found
+                cu.regs.update(zip(range(off, off + size, 4), words, strict=True))
+                return size
+            ok = all(card.write_reg(offset + 4 * i, w) for i, w in enumerate(words))
         return size if ok else _ERR - errno.EIO
 
 
