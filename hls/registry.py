@@ -28,6 +28,8 @@ from hls.spec import BEAT_BITS
 from hls.xclbin import IMAGE_SECTIONS, container, is_axlf, section_kinds
 
 MANIFEST_SUFFIX = ".manifest.json"
+# The project-manifest keys a registry manifest carries: all of them (the driver reads memory_plan).
+MANIFEST_KEYS = (*validate.PROJECT_MANIFEST.required, *validate.PROJECT_MANIFEST.optional)
 
 
 def entry_paths(target: str, name: str, root: Path = BITSTREAMS_DIR) -> tuple[Path, Path]:
@@ -86,8 +88,9 @@ def register(
                 shutil.copyfile(f, reports_dir / f.name)
                 copied.append(f"{reports_dir.name}/{f.name}")
     entry = {
-        **{k: project_manifest[k] for k in ("toolkit", "version", "spec", "target", "sizing", "register_map",
-                                            "banks", "files") if k in project_manifest},
+        # Every key of the project manifest (required and optional: memory_plan, target_facts), so the
+        # driver reads from a registered bitstream everything it reads from a project (issue 29).
+        **{k: project_manifest[k] for k in MANIFEST_KEYS if k in project_manifest},
         "xclbin": {"file": dest.name, "sha256": sha256_file(dest), "bytes": dest.stat().st_size,
                    "axlf": is_axlf(dest)},
         "build": build,

@@ -47,6 +47,9 @@ class Device:
     """Base of every backend. Subclasses implement the `_`-prefixed primitives."""
 
     backend = "abstract"
+    # True where the card's DMA runs beside the host and `write`/`read` may be called from an upload
+    # and a download thread at once (pipeline.LaunchPipeline's `overlap`): the alveo backend.
+    overlap_dma = False
 
     def __init__(self, manifest: dict[str, Any], *, timeout_s: float = 10.0) -> None:
         self.manifest = manifest

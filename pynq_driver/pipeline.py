@@ -6,6 +6,14 @@ inputs of round i+1 are staged into the other slot and the outputs of round i-1 
 
     stage(0) [gate] launch(0) | stage(i) wait(i-1) launch(i) collect(i-1) | ... wait(last) collect(last)
 
+With `overlap` (a card whose DMA runs beside the host: the alveo backend, for callers whose `stage`
+and `collect` touch disjoint host memory), uploads run on one worker thread and downloads on
+another, so the next round's upload, this round's kernels and the previous round's download all
+overlap; the main thread only waits and launches:
+
+    stage(0) [gate] launch(0) up:stage(1) | wait(i-1) [stage(i) done] [collect(i-2) done] launch(i)
+        down:collect(i-1) up:stage(i+1) | ... wait(last) collect(last)
+
 Where card memory is host memory, a piece's own arrays may be lent to the card as its buffers
 (`lend`, `Device.import_host`); what a piece borrowed is given back once it is collected, or when
 the pipeline stops.
@@ -13,7 +21,9 @@ the pipeline stops.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -91,12 +101,15 @@ class LaunchPipeline:
     """
 
     def __init__(self, dev: Device, rounds: list[list[Piece]],
-                 pointers: Callable[[Piece, int, Lent], dict[str, tuple[Any, int]]]) -> None:
+                 pointers: Callable[[Piece, int, Lent], dict[str, tuple[Any, int]]], *, overlap: bool = False) -> None:
         self.dev = dev
         self.rounds = rounds
         self.pointers = pointers
         self.total = sum(len(r) for r in rounds)
         self.launched = 0
+        # Workers only where the device's DMA runs beside the host (the soft and rtlsim cards keep the
+        # one-thread order: their card is this process, and rtlsim's server takes one request at a time).
+        self.overlap = bool(overlap) and bool(getattr(dev, "overlap_dma", False)) and len(rounds) > 1
 
     def run(self, stage: Callable[[int, Piece, Lent], None], collect: Callable[[int, Piece, Lent], None],
             gate: Callable[[], bool] | None = None) -> bool:
@@ -104,9 +117,11 @@ class LaunchPipeline:
         launch: False stops there (nothing ran) and returns False; else True once all ran."""
         rounds = self.rounds
         lent: dict[int, list[Lent]] = {}  # round -> what each of its pieces borrowed
+        lent_lock = threading.Lock()  # the upload and download workers both touch `lent`
 
         def stage_round(i: int) -> None:
-            owns = lent.setdefault(i, [])
+            with lent_lock:
+                owns = lent.setdefault(i, [])
             for piece in rounds[i]:
                 owns.append({})
                 stage(i, piece, owns[-1])
@@ -122,7 +137,8 @@ class LaunchPipeline:
                 pt.runner.wait()
 
         def collect_round(i: int) -> None:
-            owns = lent.pop(i, [])
+            with lent_lock:
+                owns = lent.pop(i, [])
             try:
                 for piece, own in zip(rounds[i], owns, strict=True):
                     collect(i, piece, own)
@@ -130,6 +146,8 @@ class LaunchPipeline:
                 for own in owns:
                     give_back(self.dev, own)
 
+        if self.overlap:
+            return self._run_overlapped(stage_round, launch_round, wait_round, collect_round, gate, lent)
         try:
             if not rounds:
                 return gate is None or bool(gate())
@@ -146,6 +164,50 @@ class LaunchPipeline:
             collect_round(len(rounds) - 1)
             return True
         finally:
+            for owns in lent.values():
+                for own in owns:
+                    give_back(self.dev, own)
+
+
+    def _run_overlapped(self, stage_round: Callable[[int], None], launch_round: Callable[[int], None],
+                        wait_round: Callable[[int], None], collect_round: Callable[[int], None],
+                        gate: Callable[[], bool] | None, lent: dict[int, list[Lent]]) -> bool:
+        """`run` with uploads and downloads on their own workers (the module's docstring). Kernel i is
+        launched once its inputs are staged (stage(i)) and the download of round i-2, whose output
+        slot it writes, is done; stage(i+1) refills the input slot of round i-1, whose kernel ended."""
+        last = len(self.rounds) - 1
+        up = ThreadPoolExecutor(1, thread_name_prefix="optimusnic-upload")
+        down = ThreadPoolExecutor(1, thread_name_prefix="optimusnic-download")
+        pending: list[Future[None]] = []
+        try:
+            stage_round(0)
+            if gate is not None and not gate():
+                return False
+            launch_round(0)
+            staged: Future[None] = up.submit(stage_round, 1)
+            collected: Future[None] | None = None
+            pending.append(staged)
+            for i in range(1, last + 1):
+                wait_round(i - 1)
+                staged.result()
+                if collected is not None:
+                    collected.result()
+                launch_round(i)
+                collected = down.submit(collect_round, i - 1)
+                pending.append(collected)
+                if i < last:
+                    staged = up.submit(stage_round, i + 1)
+                    pending.append(staged)
+            wait_round(last)
+            if collected is not None:
+                collected.result()
+            collect_round(last)
+            return True
+        finally:
+            for f in pending:  # nothing may still touch a buffer that is given back below
+                f.cancel()
+            up.shutdown(wait=True)
+            down.shutdown(wait=True)
             for owns in lent.values():
                 for own in owns:
                     give_back(self.dev, own)

@@ -231,10 +231,12 @@ class ShardState:
             self.give_back(own)
 
     def _pipeline(self, rounds: list[list[Piece]], stage: Any, collect: Any, step: int, mixes: str,
-                  gate: Any = None) -> bool:
+                  gate: Any = None, overlap: bool = False) -> bool:
         """The one launch pipeline (pynq_driver.pipeline) over `rounds`; a failure after a launch marks
-        the shard inconsistent (the state on the card mixes `mixes`)."""
-        pipe = LaunchPipeline(self.dev, rounds, self._piece_pointers)
+        the shard inconsistent (the state on the card mixes `mixes`). `overlap`: uploads and downloads
+        on their own workers where the device's DMA runs beside the host (only for callers whose
+        stage and collect share no scratch)."""
+        pipe = LaunchPipeline(self.dev, rounds, self._piece_pointers, overlap=overlap)
         try:
             return pipe.run(stage, collect, gate)
         except BaseException as exc:
@@ -298,7 +300,8 @@ class ShardState:
             if "out" not in own:  # else the kernel wrote `result` itself
                 self.read_stripes(pt.out_stage[i % 2], result[lo:hi])
 
-        self._pipeline(self._rounds(bits), stage, collect, step, f"steps {self.step_count} and {step}")
+        # stage and collect touch only their own slices of g and result: safe to overlap.
+        self._pipeline(self._rounds(bits), stage, collect, step, f"steps {self.step_count} and {step}", overlap=True)
 
     # ---- streaming by ranges (the torch layer: gradients read from, results written to, the model) --
     def pieces(self, lo: int, hi: int) -> list[tuple[CuPart, int, int]]:

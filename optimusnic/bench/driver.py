@@ -350,6 +350,90 @@ def report_optimizer(r: dict[str, Any]) -> str:
     ])
 
 
+LAUNCH_CHUNK = 1 << 20  # elements: the chunk the launch-cost goal is set for (issue 29)
+
+
+def measure_launch(launches: int = 2000, chunk_elems: int = LAUNCH_CHUNK) -> dict[str, Any]:
+    """Host time of one kernel launch on the `alveo` backend, through PYNQ's real code on the test double
+    (tests/doubles/fake_xrt_card.py, its `no_compute` fault: ap_done at once, so only the host's part is
+    timed: argument registers, the idle check, ap_start, the ap_done poll), against the kernel time of a
+    `chunk_elems` chunk at the card's rate (lanes x kernel clock: one element per lane per cycle, the
+    fastest the kernel runs, so the strictest comparison). Goal: under 20%. Needs the source tree's
+    tests/doubles and PYNQ; raises ToolMissing without them."""
+    import tempfile
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from hls import registry
+    from hls.errors import ToolMissing
+    from hls.paths import REPO_ROOT
+    from hls.targets import get_target
+
+    doubles = REPO_ROOT / "tests" / "doubles"
+    if not (doubles / "fake_xrt_card.py").is_file():
+        raise ToolMissing(f"bench driver launch: the test double {doubles / 'fake_xrt_card.py'} "
+                          "(source tree) is missing")
+    if str(doubles) not in sys.path:
+        sys.path.insert(0, str(doubles))
+    try:
+        from fake_xrt_card import FakeCard, build_xclbin, fake_cards
+    except ModuleNotFoundError as exc:
+        raise ToolMissing(f"bench driver launch: {exc.name} missing (pip install .[card])") from exc
+    from pynq_driver import ShardState, open_device
+    from pynq_driver.backends import rendered_manifest
+    from pynq_driver.pipeline import port_pointers
+
+    spec = KernelSpec()
+    target = get_target(spec.target)
+    manifest = rendered_manifest(spec)
+    with tempfile.TemporaryDirectory(prefix="optimusnic-launch-") as tmp:
+        src = Path(tmp) / "built.xclbin"
+        src.write_bytes(build_xclbin([manifest], asdict(target.memory)))
+        entry = registry.register(src, manifest, {"kernel": spec.name, "platform": target.platform}, {},
+                                  root=Path(tmp) / "registry")
+        with fake_cards(FakeCard(spec.target)) as (card,):
+            card.faults.add("no_compute")
+            with open_device("alveo", spec, xclbin=entry["paths"]["xclbin"]) as dev, \
+                    ShardState(dev, np.zeros(2 * chunk_elems, np.float32), chunk_elems) as shard:
+                pt = shard.parts[0]
+                ptrs = [port_pointers(pt, 0, slot) for slot in (0, 1)]
+                bits = prepare_scalars(Hyper(step=1, lr=1e-3), spec.optimizer).registers(spec.optimizer)
+                runner = pt.runner
+                for i in range(20):  # warm-up
+                    runner.launch(ptrs[i % 2], chunk_elems, bits)
+                    runner.wait()
+                writes0 = card.calls.get("xclWrite", 0)
+                times, launch_only = [], []
+                for i in range(launches):
+                    t0 = time.perf_counter()
+                    runner.launch(ptrs[i % 2], chunk_elems, bits)
+                    t1 = time.perf_counter()
+                    runner.wait()
+                    times.append(time.perf_counter() - t0)
+                    launch_only.append(t1 - t0)
+                writes = (card.calls.get("xclWrite", 0) - writes0) / launches
+    host_s = statistics.median(times)
+    kernel_s = chunk_elems / (spec.lanes * target.kernel_clock_mhz * 1e6)
+    return {"launches": launches, "chunk_elems": chunk_elems, "host_launch_s": host_s,
+            "launch_only_s": statistics.median(launch_only), "launches_per_s": 1.0 / host_s,
+            "kernel_s_at_card_rate": kernel_s, "host_over_kernel": host_s / kernel_s, "goal_host_over_kernel": 0.2,
+            "register_writes_per_launch": writes, "lanes": spec.lanes, "kernel_clock_mhz": target.kernel_clock_mhz}
+
+
+def report_launch(r: dict[str, Any]) -> str:
+    return "\n".join([
+        f"launch cost (alveo backend through PYNQ on the test double, no kernel compute; median of "
+        f"{r['launches']} launches)",
+        f"  host time per launch  {r['host_launch_s'] * 1e6:9.1f} us  ({r['launches_per_s']:,.0f} launches/s; "
+        f"registers + ap_start alone {r['launch_only_s'] * 1e6:.1f} us, {r['register_writes_per_launch']:.1f} "
+        "register writes per launch)",
+        f"  kernel, {r['chunk_elems']:,} elements {r['kernel_s_at_card_rate'] * 1e6:9.1f} us  (at {r['lanes']} "
+        f"lanes x {r['kernel_clock_mhz']:g} MHz)",
+        f"  host / kernel         {r['host_over_kernel'] * 100:9.1f} %   "
+        f"(goal < {r['goal_host_over_kernel'] * 100:.0f}%)",
+    ])
+
+
 def report(r: dict[str, Any]) -> str:
     mib = 1 << 20
     return "\n".join([
@@ -370,10 +454,17 @@ def run(args: argparse.Namespace) -> int:
     r = measure(int(getattr(args, "params", 16 << 20)), max(1, int(getattr(args, "repeats", 5))),
                 getattr(args, "chunk", None), getattr(args, "threads", None),
                 optimizer_params=None if sizes is None else tuple(sizes), backend=getattr(args, "backend", "csim"))
+    from hls.errors import ToolMissing
+
+    try:
+        r["launch"] = measure_launch(max(200, 100 * max(1, int(getattr(args, "repeats", 5)))))
+    except ToolMissing as exc:  # an installed toolkit has no tests/doubles; the rest stands
+        r["launch"] = {"skipped": str(exc)}
     if getattr(args, "json", False):
         print(json.dumps(r, indent=2))
     else:
-        print("\n".join([report(r), *(report_optimizer(x) for x in r["optimizer"])]))
+        launch = [report_launch(r["launch"])] if "skipped" not in r["launch"] else [r["launch"]["skipped"]]
+        print("\n".join([report(r), *(report_optimizer(x) for x in r["optimizer"]), *launch]))
     return 0
 
 

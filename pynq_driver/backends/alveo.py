@@ -29,6 +29,7 @@ would close it under them).
 
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import os
@@ -43,7 +44,16 @@ import numpy as np
 from hls.errors import ToolMissing
 from hls.spec import KernelSpec
 from hls.targets import get_target
-from pynq_driver.backends.discovery import card_problems, cards, check_device_index, import_pynq, local_rank
+from pynq_driver.backends.discovery import (
+    ABORTING_XRT,
+    card_problems,
+    cards,
+    check_device_index,
+    context_holders,
+    import_pynq,
+    local_rank,
+    memory_used,
+)
 from pynq_driver.backends.xclbin_checks import (
     bank_tag,
     board,
@@ -61,8 +71,29 @@ def _xrt_errno(ret: int) -> str:
     return f"{errno.errorcode.get(code, code)} ({os.strerror(code)})" if 0 < code < 4096 else str(ret)
 
 
+def xrt_version() -> tuple[int, ...]:
+    """The XRT release PYNQ found (pynq.pl_server.xrt_device._xrt_version)."""
+    from pynq.pl_server import xrt_device
+
+    return tuple(xrt_device._xrt_version or (0, 0, 0))
+
+
+def _aborts_on_busy() -> bool:
+    """XRT 2.14-2.16: xclOpenContext on a CU another process holds aborts the process (SIGABRT)."""
+    return ABORTING_XRT[0] <= xrt_version()[:2] <= ABORTING_XRT[1]
+
+
+# U50/U55C/U280 gen3x16 shells are 2-stage platforms: a shell mismatch fails as "interface uuids do
+# not match" (EINVAL) there, as "Shell does not match" (EOPNOTSUPP) on the 1-stage DDR shells.
+TWO_STAGE_BOARDS = {"u50", "u55c", "u280"}
+
+
 # Every AlveoDevice open in this process, per PYNQ device object: the xclbin it runs and the CUs in use.
 _CARD_USERS: dict[int, dict[str, Any]] = {}
+# Buffers of a closed device whose compute unit timed out and was still running at close: freeing
+# them would let that run write into memory XRT hands to the next allocation. Kept (per PYNQ device:
+# the device object and its buffers) until a later open of the card finds every CU idle.
+_ORPHANS: dict[int, tuple[Any, list[Any]]] = {}
 _USERS_LOCK = threading.Lock()
 
 
@@ -81,6 +112,7 @@ def require_network_bitstream(spec: KernelSpec | None = None) -> None:
 
 class AlveoDevice(Device):
     backend = "alveo"
+    overlap_dma = True  # XRT syncs of distinct buffers from two threads (PYNQ's sync_to/from_device)
 
     @classmethod
     def open(cls, spec: KernelSpec, *, xclbin: str | Path | Sequence[str | Path] | None = None,
@@ -142,11 +174,19 @@ class AlveoDevice(Device):
         self._reg_base: list[int] = []
         facts = xclbin_facts(self.xclbin.read_bytes())
         self._uuid, self._groups = facts["uuid"], facts["groups"]
+        # The argument block of each CU (pointers and scalars, contiguous after the control words) and
+        # what this device last wrote there: a launch writes only the span that changed, in one call.
+        args = [a for a in self.manifest["register_map"]["args"] if a["kind"] != "stream"]
+        self._args_lo = min(int(a["offset"]) for a in args)
+        self._args_hi = max(int(a["offset"]) + int(a.get("size") or 4) for a in args)
+        self._images: list[array.array | None] = []
+        self._timed_out: set[int] = set()
         try:
             self._program()
             self._take_cus([ip["cu_name"].split(":")[1] for ip in ips])
             for cu in range(self.cus):
                 self._check_idle(cu)
+            self._free_orphans()
         except BaseException:
             self._release()
             raise
@@ -161,12 +201,17 @@ class AlveoDevice(Device):
                                "one xclbin that links both (manifests of both next to it), or a device_index each")
             try:
                 self.overlay = self._pynq.Overlay(str(self.xclbin), device=self.card, download=not users)
-            except RuntimeError as exc:
-                msg = str(exc)
-                if "Shell does not match" in msg or "EOPNOTSUPP" in msg:
-                    raise BitstreamMismatch(f"{self.where}: XRT refused {self.xclbin} (shell does not match: the "
-                                            "xclbin was built for another shell version; update the card's shell "
-                                            f"or rebuild for it): {msg}") from exc
+            except (RuntimeError, OSError, KeyError, ValueError, TypeError) as exc:  # PYNQ's, all of them
+                msg = str(exc) or type(exc).__name__
+                two_stage = board(self.card.name) in TWO_STAGE_BOARDS and "EINVAL" in msg
+                if "Shell does not match" in msg or "EOPNOTSUPP" in msg or "interface uuid" in msg or two_stage:
+                    raise BitstreamMismatch(f"{self.where}: XRT refused {self.xclbin.name} ({msg}): the xclbin was "
+                                            f"built for another shell version than the card's {self.card.name}"
+                                            + (" (a 2-stage shell: its interface uuid differs)" if two_stage
+                                               else "") + "; update the card's shell (xbmgmt program --base) "
+                                            "or rebuild for the installed platform") from exc
+                if isinstance(exc, OSError):
+                    raise DeviceError(f"{self.where}: cannot read {self.xclbin} for programming: {msg}") from exc
                 if "EBUSY" in msg or "in use" in msg or "lock" in msg:
                     raise CardBusy(f"{self.where} is in use by another program with another xclbin (XRT: {msg}); "
                                    "stop it, or pick another card with device_index") from exc
@@ -182,6 +227,12 @@ class AlveoDevice(Device):
                 if cu_name in users["cus"]:
                     raise CardBusy(f"{self.where}: compute unit {cu_name} is in use by another open device of "
                                    "this process; close it first")
+                if cu_name in self.card.contexts:
+                    # PYNQ's open_context returns an open context as it is: a shared one (an IP object
+                    # of this process made it) would be taken for exclusive. Reopen it exclusive.
+                    if self.card.contexts[cu_name].get("shared", True):
+                        self.card.close_context(cu_name)
+                self._check_not_held(cu_name)
                 try:
                     # Exclusive: a second program (another rank on the same card) gets EBUSY, not a race.
                     self.card.open_context(desc, shared=False)
@@ -196,9 +247,32 @@ class AlveoDevice(Device):
             self._reg_base.append(int(ip.mmio.base_addr))
         self.ip = self.ips[0]
 
+    def _check_not_held(self, cu_name: str) -> None:
+        """On XRT 2.14-2.16 xclOpenContext on a CU another process holds aborts this process (SIGABRT):
+        ask xocl first (kdsstat) who holds contexts on the card. A window remains between the check and
+        the call (another process opening at that instant); XRT 2.13 returns EBUSY instead."""
+        if not _aborts_on_busy():
+            return
+        holders = context_holders(self.card)
+        if holders is None:
+            raise DeviceError(f"{self.where}: cannot read the card's kdsstat in sysfs (xocl user function): "
+                              f"on XRT {'.'.join(map(str, xrt_version()))} opening a compute unit another program "
+                              "holds would abort this process, so the driver does not try; check that the xocl "
+                              "driver is loaded and /sys is mounted, or use XRT 2.13")
+        others = sorted(set(holders) - {os.getpid()})
+        if others:
+            raise CardBusy(f"{self.where}: another program (pid {', '.join(map(str, others))}) holds compute "
+                           f"unit contexts on this card, {cu_name} may be one of them; stop it, or pick another "
+                           "card with device_index")
+
     def _check_idle(self, cu: int) -> None:
-        # One read also clears an ap_done left by a run nobody waited for (clear-on-read).
+        # One read also clears an ap_done left by a run nobody waited for (clear-on-read). A run
+        # finishing just now gets a short grace period before the card is called busy.
         ctrl = self.read_reg(self.ctrl_offset, cu)
+        deadline = time.monotonic() + min(self.timeout_s, 0.5)
+        while not ctrl & self.ap_idle and time.monotonic() < deadline:
+            time.sleep(1e-3)
+            ctrl = self.read_reg(self.ctrl_offset, cu)
         if not ctrl & self.ap_idle:
             raise CardBusy(f"{self.where}: compute unit {self._cu_names[cu]} is not idle (CTRL={ctrl:#x}): a run "
                            "started earlier is still going; wait for it, or reset the card (`xbutil reset`)")
@@ -228,10 +302,21 @@ class AlveoDevice(Device):
     def _allocate(self, nbytes: int, bank: str) -> Buffer:
         self._handle()  # PYNQ would pass a closed (NULL) handle straight to XRT
         memory = self._memory(bank)
+        live = sum(b.nbytes for b in self.buffers if b.bank == bank)
+        if xrt_version()[:2] == ABORTING_XRT[1]:
+            # XRT 2.16: a failing xclAllocBO aborts this process (SIGABRT): check the bank's room first.
+            used = memory_used(self.card, int(memory.idx))
+            need = -(-nbytes // 4096) * 4096
+            if used is None or used + need > int(memory.size):
+                why = ("its use is unknown (no memstat_raw in the card's sysfs)" if used is None
+                       else f"{used:,} bytes are in use there")
+                raise DeviceError(f"{self.where}: cannot allocate {nbytes:,} bytes in {bank} ({memory.size:,} "
+                                  f"bytes; {why}, {live:,} by this device): on XRT 2.16 a failing allocation "
+                                  "aborts the process, so the driver does not try; use a smaller chunk or "
+                                  "fewer shards per card, or free the card's memory (close other programs)")
         try:
             pbuf = self._pynq.allocate((nbytes,), np.uint8, target=memory)
-        except RuntimeError as exc:
-            live = sum(b.nbytes for b in self.buffers if b.bank == bank)
+        except (RuntimeError, OSError, ValueError) as exc:
             raise DeviceError(f"{self.where}: cannot allocate {nbytes:,} bytes in {bank} ({memory.desc['tag']}, "
                               f"{memory.size:,} bytes; {live:,} already taken there by this device): {exc}") from exc
         buf = Buffer(int(pbuf.device_address), nbytes, bank, handle=pbuf)
@@ -246,7 +331,11 @@ class AlveoDevice(Device):
         pbuf.freebuffer()
 
     def _free(self, buf: Buffer) -> None:
-        self._free_pynq_buffer(buf.handle)
+        if self._timed_out and self.card.handle and self._still_running():
+            with _USERS_LOCK:  # a CU that timed out may still write into it: kept (see _ORPHANS)
+                _ORPHANS.setdefault(id(self.card), (self.card, []))[1].append(buf.handle)
+        else:
+            self._free_pynq_buffer(buf.handle)
         buf.handle = None
         if buf in self.buffers:
             self.buffers.remove(buf)
@@ -286,10 +375,56 @@ class AlveoDevice(Device):
         self._check_usable()
         data = (ctypes.c_char * 4).from_buffer_copy(int(value).to_bytes(4, "little"))
         addr = self._reg_base[cu] + offset
+        images = self._images
+        if cu < len(images) and images[cu] is not None and self._args_lo <= offset < self._args_hi:
+            images[cu] = None  # a single write into the argument block: the image is rebuilt next launch
         ret = xrt.xclWrite(self._handle(), xrt.xclAddressSpace.XCL_ADDR_KERNEL_CTRL, addr, data, 4)
         if ret != 4:
             raise DeviceError(f"{self.where}: register write at {addr:#x} (CU {cu} +{offset:#x}) failed: "
                               f"{_xrt_errno(ret)}")
+
+    def write_regs(self, values: dict[int, int], cu: int = 0) -> None:
+        """A kernel's arguments in one register write: the argument block's image (what this device
+        last wrote to `cu`, kept per CU) updated with `values`, and the span from the first to the last
+        changed word written with one xclWrite, as PYNQ's own `XrtDevice.write_registers` writes a
+        block (XRT copies it to the BAR word by word). HLS ignores writes to the reserved word after
+        each 64-bit pointer, which the image holds as 0. Registers outside the block: one write each."""
+        self._check_open()
+        cu = self._cu(cu)
+        self._check_usable()
+        lo, hi = self._args_lo, self._args_hi
+        while len(self._images) < self.cus:
+            self._images.append(None)
+        old = self._images[cu]
+        new = array.array("I", bytes(hi - lo)) if old is None else array.array("I", old)
+        first, last = len(new), 0
+        for offset, value in values.items():
+            offset = int(offset)
+            if lo <= offset < hi and not offset % 4:
+                k, value = (offset - lo) >> 2, int(value) & 0xFFFFFFFF
+                if old is None or old[k] != value:
+                    new[k] = value
+                    first, last = min(first, k), max(last, k + 1)
+            else:
+                self._write_reg(offset, int(value) & 0xFFFFFFFF, cu)
+        if old is None:
+            first, last = 0, len(new)
+        elif first >= last:
+            return
+        self._images[cu] = None  # unknown until the write succeeded
+        self._write_block(lo + 4 * first, new[first:last], cu)
+        self._images[cu] = new
+
+    def _write_block(self, offset: int, words: array.array, cu: int) -> None:
+        from pynq._3rdparty import xrt
+
+        nbytes = len(words) * 4
+        data = (ctypes.c_char * nbytes).from_buffer(words)
+        addr = self._reg_base[cu] + offset
+        ret = xrt.xclWrite(self._handle(), xrt.xclAddressSpace.XCL_ADDR_KERNEL_CTRL, addr, data, nbytes)
+        if ret != nbytes:
+            raise DeviceError(f"{self.where}: register write of {nbytes} bytes at {addr:#x} (CU {cu} "
+                              f"+{offset:#x}) failed: {_xrt_errno(ret)}")
 
     def _read_reg(self, offset: int, cu: int = 0) -> int:
         from pynq._3rdparty import xrt
@@ -330,6 +465,7 @@ class AlveoDevice(Device):
             if self.read_reg(self.ctrl_offset, cu) & self.ap_done:  # clear-on-read: seen once
                 return
             if time.monotonic() >= deadline:
+                self._timed_out.add(cu)
                 self.unusable = (f"{self.where}: compute unit {self._cu_names[cu]} did not finish within "
                                  f"{timeout_s:g} s (a late ap_done would be taken for the next run's)")
                 raise KernelTimeout(f"{self.unusable}; card memory is still readable; close() and open_device() "
@@ -338,10 +474,35 @@ class AlveoDevice(Device):
             pause = min(1e-3, pause * 2 + 2e-5)
 
     # ---- closing ------------------------------------------------------------------------------------
+    def _still_running(self) -> bool:
+        """A CU that timed out is still running (or cannot be asked): its buffers must not be freed."""
+        for cu in self._timed_out:
+            try:
+                if not self._read_reg(self.ctrl_offset, cu) & self.ap_idle:
+                    return True
+            except Exception:  # noqa: BLE001 - a card that cannot answer may still be writing
+                return True
+        return False
+
+    def _free_orphans(self) -> None:
+        """Every CU of this card's kernel is idle now: free what closed devices had to keep."""
+        with _USERS_LOCK:
+            _card, orphans = _ORPHANS.pop(id(self.card), (None, []))
+        for pbuf in orphans:
+            try:
+                self._free_pynq_buffer(pbuf)
+            except Exception:  # noqa: BLE001
+                pass
+
     def _release(self) -> None:
+        keep = bool(self._timed_out and self.buffers and self.card.handle and self._reg_base) and self._still_running()
+        if keep:
+            with _USERS_LOCK:
+                _ORPHANS.setdefault(id(self.card), (self.card, []))[1].extend(b.handle for b in self.buffers)
         for buf in list(self.buffers):
             try:
-                self._free_pynq_buffer(buf.handle)
+                if not keep:
+                    self._free_pynq_buffer(buf.handle)
             except Exception:  # noqa: BLE001 - closing must finish
                 pass
             buf.handle, buf.freed = None, True

@@ -104,5 +104,75 @@ def check_device_index(device_index: Any, found: list[Any]) -> int:
     return int(device_index)
 
 
-__all__ = ["LOCAL_RANK_VARS", "PYNQ_VERSION", "card_problems", "cards", "check_device_index", "import_pynq",
-           "local_rank", "missing_runtime"]
+# ---- what xocl shows of a card in sysfs ----------------------------------------------------------
+# XRT 2.14-2.16 abort the process (SIGABRT) where xclOpenContext meets a compute unit another process
+# holds, and 2.16 where xclAllocBO fails: a C++ exception leaves shim.cpp's C wrapper. The backend
+# checks those preconditions here first, from what the xocl driver publishes for the card's user
+# function (userpf/xocl_sysfs.c): `kdsstat` (kdsstat_show: the pids holding contexts) and
+# `memstat_raw` (xocl_mm_stat: bytes used and BO count per memory-group index).
+ABORTING_XRT = ((2, 14), (2, 16))  # releases whose busy-CU (and, on 2.16, failed-alloc) calls abort
+
+
+def sysfs_root() -> str:
+    """/sys, or OPTIMUSNIC_SYSFS_ROOT (a folder standing in for it: the tests' simulated cards)."""
+    return os.environ.get("OPTIMUSNIC_SYSFS_ROOT") or "/sys"
+
+
+def user_sysfs(card: Any) -> str | None:
+    """The xocl user function's sysfs folder of PYNQ device `card`: the management function whose
+    `slot` is the card's PCI slot (as PYNQ's XrtDevice._find_sysfs finds it), function 1 of its device."""
+    import glob
+
+    try:
+        slot = int(card._info.mPciSlot)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    root = sysfs_root()
+    for mgmt in sorted(glob.glob(os.path.join(root, "bus/pci/drivers/xclmgmt/*:*"))):
+        try:
+            with open(os.path.join(mgmt, "slot")) as f:
+                if int(f.read().strip() or -1) != slot:
+                    continue
+        except (OSError, ValueError):
+            continue
+        bdf = os.path.basename(os.path.realpath(mgmt))
+        user = os.path.join(root, "bus/pci/drivers/xocl", bdf.rsplit(".", 1)[0] + ".1")
+        return user if os.path.isdir(user) else None
+    return None
+
+
+def context_holders(card: Any) -> list[int] | None:
+    """The pids holding XRT contexts on `card` (kdsstat's "client pid:" list); None if unreadable."""
+    folder = user_sysfs(card)
+    if folder is None:
+        return None
+    try:
+        with open(os.path.join(folder, "kdsstat")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    if not any(line.startswith("client pid:") for line in lines):
+        return None
+    start = next(i for i, line in enumerate(lines) if line.startswith("client pid:"))
+    try:
+        return [int(line.strip()) for line in lines[start + 1:] if line.strip()]
+    except ValueError:
+        return None
+
+
+def memory_used(card: Any, index: int) -> int | None:
+    """Bytes in use in memory-group `index` of `card` (memstat_raw's first field); None if unreadable."""
+    folder = user_sysfs(card)
+    if folder is None:
+        return None
+    try:
+        with open(os.path.join(folder, "memstat_raw")) as f:
+            rows = f.read().splitlines()
+        return int(rows[index].split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+__all__ = ["ABORTING_XRT", "LOCAL_RANK_VARS", "PYNQ_VERSION", "card_problems", "cards", "check_device_index",
+           "context_holders", "import_pynq", "local_rank", "memory_used", "missing_runtime", "sysfs_root",
+           "user_sysfs"]

@@ -158,6 +158,26 @@ def board(vbnv: str) -> str:
     return parts[1] if len(parts) > 1 else vbnv
 
 
+def _instance_order(ip: dict[str, Any]) -> tuple[int, str]:
+    """'k:k_10' after 'k:k_9': the instance number, then the name."""
+    inst = str(ip.get("cu_name", "")).split(":")[-1]
+    m = re.search(r"_(\d+)$", inst)
+    return (int(m.group(1)) if m else 1 << 30, inst)
+
+
+def register_reach(register_map: dict[str, Any]) -> tuple[int, str]:
+    """One past the last byte the driver reads or writes in a CU's control space, and what lies there:
+    the arguments, the sticky STATUS word and the PORT_ERR words (after the arguments)."""
+    words = [(int(a["offset"]) + int(a.get("size") or 4), f"argument {a['name']}")
+             for a in register_map["args"] if a.get("offset") is not None and a["kind"] != "stream"]
+    words += [(int(o) + 4, "control") for o in register_map.get("control", {}).values()]
+    status = register_map.get("status") or {}
+    if "offset" in status:
+        words.append((int(status["offset"]) + 4, "STATUS"))
+    words += [(int(o) + 4, "PORT_ERR") for o in (status.get("port_errors") or {}).get("offsets", [])]
+    return max(words, default=(0, "nothing"))
+
+
 def verify_xclbin(xclbin: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """Raise BitstreamMismatch unless `xclbin` is the one `manifest` describes; PYNQ's ip entries, one per CU."""
     xclbin = Path(xclbin)
@@ -189,8 +209,10 @@ def verify_xclbin(xclbin: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
     if platform and facts["vbnv"] != platform:
         raise BitstreamMismatch(f"{xclbin}: built for platform {facts['vbnv']!r}, but its manifest's target "
                                 f"{manifest['target'].get('key')} is {platform!r}")
+    # CU k is instance <name>_<k+1> (v++ --connectivity.nk numbering, as the manifest's banks are), not
+    # the k-th by address: the linker may place instances at addresses in another order.
     ips = sorted((ip for ip in parsed.ip_dict.values() if str(ip.get("cu_name", "")).split(":")[0] == name),
-                 key=lambda ip: ip["phys_addr"])
+                 key=_instance_order)
     if not ips:
         found = sorted({str(ip.get("cu_name", "")).split(":")[0] for ip in parsed.ip_dict.values()})
         raise BitstreamMismatch(f"{xclbin}: no kernel named {name!r} (it has: {', '.join(found) or 'none'})")
@@ -199,7 +221,13 @@ def verify_xclbin(xclbin: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
         raise BitstreamMismatch(f"{xclbin}: kernel {name!r} has {len(ips)} compute units, its manifest {cus}")
     protocol = manifest["register_map"].get("protocol", "ap_ctrl_hs")
     problems = []
+    reach, last = register_reach(manifest["register_map"])
     for cu, ip in enumerate(ips):
+        span = int(ip.get("addr_range") or 0)
+        if span < reach:
+            problems.append(f"{ip['cu_name']}: its control decoder covers {span:#x} bytes (S_AXI_CONTROL range), "
+                            f"but the register map reaches {reach:#x} ({last}): reads there would return other "
+                            "control words, not the kernel's; regenerate the project and rebuild the xclbin")
         if ip.get("hw_control_protocol") != protocol:
             problems.append(f"{ip['cu_name']}: control protocol {ip.get('hw_control_protocol')!r}, "
                             f"the manifest's register map is {protocol!r}")
@@ -224,4 +252,4 @@ def verify_xclbin(xclbin: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
 
 
 __all__ = ["MANIFEST_SUFFIX", "bank_tag", "board", "expand_banks", "load_bitstream_manifest", "manifest_for",
-           "pynq_parser", "resolve_xclbin", "verify_xclbin", "xclbin_facts"]
+           "pynq_parser", "register_reach", "resolve_xclbin", "verify_xclbin", "xclbin_facts"]

@@ -21,7 +21,26 @@ A `FakeCard` is what the driver sees of a card:
   port is connected to;
 - injected faults: `hang` (ap_done never comes), `late` (the run finishes only when the test
   calls `finish_late()`: a stale ap_done), `off_bus` (every register reads 0xFFFFFFFF, as a card
-  that fell off the PCIe bus), `reg_error` (register reads and writes fail, -EIO).
+  that fell off the PCIe bus), `reg_error` (register reads and writes fail, -EIO), `no_compute`
+  (ap_done at once, nothing computed: the driver bench's host-side launch cost).
+
+Per XRT version (`fake_cards(xrt_version=...)`), as the XRT releases the toolkit supports behave:
+- 2.13: every failure is an error code (xclOpenContext -EBUSY on a CU another process holds,
+  xclAllocBO a negative errno), as the C API of src/runtime_src/core/pcie/linux/shim.cpp returns it;
+- 2.14-2.16: the C wrappers in shim.cpp (`xclOpenContext`, and on 2.16 `xclAllocBO`) catch only a
+  subclass of the exception the shim throws when a compute unit is busy (or an allocation fails),
+  so the exception leaves the `extern "C"` function, std::terminate runs and the process dies with
+  SIGABRT (issue 29: reproduced with a copy of the wrapper, exit 134). The double cannot let the test
+  process die, so it raises `XrtAbort` (a BaseException nothing in the driver may catch) and records
+  the call in `card.aborts`: a test asserting `card.aborts == []` asserts the backend never made it;
+- 2-stage shells (u50/u55c/u280 gen3x16: a shell and a user partition): loading an xclbin for
+  another shell version fails in the xclmgmt/xocl ICAP download with "interface uuids do not match"
+  (-EINVAL), not "Shell does not match" (-EOPNOTSUPP, what 1-stage DDR shells such as u200/u250 say);
+- sysfs: each card publishes what xocl's user function shows under
+  <root>/bus/pci/drivers/xocl/<bdf>/ (driver/linux/xocl/userpf/xocl_sysfs.c): `kdsstat`
+  (kdsstat_show: "contexts:" and the "client pid:" list) and `memstat_raw` (xocl_mm_stat, raw:
+  "<bytes used> <BO count> 0" per GROUP_TOPOLOGY entry), and the management function's `slot`
+  under xclmgmt/<bdf>/ (what PYNQ's XrtDevice._find_sysfs reads). `<root>` is OPTIMUSNIC_SYSFS_ROOT.
 
 `build_xclbin()` writes the AXLF container v++ would (section layout from XRT's xclbin.h):
 BITSTREAM (a labelled stand-in payload that carries the manifests, so the fake card knows which
@@ -39,11 +58,14 @@ import errno
 import hashlib
 import json
 import mmap
+import os
 import struct
+import tempfile
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,6 +105,16 @@ SHELLS = {
     "u250": "xilinx_u250_gen3x16_base_4",
     "u200": "xilinx_u200_gen3x16_xdma_base_2",
 }
+# Boards whose gen3x16 shells are 2-stage platforms (shell partition + user partition).
+TWO_STAGE = {"u50", "u55c", "u280"}
+OTHER_PID = 4242  # the process id kdsstat lists for "another program" (hold_context_elsewhere)
+
+
+class XrtAbort(BaseException):  # noqa: N818 - named for what it stands for
+    """TEST DOUBLE: here a real XRT 2.14-2.16 would have aborted the process (SIGABRT, exit 134): a C++
+    exception crossed the `extern "C"` boundary of shim.cpp's wrapper (see the module docstring)."""
+
+
 PLRAM_BANKS, PLRAM_BYTES = 6, 128 * 1024
 HOST_BYTES = 1 << 38
 HBM_BASE, DDR_BASE = 0x0, 0x4000000000
@@ -132,11 +164,16 @@ def _tag_index(mems: list[_Mem], bank: str) -> int:
 
 
 def build_xclbin(manifests: list[dict[str, Any]], memory: dict[str, Any], *, platform: str | None = None,
-                 bitstream: bool = True, ddr_tags: str = "DDR", protocol: str | None = None) -> bytes:
+                 bitstream: bool = True, ddr_tags: str = "DDR", protocol: str | None = None,
+                 ctrl_range: int | None = None, reverse_addresses: bool = False) -> bytes:
     """An xclbin holding the kernels of `manifests` (one or more), laid out as v++ links them.
 
     `platform` overrides the VBNV (default: the first manifest's target platform); `ddr_tags="bank"`
-    names DDR banks bank0.. as older platforms do; `protocol` overrides hwControlProtocol.
+    names DDR banks bank0.. as older platforms do; `protocol` overrides hwControlProtocol;
+    `ctrl_range` the S_AXI_CONTROL range (the kernel's register decoder: an HLS build whose decoder is
+    narrower than the register map; the card then aliases offsets past it, as the decoder ignores the
+    upper address bits); `reverse_addresses` places instance k of n at the (n-1-k)-th address, as
+    the linker may (instance names, not addresses, say which CU is which).
     """
     mems = _topology(memory, ddr_tags)
     groups: list[_Mem] = []
@@ -149,13 +186,20 @@ def build_xclbin(manifests: list[dict[str, Any]], memory: dict[str, Any], *, pla
         kernel = root.find("platform/device/core/kernel")
         if protocol is not None:
             kernel.set("hwControlProtocol", protocol)
+        if ctrl_range is not None:
+            kernel.find("port[@name='S_AXI_CONTROL']").set("range", hex(ctrl_range))
+        ncu = spec["compute_units"]
+
+        def cu_base(cu: int, base: int = base, ncu: int = ncu) -> int:
+            return base + ((ncu - 1 - cu) if reverse_addresses else cu) * CU_STRIDE
+
         for cu, inst in enumerate(kernel.findall("instance")):
-            inst.find("addrRemap").set("base", hex(base + cu * CU_STRIDE))
+            inst.find("addrRemap").set("base", hex(cu_base(cu)))
         xml_kernels.append(kernel)
         arg_ids = {a["name"]: i for i, a in enumerate(manifest["register_map"]["args"])}
         for cu in range(spec["compute_units"]):
             ip_index = len(ips)
-            ips.append((base + cu * CU_STRIDE, f"{name}:{name}_{cu + 1}"))
+            ips.append((cu_base(cu), f"{name}:{name}_{cu + 1}"))
             banks = next(b["banks"] for b in manifest["banks"] if b["cu"] == cu)
             for arg, expr in banks.items():
                 if expr is None or arg not in arg_ids:
@@ -265,6 +309,7 @@ class _Cu:
     running: bool = False
     done: bool = False
     pending: Any = None  # a finished run waiting for finish_late()
+    decoder: int = 0  # bytes the register decoder covers (0: the whole span); offsets past it alias
 
 
 class _Handle:
@@ -273,6 +318,7 @@ class _Handle:
     def __init__(self, card: FakeCard) -> None:
         self.card = card
         self.closed = False
+        self.pid = os.getpid()
 
 
 class FakeCard:
@@ -298,6 +344,9 @@ class FakeCard:
         self.loads = 0
         self.faults: set[str] = set()
         self.errors: list[str] = []  # what a real card would have done wrong (tests assert it stays empty)
+        self.calls: dict[str, int] = {}  # XRT register calls made on this card: xclWrite, xclRead
+        self.aborts: list[str] = []  # XRT calls that would have killed the process (tests assert it stays empty)
+        self.sysfs: Path | None = None  # xocl's user-function folder (set by fake_cards)
         self.handles: list[_Handle] = []
         self._lock = threading.RLock()
 
@@ -311,7 +360,25 @@ class FakeCard:
     def hold_context_elsewhere(self, cu: int = 0) -> None:
         """Another process opens an exclusive context on CU `cu` (a busy card)."""
         other = _Handle(self)
+        other.pid = OTHER_PID
         self.contexts.setdefault(self.cus[cu].ip_index, {})[other] = False
+        self.publish()
+
+    def publish(self) -> None:
+        """Write kdsstat and memstat_raw as xocl shows them (see the module docstring)."""
+        if self.sysfs is None:
+            return
+        pids = sorted({h.pid for holders in self.contexts.values() for h in holders})
+        uuid = (self.uuid or bytes(16)).hex()
+        kds = (f"xclbin:\t\t\t{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}\n"
+               f"outstanding execs:\t0\ntotal execs:\t\t0\ncontexts:\t\t{len(pids)}\nclient pid:\n"
+               + "".join(f"\t\t\t{p}\n" for p in pids))
+        mem = ""
+        for i, _m in enumerate(self.mems):
+            bos = [b for b in self.live_bos() if b.mem == i]
+            mem += f"{sum(-(-b.size // 4096) * 4096 for b in bos)} {len(bos)} 0\n"
+        (self.sysfs / "kdsstat").write_text(kds)
+        (self.sysfs / "memstat_raw").write_text(mem)
 
     def finish_late(self) -> None:
         """Complete every run held back by the `late` fault: ap_done rises now."""
@@ -328,7 +395,9 @@ class FakeCard:
                 return -errno.EINVAL
             sections, uuid, vbnv = _sections(bytes(data))
             if _board(vbnv) != _board(self.shell) or vbnv not in self.platforms:
-                return -errno.EOPNOTSUPP  # XRT: "Shell does not match"
+                if _board(vbnv) == _board(self.shell) and _board(self.shell) in TWO_STAGE:
+                    return -errno.EINVAL  # 2-stage shell: "interface uuids do not match"
+                return -errno.EOPNOTSUPP  # 1-stage shell: XRT's "Shell does not match"
             if BITSTREAM not in sections:
                 return -errno.EINVAL
             if uuid == self.uuid:
@@ -351,15 +420,19 @@ class FakeCard:
                 self.connections.setdefault((ip, arg), set()).add(mem)
             (count,) = struct.unpack_from("<i", sections[IP_LAYOUT], 0)
             by_name = {m["spec"]["name"]: m for m in manifests}
+            meta = ET.fromstring(sections[EMBEDDED_METADATA])
+            decoders = {k.get("name"): int(k.find("port[@name='S_AXI_CONTROL']").get("range"), 0)
+                        for k in meta.iter("kernel")}
             self.cus = []
             for i in range(count):
                 _, _, base, name = struct.unpack_from("<IIQ64s", sections[IP_LAYOUT], 8 + 80 * i)
                 full = name.rstrip(b"\0").decode()
                 manifest = by_name[full.split(":")[0]]
                 span = 1 << manifest["register_map"]["address_bits"]
-                self.cus.append(_Cu(full, base, span, manifest, i))
+                self.cus.append(_Cu(full, base, span, manifest, i, decoder=decoders.get(full.split(":")[0], 0)))
             self.uuid, self.vbnv = uuid, vbnv
             self.loads += 1
+            self.publish()
             return 0
 
     # ---- contexts ------------------------------------------------------------------------------
@@ -371,6 +444,7 @@ class FakeCard:
         if others and (not shared or not all(others.values())):
             return -errno.EBUSY
         holders[handle] = shared
+        self.publish()
         return 0
 
     def close_context(self, handle: _Handle, uuid: bytes, ip: int) -> int:
@@ -378,6 +452,7 @@ class FakeCard:
         if uuid != self.uuid or handle not in holders:
             return -errno.EINVAL
         del holders[handle]
+        self.publish()
         return 0
 
     # ---- memory -------------------------------------------------------------------------------
@@ -400,6 +475,7 @@ class FakeCard:
         bo = _Bo(handle, idx, addr, size, np.zeros(size, np.uint8))
         self.bos[self._next_bo] = bo
         self._next_bo += 1
+        self.publish()
         return self._next_bo - 1
 
     def bo(self, handle: _Handle, bo: int) -> _Bo | None:
@@ -418,6 +494,7 @@ class FakeCard:
             return
         b.freed = True
         b.storage = np.zeros(0, np.uint8)
+        self.publish()
 
     def close_handle(self, handle: _Handle) -> None:
         # XRT closes the handle's contexts and buffers with it.
@@ -427,6 +504,7 @@ class FakeCard:
         for b in self.bos.values():
             if b.handle is handle:
                 b.freed = True
+        self.publish()
 
     # ---- registers and the kernel ----------------------------------------------------------
     def _cu_at(self, address: int) -> tuple[_Cu, int] | None:
@@ -444,6 +522,8 @@ class FakeCard:
         if found is None:
             return None
         cu, off = found
+        if cu.decoder:
+            off %= cu.decoder  # the HLS decoder ignores address bits above its width
         if off != 0:
             return cu.regs.get(off, 0)
         value = (0x1 if cu.running else 0) | (0x2 if cu.done else 0) | (0x0 if cu.running else 0x4)
@@ -459,6 +539,8 @@ class FakeCard:
         if found is None:
             return False
         cu, off = found
+        if cu.decoder:
+            off %= cu.decoder
         if off != 0:
             cu.regs[off] = value & 0xFFFFFFFF
             return True
@@ -472,6 +554,9 @@ class FakeCard:
             return
         cu.running, cu.done = True, False
         if "hang" in self.faults:
+            return
+        if "no_compute" in self.faults:  # the driver bench: ap_done at once, nothing computed
+            cu.running, cu.done = False, True
             return
         run = self._run(cu)
         if "late" in self.faults:
@@ -537,8 +622,13 @@ _ERR = 1 << 64  # c_size_t / c_uint returns of negative errno
 class FakeXrt:
     """Stand-ins for the functions of `pynq._3rdparty.xrt`, dispatching on the fake handle."""
 
-    def __init__(self, cards: list[FakeCard]) -> None:
+    def __init__(self, cards: list[FakeCard], version: tuple[int, int, int] = (2, 15, 0)) -> None:
         self.cards = cards
+        self.version = tuple(version)
+
+    def _abort(self, card: FakeCard, call: str) -> None:
+        card.aborts.append(call)
+        raise XrtAbort(f"XRT {'.'.join(map(str, self.version))}: {call} would abort the process (SIGABRT)")
 
     def xclProbe(self) -> int:  # noqa: N802 - XRT's names
         return len(self.cards)
@@ -570,13 +660,20 @@ class FakeXrt:
         return names.index(name) if name in names else -errno.ENOENT
 
     def xclOpenContext(self, handle: _Handle, uuid: Any, ip: int, shared: bool) -> int:  # noqa: N802
-        return handle.card.open_context(handle, bytes(uuid.bytes), ip, bool(shared))
+        ret = handle.card.open_context(handle, bytes(uuid.bytes), ip, bool(shared))
+        # 2.14-2.16: the busy CU's exception escapes shim.cpp's xclOpenContext wrapper (module docstring).
+        if ret == -errno.EBUSY and (2, 14) <= self.version[:2] <= (2, 16):
+            self._abort(handle.card, f"xclOpenContext(ip {ip}) on a compute unit another process holds")
+        return ret
 
     def xclCloseContext(self, handle: _Handle, uuid: Any, ip: int) -> int:  # noqa: N802
         return handle.card.close_context(handle, bytes(uuid.bytes), ip)
 
     def xclAllocBO(self, handle: _Handle, size: int, domain: int, flags: int) -> int:  # noqa: N802
         bo = handle.card.alloc(handle, int(size), int(flags)) if not handle.closed else -errno.EBADF
+        # 2.16: a failed allocation's exception escapes shim.cpp's xclAllocBO wrapper (module docstring).
+        if bo < 0 and self.version[:2] == (2, 16):
+            self._abort(handle.card, f"xclAllocBO({size} bytes, flags {flags:#x}) that fails ({errno.errorcode[-bo]})")
         return bo % (1 << 32)
 
     def xclGetBOProperties(self, handle: _Handle, bo: int, prop: Any) -> int:  # noqa: N802
@@ -615,6 +712,7 @@ class FakeXrt:
     def xclRead(self, handle: _Handle, space: int, offset: int, buf: Any, size: int) -> int:  # noqa: N802
         if handle.closed:
             return _ERR - errno.EBADF
+        handle.card.calls["xclRead"] = handle.card.calls.get("xclRead", 0) + 1
         with handle.card._lock:
             words = [handle.card.read_reg(offset + 4 * i) for i in range(size // 4)]
         if any(w is None for w in words):
@@ -625,10 +723,20 @@ class FakeXrt:
     def xclWrite(self, handle: _Handle, space: int, offset: int, buf: Any, size: int) -> int:  # noqa: N802
         if handle.closed:
             return _ERR - errno.EBADF
+        handle.card.calls["xclWrite"] = handle.card.calls.get("xclWrite", 0) + 1
         data = ctypes.string_at(buf, size)
-        with handle.card._lock:
-            ok = all(handle.card.write_reg(offset + 4 * i, w)
-                     for i, w in enumerate(struct.unpack(f"<{size // 4}I", data)))
+        words = struct.unpack(f"<{size // 4}I", data)
+        card = handle.card
+        with card._lock:
+            found = card._cu_at(offset)
+            if (found and not {"reg_error", "off_bus"} & card.faults and found[0].decoder in (0, found[0].span)
+                    and found[1] > 0
+                    and found[1] + size <= found[0].span):
+                # A block of argument words inside one CU, past its control word: stored as they come.
+                cu, off = found
+                cu.regs.update(zip(range(off, off + size, 4), words, strict=True))
+                return size
+            ok = all(card.write_reg(offset + 4 * i, w) for i, w in enumerate(words))
         return size if ok else _ERR - errno.EIO
 
 
@@ -660,7 +768,17 @@ def fake_cards(*cards: FakeCard, xrt_version: tuple[int, int, int] = (2, 15, 0))
     from pynq._3rdparty import xrt
     from pynq.pl_server.device import Device, DeviceMeta
 
-    fake = FakeXrt(list(cards))
+    fake = FakeXrt(list(cards), xrt_version)
+    sysfs_root = Path(tempfile.mkdtemp(prefix="fake-sysfs-"))
+    for i, card in enumerate(cards):  # the management and user functions of card i, as xclmgmt/xocl bind them
+        mgmt = sysfs_root / "bus/pci/drivers/xclmgmt" / f"0000:{0x10 + i:02x}:00.0"
+        mgmt.mkdir(parents=True)
+        (mgmt / "slot").write_text(f"{i}\n")
+        card.sysfs = sysfs_root / "bus/pci/drivers/xocl" / f"0000:{0x10 + i:02x}:00.1"
+        card.sysfs.mkdir(parents=True)
+        card.publish()
+    saved_root = os.environ.get("OPTIMUSNIC_SYSFS_ROOT")
+    os.environ["OPTIMUSNIC_SYSFS_ROOT"] = str(sysfs_root)
     saved = {n: getattr(xrt, n, None) for n in XRT_FUNCTIONS}
     saved_state = (xrt.XRT_SUPPORTED, xrt_device._xrt_version, dict(DeviceMeta._subclasses),
                    Device.__dict__.get("_devices"), Device.__dict__.get("_active_device"))
@@ -679,6 +797,15 @@ def fake_cards(*cards: FakeCard, xrt_version: tuple[int, int, int] = (2, 15, 0))
         import gc
 
         gc.collect()  # PynqBuffers dropped by the test free themselves while the fake XRT answers
+        import shutil
+
+        if saved_root is None:
+            os.environ.pop("OPTIMUSNIC_SYSFS_ROOT", None)
+        else:
+            os.environ["OPTIMUSNIC_SYSFS_ROOT"] = saved_root
+        shutil.rmtree(sysfs_root, ignore_errors=True)
+        for card in cards:
+            card.sysfs = None
         for n, f in saved.items():
             if f is None:
                 delattr(xrt, n)

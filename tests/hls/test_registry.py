@@ -138,3 +138,28 @@ def test_pynq_reads_manifest_regmap_and_banks_from_metadata_xclbin(spec: KernelS
     src.write_bytes(data)
     registry.register(src, manifest, {"kernel": "metadata-only"}, {}, root=tmp_path / "reg")
     assert registry.entries(tmp_path / "reg")[0]["status"] == "no-bitstream"
+
+
+def _driver_manifest_keys() -> set[str]:
+    """Every top-level manifest key the driver reads (`manifest["k"]`, `manifest.get("k")`, any receiver)."""
+    import re
+
+    from hls.paths import REPO_ROOT
+
+    keys: set[str] = set()
+    for path in sorted((REPO_ROOT / "pynq_driver").rglob("*.py")):
+        keys |= set(re.findall(r"manifest(?:\[|\.get\()\"([a-z_]+)\"", path.read_text()))
+    return keys
+
+
+def test_registry_manifest_carries_every_key_the_driver_reads(tmp_path: Path) -> None:
+    """Issue 29: a manifest written by `optimusnic build` (registry.register) dropped memory_plan, so the card
+    opened and the first ShardState died with KeyError. Every key the driver reads must be written."""
+    read = _driver_manifest_keys()
+    assert {"memory_plan", "register_map", "sizing", "spec", "banks", "xclbin"} <= read  # the scan sees them
+    entry = _register(tmp_path)
+    optional_in_driver = {"kernel"}  # read with .get() and a fallback (manifest["spec"]["name"])
+    assert read - optional_in_driver <= set(entry), sorted(read - optional_in_driver - set(entry))
+    on_disk = json.loads(Path(entry["paths"]["manifest"]).read_text())
+    assert on_disk["memory_plan"] == _manifest()["memory_plan"]
+    assert set(registry.MANIFEST_KEYS) & set(_manifest()) <= set(on_disk)

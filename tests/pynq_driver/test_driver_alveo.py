@@ -39,27 +39,27 @@ def memory_of(spec: KernelSpec) -> dict:
 
 
 def register(folder: Path, manifests: list[dict], data: bytes, name: str | None = None) -> Path:
-    """Write the xclbin and one registry manifest per kernel in it (bitstreams/<target>/ layout)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    xclbin = folder / f"{name or manifests[0]['spec']['name']}.xclbin"
-    xclbin.write_bytes(data)
-    for m in manifests:
-        m = dict(m, xclbin={"file": xclbin.name, "sha256": registry.sha256_file(xclbin)})
-        (folder / f"{m['spec']['name']}.manifest.json").write_text(json.dumps(m))
-    return xclbin
+    """Register `data` through `hls.registry.register()`, the path `optimusnic build` takes: the registry
+    under `folder` gets <target>/<name>.xclbin and its manifest for each kernel of `manifests` (an
+    xclbin that links several kernels is registered once under each kernel's name). The first path."""
+    stage = folder / "_built"
+    stage.mkdir(parents=True, exist_ok=True)
+    src = stage / f"{name or manifests[0]['spec']['name']}.xclbin"
+    src.write_bytes(data)
+    paths = [Path(registry.register(src, m, {"kernel": m["spec"]["name"], "platform": m["target"]["platform"]},
+                                    {"timing_met": True}, root=folder)["paths"]["xclbin"]) for m in manifests]
+    return paths[0]
 
 
 def make_bitstream(folder: Path, spec: KernelSpec, *, xclbin_spec: KernelSpec | None = None,
                    manifest: dict | None = None, **build) -> Path:
-    """An xclbin as v++ lays it out (with a stand-in bitstream section) and its registry manifest."""
+    """An xclbin as v++ lays it out (with a stand-in bitstream section), registered as `optimusnic build`
+    registers it (`hls.registry.register`). With `xclbin_spec` the manifest describes `spec` but the
+    container holds another kernel."""
     manifest = manifest or rendered_manifest(spec)
     inner = rendered_manifest(xclbin_spec) if xclbin_spec else manifest
     data = build_xclbin([inner], memory_of(spec), **build)
-    xclbin = register(folder, [inner], data)
-    if xclbin_spec:  # the manifest describes `spec`, the container holds another kernel
-        (folder / f"{spec.name}.manifest.json").write_text(
-            json.dumps(dict(manifest, xclbin={"file": xclbin.name, "sha256": registry.sha256_file(xclbin)})))
-    return xclbin
+    return register(folder, [manifest], data)
 
 
 def golden_steps(spec: KernelSpec, params: np.ndarray, grads: list[np.ndarray]) -> tuple[list[np.ndarray], dict]:
@@ -86,6 +86,7 @@ def assert_clean(card: FakeCard) -> None:
     assert card.open_contexts() == 0
     assert card.live_bos() == []
     assert card.errors == []
+    assert card.aborts == []  # no XRT call that would abort the process on 2.14-2.16
     assert not any(h.closed for h in card.handles)
 
 
@@ -167,10 +168,9 @@ def nic_bitstreams(folder: Path, *, one_xclbin: bool) -> Path:
     bf16 = rendered_manifest(KernelSpec(name="optimusnic_adamw_bf16", grad_dtype="bf16", out_dtype="bf16"))
     mem = memory_of(KernelSpec())
     if one_xclbin:
-        return register(folder, [fp32, bf16], build_xclbin([fp32, bf16], mem), name="optimusnic_adamw_both")
+        return register(folder, [fp32, bf16], build_xclbin([fp32, bf16], mem), name="optimusnic_adamw_both").parent
     register(folder, [fp32], build_xclbin([fp32], mem))
-    register(folder, [bf16], build_xclbin([bf16], mem))
-    return folder
+    return register(folder, [bf16], build_xclbin([bf16], mem)).parent
 
 
 def two_dtype_model() -> torch.nn.Module:
@@ -336,7 +336,9 @@ def test_two_programs_on_one_card_do_not_share_a_kernel(tmp_path: Path) -> None:
     xclbin = make_bitstream(tmp_path, spec)
     other = make_bitstream(tmp_path / "other", spec.with_(lanes=8))
     card = FakeCard("u55c")
-    with fake_cards(card, card):
+    # XRT 2.13: a busy CU is an error code, so two handles of this process stand for two processes
+    # (2.14-2.16 abort there: test_busy_card_never_aborts_the_process).
+    with fake_cards(card, card, xrt_version=(2, 13, 0)):
         with open_device("alveo", spec, xclbin=xclbin, device_index=0) as dev:
             with pytest.raises(CardBusy, match="another program holds compute unit"):
                 open_device("alveo", spec, xclbin=xclbin, device_index=1)
@@ -376,8 +378,8 @@ def test_each_rank_drives_its_own_card(tmp_path: Path) -> None:
     from optimusnic.demo.run import free_port
     from pynq_driver.optim.sharded import run_ranks
 
-    nic_bitstreams(tmp_path / "bits", one_xclbin=False)
-    run_ranks(_rank_worker, 2, (free_port(), str(tmp_path / "bits"), str(tmp_path)), timeout_s=240)
+    bits = nic_bitstreams(tmp_path / "bits", one_xclbin=False)
+    run_ranks(_rank_worker, 2, (free_port(), str(bits), str(tmp_path)), timeout_s=240)
     seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert seen == [{"device_index": 0, "contexts": [1, 0]}, {"device_index": 1, "contexts": [0, 1]}]
 
@@ -444,11 +446,35 @@ def test_timeout_makes_the_device_unusable_and_a_late_done_is_never_taken(tmp_pa
             shard.step(grads[1], shard.next_hyper(lr=1e-3, weight_decay=0.01))
         shard.close()
         dev.close()
-        assert card.cus[0].done  # the stale ap_done is still there
-        # Reopened: the stale ap_done is read away before the first run, which runs for real.
+        # Closing asked the timed-out CU whether it still runs (it does not: its buffers were freed);
+        # that read took the stale ap_done away (clear-on-read), as a reopen's idle check would.
+        assert not card.cus[0].running and not card.cus[0].done
+        # Reopened: the first run runs for real.
         with open_device("alveo", spec, xclbin=xclbin) as dev2, ShardState(dev2, params, CHUNK) as fresh:
             assert not card.cus[0].done
             assert same_bits(fresh.step(grads[1], fresh.next_hyper(lr=1e-3, weight_decay=0.01)), want[0])
+        assert_clean(card)
+
+
+def test_buffers_of_a_cu_still_running_after_a_timeout_are_not_freed(tmp_path: Path) -> None:
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    params, grads = grads_for(spec, N, 1)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        dev = open_device("alveo", spec, xclbin=xclbin, timeout_s=0.1)
+        shard = ShardState(dev, params, CHUNK)
+        card.faults.add("late")
+        with pytest.raises(KernelTimeout):
+            shard.step(grads[0], shard.next_hyper(lr=1e-3, weight_decay=0.01))
+        held = len(card.live_bos())
+        shard.close()
+        dev.close()
+        assert len(card.live_bos()) == held > 0  # the running CU may still write into them: kept
+        assert card.open_contexts() == 0
+        card.finish_late()  # the run ends (writing into buffers that are still allocated)
+        card.faults.clear()
+        with open_device("alveo", spec, xclbin=xclbin):  # every CU idle: what was kept is freed
+            assert card.live_bos() == []
         assert_clean(card)
 
 
@@ -517,7 +543,7 @@ def test_first_open_from_a_thread(tmp_path: Path) -> None:
 def test_matching_xclbin_passes_pynq_parser_checks(tmp_path: Path) -> None:
     spec = KernelSpec(compute_units=2)
     xclbin = make_bitstream(tmp_path, spec)
-    manifest = json.loads((tmp_path / f"{spec.name}.manifest.json").read_text())
+    manifest = json.loads(xclbin.with_name(f"{spec.name}.manifest.json").read_text())
     ips = verify_xclbin(xclbin, manifest)
     assert [ip["cu_name"] for ip in ips] == [f"{spec.name}:{spec.name}_1", f"{spec.name}:{spec.name}_2"]
     assert ips[0]["registers"]["p0_rd"]["address_offset"] == 0x1C
@@ -566,31 +592,212 @@ def test_verify_checks_bitstream_platform_and_protocol(case: str, tmp_path: Path
         assert card.loads == 0
 
 
+def test_a_launch_writes_its_arguments_in_one_call(tmp_path: Path) -> None:
+    """The argument block in one xclWrite (then only the span that changed), plus ap_start: bit-exact."""
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    params, grads = grads_for(spec, 4 * CHUNK, 2)
+    want, _ = golden_steps(spec, params, grads)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with open_device("alveo", spec, xclbin=xclbin) as dev, ShardState(dev, params, CHUNK) as shard:
+            launches = 0
+            for g, w in zip(grads, want, strict=True):
+                before = card.calls.get("xclWrite", 0)
+                assert same_bits(shard.step(g, shard.next_hyper(lr=1e-3, weight_decay=0.01)), w)
+                launches = len(shard.chunks())
+                assert card.calls["xclWrite"] - before <= 2 * launches  # block + ap_start, not ~50 words
+            runner = shard.parts[0].runner
+            assert len(runner.pointers) * 2 + len(runner.scalars) > 20  # what it would have been word by word
+        assert_clean(card)
+
+
+def test_overlapped_pipeline_uploads_and_downloads_on_their_own_workers(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """LaunchPipeline(overlap=True): upload of chunk i+1, kernel i and download of chunk i-1 at once, bit-exact."""
+    import functools
+
+    import pynq_driver.shard as shard_module
+    from pynq_driver.backends.alveo import AlveoDevice
+    from pynq_driver.pipeline import LaunchPipeline
+
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    params, grads = grads_for(spec, 6 * CHUNK + 17, 3)
+    want, want_sd = golden_steps(spec, params, grads)
+    monkeypatch.setattr(shard_module, "LaunchPipeline", functools.partial(LaunchPipeline, overlap=True))
+    threads: dict[str, set[str]] = {"write": set(), "read": set()}
+    for name in ("write", "read"):
+        orig = getattr(AlveoDevice, f"_{name}")
+
+        def spy(self, *a, _orig=orig, _name=name):  # noqa: ANN001, ANN202
+            threads[_name].add(threading.current_thread().name.split("_")[0])
+            return _orig(self, *a)
+
+        monkeypatch.setattr(AlveoDevice, f"_{name}", spy)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with open_device("alveo", spec, xclbin=xclbin) as dev, ShardState(dev, params, CHUNK) as shard:
+            threads["write"].clear()
+            threads["read"].clear()
+            for g, w in zip(grads, want, strict=True):
+                assert same_bits(shard.step(g, shard.next_hyper(lr=1e-3, weight_decay=0.01)), w)
+            got_sd = shard.state_dict()
+        assert_clean(card)
+    assert "optimusnic-upload" in threads["write"] and "optimusnic-download" in threads["read"], threads
+    assert all(same_bits(got_sd[k], want_sd[k]) for k in ("params", "exp_avg", "exp_avg_sq"))
+
+
+def test_a_shared_context_of_this_process_is_reopened_exclusive(tmp_path: Path) -> None:
+    """PYNQ's open_context returns an open context as it is: one an IP object opened shared must not be
+    taken for the exclusive one the driver asks for."""
+    import pynq
+
+    folder = nic_bitstreams(tmp_path, one_xclbin=True)
+    bf16 = KernelSpec(name="optimusnic_adamw_bf16", grad_dtype="bf16", out_dtype="bf16")
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with open_device("alveo", KernelSpec(), xclbin=folder):
+            ov = pynq.Overlay(str(folder / "optimusnic_adamw_bf16.xclbin"), device=pynq.Device.devices[0],
+                              download=False)
+            ov.optimusnic_adamw_bf16_1.device.open_context(ov.ip_dict["optimusnic_adamw_bf16_1"])  # shared
+            ip = next(i for i, cu in enumerate(card.cus) if cu.name.endswith("bf16_1"))
+            assert list(card.contexts[ip].values()) == [True]
+            with open_device("alveo", bf16, xclbin=folder):
+                assert list(card.contexts[ip].values()) == [False]  # exclusive now
+        assert_clean(card)
+
+
+@pytest.mark.parametrize("exc", [KeyError("ip_dict"), OSError(5, "Input/output error"), ValueError("bad")])
+def test_pynq_errors_while_programming_are_project_errors(exc: Exception, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynq
+
+    def broken(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise exc
+
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        monkeypatch.setattr(pynq, "Overlay", broken)
+        with pytest.raises(DeviceError, match=r"card 0 .*(programming|cannot read)"):
+            open_device("alveo", spec, xclbin=xclbin)
+        assert_clean(card)
+
+
+def test_compute_units_are_taken_by_instance_name_not_address(tmp_path: Path) -> None:
+    spec = KernelSpec(compute_units=2)
+    xclbin = make_bitstream(tmp_path, spec, reverse_addresses=True)  # _2 below _1 in the address map
+    params, grads = grads_for(spec, N, 2)
+    want, _ = golden_steps(spec, params, grads)
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with open_device("alveo", spec, xclbin=xclbin) as dev, ShardState(dev, params, CHUNK) as shard:
+            assert dev._cu_names == ["optimusnic_adamw_1", "optimusnic_adamw_2"]
+            assert dev._reg_base[0] > dev._reg_base[1]
+            for g, w in zip(grads, want, strict=True):  # each CU's pointers in its own banks
+                assert same_bits(shard.step(g, shard.next_hyper(lr=1e-3, weight_decay=0.01)), w)
+        assert_clean(card)
+
+
+def test_register_map_past_the_kernels_decoder_is_refused(tmp_path: Path) -> None:
+    """An HLS build whose control decoder is narrower than the register map: STATUS (0x108) and PORT_ERR
+    (0x10c) would read back other control words; verify_xclbin refuses it before a card is touched."""
+    from pynq_driver.backends.xclbin_checks import register_reach
+
+    spec = KernelSpec()
+    manifest = rendered_manifest(spec)
+    reach, last = register_reach(manifest["register_map"])
+    assert last == "PORT_ERR" and reach == manifest["register_map"]["status"]["port_errors"]["offsets"][-1] + 4
+    xclbin = make_bitstream(tmp_path, spec, ctrl_range=0x100)
+    with pytest.raises(BitstreamMismatch, match=r"control decoder covers 0x100 bytes .* reaches 0x110 \(PORT_ERR\)"):
+        verify_xclbin(xclbin, json.loads(xclbin.with_name(f"{spec.name}.manifest.json").read_text()))
+    with fake_cards(FakeCard("u55c")) as (card,):
+        with pytest.raises(BitstreamMismatch, match="control decoder"):
+            open_device("alveo", spec, xclbin=xclbin)
+        assert card.loads == 0
+    ok = make_bitstream(tmp_path / "ok", spec, ctrl_range=reach)  # a decoder that just covers it passes
+    verify_xclbin(ok, json.loads(ok.with_name(f"{spec.name}.manifest.json").read_text()))
+
+
 def test_xclbin_for_another_card_and_wrong_shell(tmp_path: Path) -> None:
     spec = KernelSpec(target="u280")
     xclbin = make_bitstream(tmp_path, spec)
     with fake_cards(FakeCard("u55c"), FakeCard("u280", platforms={"xilinx_u280_gen3x16_xdma_1_202211_1"})) as (a, b):
         with pytest.raises(BitstreamMismatch, match=r"is for an Alveo U280 .* card 0 is an Alveo U55C"):
             open_device("alveo", spec, xclbin=xclbin, device_index=0)
-        # Same board, older shell version than the xclbin's platform: XRT refuses it.
+        # Same board, older shell version than the xclbin's platform: XRT refuses it. The U280 gen3x16
+        # shell is 2-stage: XRT says "interface uuids do not match" (EINVAL), and the user gets the hint.
         b.platforms = {"xilinx_u280_xdma_201920_3"}
-        with pytest.raises(BitstreamMismatch, match="shell does not match"):
+        with pytest.raises(BitstreamMismatch, match=r"EINVAL.*another shell version.*2-stage shell.*xbmgmt"):
             open_device("alveo", spec, xclbin=xclbin, device_index=1)
         assert a.loads == b.loads == 0
         assert_clean(a)
         assert_clean(b)
 
 
-def test_busy_compute_unit_after_programming_leaves_nothing_open(tmp_path: Path) -> None:
+def test_one_stage_shell_mismatch_is_eopnotsupp_and_named(tmp_path: Path) -> None:
+    spec = KernelSpec(target="u250", optimizer="adam", compute_units=2, grad_dtype="bf16")
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u250", platforms={"xilinx_u250_xdma_201830_2"})) as (card,):
+        with pytest.raises(BitstreamMismatch, match=r"Shell does not match.*another shell version than the card's"):
+            open_device("alveo", spec, xclbin=xclbin)
+        assert card.loads == 0 and card.aborts == []
+
+
+XRT_VERSIONS = [(2, 13, 0), (2, 14, 0), (2, 15, 0), (2, 16, 0)]
+
+
+@pytest.mark.parametrize("version", XRT_VERSIONS, ids=lambda v: ".".join(map(str, v)))
+def test_busy_card_never_aborts_the_process(version: tuple[int, int, int], tmp_path: Path) -> None:
+    """A CU another program holds: CardBusy on every supported XRT, and never the call that aborts on 2.14-2.16."""
     spec = KernelSpec(compute_units=2)
     xclbin = make_bitstream(tmp_path, spec)
-    with fake_cards(FakeCard("u55c")) as (card,):
+    with fake_cards(FakeCard("u55c"), xrt_version=version) as (card,):
         open_device("alveo", spec, xclbin=xclbin).close()
         card.hold_context_elsewhere(cu=1)  # another program holds the second CU
-        with pytest.raises(CardBusy, match="optimusnic_adamw_2"):
+        # 2.13 answers EBUSY on the CU itself; 2.14-2.16 are asked first (kdsstat lists the other pid).
+        match = "optimusnic_adamw_2" if version < (2, 14) else r"another program \(pid 4242\)"
+        with pytest.raises(CardBusy, match=match):
             open_device("alveo", spec, xclbin=xclbin)
+        assert card.aborts == []  # no call that would have killed the process
         assert card.open_contexts() == 1  # only the other program's
         assert card.live_bos() == [] and card.errors == []
+
+
+@pytest.mark.parametrize("version", XRT_VERSIONS, ids=lambda v: ".".join(map(str, v)))
+def test_the_double_aborts_where_xrt_does(version: tuple[int, int, int], tmp_path: Path) -> None:
+    """The double is as strict as XRT: PYNQ's own calls, made without the backend's checks, abort."""
+    import pynq
+    from fake_xrt_card import XrtAbort
+
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u55c"), xrt_version=version) as (card,):
+        ov = pynq.Overlay(str(xclbin), device=pynq.Device.devices[0])
+        desc = ov.ip_dict["optimusnic_adamw_1"]
+        card.hold_context_elsewhere(cu=0)
+        if (2, 14) <= version[:2] <= (2, 16):
+            with pytest.raises(XrtAbort):
+                ov.device.open_context(desc, shared=False)
+        else:
+            with pytest.raises(RuntimeError, match="Could not open CU context"):
+                ov.device.open_context(desc, shared=False)
+        memory = ov.device.get_memory(ov.mem_dict["HBM[0]"])
+        if version[:2] == (2, 16):
+            with pytest.raises(XrtAbort):
+                pynq.allocate((1 << 30,), np.uint8, target=memory)
+        else:
+            with pytest.raises(RuntimeError, match="Allocate failed"):
+                pynq.allocate((1 << 30,), np.uint8, target=memory)
+        assert len(card.aborts) == ((2, 14) <= version[:2] <= (2, 16)) + (version[:2] == (2, 16))
+
+
+def test_unreadable_kdsstat_on_aborting_xrt_is_refused_not_tried(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u55c"), xrt_version=(2, 15, 0)) as (card,):
+        monkeypatch.setenv("OPTIMUSNIC_SYSFS_ROOT", str(tmp_path / "no-sysfs"))
+        with pytest.raises(DeviceError, match="cannot read the card's kdsstat"):
+            open_device("alveo", spec, xclbin=xclbin)
+        assert card.aborts == [] and card.open_contexts() == 0
 
 
 def test_allocation_failure_is_a_project_error(tmp_path: Path) -> None:
@@ -602,6 +809,20 @@ def test_allocation_failure_is_a_project_error(tmp_path: Path) -> None:
                 dev.allocate(600 << 20, "HBM[1]")
             with pytest.raises(BitstreamMismatch, match=r"no kernel port .* is connected to it"):
                 dev.allocate(4096, "HBM[20]")
+        assert_clean(card)
+
+
+def test_allocation_failure_on_xrt_2_16_is_checked_before_the_call(tmp_path: Path) -> None:
+    spec = KernelSpec()
+    xclbin = make_bitstream(tmp_path, spec)
+    with fake_cards(FakeCard("u55c"), xrt_version=(2, 16, 0)) as (card,):
+        with open_device("alveo", spec, xclbin=xclbin) as dev:
+            kept = dev.allocate(300 << 20, "HBM[1]")
+            with pytest.raises(DeviceError, match=r"cannot allocate .* in HBM\[1\] .*in use there.*aborts"):
+                dev.allocate(300 << 20, "HBM[1]")
+            dev.free(kept)
+            dev.free(dev.allocate(300 << 20, "HBM[1]"))  # room again once freed (memstat_raw follows)
+        assert card.aborts == []
         assert_clean(card)
 
 
