@@ -30,15 +30,17 @@ This package re-exports what the command and the tests use.
 from __future__ import annotations
 
 from optimusnic.planner.assumptions import (
+    ATTENTIONS,
     CPU_ADAM_SOURCE,
     DEFAULT_CPU_ADAM_PARAMS_PER_S,
     DEFAULT_GPU_ADAM_EFFICIENCY,
+    DEFAULT_HFU,
     DEFAULT_LINK_EFFICIENCY,
-    DEFAULT_MFU,
     DEFAULT_RTL_EFFICIENCY,
     GRAD_PATHS,
-    MFU_SOURCE,
+    HFU_SOURCE,
     NIC_GRADS,
+    PARAM_DTYPES,
     PLACEMENTS,
     RTL_BENCH_JSON,
     VIEWS,
@@ -88,7 +90,8 @@ from optimusnic.planner.sweeps import SWEEPS, SweepRow, sweep
 
 __all__ = [
     "CPU_ADAM_SOURCE", "DEFAULT_CPU_ADAM_PARAMS_PER_S", "DEFAULT_GPU_ADAM_EFFICIENCY", "DEFAULT_LINK_EFFICIENCY",
-    "DEFAULT_MFU", "DEFAULT_RTL_EFFICIENCY", "GRAD_BUFFERS", "GRAD_PATHS", "MFU_SOURCE", "NIC_GRADS", "OPTIMUSNIC",
+    "ATTENTIONS", "DEFAULT_HFU", "DEFAULT_RTL_EFFICIENCY", "GRAD_BUFFERS", "GRAD_PATHS", "HFU_SOURCE", "NIC_GRADS",
+    "PARAM_DTYPES", "OPTIMUSNIC",
     "PARAM_BYTES", "PLACEMENTS", "RECOMPUTE", "RTL_BENCH_JSON", "SCHEMES", "SCHEME_NAMES", "STATE_BYTES", "SWEEPS",
     "VIEWS", "Assumptions", "ClusterPreset", "GpuPreset", "ModelPreset", "NicSide", "Plan", "PlanError",
     "RailFigure", "SchemeResult", "SweepRow", "UNMEASURED", "activation_bytes", "bus_bandwidth", "clusters",

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from hls.sizing import FRAME_OVERHEAD_BYTES
-from optimusnic.planner.assumptions import CPU_ADAM_SOURCE, DEFAULT_CPU_ADAM_PARAMS_PER_S, DEFAULT_MFU, MFU_SOURCE
+from optimusnic.planner.assumptions import (
+    CPU_ADAM_SOURCE,
+    DEFAULT_CPU_ADAM_PARAMS_PER_S,
+    DEFAULT_HFU,
+    HFU_SOURCE,
+    HFU_SOURCE_RECOMPUTE,
+)
 from optimusnic.planner.context import Context
 from optimusnic.planner.costs import GPU_ADAM_FIXED_BYTES, PCIE_USABLE_FRACTION
 from optimusnic.planner.step import Compute
@@ -28,10 +34,14 @@ def assumption_notes(c: Context, comp: Compute) -> list[str]:
         "activations and logits: not estimated (no model architecture; give --model for an estimate)",
         "compute: model FLOPs 6 x P_matmul x tokens" + (" + 12 x L x h x s x tokens (attention, PaLM appendix B)"
                                                         if shape else " (no attention term without --model)")
-        + f"; {a.grad_accum} micro-batch(es) of {tokens} tokens per GPU per step; MFU on model FLOPs, recompute="
-        f"{a.recompute} adds hardware FLOPs: HFU {a.mfu * comp.hardware_flops / comp.model_flops:.0%}",
-        f"MFU {a.mfu:.0%} of {gpu.bf16_flops / 1e12:g} TFLOPS bf16 dense"
-        + (f" ({MFU_SOURCE})" if a.mfu == DEFAULT_MFU else " (given)"),
+        + f"; {a.grad_accum} micro-batch(es) of {tokens} tokens per GPU per step; recompute={a.recompute} adds "
+        f"hardware FLOPs x{comp.hardware_flops / comp.model_flops:.3f}, and they take time",
+        (f"MFU {a.mfu:.0%} of {gpu.bf16_flops / 1e12:g} TFLOPS bf16 dense (given with --mfu; time from model "
+         f"FLOPs, HFU {comp.hfu:.0%})") if a.mfu is not None else
+        (f"HFU {a.hfu:.0%} of {gpu.bf16_flops / 1e12:g} TFLOPS bf16 dense on hardware FLOPs (MFU {comp.mfu:.0%} "
+         f"with recompute={a.recompute})"
+         + (f" (source: {HFU_SOURCE}; the source's recompute: {HFU_SOURCE_RECOMPUTE})" if a.hfu == DEFAULT_HFU
+            else " (given with --hfu)")),
         f"links at {c.eff:.0%} of peak at {c.nodes} node(s) (link efficiency {a.link_efficiency}): NVLink "
         f"{gpu.nvlink_bytes_per_s / 1e9:g} GB/s per direction; cluster rail "
         f"{a.rail_gbps or cluster.nic_gbps_per_gpu:g} Gb/s per GPU; GPU PCIe {gpu.pcie_bytes_per_s / 1e9:g} GB/s "
