@@ -19,6 +19,7 @@ The modules, each importing only those listed before it:
   fit          whether a scheme fits (GPU memory, host memory, cards)
   questions    fewest GPUs, largest micro-batch and sequence, tokens that hide the collectives
   notes        the assumptions printed with a plan
+  validation   the compute model against published runs (the guide's validation table)
   planning     `plan()`: every scheme in both views
   sweeps       `sweep()`: plans over GPU count, tokens or line rate
   report       a plan as text, a sweep as CSV

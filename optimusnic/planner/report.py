@@ -53,7 +53,7 @@ def format_plan(p: Plan) -> str:
         f"{p.tokens_per_step} tokens per step; GPU memory {p.gpu_memory_bytes / 1e9:.0f} GB; MFU {p.mfu:.0%} "
         f"(model FLOPs {p.model_flops_per_step:.3g}), HFU {p.hfu:.0%} (hardware FLOPs {p.hardware_flops_per_step:.3g})",
         "",
-        f"memory per GPU (GB) and step time (s), {p.view}:",
+        f"memory per GPU (GB = 1e9 bytes) and step time (s), {p.view}:",
     ]
     rows = []
     for s in p.schemes:
@@ -94,7 +94,8 @@ def format_plan(p: Plan) -> str:
     lines += [
         "",
         f"NIC side ({n.target_name}, {n.cards_per_node} per node, {n.placement}, sizing grad_source={n.grad_source}):",
-        f"  each card holds {human_count(n.card_params)} params -> {n.card_state_bytes / 1e9:.1f} GB fp32 state; "
+        f"  each card holds {human_count(n.card_params)} params -> {n.card_state_bytes / 1e9:.1f} GB "
+        f"({n.card_state_bytes / 2**30:.1f} GiB, as `optimusnic size` prints it) fp32 state; "
         f"a card holds {human_count(n.max_params_per_card)} -> {'fits' if n.fits else 'does NOT fit'}",
         f"  card plan: {n.plan_kind} ({n.compute_units} CU x {n.stripes} state stripes)"
         + (f"; sizing's line-rate plan holds {human_count(int(n.line_rate_plan['max_params_per_card']))} at "
