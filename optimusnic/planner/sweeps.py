@@ -28,7 +28,7 @@ class SweepRow:
     step_s_iso_network: float
     freed_gb_per_gpu: float
     card_capacity_gb_per_gpu: float
-    note: str = ""  # why nothing fits at this point (its other figures are then 0)
+    note: str = ""  # why the scheme does not fit; scheme "none": nothing fits at this point (figures 0)
 
 
 def sweep(what: str, values: list[float] | None, *, params: int, gpus: int, gpu: GpuPreset, target: Target,
@@ -73,7 +73,7 @@ def sweep(what: str, values: list[float] | None, *, params: int, gpus: int, gpu:
                                  step_s_iso_hardware=p.views["iso-hardware"][s.key],
                                  step_s_iso_network=p.views["iso-network"][s.key],
                                  freed_gb_per_gpu=freed_bytes_per_param(b) * p.params / p.gpus / 1e9,
-                                 card_capacity_gb_per_gpu=cap / 1e9))
-    if all(r.note for r in rows):
+                                 card_capacity_gb_per_gpu=cap / 1e9, note=s.why_not))
+    if all(r.scheme == "none" for r in rows):
         raise PlanError(f"nothing fits at any point of the {what} sweep")
     return rows
