@@ -20,6 +20,8 @@ from optimusnic.planner.schemes import OPTIMUSNIC
 def scheme_memory(c: Context, key: str, n: int, micro_batch: float, seq: int) -> dict[str, float]:
     mem = gpu_memory_bytes(key, c.params, n, c.a.nic_grads, ranks_per_node=min(n, c.g), grad_bytes=c.gb,
                            fsdp_param_bytes=4 if c.a.param_dtype == "fp32" else 2)
+    if c.a.nic_placement == "rail":
+        mem["buffers"] = 0.0  # the rail card runs the reduce-scatter itself: no ShardedNicOptimizer bucket
     m = c.model
     if m is not None and m.has_shape:
         if key in FSDP_SCHEMES and n > 1:
