@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="compare DDP, ZeRO-1/2/3, HSDP, ZeRO++, ZeRO-Offload and OptimusNIC for a "
                                     "training step")
     p.error = _one_line_error(p)  # type: ignore[method-assign]
+    # "--params -7e9": argparse takes anything starting with "-" that is not a plain number for an option
+    # ("expected one argument"); let every number through to its own check, which names the flag.
+    p._negative_number_matcher = re.compile(r"^-\d|^-\.\d")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help=f"model preset ({', '.join(planner.models())})")
     what.add_argument("--params", type=parse_count, help="parameter count instead of a preset, e.g. 7e9 or 7B")
@@ -48,8 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="activation recomputation (default full)")
     p.add_argument("--grad-buffer", choices=tuple(planner.GRAD_BUFFERS), default="bf16",
                    help="gradient buffer: bf16, or fp32 as Megatron's main_grad (default bf16)")
-    p.add_argument("--mfu", type=float_in(0, 1, lo_open=True), default=planner.DEFAULT_MFU,
-                   help="model FLOPs utilisation, on model FLOPs (default 0.4)")
+    p.add_argument("--hfu", type=float_in(0, 1, lo_open=True), default=planner.DEFAULT_HFU,
+                   help="hardware FLOPs utilisation: recomputed FLOPs count, so --recompute changes step time "
+                        "(default 0.4: Llama 3 paper, 405B without activation checkpointing)")
+    p.add_argument("--mfu", type=float_in(0, 1, lo_open=True), default=None,
+                   help="model FLOPs utilisation instead of --hfu: step time from model FLOPs (default: from --hfu)")
     p.add_argument("--link-efficiency", default=str(planner.DEFAULT_LINK_EFFICIENCY),
                    help="fraction of peak link bandwidth collectives reach, or a scale table nodes:eff,... "
                         "e.g. 1:0.9,8:0.85,64:0.75 (default 0.85)")
@@ -84,10 +91,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pcie-slots", type=int_in(0, 64), default=None,
                    help="PCIe slots per node free for cards (default: the cluster preset's)")
     p.add_argument("--card-pcie-gbs", type=float_in(0, 1e4, lo_open=True), default=None,
-                   help="card PCIe usable GB/s per direction (default: from the catalog's link x 0.825)")
+                   help="card PCIe usable GB/s, both directions (default: per direction, see the next two)")
+    p.add_argument("--card-h2c-gbs", type=float_in(0, 1e4, lo_open=True), default=None,
+                   help="card PCIe host -> card GB/s (default: catalog link raw x 0.571, 9.0 GB/s on Gen3 x16: "
+                        "AMD xbutil validate 8.5-9.6)")
+    p.add_argument("--card-c2h-gbs", type=float_in(0, 1e4, lo_open=True), default=None,
+                   help="card PCIe card -> host GB/s (default: catalog link raw x 0.774, 12.2 GB/s on Gen3 x16: "
+                        "AMD xbutil validate)")
+    p.add_argument("--detect-changes", action=argparse.BooleanOptionalAction, default=True,
+                   help="the driver's exact change detection: masters read back and parameters compared every "
+                        "step (default yes, as the driver)")
+    p.add_argument("--compute-units", type=int_in(1, 64), default=None,
+                   help="card compute units, passed to sizing (default: its line-rate plan, or the capacity-first "
+                        "plan when that does not hold the shard)")
+    p.add_argument("--stripes", type=int_in(1, 64), default=None,
+                   help="state stripes per compute unit, passed to sizing (default: sizing's choice)")
+    p.add_argument("--param-dtype", choices=planner.PARAM_DTYPES, default="fp32",
+                   help="FSDP2's sharded parameters for OptimusNIC+Z3: fp32 as under MixedPrecisionPolicy("
+                        "param_dtype=bf16) on an fp32 model (the README's recipe), or bf16 (default fp32)")
+    p.add_argument("--attention", choices=planner.ATTENTIONS, default="flash",
+                   help="flash: FlashAttention/SDPA, no s x s scores stored; eager: the scores are stored "
+                        "(default flash)")
     p.add_argument("--view", choices=planner.VIEWS, default="iso-hardware",
                    help="which view the main table shows (both are always computed)")
-    p.add_argument("--freed-threshold-gb", type=float_in(0, 1e6), default=None,
+    p.add_argument("--freed-threshold-gb", type=float_in(0, 1e6, lo_open=True), default=None,
                    help="freed memory that matters, GB per GPU (default: one more sequence of activations)")
     p.add_argument("--sweep", choices=planner.SWEEPS, default=None,
                    help="sweep GPU count, tokens per micro-batch or card line rate (Gb/s per port)")
@@ -98,6 +125,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json(p)
     add_targets_file(p)
     p.set_defaults(func=run)
+
+
+def _gbs(value: float | None) -> float | None:
+    return value * 1e9 if value is not None else None
 
 
 def _sweep_values(text: str | None) -> list[float] | None:
@@ -142,13 +173,16 @@ def run(args: argparse.Namespace) -> int:
         eff, eff_source = args.rtl_efficiency, "given with --rtl-efficiency"
     assumptions = planner.Assumptions(
         micro_batch=args.micro_batch, seq=args.seq, grad_accum=args.grad_accum, recompute=args.recompute,
-        mfu=args.mfu, link_efficiency=args.link_efficiency, cpu_adam_params_per_s=float(args.cpu_adam_rate),
+        hfu=args.hfu, mfu=args.mfu, link_efficiency=args.link_efficiency,
+        cpu_adam_params_per_s=float(args.cpu_adam_rate),
         rtl_efficiency=eff, rtl_efficiency_source=eff_source, nic_grads=args.nic_grads, nic_ports=args.nic_ports,
         nic_placement=args.nic_placement, nic_grad_path=args.nic_grad_path, nic_overlap=args.nic_overlap,
         nic_payload_bytes=args.payload_bytes,
         clip=args.clip, overlap_reduce=args.overlap_reduce, overlap_gather=args.overlap_gather,
         grad_buffer=args.grad_buffer, cards_per_node=args.cards_per_node, pcie_slots=args.pcie_slots,
-        card_pcie_bytes_per_s=args.card_pcie_gbs * 1e9 if args.card_pcie_gbs is not None else None,
+        card_pcie_bytes_per_s=_gbs(args.card_pcie_gbs), card_h2c_bytes_per_s=_gbs(args.card_h2c_gbs),
+        card_c2h_bytes_per_s=_gbs(args.card_c2h_gbs), detect_changes=args.detect_changes,
+        compute_units=args.compute_units, stripes=args.stripes, param_dtype=args.param_dtype, attention=args.attention,
         rail_gbps=args.rail_gbps, view=args.view,
         freed_threshold_bytes=args.freed_threshold_gb * 1e9 if args.freed_threshold_gb is not None else None,
     )

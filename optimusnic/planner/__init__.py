@@ -19,6 +19,7 @@ The modules, each importing only those listed before it:
   fit          whether a scheme fits (GPU memory, host memory, cards)
   questions    fewest GPUs, largest micro-batch and sequence, tokens that hide the collectives
   notes        the assumptions printed with a plan
+  validation   the compute model against published runs (the guide's validation table)
   planning     `plan()`: every scheme in both views
   sweeps       `sweep()`: plans over GPU count, tokens or line rate
   report       a plan as text, a sweep as CSV
@@ -30,15 +31,17 @@ This package re-exports what the command and the tests use.
 from __future__ import annotations
 
 from optimusnic.planner.assumptions import (
+    ATTENTIONS,
     CPU_ADAM_SOURCE,
     DEFAULT_CPU_ADAM_PARAMS_PER_S,
     DEFAULT_GPU_ADAM_EFFICIENCY,
+    DEFAULT_HFU,
     DEFAULT_LINK_EFFICIENCY,
-    DEFAULT_MFU,
     DEFAULT_RTL_EFFICIENCY,
     GRAD_PATHS,
-    MFU_SOURCE,
+    HFU_SOURCE,
     NIC_GRADS,
+    PARAM_DTYPES,
     PLACEMENTS,
     RTL_BENCH_JSON,
     VIEWS,
@@ -88,7 +91,8 @@ from optimusnic.planner.sweeps import SWEEPS, SweepRow, sweep
 
 __all__ = [
     "CPU_ADAM_SOURCE", "DEFAULT_CPU_ADAM_PARAMS_PER_S", "DEFAULT_GPU_ADAM_EFFICIENCY", "DEFAULT_LINK_EFFICIENCY",
-    "DEFAULT_MFU", "DEFAULT_RTL_EFFICIENCY", "GRAD_BUFFERS", "GRAD_PATHS", "MFU_SOURCE", "NIC_GRADS", "OPTIMUSNIC",
+    "ATTENTIONS", "DEFAULT_HFU", "DEFAULT_RTL_EFFICIENCY", "GRAD_BUFFERS", "GRAD_PATHS", "HFU_SOURCE", "NIC_GRADS",
+    "PARAM_DTYPES", "OPTIMUSNIC",
     "PARAM_BYTES", "PLACEMENTS", "RECOMPUTE", "RTL_BENCH_JSON", "SCHEMES", "SCHEME_NAMES", "STATE_BYTES", "SWEEPS",
     "VIEWS", "Assumptions", "ClusterPreset", "GpuPreset", "ModelPreset", "NicSide", "Plan", "PlanError",
     "RailFigure", "SchemeResult", "SweepRow", "UNMEASURED", "activation_bytes", "bus_bandwidth", "clusters",

@@ -1,11 +1,15 @@
 """The card side of a plan: what one card holds, how fast it updates, and its link (uses `hls.sizing`).
 
-The card's PCIe usable rate comes from the catalog's `pcie` string (Gen3 x16 = 15.75 GB/s raw) x
-0.825 = 13.0 GB/s (the brief's ~13 GB/s; AMD's Vitis tutorial "Determine the Maximum Achievable
-Throughput" shows `xbutil validate` at 8.5-9.6 GB/s host->card and 12.2 GB/s card->host on an
-Alveo, so the default is optimistic for host->card).
+The card's PCIe rates, one per direction, are fractions of the raw rate of the catalog's `pcie`
+string (Gen3 x16 = 15.75 GB/s raw): host->card 9.0 GB/s (0.571 of raw) and card->host 12.2 GB/s
+(0.774), from AMD's Vitis tutorial "Determine the Maximum Achievable Throughput" (`xbutil validate`
+on an Alveo: 8.5-9.6 GB/s host->card, the middle taken, and 12.2 GB/s card->host).
 Card capacity and rate come from `hls.sizing.size` for the gradient path the driver uses
-(`grad_source="memory"` for staged, "stream" for the stream path).
+(`grad_source="memory"` for staged, "stream" for the stream path). Sizing plans for line rate
+first (the fewest stripes that carry the demand, with as many CUs as it needs); when that plan does
+not hold the shard the planner also asks for the capacity-first plan (one CU, as many state stripes
+as the card's channels take) and reports both: the rate of the one, the capacity of the other.
+`compute_units` and `stripes` pass through to sizing when given.
 
 Rail placement: sizing runs with `placement="rail"` (the ring's payload goodput as the demand, the
 ring's lgrad and gather streams in the memory plan, window buffers on chip) and the card's wire is
@@ -22,10 +26,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from hls.sizing import FRAME_OVERHEAD_BYTES, size
+from hls.sizing import FRAME_OVERHEAD_BYTES, SizingError, size
 from hls.targets import Target
 from optimusnic.planner.assumptions import Assumptions
-from optimusnic.planner.costs import GRAD_BUFFERS, PCIE_USABLE_FRACTION, STATE_BYTES, pcie_bytes_per_s
+from optimusnic.planner.costs import (
+    CARD_C2H_FRACTION,
+    CARD_H2C_FRACTION,
+    GRAD_BUFFERS,
+    STATE_BYTES,
+    pcie_bytes_per_s,
+)
+from optimusnic.planner.errors import PlanError
 
 UNMEASURED = "assumed until measured by `make bench`"
 
@@ -57,8 +68,9 @@ class NicSide:
     pcie_slots: int
     slots_ok: bool
     line_rate_gbps: float  # ports x port rate
-    card_pcie_bytes_per_s: float
-    card_link_bytes_per_s: float  # min(ports x rate x efficiency, PCIe)
+    card_pcie_bytes_per_s: float  # host -> card (the gradient's direction)
+    card_c2h_bytes_per_s: float  # card -> host (parameters and, with change detection, masters back)
+    card_link_bytes_per_s: float  # min(ports x rate x efficiency, PCIe host -> card)
     rtl_efficiency: float
     achieved_params_per_s: float
     keeps_up: bool  # with the gradient arrival rate over the card link
@@ -66,6 +78,12 @@ class NicSide:
     sizing_fields: list[str]
     sizing: Any = None
     rail: list[RailFigure] | None = None  # rail placement only (sidecar plans stay as they were)
+    plan_kind: str = "line-rate"  # line-rate | capacity-first | given (--compute-units / --stripes)
+    compute_units: int = 0
+    stripes: int = 0  # state stripes per CU
+    line_rate_plan: dict[str, float] | None = None  # sizing's plan: capacity, rate (when another is used)
+    capacity_plan: dict[str, float] | None = None  # the capacity-first plan, when asked for
+    max_params_any_plan: int = 0  # the most a card holds under either plan (for the questions)
 
 
 def nic_side(target: Target, params: int, nodes: int, gpus_per_node: int, a: Assumptions,
@@ -82,7 +100,21 @@ def nic_side(target: Target, params: int, nodes: int, gpus_per_node: int, a: Ass
     source = "stream" if a.nic_grad_path == "stream" else "memory"
     rail = a.nic_placement == "rail"
     ring = {"placement": "rail", "payload_bytes": a.nic_payload_bytes, "ring_ports": a.nic_ports} if rail else {}
-    report = size(target, params, cards=cards, grad_dtype=grad_dtype, out_dtype="bf16", grad_source=source, **ring)
+    kw = {"cards": cards, "grad_dtype": grad_dtype, "out_dtype": "bf16", "grad_source": source, **ring}
+    given = a.compute_units is not None or a.stripes is not None
+    try:
+        report = size(target, params, compute_units=a.compute_units, stripes=a.stripes, **kw)
+    except SizingError as exc:
+        raise PlanError(str(exc).replace("compute_units", "compute-units")) from None
+    kind, line_plan, cap_plan = ("given" if given else "line-rate"), None, None
+    best_cap = int(report.max_params_per_card)
+    if not given:
+        first = capacity_first(target, params, kw)
+        if first is not None:
+            cap_plan = _summary(first)
+            best_cap = max(best_cap, int(first.max_params_per_card))
+            if not report.fits and first.max_params_per_card > report.max_params_per_card:
+                line_plan, report, kind = _summary(report), first, "capacity-first"
     used = ["max_params_per_card", "achieved_params_per_s"]
     achieved = float(report.achieved_params_per_s)
     kernel = getattr(report, "kernel_params_per_s", None)
@@ -91,7 +123,9 @@ def nic_side(target: Target, params: int, nodes: int, gpus_per_node: int, a: Ass
         used.append("kernel_params_per_s")
     cap = int(report.max_params_per_card)
     card_params = math.ceil(params / cards)
-    raw_pcie = a.card_pcie_bytes_per_s or pcie_bytes_per_s(target.pcie) * PCIE_USABLE_FRACTION
+    raw = pcie_bytes_per_s(target.pcie)
+    raw_pcie = a.card_h2c_bytes_per_s or a.card_pcie_bytes_per_s or raw * CARD_H2C_FRACTION
+    c2h = a.card_c2h_bytes_per_s or a.card_pcie_bytes_per_s or raw * CARD_C2H_FRACTION
     wire = a.nic_ports * target.line_rate_gbps * 1e9 / 8 * link_efficiency
     if rail:  # the cards' own ring: the payload goodput of its ports (sizing's figure)
         wire = report.network.goodput_bytes_per_s
@@ -106,10 +140,29 @@ def nic_side(target: Target, params: int, nodes: int, gpus_per_node: int, a: Ass
         max_params_per_card=cap, fits=card_params <= cap,
         cards_per_gpu_needed=math.ceil(shard_per_gpu / cap), cards_per_node_needed=per_node_needed,
         pcie_slots=pcie_slots, slots_ok=max(k, per_node_needed) <= pcie_slots,
-        line_rate_gbps=a.nic_ports * target.line_rate_gbps, card_pcie_bytes_per_s=raw_pcie,
+        line_rate_gbps=a.nic_ports * target.line_rate_gbps, card_pcie_bytes_per_s=raw_pcie, card_c2h_bytes_per_s=c2h,
         card_link_bytes_per_s=link, rtl_efficiency=a.rtl_efficiency, achieved_params_per_s=achieved,
         keeps_up=achieved >= link / grad_b, update_time_s=card_params / achieved, sizing_fields=used,
-        sizing=report, rail=rail_figures(target, a, report, achieved, raw_pcie) if rail else None)
+        sizing=report, rail=rail_figures(target, a, report, achieved, raw_pcie) if rail else None,
+        plan_kind=kind, compute_units=int(report.compute_units), stripes=int(report.stripes.state),
+        line_rate_plan=line_plan, capacity_plan=cap_plan, max_params_any_plan=best_cap)
+
+
+def _summary(report: Any) -> dict[str, float]:
+    return {"max_params_per_card": int(report.max_params_per_card), "params_per_s": float(report.achieved_params_per_s),
+            "compute_units": int(report.compute_units), "state_stripes": int(report.stripes.state)}
+
+
+def capacity_first(target: Target, params: int, kw: dict[str, Any]) -> Any:
+    """Sizing's plan with one CU and as many state stripes as the card's channels take (the most
+    parameters a card can hold), or None where no such plan exists."""
+    stripes = max(1, (target.memory.channels - 2) // 3)  # three state arrays, grad and out staging
+    while stripes >= 1:
+        try:
+            return size(target, params, compute_units=1, stripes=stripes, **kw)
+        except SizingError:
+            stripes -= 1
+    return None
 
 
 def rail_figures(target: Target, a: Assumptions, report: Any, achieved: float, pcie: float) -> list[RailFigure]:
@@ -138,7 +191,7 @@ def rail_figures(target: Target, a: Assumptions, report: Any, achieved: float, p
         RailFigure("window buffers on chip", float(n.uram or n.bram36), onchip.split()[1], UNMEASURED,
                    f"hls.sizing: {len(n.window_buffers)} x {n.window_packets} packets x {n.payload_bytes} B "
                    f"(RS and AG, retransmit and receive, per ring port)"),
-        RailFigure("card PCIe usable (local gradient in, parameters out)", pcie, "B/s", "assumed",
-                   f"catalog pcie {target.pcie} x {PCIE_USABLE_FRACTION}"
+        RailFigure("card PCIe usable host -> card (local gradient in)", pcie, "B/s", "assumed",
+                   f"catalog pcie {target.pcie} raw x {CARD_H2C_FRACTION:.3f} (AMD xbutil validate figures)"
                    if not a.card_pcie_bytes_per_s else "given with --card-pcie-gbs"),
     ]

@@ -43,7 +43,8 @@ def write_sweep_chart(rows: list[SweepRow], what: str, p: Plan, path: Path) -> N
         ns = sorted({r.gpus for r in rows})
     else:
         ns = [k for k in gpu_counts(p.gpus_per_node, 4096) if k >= p.gpus_per_node][:10]
-    ax_f.plot(ns, [STATE_BYTES * p.params / k / 1e9 for k in ns], marker="o", label="freed: 12 x P / N")
+    fb = p.questions["freed"]["freed_bytes_per_param"] if p.questions else STATE_BYTES
+    ax_f.plot(ns, [fb * p.params / k / 1e9 for k in ns], marker="o", label=f"freed: {fb} x P / N")
     ax_f.axhline(cap, color="k", linestyle="--", linewidth=1, label=f"{p.nic.target_name} state capacity per GPU")
     if p.questions:
         fr = p.questions["freed"]
@@ -63,9 +64,13 @@ def write_sweep_chart(rows: list[SweepRow], what: str, p: Plan, path: Path) -> N
         line = ax_t.plot([x for x, _, _ in pts], [h for _, h, _ in pts], marker="o", label=SCHEME_NAMES[key])
         ax_t.plot([x for x, _, _ in pts], [v for _, _, v in pts], linestyle=":", color=line[0].get_color())
     ax_t.set_xscale("log", base=2)
+    ax_t.set_ylim(bottom=0)  # from zero: a truncated axis would exaggerate the differences
     ax_t.set_xlabel(xlabel[what])
-    ax_t.set_ylabel("seconds per step (solid iso-hardware, dotted iso-network)")
-    ax_t.set_title("Step time of the schemes that fit")
+    ax_t.set_ylabel("seconds per step (axis from 0)")
+    nothing = sorted({r.value for r in rows if r.scheme == "none"})
+    for k, v in enumerate(nothing):  # every point is on the chart: where nothing fits, a marked line
+        ax_t.axvline(v, color="#999999", linestyle="--", linewidth=1, label=None if k else "nothing fits (CSV note)")
+    ax_t.set_title("Step time of the schemes that fit (solid iso-hardware, dotted iso-network)", fontsize=10)
     ax_t.legend(fontsize=7)
     fig.suptitle(f"{p.model_name} on {p.gpu_name}, OptimusNIC {p.nic.target_name} ({p.nic.placement})", fontsize=11)
     fig.tight_layout()
@@ -80,7 +85,7 @@ def write_chart(p: Plan, path: Path) -> None:
     fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(14, 5.2))
     bottom = [0.0] * len(names)
     for part, color in (("params", "#4c72b0"), ("grads", "#55a868"), ("optimizer", "#c44e52"),
-                        ("activations", "#8172b2"), ("logits", "#937860")):
+                        ("buffers", "#64b5cd"), ("activations", "#8172b2"), ("logits", "#937860")):
         vals = [s.memory[part] / 1e9 for s in p.schemes]
         ax_m.bar(x, vals, bottom=bottom, label=part, color=color)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]

@@ -16,7 +16,10 @@ node, G = gradient-buffer bytes per parameter: 2 for bf16, 4 for a Megatron-styl
   OptimusNIC    params 2P      grads GP (or GP/N with `nic_grads="sharded"`)   optimizer 0
   OptimusNIC+Z3 params 2P/N    grads GP/N    optimizer 0
 Activations (Korthikanti et al. 2022, section 4.1, 16-bit activations, no tensor/sequence
-parallelism), per layer: none s*b*h*(34 + 5*a*s/h), selective 34*s*b*h, full 2*s*b*h bytes;
+parallelism), per layer: none s*b*h*34, selective 34*s*b*h, full 2*s*b*h bytes plus one layer's
+34*s*b*h working set while it is recomputed; the 5*a*s/h term of stored attention scores only
+with `attention="eager"` (FlashAttention/SDPA never store them). FSDP schemes add their unsharded
+buffers: two layers of bf16 parameters (current and prefetched) and one layer's gradients;
 derived for GPT layers, an estimate for Llama's SwiGLU/GQA. Plus the logits of one micro-batch,
 s*b*V*4 bytes (fp32 logits for the loss; 8192 x 128,256 x 4 B = 4.2 GB per Llama 3 sequence).
 
@@ -64,7 +67,14 @@ QWZ_BYTES = 1  # ZeRO++ qwZ: int8 weights in the forward all-gather (block scale
 QGZ_BYTES = 0.5  # ZeRO++ qgZ: int4 gradients in the all-to-all reduction
 
 RECOMPUTE = ("full", "selective", "none")
-PCIE_USABLE_FRACTION = 0.825  # 13.0 / 15.75 GB/s on Gen3 x16 (brief: ~13 GB/s usable on the U55C)
+PCIE_USABLE_FRACTION = 0.825  # GPU PCIe: usable fraction of raw (13.0 / 15.75 GB/s on Gen3 x16)
+# Alveo card DMA, per direction, as fractions of the raw Gen3 x16 rate (15.754 GB/s): AMD Vitis
+# tutorial "Determine the Maximum Achievable Throughput" (Vitis-Tutorials, Hardware_Acceleration),
+# `xbutil validate` DMA test: host->card 8.5-9.6 GB/s (9.0 taken), card->host 12.2 GB/s.
+CARD_PCIE_SOURCE = ("AMD Vitis tutorial 'Determine the Maximum Achievable Throughput': xbutil validate DMA on an "
+                    "Alveo at 8.5-9.6 GB/s host->card (9.0 taken) and 12.2 GB/s card->host, Gen3 x16")
+CARD_H2C_FRACTION = 9.0e9 / (16 * 8e9 * 128 / 130 / 8)
+CARD_C2H_FRACTION = 12.2e9 / (16 * 8e9 * 128 / 130 / 8)
 PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 PCIE_ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 1.0}
 
@@ -103,9 +113,15 @@ def collective_time(kind: str, nbytes: float, ranks_per_node: int, nodes: int, n
 
 
 def gpu_memory_bytes(scheme: str, params: float, ranks: int, nic_grads: str = "full", *,
-                     ranks_per_node: int | None = None, grad_bytes: int = GRAD_BYTES) -> dict[str, float]:
-    """Parameters, gradients and optimizer state per GPU (bytes) under `scheme`."""
-    p, n, gb = params, ranks, grad_bytes
+                     ranks_per_node: int | None = None, grad_bytes: int = GRAD_BYTES,
+                     fsdp_param_bytes: int = PARAM_BYTES) -> dict[str, float]:
+    """Parameters, gradients and optimizer state per GPU (bytes) under `scheme`.
+
+    `fsdp_param_bytes` is FSDP2's sharded parameter dtype for `optimusnic_z3` (FSDP2 + NicAdamW): 4
+    under `MixedPrecisionPolicy(param_dtype=bf16)` on an fp32 model (FSDP2 keeps the fp32 shard and
+    its fp32 gradient on the GPU), 2 for a bf16 model. `optimusnic` (ShardedNicOptimizer) adds its
+    persistent full-size bucket (`buffers`, G bytes per parameter) to the full gradients."""
+    p, n, gb, fb = params, ranks, grad_bytes, fsdp_param_bytes
     g = min(n, ranks_per_node) if ranks_per_node else n
     table = {
         "ddp": (2 * p, gb * p, 12 * p),
@@ -117,26 +133,46 @@ def gpu_memory_bytes(scheme: str, params: float, ranks: int, nic_grads: str = "f
         "zeropp": (2 * p / n + (2 * p / g if g < n else 0.0), gb * p / n, 12 * p / n),
         "offload": (2 * p, gb * p / n, 0.0),
         "optimusnic": (2 * p, gb * p if nic_grads == "full" else gb * p / n, 0.0),
-        "optimusnic_z3": (2 * p / n, gb * p / n, 0.0),
+        "optimusnic_z3": (fb * p / n, fb * p / n, 0.0),
     }
     if scheme not in table:
         raise PlanError(f"unknown scheme {scheme!r}; known schemes: {', '.join(table)}")
     prm, grd, opt = table[scheme]
-    return {"params": prm, "grads": grd, "optimizer": opt}
+    return {"params": prm, "grads": grd, "optimizer": opt, "buffers": gb * p if scheme == "optimusnic" else 0.0}
 
 
-def activation_bytes(layers: int, hidden: int, heads: int, seq: int, micro_batch: float, recompute: str) -> float:
-    """Activation memory of one micro-batch (Korthikanti et al. 2022, no tensor/sequence parallelism)."""
+def freed_bytes_per_param(a: object) -> int:
+    """GPU bytes per parameter the cards free in the README's recipe (FSDP2 + NicAdamW): Adam's m and v
+    (8) while FSDP2 keeps fp32 sharded parameters (`param_dtype` "fp32"), all 12 with bf16 ones."""
+    return STATE_BYTES - 4 if getattr(a, "param_dtype", "fp32") == "fp32" else STATE_BYTES
+
+
+FSDP_SCHEMES = ("zero3", "hsdp", "zeropp", "optimusnic_z3")
+
+
+def fsdp_buffer_bytes(layer_params: float, layers: int, grad_bytes: int = GRAD_BYTES) -> float:
+    """FSDP's unsharded buffers at their peak: the layer being computed and the one prefetched (bf16
+    parameters, two layers) and the unsharded gradient of one layer waiting for its reduce-scatter."""
+    per_layer = layer_params / layers
+    return 2 * PARAM_BYTES * per_layer + grad_bytes * per_layer
+
+
+def activation_bytes(layers: int, hidden: int, heads: int, seq: int, micro_batch: float, recompute: str,
+                     attention: str = "flash") -> float:
+    """Activation memory of one micro-batch at its peak (Korthikanti et al. 2022, no tensor/sequence
+    parallelism). `attention="flash"` (FlashAttention / SDPA, the default of every current stack):
+    the s x s scores (5as/h per sbh) are never stored; "eager" stores them. Full recompute keeps each
+    layer's input (2sbh) plus the working set of the one layer recomputed in backward; selective
+    keeps 34sbh per layer plus, with eager attention, the recomputed scores of one layer."""
     sbh = seq * micro_batch * hidden
+    scores = 5 * heads * seq / hidden if attention == "eager" else 0.0
     if recompute == "full":
-        per_layer = 2 * sbh
-    elif recompute == "selective":
-        per_layer = 34 * sbh
-    elif recompute == "none":
-        per_layer = sbh * (34 + 5 * heads * seq / hidden)
-    else:
-        raise PlanError(f"recompute {recompute!r}; choose one of {', '.join(RECOMPUTE)}")
-    return layers * per_layer
+        return layers * 2 * sbh + sbh * (34 + scores)
+    if recompute == "selective":
+        return layers * 34 * sbh + sbh * scores
+    if recompute == "none":
+        return layers * sbh * (34 + scores)
+    raise PlanError(f"recompute {recompute!r}; choose one of {', '.join(RECOMPUTE)}")
 
 
 def logits_bytes(vocab: int, seq: int, micro_batch: float) -> float:
@@ -150,7 +186,7 @@ def _matmul_params(params: float, model: ModelPreset | None) -> float:
     return params - model.vocab * model.hidden  # the input embedding is a lookup, not a matmul
 
 
-def _layer_params(params: float, model: ModelPreset | None) -> float:
+def layer_params(params: float, model: ModelPreset | None) -> float:
     if model is None or not model.has_shape or model.vocab is None:
         return params
     embeddings = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
@@ -168,7 +204,7 @@ def recompute_flops(params: float, tokens: float, recompute: str, model: ModelPr
     """Extra hardware FLOPs of activation recomputation (the forward run again in backward)."""
     attention_fwd = 4 * model.layers * model.hidden * seq if model is not None and model.has_shape else 0
     if recompute == "full":
-        return tokens * (2 * _layer_params(params, model) + attention_fwd)
+        return tokens * (2 * layer_params(params, model) + attention_fwd)
     if recompute == "selective":
         return tokens * attention_fwd
     if recompute == "none":

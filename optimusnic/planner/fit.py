@@ -5,15 +5,29 @@ from __future__ import annotations
 import math
 
 from optimusnic.planner.context import Context
-from optimusnic.planner.costs import STATE_BYTES, activation_bytes, gpu_memory_bytes, logits_bytes
+from optimusnic.planner.costs import (
+    FSDP_SCHEMES,
+    STATE_BYTES,
+    activation_bytes,
+    fsdp_buffer_bytes,
+    gpu_memory_bytes,
+    layer_params,
+    logits_bytes,
+)
 from optimusnic.planner.schemes import OPTIMUSNIC
 
 
 def scheme_memory(c: Context, key: str, n: int, micro_batch: float, seq: int) -> dict[str, float]:
-    mem = gpu_memory_bytes(key, c.params, n, c.a.nic_grads, ranks_per_node=min(n, c.g), grad_bytes=c.gb)
+    mem = gpu_memory_bytes(key, c.params, n, c.a.nic_grads, ranks_per_node=min(n, c.g), grad_bytes=c.gb,
+                           fsdp_param_bytes=4 if c.a.param_dtype == "fp32" else 2)
+    if c.a.nic_placement == "rail":
+        mem["buffers"] = 0.0  # the rail card runs the reduce-scatter itself: no ShardedNicOptimizer bucket
     m = c.model
     if m is not None and m.has_shape:
-        mem["activations"] = activation_bytes(m.layers, m.hidden, m.heads, seq, micro_batch, c.a.recompute)
+        if key in FSDP_SCHEMES and n > 1:
+            mem["buffers"] += fsdp_buffer_bytes(layer_params(c.params, m), m.layers, c.gb)
+        mem["activations"] = activation_bytes(m.layers, m.hidden, m.heads, seq, micro_batch, c.a.recompute,
+                                              c.a.attention)
         mem["logits"] = logits_bytes(m.vocab, seq, micro_batch) if m.vocab else 0.0
     else:
         mem["activations"] = mem["logits"] = 0.0
@@ -26,12 +40,28 @@ def host_bytes(c: Context, n: int) -> float:
     return g * (STATE_BYTES + c.gb) * c.params / n
 
 
-def cards_in_use(c: Context, n: int) -> int:
-    """Cards in use on `n` GPUs at this plan's cards per node."""
-    return max(1, math.ceil(n * c.nic.cards_per_node / c.g))
+def cards_in_use(c: Context, n: int, slots: bool = False) -> int:
+    """Cards in use on `n` GPUs at this plan's cards per node (with `slots`, no more per node than
+    the node's PCIe slots for cards)."""
+    k = min(c.nic.cards_per_node, c.nic.pcie_slots) if slots else c.nic.cards_per_node
+    return max(0, math.ceil(n * k / c.g)) if slots else max(1, math.ceil(n * k / c.g))
 
 
-def misfit(c: Context, key: str, n: int, mem: dict[str, float]) -> list[str]:
+def card_misfit(c: Context, n: int, *, slots: bool = False, capacity: int | None = None) -> str:
+    """Why the cards on `n` GPUs do not hold the state ('' when they do)."""
+    cards = cards_in_use(c, n, slots)
+    cap = capacity or c.nic.max_params_per_card
+    if cards == 0:
+        return f"no PCIe slot for a card ({c.nic.pcie_slots} per node)"
+    card_params = math.ceil(c.params / cards)
+    if card_params > cap:
+        return (f"{card_params / 1e9:.2f} G params per card > {cap / 1e9:.2f} G per {c.target.name} ({cards} cards; "
+                f"needs {math.ceil(c.params / cap)})")
+    return ""
+
+
+def misfit(c: Context, key: str, n: int, mem: dict[str, float], *, slots: bool = False,
+           capacity: int | None = None) -> list[str]:
     why = []
     if mem["total"] > c.gpu.memory_bytes:
         why.append(f"needs {mem['total'] / 1e9:.1f} GB per GPU > {c.gpu.memory_bytes / 1e9:.0f} GB")
@@ -40,9 +70,7 @@ def misfit(c: Context, key: str, n: int, mem: dict[str, float]) -> list[str]:
         if host > c.cluster.host_memory_bytes:
             why.append(f"needs {host / 1e12:.2f} TB host memory per node > {c.cluster.host_memory_bytes / 1e12:.1f} TB")
     if key in OPTIMUSNIC:
-        cards = cards_in_use(c, n)
-        card_params = math.ceil(c.params / cards)
-        if card_params > c.nic.max_params_per_card:
-            why.append(f"{card_params / 1e9:.2f} G params per card > {c.nic.max_params_per_card / 1e9:.2f} G per "
-                       f"{c.target.name} ({cards} cards; needs {math.ceil(c.params / c.nic.max_params_per_card)})")
+        card = card_misfit(c, n, slots=slots, capacity=capacity)
+        if card:
+            why.append(card)
     return why

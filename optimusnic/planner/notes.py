@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from hls.sizing import FRAME_OVERHEAD_BYTES
-from optimusnic.planner.assumptions import CPU_ADAM_SOURCE, DEFAULT_CPU_ADAM_PARAMS_PER_S, DEFAULT_MFU, MFU_SOURCE
+from optimusnic.planner.assumptions import (
+    CPU_ADAM_SOURCE,
+    DEFAULT_CPU_ADAM_PARAMS_PER_S,
+    DEFAULT_HFU,
+    HFU_SOURCE,
+    HFU_SOURCE_RECOMPUTE,
+)
 from optimusnic.planner.context import Context
-from optimusnic.planner.costs import GPU_ADAM_FIXED_BYTES, PCIE_USABLE_FRACTION
+from optimusnic.planner.costs import CARD_PCIE_SOURCE, GPU_ADAM_FIXED_BYTES, PCIE_USABLE_FRACTION
 from optimusnic.planner.step import Compute
 
 
@@ -14,24 +20,36 @@ def assumption_notes(c: Context, comp: Compute) -> list[str]:
     m = c.model
     tokens = a.micro_batch * a.seq
     shape = m is not None and m.has_shape
-    recompute_text = {"full": "(2sbh bytes per layer)", "selective": "(34sbh bytes per layer)",
-                      "none": "(sbh(34 + 5as/h) bytes per layer)"}[a.recompute]
+    scores = " + 5as/h" if a.attention == "eager" else ""
+    recompute_text = {"full": f"(2sbh bytes per layer + one recomputed layer's sbh(34{scores}))",
+                      "selective": "(34sbh bytes per layer" + (" + one layer's recomputed scores)" if scores else ")"),
+                      "none": f"(sbh(34{scores}) bytes per layer)"}[a.recompute]
+    attention_text = ("eager attention: the s x s scores are stored" if a.attention == "eager" else
+                      "FlashAttention/SDPA: no s x s scores stored (--attention eager for a stack without it)")
     return [
         f"data parallelism only over {c.n} GPUs ({c.nodes} node(s) x {c.g} of {cluster.name}); no tensor or "
         "pipeline parallelism",
         f"memory: ZeRO paper 2 + {c.gb} + 12 bytes per parameter (bf16 params, {a.grad_buffer} gradient buffer, fp32 "
-        "master + Adam m + v); HSDP shards inside a node; ZeRO++ hpZ adds a 2P/g secondary partition; framework "
-        "workspace, fragmentation and gather buffers not counted",
+        "master + Adam m + v); HSDP shards inside a node; ZeRO++ hpZ adds a 2P/g secondary partition; FSDP-style "
+        "schemes add their unsharded buffers (two layers of bf16 parameters, current and prefetched, and one "
+        f"layer's gradients); OptimusNIC (ShardedNicOptimizer) adds its persistent full-size bucket ({c.gb}P); "
+        f"OptimusNIC+Z3 (FSDP2 + NicAdamW) keeps FSDP2's {a.param_dtype} sharded parameters and gradients "
+        f"(--param-dtype); framework workspace and fragmentation not counted; GB = 1e9 bytes (`optimusnic size` "
+        "prints the card's state in GiB = 2^30 bytes: the NIC side shows both)",
         (f"activations: Korthikanti et al. 2022, recompute={a.recompute} {recompute_text}, micro-batch "
-         f"{a.micro_batch} x seq {a.seq}; plus fp32 logits s x b x {m.vocab} x 4 B; GPT-style formula applied to a "
-         "SwiGLU/GQA model") if shape else
+         f"{a.micro_batch} x seq {a.seq}; {attention_text}; plus fp32 logits s x b x {m.vocab} x 4 B; GPT-style "
+         "formula applied to a SwiGLU/GQA model") if shape else
         "activations and logits: not estimated (no model architecture; give --model for an estimate)",
         "compute: model FLOPs 6 x P_matmul x tokens" + (" + 12 x L x h x s x tokens (attention, PaLM appendix B)"
                                                         if shape else " (no attention term without --model)")
-        + f"; {a.grad_accum} micro-batch(es) of {tokens} tokens per GPU per step; MFU on model FLOPs, recompute="
-        f"{a.recompute} adds hardware FLOPs: HFU {a.mfu * comp.hardware_flops / comp.model_flops:.0%}",
-        f"MFU {a.mfu:.0%} of {gpu.bf16_flops / 1e12:g} TFLOPS bf16 dense"
-        + (f" ({MFU_SOURCE})" if a.mfu == DEFAULT_MFU else " (given)"),
+        + f"; {a.grad_accum} micro-batch(es) of {tokens} tokens per GPU per step; recompute={a.recompute} adds "
+        f"hardware FLOPs x{comp.hardware_flops / comp.model_flops:.3f}, and they take time",
+        (f"MFU {a.mfu:.0%} of {gpu.bf16_flops / 1e12:g} TFLOPS bf16 dense (given with --mfu; time from model "
+         f"FLOPs, HFU {comp.hfu:.0%})") if a.mfu is not None else
+        (f"HFU {a.hfu:.0%} of {gpu.bf16_flops / 1e12:g} TFLOPS bf16 dense on hardware FLOPs (MFU {comp.mfu:.0%} "
+         f"with recompute={a.recompute})"
+         + (f" (source: {HFU_SOURCE}; the source's recompute: {HFU_SOURCE_RECOMPUTE})" if a.hfu == DEFAULT_HFU
+            else " (given with --hfu)")),
         f"links at {c.eff:.0%} of peak at {c.nodes} node(s) (link efficiency {a.link_efficiency}): NVLink "
         f"{gpu.nvlink_bytes_per_s / 1e9:g} GB/s per direction; cluster rail "
         f"{a.rail_gbps or cluster.nic_gbps_per_gpu:g} Gb/s per GPU; GPU PCIe {gpu.pcie_bytes_per_s / 1e9:g} GB/s "
@@ -52,18 +70,26 @@ def assumption_notes(c: Context, comp: Compute) -> list[str]:
         f"sockets shared by {c.g} GPUs"
         + (f" ({CPU_ADAM_SOURCE})" if a.cpu_adam_params_per_s == DEFAULT_CPU_ADAM_PARAMS_PER_S else " (given)"),
         f"OptimusNIC: {nic.cards_per_node} {target.name} per node, placement {a.nic_placement}, gradients "
-        f"{a.nic_grad_path} (sizing grad_source={nic.grad_source}); card PCIe "
-        f"{nic.card_pcie_bytes_per_s / 1e9:.1f} GB/s usable ({target.pcie}); card link "
+        f"{a.nic_grad_path} (sizing grad_source={nic.grad_source}, {nic.plan_kind} plan); card PCIe host -> card "
+        f"{nic.card_pcie_bytes_per_s / 1e9:.1f} GB/s, card -> host {nic.card_c2h_bytes_per_s / 1e9:.1f} GB/s ("
+        + (f"{target.pcie}; {CARD_PCIE_SOURCE}" if not (a.card_pcie_bytes_per_s or a.card_h2c_bytes_per_s
+                                                        or a.card_c2h_bytes_per_s) else "given")
+        + "); card link "
         + (f"min({a.nic_ports} x {target.line_rate_gbps:g} Gb/s x {c.eff:.2f}, PCIe) = " if a.nic_placement == "sidecar"
            else f"min({a.nic_ports} x {target.line_rate_gbps:g} Gb/s x {a.nic_payload_bytes}/"
                 f"({a.nic_payload_bytes}+{FRAME_OVERHEAD_BYTES}) payload goodput, PCIe) = ")
         + f"{nic.card_link_bytes_per_s / 1e9:.2f} GB/s; kernel x RTL efficiency {a.rtl_efficiency:.2f}, "
         f"{a.rtl_efficiency_source}",
-        ("OptimusNIC sidecar as built: reduce-scatter on the GPU fabric, shard GPU -> host -> card, update, "
-         "card -> host -> GPU, all-gather; " if a.nic_placement == "sidecar" else
+        ("OptimusNIC sidecar as built: ShardedNicOptimizer reduce-scatters its bucket after the last gradient and "
+         "all-gathers inside step() (both shown), FSDP2 + NicAdamW hides FSDP2's own; the chain (pynq_driver "
+         "CardBucket.run -> ShardState.stream) runs on one host thread: gradient GPU -> host -> card, "
+         + ("with change detection (--detect-changes, the driver's default) the fp32 masters card -> host and the "
+            "parameters GPU -> host, " if a.detect_changes else "no change detection, ")
+         + "results card -> host -> GPU, the kernel overlapping that thread (double-buffered); "
+         if a.nic_placement == "sidecar" else
          "OptimusNIC rail: reduce-scatter and all-gather over the cards (NVLink inside the node); ")
-        + ("copies and update pipelined over chunks (--nic-overlap)" if a.nic_overlap else
-           "copies and update one after another (as built)")
+        + ("copies and update pipelined over chunks and threads (--nic-overlap, not built)" if a.nic_overlap else
+           "copies one after another (as built)")
         + ("; global-norm clipping on: the card's update waits for the whole reduce-scatter and the norm"
            if a.clip else "; clipping off"),
         "not counted: latency terms, the non-finite-flag and norm all-reduces (a few bytes), link contention "

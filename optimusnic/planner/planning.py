@@ -14,7 +14,7 @@ from optimusnic.planner.fit import host_bytes, misfit, scheme_memory
 from optimusnic.planner.notes import assumption_notes
 from optimusnic.planner.presets import ClusterPreset, GpuPreset, ModelPreset, get_cluster
 from optimusnic.planner.questions import answer_questions
-from optimusnic.planner.schemes import OPTIMUSNIC, SCHEME_NAMES, SCHEMES, Phases
+from optimusnic.planner.schemes import OPTIMUSNIC, SCHEME_NAMES, SCHEMES, Phases, card_legs
 from optimusnic.planner.step import Compute, compute_time, timings
 
 
@@ -64,6 +64,8 @@ class Plan:
     views: dict[str, dict[str, float]]  # view -> scheme -> step seconds (fitting or not)
     questions: dict[str, Any]
     warnings: list[str]
+    chain: dict[str, list[tuple[str, float]]] = field(default_factory=dict)  # OptimusNIC rows: the card's legs
+    param_dtype: str = "fp32"
 
     def fitting(self) -> list[SchemeResult]:
         return [s for s in self.schemes if s.fits]
@@ -148,6 +150,11 @@ def plan(
         warnings.append(f"{max(nic.cards_per_node, nic.cards_per_node_needed)} card(s) per node needed but a "
                         f"{cluster.name} has {nic.pcie_slots} PCIe slot(s) for add-in cards "
                         f"({cluster.card_slots_source})")
+    if nic.plan_kind == "capacity-first":
+        warnings.append(f"sizing's line-rate plan holds {nic.line_rate_plan['max_params_per_card'] / 1e9:.2f} G params "
+                        f"per card, not the {nic.card_params / 1e9:.2f} G shard: the capacity-first plan (1 CU) is "
+                        "used, "
+                        f"at {nic.achieved_params_per_s / 1e9:.2f} G params/s")
     if nic.cards_per_gpu_needed > 1:
         warnings.append(f"one GPU's shard needs {nic.cards_per_gpu_needed} {target.name} cards "
                         f"({params / n / 1e9:.2f} G params > {nic.max_params_per_card / 1e9:.2f} G per card)")
@@ -155,11 +162,13 @@ def plan(
         model=model.key if model else "custom", model_name=name, params=params, gpus=n, nodes=nodes,
         gpus_per_node=per_node, gpu=gpu.key, gpu_name=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
         cluster=cluster.key, cluster_name=cluster.name, view=a.view, nic=nic, tokens_per_step=n * a.grad_accum * tokens,
-        model_flops_per_step=comp.model_flops, hardware_flops_per_step=comp.hardware_flops, mfu=a.mfu,
-        hfu=a.mfu * comp.hardware_flops / comp.model_flops,
+        model_flops_per_step=comp.model_flops, hardware_flops_per_step=comp.hardware_flops, mfu=comp.mfu,
+        hfu=comp.hfu,
         links={"nvlink": c.nvlink, "rail_iso_hardware": c.rails["iso-hardware"],
                "rail_iso_network": c.rails["iso-network"], "card_rail_per_gpu": c.card_rail,
                "card_link": nic.card_link_bytes_per_s, "card_pcie": nic.card_pcie_bytes_per_s,
                "gpu_pcie": c.gpu_pcie, "link_efficiency": c.eff},
         assumptions=assumption_notes(c, comp), schemes=results, views=views,
-        questions=answer_questions(c) if questions else {}, warnings=warnings)
+        questions=answer_questions(c) if questions else {}, warnings=warnings,
+        chain={k: [(leg.name, leg.seconds) for leg in card_legs(c, k)[0]] for k in OPTIMUSNIC},
+        param_dtype=a.param_dtype)

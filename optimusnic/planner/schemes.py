@@ -12,11 +12,15 @@ Collectives per step (the formula is `costs.collective_time`):
                 1/g of it (Wang et al. 2023, section 3; 3M -> 0.75M across nodes)
 
 Where the card sits (`nic_placement`):
-  sidecar  what the driver builds today (`pynq_driver.optim.sharded.ShardedNicOptimizer`): the
-           collectives run on the GPUs' fabric; after the whole reduce-scatter each rank copies its
-           gradient shard to the host (GPU PCIe), to the card (card PCIe), the card updates, and the
-           bf16 parameters come back the same way; then the all-gather. Sequential as built;
-           `nic_overlap` pipelines the copies and the update over chunks (the longest stage shows).
+  sidecar  what the driver builds today. `OptimusNIC` is `ShardedNicOptimizer` (model replicated,
+           bf16): its one flat bucket is reduce-scattered once the last gradient is in and
+           all-gathered inside step(), so both collectives show; `OptimusNIC+Z3` is FSDP2 +
+           `NicAdamW` (FSDP2's own reduce-scatter and gathers hide as ZeRO-3's). The card chain
+           (`card_legs`): one host thread copies the gradient GPU -> host -> card, with change
+           detection (default) reads the fp32 masters back and the parameters from the GPU, and
+           takes the results card -> host -> GPU, leg after leg; the kernel overlaps that thread
+           (double-buffered), so the chain shows max(legs, update). `nic_overlap` pipelines the
+           legs over threads (not built): the longest stage shows.
   rail     the card is the GPU's network rail: cross-node reduction arrives on the card, which
            updates its shard and starts the all-gather. Per-card link = min(ports x line rate x
            efficiency, card PCIe usable). On one node there is no wire: the shard crosses the card's
@@ -68,6 +72,7 @@ class Phases:
     reduce_each: list[float] = field(default_factory=list)  # reductions of every micro-batch
     reduce_last: list[float] = field(default_factory=list)  # reductions once per step
     post_gather: list[float] = field(default_factory=list)  # after the update, before the next forward
+    serial: list[float] = field(default_factory=list)  # collectives that never overlap compute (shown)
     optimizer: float = 0.0
     transfer: float = 0.0
     optimizer_shown: float = 0.0
@@ -75,22 +80,52 @@ class Phases:
     merged_chain: bool = False  # the card's chain runs inside the last reduction
 
 
-def card_chain(c: Context) -> tuple[list[float], list[float], float]:
-    """The card's work after the reduce: (copies, all stages in order, update seconds)."""
+@dataclass
+class Leg:
+    """One copy of the card chain: what it moves, which way, how long (seconds)."""
+
+    name: str
+    seconds: float
+
+
+def card_legs(c: Context, key: str) -> tuple[list[Leg], float]:
+    """The card chain of one step as the driver runs it: the host thread's legs, one after another,
+    and the kernel's update seconds (it overlaps the host thread: double-buffered staging slots).
+
+    Sidecar (what `NicAdamW` on FSDP2 and `ShardedNicOptimizer` do in `CardBucket.run` ->
+    `ShardState.stream`): per chunk the gradient is copied GPU -> host and host -> card; with change
+    detection (the default) the fp32 masters are read back card -> host and the parameters copied
+    GPU -> host to be compared; the results come back card -> host and host -> GPU. FSDP2 keeps its
+    sharded parameters and gradients in `param_dtype` (fp32 under the README's recipe), so its legs
+    move 4 bytes where ShardedNicOptimizer (bf16 model, bucket in the parameters' dtype) moves 2.
+    """
     a, nic = c.a, c.nic
-    shard = c.params / c.n
+    shard, cp = c.params / c.n, nic.card_params
     u = nic.update_time_s
-    pcie = nic.card_pcie_bytes_per_s
+    h2c, c2h = nic.card_pcie_bytes_per_s, nic.card_c2h_bytes_per_s
     if a.nic_placement == "sidecar":
-        # As built: GPU -> host -> card, update, card -> host -> GPU (ShardedNicOptimizer.step).
-        copies = [c.gb * shard / c.gpu_pcie, c.gb * nic.card_params / pcie,
-                  PARAM_BYTES * nic.card_params / pcie, PARAM_BYTES * shard / c.gpu_pcie]
-        return copies, [copies[0], copies[1], u, copies[2], copies[3]], u
+        fsdp = key == "optimusnic_z3"
+        grad_b = (4 if a.param_dtype == "fp32" else 2) if fsdp else c.gb
+        out_b = (4 if a.param_dtype == "fp32" else 2) if fsdp else PARAM_BYTES
+        legs = [Leg("gradient GPU -> host", grad_b * shard / c.gpu_pcie),
+                Leg("gradient host -> card", grad_b * cp / h2c)]
+        if a.detect_changes:
+            legs += [Leg("fp32 masters card -> host (change detection)", 4 * cp / c2h),
+                     Leg("parameters GPU -> host (change detection)", out_b * shard / c.gpu_pcie)]
+        legs += [Leg("parameters card -> host", out_b * cp / c2h),
+                 Leg("parameters host -> GPU", out_b * shard / c.gpu_pcie)]
+        return legs, u
     if c.nodes == 1:
         # Rail on one node: no wire; the shard crosses the card's PCIe (peer to peer) both ways.
-        copies = [c.gb * nic.card_params / pcie, PARAM_BYTES * nic.card_params / pcie]
-        return copies, [copies[0], u, copies[1]], u
-    return [], [u], u
+        return [Leg("gradient GPU -> card", c.gb * cp / h2c), Leg("parameters card -> GPU", PARAM_BYTES * cp / c2h)], u
+    return [], u
+
+
+def card_chain(c: Context, key: str = "optimusnic") -> tuple[list[float], list[float], float]:
+    """(copies, all stages in order, update seconds): the legs of `card_legs` as seconds."""
+    legs, u = card_legs(c, key)
+    copies = [leg.seconds for leg in legs]
+    return copies, copies + [u], u
 
 
 def phases(c: Context, key: str, view: str) -> Phases:
@@ -165,7 +200,7 @@ def _scheme_phases(c: Context, key: str, view: str) -> Phases:
     r = c.card_rail if c.a.nic_placement == "rail" else rail
     t_rs = world("reduce_scatter", grads, r)
     t_ag = world("all_gather", params_b, r)
-    copies, chain, u = card_chain(c)
+    copies, chain, u = card_chain(c, key)
     ph = Phases({"reduce_scatter_grads": rs_v, "all_gather_params": ag_v}, post_gather=[t_ag],
                  optimizer=u, transfer=sum(copies))
     sharded = key == "optimusnic_z3" or c.a.nic_grads == "sharded"
@@ -182,13 +217,19 @@ def _scheme_phases(c: Context, key: str, view: str) -> Phases:
             ph.reduce_each = [t_rs]
         ph.reduce_last = [max(t_rs, *chain) - (t_rs if sharded else 0.0)]
         return ph
-    if sharded:
+    if key == "optimusnic" and c.a.nic_placement == "sidecar":
+        # ShardedNicOptimizer as built: the reduce-scatter of its one bucket starts once the last
+        # gradient is in (the bucket of a param group launches when all its gradients are ready) and
+        # the all-gather runs inside step(): neither overlaps compute.
+        ph.post_gather, ph.serial = [], [t_rs, t_ag]
+    elif sharded:
         ph.reduce_each = [t_rs]
     else:
         ph.reduce_last = [t_rs]
-    shown = max(chain) if pipelined else sum(chain)
     if pipelined:
+        shown = max(chain)
         ph.optimizer_shown, ph.transfer_shown = (shown, 0.0) if u >= max(copies, default=0.0) else (0.0, shown)
     else:
-        ph.optimizer_shown, ph.transfer_shown = u, sum(copies)
+        # As built: one host thread runs the legs one after another; the kernel overlaps them.
+        ph.optimizer_shown, ph.transfer_shown = u, max(0.0, sum(copies) - u)
     return ph

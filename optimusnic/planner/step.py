@@ -31,7 +31,7 @@ def exposed(ph: Phases, a: Assumptions, t_fwd: float, t_bwd: float) -> tuple[flo
     mid_bwd = (A - 1) * _window(t_bwd, ph.bwd_gather, ph.reduce_each, a)
     last_bwd = _window(t_bwd, ph.bwd_gather, ph.reduce_each + ph.reduce_last, a)
     total = A * (sum(ph.fwd) + sum(ph.bwd_gather) + sum(ph.reduce_each)) + sum(ph.reduce_last) + sum(ph.post_gather)
-    return total, first_fwd + other_fwd + mid_bwd + last_bwd
+    return total + sum(ph.serial), first_fwd + other_fwd + mid_bwd + last_bwd + sum(ph.serial)
 
 
 @dataclass
@@ -41,6 +41,8 @@ class Compute:
     bwd_s: float
     model_flops: float
     hardware_flops: float
+    mfu: float  # model FLOPs / (time x peak)
+    hfu: float  # hardware FLOPs / (time x peak)
 
 
 def compute_time(c: Context, tokens: float) -> Compute:
@@ -48,9 +50,12 @@ def compute_time(c: Context, tokens: float) -> Compute:
     a, seq = c.a, c.a.seq
     mf = model_flops(c.params, tokens, c.model, seq)
     hw = mf + recompute_flops(c.params, tokens, a.recompute, c.model, seq)
-    t_micro = mf / (c.gpu.bf16_flops * a.mfu)
+    peak = c.gpu.bf16_flops
+    # HFU by default: the recomputed forward takes time. A given MFU sets the time from model FLOPs.
+    t_micro = mf / (peak * a.mfu) if a.mfu is not None else hw / (peak * a.hfu)
     t_fwd = t_micro * forward_flops(c.params, tokens, c.model, seq) / hw
-    return Compute(a.grad_accum * t_micro, t_fwd, t_micro - t_fwd, a.grad_accum * mf, a.grad_accum * hw)
+    return Compute(a.grad_accum * t_micro, t_fwd, t_micro - t_fwd, a.grad_accum * mf, a.grad_accum * hw,
+                   mf / (t_micro * peak), hw / (t_micro * peak))
 
 
 def timings(c: Context, view: str, tokens: float) -> dict[str, tuple[Phases, float, float, float]]:

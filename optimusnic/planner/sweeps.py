@@ -8,7 +8,7 @@ from typing import Any
 
 from hls.targets import Target
 from optimusnic.planner.assumptions import Assumptions, positive_int
-from optimusnic.planner.costs import STATE_BYTES
+from optimusnic.planner.costs import STATE_BYTES, freed_bytes_per_param
 from optimusnic.planner.errors import PlanError
 from optimusnic.planner.planning import plan
 from optimusnic.planner.presets import ClusterPreset, GpuPreset, ModelPreset
@@ -28,6 +28,7 @@ class SweepRow:
     step_s_iso_network: float
     freed_gb_per_gpu: float
     card_capacity_gb_per_gpu: float
+    note: str = ""  # why the scheme does not fit; scheme "none": nothing fits at this point (figures 0)
 
 
 def sweep(what: str, values: list[float] | None, *, params: int, gpus: int, gpu: GpuPreset, target: Target,
@@ -60,15 +61,19 @@ def sweep(what: str, values: list[float] | None, *, params: int, gpus: int, gpu:
         except PlanError as exc:
             if "fits under no scheme" not in str(exc):
                 raise
-            continue  # nothing fits at this point of the sweep; the CSV simply has no row for it
+            # Nothing fits at this point: one row says so (no figures), none is dropped silently.
+            rows.append(SweepRow(value=float(v), gpus=int(kw["gpus"]), scheme="none", fits=False, memory_gb=0.0,
+                                 step_s_iso_hardware=0.0, step_s_iso_network=0.0, freed_gb_per_gpu=0.0,
+                                 card_capacity_gb_per_gpu=0.0, note=str(exc)))
+            continue
         cap = p.nic.max_params_per_card * p.nic.cards_per_node / p.gpus_per_node * STATE_BYTES
         for s in p.schemes:
             rows.append(SweepRow(value=float(v), gpus=p.gpus, scheme=s.key, fits=s.fits,
                                  memory_gb=s.memory["total"] / 1e9,
                                  step_s_iso_hardware=p.views["iso-hardware"][s.key],
                                  step_s_iso_network=p.views["iso-network"][s.key],
-                                 freed_gb_per_gpu=STATE_BYTES * p.params / p.gpus / 1e9,
-                                 card_capacity_gb_per_gpu=cap / 1e9))
-    if not rows:
+                                 freed_gb_per_gpu=freed_bytes_per_param(b) * p.params / p.gpus / 1e9,
+                                 card_capacity_gb_per_gpu=cap / 1e9, note=s.why_not))
+    if all(r.scheme == "none" for r in rows):
         raise PlanError(f"nothing fits at any point of the {what} sweep")
     return rows

@@ -15,7 +15,9 @@ from optimusnic.cli import main, verbs
 
 GB = 1e9
 H100_PEAK = 989e12
-U55C_PCIE = 16 * 8e9 * 128 / 130 / 8 * 0.825  # Gen3 x16: 15.754 GB/s raw x 0.825 = 12.997 GB/s usable
+# Card DMA per direction (AMD's xbutil validate figures on an Alveo, Gen3 x16): host->card 9.0, card->host 12.2 GB/s
+U55C_H2C = 9.0e9
+U55C_C2H = 12.2e9
 
 
 # ------------------------------------------------------------------ formulas
@@ -73,10 +75,14 @@ def test_bus_bandwidth_spreads_over_every_rail() -> None:
 
 
 def test_activations_logits_and_flops() -> None:
-    # Korthikanti et al.: s=4, b=1, h=8, a=2 -> sbh = 32; 34 + 5*a*s/h = 39
-    assert P.activation_bytes(1, 8, 2, 4, 1, "none") == 32 * 39
+    # Korthikanti et al.: s=4, b=1, h=8, a=2 -> sbh = 32; 34 + 5*a*s/h = 39 with the scores stored (eager);
+    # FlashAttention/SDPA (the default) never stores the s x s scores: 34 (issue 27: the old default counted them)
+    assert P.activation_bytes(1, 8, 2, 4, 1, "none") == 32 * 34
+    assert P.activation_bytes(1, 8, 2, 4, 1, "none", "eager") == 32 * 39
     assert P.activation_bytes(3, 8, 2, 4, 1, "selective") == 3 * 32 * 34
-    assert P.activation_bytes(3, 8, 2, 4, 1, "full") == 3 * 32 * 2
+    assert P.activation_bytes(3, 8, 2, 4, 1, "selective", "eager") == 3 * 32 * 34 + 32 * 5
+    # full: each layer's input plus the working set of the one layer recomputed in backward (issue 27: it was left out)
+    assert P.activation_bytes(3, 8, 2, 4, 1, "full") == 3 * 32 * 2 + 32 * 34
     with pytest.raises(P.PlanError):
         P.activation_bytes(1, 8, 2, 4, 1, "some")
     # Llama 3 logits: 8192 tokens x 128,256 vocab x 4 B = 4,202,692,608 B = 4.2 GB per sequence
@@ -148,7 +154,9 @@ def test_rtl_efficiency_file(tmp_path) -> None:
 
 
 def _plan(**kw):
-    a = P.Assumptions(**{"rtl_efficiency": 0.9, **kw.pop("assumptions", {})})
+    # The hand-computed collective cases give MFU 0.4 (time from model FLOPs) so that their figures stay
+    # those of the collective model; the default (HFU, recompute costs time) is test_case2's.
+    a = P.Assumptions(**{"rtl_efficiency": 0.9, "mfu": 0.4, **kw.pop("assumptions", {})})
     args = dict(params=1_000_000_000, gpus=8, gpu=P.get_gpu("h100"), target=get_target("u55c"), assumptions=a,
                 questions=False)
     args.update(kw)
@@ -163,8 +171,8 @@ def test_case1_single_node_hand_computed() -> None:
     # compute: model FLOPs 6 x 1e9 x 8192 = 4.9152e13 at 40% of 989 TFLOPS = 0.124247 s (MFU on model FLOPs)
     compute = 6 * 1e9 * 8192 / (0.4 * H100_PEAK)
     assert s["ddp"].compute_s == pytest.approx(compute) and compute == pytest.approx(0.124247, rel=1e-5)
-    # hardware FLOPs add the recomputed forward 2 x 1e9 x 8192: HFU = 40% x 8/6 = 53.3%
-    assert p.hfu == pytest.approx(0.4 * 8 / 6)
+    # hardware FLOPs add the recomputed forward 2 x 1e9 x 8192: HFU = 40% x 8/6 = 53.3% (MFU given)
+    assert p.hfu == pytest.approx(0.4 * 8 / 6) and p.mfu == pytest.approx(0.4)
     # DDP: all-reduce 2 x 7/8 x 2 GB = 3.5 GB on NVLink 450 x 0.85 = 382.5 GB/s = 9.15 ms, under the backward
     # (6/8 of the hardware FLOPs = 93.2 ms); Adam on every GPU: 28 B x 1e9 / (3.35 TB/s x 0.8) = 10.45 ms, shown
     assert s["ddp"].comm_s == pytest.approx(3.5e9 / 382.5e9)
@@ -178,33 +186,60 @@ def test_case1_single_node_hand_computed() -> None:
     # then the bf16 shard back over the GPU's PCIe: 2 x 1.25e8 B / (64 GB/s x 0.825 = 52.8 GB/s) = 4.73 ms
     assert s["offload"].step_s == pytest.approx(compute + 1.25e8 / 1.75e8 + 2 * 1.25e8 / 52.8e9)
     assert s["offload"].host_bytes_per_node == pytest.approx(8 * 14 * 1e9 / 8)
-    # OptimusNIC sidecar, as built: shard 1.25e8 params, GPU -> host 2.5e8 B / 52.8 GB/s = 4.73 ms,
-    # host -> card 2.5e8 B / 12.997 GB/s = 19.24 ms, update 1.25e8 / achieved, card -> host 19.24 ms,
-    # host -> GPU 4.73 ms; all after the reduce-scatter, one after another.
+    # OptimusNIC sidecar (ShardedNicOptimizer), as built (issue 27: the old chain left out the change
+    # detection legs and took 13 GB/s both ways): shard 1.25e8 params, one host thread, leg after leg:
+    # gradient GPU -> host 2.5e8 B / 52.8 GB/s, host -> card 2.5e8 B / 9.0 GB/s, fp32 masters card -> host
+    # 5e8 B / 12.2 GB/s, parameters GPU -> host 2.5e8 B / 52.8 GB/s (change detection), card -> host
+    # 2.5e8 B / 12.2 GB/s, host -> GPU 2.5e8 B / 52.8 GB/s = 0.1034 s; the kernel overlaps the thread.
     u = 1.25e8 / p.nic.achieved_params_per_s
-    copies = 2 * 2.5e8 / 52.8e9 + 2 * 2.5e8 / U55C_PCIE
+    legs = 3 * 2.5e8 / 52.8e9 + 2.5e8 / U55C_H2C + 5e8 / U55C_C2H + 2.5e8 / U55C_C2H
+    assert legs == pytest.approx(0.10339, rel=1e-3) and legs > u
     assert s["optimusnic"].optimizer_exposed_s == pytest.approx(u)
-    assert s["optimusnic"].transfer_exposed_s == pytest.approx(copies) and copies == pytest.approx(0.047940, rel=1e-4)
-    assert s["optimusnic"].step_s == pytest.approx(compute + u + copies)
+    assert s["optimusnic"].transfer_exposed_s == pytest.approx(legs - u)
+    # its bucket's reduce-scatter starts after the last gradient and its all-gather runs in step(): both show
+    rs = 7 / 8 * 2e9 / 382.5e9
+    assert s["optimusnic"].comm_exposed_s == pytest.approx(2 * rs)
+    assert s["optimusnic"].step_s == pytest.approx(compute + 2 * rs + legs)
+    # change detection off: no masters read back, no parameters copied to be compared
+    nd = _plan(assumptions={"detect_changes": False}).scheme("optimusnic")
+    assert nd.step_s == pytest.approx(compute + 2 * rs + max(u, 2 * 2.5e8 / 52.8e9 + 2.5e8 / U55C_H2C
+                                                              + 2.5e8 / U55C_C2H))
+    # memory: ShardedNicOptimizer keeps a persistent full-size bucket on top of the gradients (2 + 2 + 2 B/param)
+    assert s["optimusnic"].memory["buffers"] == pytest.approx(2e9) and s["optimusnic"].memory["total"] == 6e9
     assert all(r.fits for r in p.schemes) and s["ddp"].memory["total"] == pytest.approx(16e9)
-    # Rail on one node: no wire, the shard crosses the card's PCIe both ways (19.24 ms each)
+    # Rail on one node: no wire, the shard crosses the card's PCIe both ways (host -> card 9.0, card -> host 12.2)
     r = _plan(assumptions={"nic_placement": "rail"}).scheme("optimusnic")
-    assert r.step_s == pytest.approx(compute + u + 2 * 2.5e8 / U55C_PCIE)
+    assert r.step_s == pytest.approx(compute + max(u, 2.5e8 / U55C_H2C + 2.5e8 / U55C_C2H))
 
 
 def test_case2_eight_nodes_llama70b_headline() -> None:
     """Llama 3 70B on 64 H100 (8 DGX H100), 8192 tokens per GPU, full recompute: the corrected headline."""
     m = P.get_model("llama3-70b")
-    p = _plan(params=m.params, gpus=64, model=m)
+    p = _plan(params=m.params, gpus=64, model=m, assumptions={"mfu": None})
     s = {r.key: r for r in p.schemes}
-    # model FLOPs per token 481,442,709,504 (see test_activations_logits_and_flops) x 8192 tokens
-    # = 3.94398e15 at 395.6 TFLOPS = 9.9696 s
-    compute = 481_442_709_504 * 8192 / (0.4 * H100_PEAK)
-    assert s["zero3"].compute_s == pytest.approx(compute) and compute == pytest.approx(9.9696, rel=1e-4)
-    # memory: ZeRO-3 16 x P / 64 = 17.64 GB + activations 80 x 2 x 8192 x 8192 = 10.74 GB + logits 4.20 GB
-    assert s["zero3"].memory["activations"] == pytest.approx(80 * 2 * 8192 * 8192)
+    # Issue 27: the default is 40% hardware FLOPs utilisation (the Llama 3 run had no recompute), so full
+    # recompute costs time: hardware FLOPs per token 481,442,709,504 + 2 x 68,452,352,000 + 21,474,836,480
+    # = 639,821,900,032 x 8192 tokens at 395.6 TFLOPS = 13.249 s (the old 9.97 s was 53% HFU)
+    compute = (481_442_709_504 + 2 * 68_452_352_000 + 21_474_836_480) * 8192 / (0.4 * H100_PEAK)
+    assert s["zero3"].compute_s == pytest.approx(compute) and compute == pytest.approx(13.249, rel=1e-4)
+    assert p.hfu == pytest.approx(0.4) and p.mfu == pytest.approx(0.4 * 481_442_709_504 / 639_821_900_032)
+    # --recompute changes step time (Llama 3 8B on 8: selective fits): the ratio of the hardware FLOPs
+    m8 = P.get_model("llama3-8b")
+    by = {r: _plan(params=m8.params, model=m8, assumptions={"mfu": None, "recompute": r}).scheme("zero3").compute_s
+          for r in ("full", "selective", "none")}
+    per_tok = {r: P.model_flops(m8.params, 1, m8, 8192) + P.recompute_flops(m8.params, 1, r, m8, 8192) for r in by}
+    assert by["full"] / by["none"] == pytest.approx(per_tok["full"] / per_tok["none"]) and by["full"] > by["selective"]
+    # memory: ZeRO-3 16 x P / 64 = 17.64 GB + FSDP's unsharded buffers (two layers of bf16 parameters and
+    # one layer's gradients: 6 x 68,452,352,000 / 80 = 5.13 GB) + activations 80 x 2 x 8192 x 8192 = 10.74 GB
+    # plus the recomputed layer's working set 34 x 8192 x 8192 = 2.28 GB + logits 4.20 GB
+    assert s["zero3"].memory["activations"] == pytest.approx(80 * 2 * 8192 * 8192 + 34 * 8192 * 8192)
+    assert s["zero3"].memory["buffers"] == pytest.approx(6 * 68_452_352_000 / 80)
     assert s["zero3"].memory["logits"] == pytest.approx(4_202_692_608)
-    assert s["zero3"].memory["total"] == pytest.approx(16 * m.params / 64 + 80 * 2 * 8192**2 + 4_202_692_608)
+    assert s["zero3"].memory["total"] == pytest.approx(16 * m.params / 64 + 6 * 68_452_352_000 / 80
+                                                       + 194 * 8192**2 + 4_202_692_608)
+    # FSDP2 + NicAdamW (MixedPrecisionPolicy(param_dtype=bf16)): FSDP2 keeps fp32 sharded parameters and
+    # gradients, 8 x P / 64 (issue 27: the old row had 4 x P / N)
+    assert s["optimusnic_z3"].memory["params"] + s["optimusnic_z3"].memory["grads"] == pytest.approx(8 * m.params / 64)
     # iso-hardware rails: bus = min(450 x 0.85, 8 x 400/8 x 0.85) = min(382.5, 340) = 340 GB/s
     # ZeRO-3 all-gather 63/64 x 2P = 138.9 GB -> 0.4085 s per gather, hidden under forward (~2.5 s) and backward
     ag = 63 / 64 * 2 * m.params / 340e9
@@ -216,16 +251,24 @@ def test_case2_eight_nodes_llama70b_headline() -> None:
     # bus min(382.5, 85) = 85 GB/s: a gather takes 63/64 x 141.1 GB / 85 GB/s = 1.634 s, still hidden
     assert p.links["rail_iso_network"] == pytest.approx(10.625e9)
     assert p.views["iso-network"]["zero3"] == pytest.approx(compute + adam_shard)
-    # The schemes that run are within a few percent: ZeRO-3, ZeRO++ at compute + their shard's Adam; the old
-    # "OptimusNIC 29 s vs 12 s" is gone. OptimusNIC sidecar adds its card chain (copies + update).
-    u = math.ceil(m.params / 64) / p.nic.achieved_params_per_s
-    copies = 2 * (2 * m.params / 64) / 52.8e9 + 2 * 2 * math.ceil(m.params / 64) / U55C_PCIE  # 0.042 + 0.339 s
-    assert s["optimusnic_z3"].step_s == pytest.approx(compute + u + copies, rel=1e-6)
-    assert (s["optimusnic_z3"].step_s - s["zero3"].step_s) / s["zero3"].step_s < 0.06
-    # As built (staged gradients) one U55C per GPU does not hold 1/64 of 70B: capacity from hls.sizing
-    assert p.nic.grad_source == "memory"
-    assert p.nic.fits == (math.ceil(m.params / 64) <= p.nic.max_params_per_card)
-    assert p.nic.cards_per_gpu_needed == math.ceil(m.params / 64 / p.nic.max_params_per_card)
+    # FSDP2 + NicAdamW adds its card chain, leg by leg on one host thread (fp32 shards: 4 bytes a leg, the
+    # masters 4 bytes back with change detection), the kernel overlapping it
+    shard, cp = m.params / 64, math.ceil(m.params / 64)
+    u = cp / p.nic.achieved_params_per_s
+    legs = 3 * 4 * shard / 52.8e9 + 4 * cp / U55C_H2C + 4 * cp / U55C_C2H + 4 * cp / U55C_C2H
+    assert s["optimusnic_z3"].step_s == pytest.approx(compute + max(u, legs), rel=1e-6)
+    assert (s["optimusnic_z3"].step_s - s["zero3"].step_s) / s["zero3"].step_s < 0.15
+    # ShardedNicOptimizer's chain (bf16): 0.91 s at 70B/64 (issue 27: printed 0.54 s before)
+    chain = sum(sec for _, sec in p.chain["optimusnic"])
+    assert chain == pytest.approx(3 * 2 * shard / 52.8e9 + 2 * cp / U55C_H2C + 6 * cp / U55C_C2H)
+    assert 0.80 <= chain <= 0.92
+    # Card plans: sizing's line-rate plan (2 CUs) holds 1.07 G < the 1.10 G shard, so the capacity-first plan
+    # (1 CU x 10 state stripes over the U55C's 32 channels: 1.34 G) is used, at its (lower) rate; both reported
+    assert p.nic.grad_source == "memory" and p.nic.plan_kind == "capacity-first" and p.nic.fits
+    assert p.nic.line_rate_plan["max_params_per_card"] == 1_073_741_824
+    assert p.nic.max_params_per_card == 1_342_177_280 and p.nic.compute_units == 1 and p.nic.stripes == 10
+    assert any("capacity-first" in w for w in p.warnings)
+    assert p.nic.cards_per_gpu_needed == 1
 
 
 def test_case3_sixty_four_nodes_exposure_and_scale_efficiency() -> None:
@@ -273,19 +316,21 @@ def test_overlap_flags_apply_to_every_scheme() -> None:
 
 def test_rail_placement_and_card_link() -> None:
     # Rail across 8 nodes: the cards' own ring carries the payload goodput, 12.5 GB/s x 1408/1496 = 11.765 GB/s
-    # (framing is the loss counted, not the NCCL link efficiency): min(11.765, 12.997 GB/s PCIe);
-    # two ports: min(23.53, 12.997) = 12.997 GB/s (the card's PCIe caps two 100G ports)
+    # (framing is the loss counted, not the NCCL link efficiency); the local gradient enters the card over its
+    # PCIe at host -> card 9.0 GB/s (AMD's xbutil figure; issue 27: 13 GB/s before), which now binds:
+    # min(11.765, 9.0) = 9.0 GB/s; with --card-h2c-gbs 13 the goodput binds again
     p1 = _plan(gpus=64, assumptions={"nic_placement": "rail"})
-    p2 = _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_ports": 2})
+    p2 = _plan(gpus=64, assumptions={"nic_placement": "rail", "card_h2c_bytes_per_s": 13e9})
     goodput = 12.5e9 * 1408 / 1496
-    assert p1.nic.card_link_bytes_per_s == pytest.approx(goodput) and goodput == pytest.approx(11.7647e9, rel=1e-5)
-    assert p2.nic.card_link_bytes_per_s == pytest.approx(U55C_PCIE)
-    # reduce-scatter over the cards: bus min(382.5, 8 x 11.765 = 94.1) GB/s: 63/64 x 2 GB / 94.1 GB/s
+    assert p1.nic.card_link_bytes_per_s == pytest.approx(U55C_H2C) and goodput == pytest.approx(11.7647e9, rel=1e-5)
+    assert p2.nic.card_link_bytes_per_s == pytest.approx(goodput)
+    # reduce-scatter over the cards: bus min(382.5, 8 x 9.0 = 72) GB/s: 63/64 x 2 GB / 72 GB/s
     o = p1.scheme("optimusnic")
     assert o.comm_bytes["reduce_scatter_grads"] == pytest.approx(63 / 64 * 2e9)
-    assert o.comm_s == pytest.approx(2 * 63 / 64 * 2e9 / (8 * goodput))
+    assert o.comm_s == pytest.approx(2 * 63 / 64 * 2e9 / (8 * U55C_H2C))
     # jumbo frames: 8192 B payload, 12.5 x 8192/8280 = 12.367 GB/s
-    jumbo = _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_payload_bytes": 8192})
+    jumbo = _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_payload_bytes": 8192,
+                                        "card_h2c_bytes_per_s": 13e9})
     assert jumbo.nic.card_link_bytes_per_s == pytest.approx(12.5e9 * 8192 / 8280)
     with pytest.raises(P.PlanError, match="payload-bytes"):
         _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_payload_bytes": 1000})
@@ -306,11 +351,11 @@ def test_clip_norm_dependency_and_stream_path() -> None:
     clip_plan = _plan(assumptions={"nic_overlap": True})
     clip = clip_plan.scheme("optimusnic")
     noclip = _plan(assumptions={"nic_overlap": True, "clip": False}).scheme("optimusnic")
-    # the longest of the pipelined stages shows: PCIe copies 2.5e8 B / 13.0 GB/s = 19.2 ms, or the
-    # update: 1.25e8 params at sizing's 2 CUs x 12.94 GB/s / 4 B (one p stripe's channel) = 19.3 ms
+    # the longest of the pipelined stages shows: the masters read back 5e8 B / 12.2 GB/s = 41.0 ms (change
+    # detection), or the update: 1.25e8 params at sizing's 2 CUs x 12.94 GB/s / 4 B (one p stripe's channel)
     update_s = 1.25e8 / (2 * 14.375e9 * 0.9 / 4)  # memory-bound: the RTL efficiency derates the kernel only
     assert clip_plan.nic.update_time_s == pytest.approx(update_s, rel=1e-3)
-    assert clip.optimizer_exposed_s + clip.transfer_exposed_s == pytest.approx(max(2.5e8 / U55C_PCIE, update_s))
+    assert clip.optimizer_exposed_s + clip.transfer_exposed_s == pytest.approx(max(5e8 / U55C_C2H, update_s))
     assert noclip.optimizer_exposed_s + noclip.transfer_exposed_s == 0 and noclip.comm_exposed_s == 0
 
 
@@ -329,31 +374,40 @@ def test_questions_llama70b_on_64_h100() -> None:
     m = P.get_model("llama3-70b")
     p = _plan(params=m.params, gpus=64, model=m, questions=True)
     q = p.questions
-    # fewest GPUs for ZeRO-3: 16P/N + 10.74 + 4.20 GB <= 80 GB -> N >= 16 x 70.55e9 / 65.06e9 = 17.35 -> 24 (3 nodes)
-    assert q["fewest_gpus"]["zero3"]["gpus"] == 24
-    assert q["fewest_gpus"]["ddp"]["gpus"] is None  # 16 bytes x 70.6e9 never fits on 80 GB
-    # largest micro-batch for ZeRO-3 on 64: (80 - 17.64) / (10.74 + 4.20) = 4.17 -> 4
-    assert q["max_micro_batch"]["zero3"] == 4
+    # fewest GPUs for ZeRO-3, on whole nodes: 16P/N + 5.13 (FSDP buffers) + 13.02 + 4.20 GB <= 80 GB
+    # -> N >= 16 x 70.55e9 / 57.65e9 = 19.6 -> 24 (3 nodes)
+    assert q["fewest_gpus"]["zero3"]["gpus"] == 24 and q["fewest_gpus"]["zero3"]["nodes"] == 3
+    # DDP (16 bytes x 70.6e9) never fits on 80 GB: past the search limit the answer is "> limit", not "never"
+    assert q["fewest_gpus"]["ddp"]["gpus"] is None and q["fewest_gpus"]["ddp"]["limit"] == 65_536
+    # OptimusNIC+Z3 on whole DGX H100 nodes with their 2 PCIe slots: 2 cards per node at the capacity-first
+    # plan's 1.34 G params each need ceil(70.55 / 1.342) = 53 cards -> 27 nodes = 216 GPUs (issue 27: it said 72,
+    # with 8 cards per node that do not fit in the slots)
+    assert q["fewest_gpus"]["optimusnic_z3"] == {"gpus": 216, "nodes": 27, "limit": 65_536, "cards": 54}
+    # largest micro-batch for ZeRO-3 on 64: (80 - 17.64 - 5.13) / (10.74 + 2.28 + 4.20) = 3.3 -> 3 (issue 27: was 4)
+    assert q["max_micro_batch"]["zero3"] == 3
+    # largest sequence: 22.77 GB fixed + 17.22 GB per 8192 tokens -> 27,221 (issue 27: 34,194 before)
+    assert 26_000 < q["max_seq"]["zero3"] < 29_000
     # tokens that hide DDP's all-reduce (2 x 63/64 x 141.1 GB / 340 GB/s = 0.8171 s) under the backward:
     # backward share of the hardware FLOPs per token at seq 8192, time per model FLOP 1 / 395.6e12
     ar = 2 * 63 / 64 * 2 * m.params / 340e9
     per_token_model = 481_442_709_504
     per_token_hw = per_token_model + 2 * 68_452_352_000 + 21_474_836_480
     per_token_fwd = 2 * 69_503_033_344 + 21_474_836_480
-    t_bwd_per_token = per_token_model / (0.4 * H100_PEAK) * (1 - per_token_fwd / per_token_hw)
+    t_bwd_per_token = per_token_model / (0.4 * H100_PEAK) * (1 - per_token_fwd / per_token_hw)  # MFU 0.4 given
     assert q["hide_tokens_per_micro_batch"]["iso-hardware"]["ddp"] == pytest.approx(ar / t_bwd_per_token, rel=1e-6)
     # cards: the staged U55C holds max_params_per_card; the state of 1/64 needs ceil(1.102e9 / cap) cards per GPU
     cap = p.nic.max_params_per_card
     assert q["cards"]["cards_per_gpu_needed"] == math.ceil(m.params / 64 / cap)
     assert q["cards"]["pcie_slots"] == 2 and not q["cards"]["slots_ok"]
     assert any("PCIe slot" in w for w in p.warnings)
-    # freed: 12 x P / 64 = 13.2 GB per GPU; the cards hold it from N = ceil(P / cap); it matters while
-    # 12 P / N >= one more sequence (10.74 + 4.20 = 14.94 GB)
+    # freed: the README's FSDP2 recipe keeps fp32 sharded parameters on the GPU, so the card frees m and v,
+    # 8 x P / 64 = 8.8 GB per GPU (issue 27: printed as 12 x P / N); the cards hold it from N = ceil(P / cap);
+    # it matters while 8 P / N >= one more sequence (10.74 + 2.28 + 4.20 = 17.22 GB)
     fr = q["freed"]
-    assert fr["freed_bytes_per_gpu"] == pytest.approx(12 * m.params / 64)
+    assert fr["freed_bytes_per_gpu"] == pytest.approx(8 * m.params / 64)
     assert fr["gpus_min"] == math.ceil(m.params / cap)
-    assert fr["threshold_bytes"] == pytest.approx(80 * 2 * 8192**2 + 4_202_692_608)
-    n_hi = math.floor(12 * m.params / fr["threshold_bytes"])  # 56
+    assert fr["threshold_bytes"] == pytest.approx(194 * 8192**2 + 4_202_692_608)
+    n_hi = math.floor(8 * m.params / fr["threshold_bytes"])
     assert fr["gpus_max"] == (n_hi if n_hi >= fr["gpus_min"] else None)
 
 
@@ -369,7 +423,13 @@ def test_sweep_rows(tmp_path) -> None:
     rows = P.sweep("gpus", [8, 64], params=10**9, gpus=8, gpu=P.get_gpu("h100"), target=get_target("u55c"),
                    assumptions=P.Assumptions(rtl_efficiency=0.9))
     assert {r.gpus for r in rows} == {8, 64} and len(rows) == 2 * len(P.SCHEMES)
-    assert next(r for r in rows if r.gpus == 64).freed_gb_per_gpu == pytest.approx(12 / 64)
+    assert next(r for r in rows if r.gpus == 64).freed_gb_per_gpu == pytest.approx(8 / 64)  # FSDP2 fp32 shards
+    # every point is reported: where nothing fits, one row says so (issue 27: it was dropped silently)
+    m = P.get_model("llama3-70b")
+    rows = P.sweep("gpus", [8, 64], params=m.params, gpus=64, gpu=P.get_gpu("h100"), target=get_target("u55c"),
+                   model=m, assumptions=P.Assumptions(rtl_efficiency=0.9))
+    none = [r for r in rows if r.gpus == 8]
+    assert len(none) == 1 and none[0].scheme == "none" and "fits under no scheme" in none[0].note
     # line rate: a 400G port would be capped by the card's Gen3 x16 PCIe (min(400/8 x 1408/1496 = 47, 13.0) GB/s)
     rows = P.sweep("line-rate", [100, 400], params=10**9, gpus=64, gpu=P.get_gpu("h100"), target=get_target("u55c"),
                    assumptions=P.Assumptions(rtl_efficiency=0.9, nic_placement="rail", overlap_gather=False))
@@ -379,7 +439,7 @@ def test_sweep_rows(tmp_path) -> None:
                             target=dataclasses.replace(get_target("u55c"), line_rate_gbps=rate),
                             assumptions=P.Assumptions(rtl_efficiency=0.9, nic_placement="rail")).nic.update_time_s
                for rate in (100, 400)}
-    gather = {rate: 63 / 64 * 2e9 / (8 * link) for rate, link in ((100, 12.5e9 * 1408 / 1496), (400, U55C_PCIE))}
+    gather = {rate: 63 / 64 * 2e9 / (8 * link) for rate, link in ((100, U55C_H2C), (400, U55C_H2C))}
     assert nic[100] - nic[400] == pytest.approx(gather[100] - gather[400] + updates[100] - updates[400])
     with pytest.raises(P.PlanError, match="multiple"):
         P.sweep("tokens", [1000], params=10**9, gpus=8, gpu=P.get_gpu("h100"), target=get_target("u55c"))
@@ -451,7 +511,7 @@ def test_cli_json(capsys) -> None:
     assert [s["key"] for s in data["schemes"]][:4] == ["ddp", "zero1", "zero2", "zero3"]
     assert data["nic"]["rtl_efficiency"] == 0.9 and data["nic"]["placement"] == "rail"
     assert set(data["views"]) == {"iso-hardware", "iso-network"} and data["questions"]["fewest_gpus"]
-    assert data["assumptions"] and data["fastest"] and data["links"]["card_link"] == pytest.approx(U55C_PCIE)
+    assert data["assumptions"] and data["fastest"] and data["links"]["card_link"] == pytest.approx(U55C_H2C)
 
 
 def test_cli_reference_lists_the_plan_verb() -> None:
@@ -494,7 +554,7 @@ def test_rail_plan_uses_sizing_network_figures_and_labels_them(capsys) -> None:
     p = _plan(gpus=64, assumptions={"nic_placement": "rail", "nic_grad_path": "stream", "clip": False})
     n = p.nic
     assert n.sizing.network is not None and "network" in n.sizing_fields
-    assert n.card_link_bytes_per_s == pytest.approx(n.sizing.network.goodput_bytes_per_s)
+    assert n.card_link_bytes_per_s == pytest.approx(min(n.sizing.network.goodput_bytes_per_s, U55C_H2C))
     assert n.sizing.network.streams and n.rail
     names = {f.name: f for f in n.rail}
     assert names["payload goodput, all ring ports"].value == pytest.approx(12.5e9 * 1408 / 1496)
@@ -525,4 +585,4 @@ def test_sidecar_plan_has_no_rail_figures(capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and "rail" not in data["nic"] and "network" not in data["nic"]["sizing"]
     # the sidecar's card link stays ports x line rate x link efficiency
-    assert p.nic.card_link_bytes_per_s == pytest.approx(min(12.5e9 * 0.85, U55C_PCIE))
+    assert p.nic.card_link_bytes_per_s == pytest.approx(min(12.5e9 * 0.85, U55C_H2C))
