@@ -76,12 +76,12 @@ def test_bus_bandwidth_spreads_over_every_rail() -> None:
 
 def test_activations_logits_and_flops() -> None:
     # Korthikanti et al.: s=4, b=1, h=8, a=2 -> sbh = 32; 34 + 5*a*s/h = 39 with the scores stored (eager);
-    # FlashAttention/SDPA (the default) never stores the s x s scores: 34 (issue 27: the old default counted them)
+    # FlashAttention/SDPA (the default) never stores the s x s scores: 34 (the old default counted them)
     assert P.activation_bytes(1, 8, 2, 4, 1, "none") == 32 * 34
     assert P.activation_bytes(1, 8, 2, 4, 1, "none", "eager") == 32 * 39
     assert P.activation_bytes(3, 8, 2, 4, 1, "selective") == 3 * 32 * 34
     assert P.activation_bytes(3, 8, 2, 4, 1, "selective", "eager") == 3 * 32 * 34 + 32 * 5
-    # full: each layer's input plus the working set of the one layer recomputed in backward (issue 27: it was left out)
+    # full: each layer's input plus the working set of the one layer recomputed in backward (it was left out)
     assert P.activation_bytes(3, 8, 2, 4, 1, "full") == 3 * 32 * 2 + 32 * 34
     with pytest.raises(P.PlanError):
         P.activation_bytes(1, 8, 2, 4, 1, "some")
@@ -186,7 +186,7 @@ def test_case1_single_node_hand_computed() -> None:
     # then the bf16 shard back over the GPU's PCIe: 2 x 1.25e8 B / (64 GB/s x 0.825 = 52.8 GB/s) = 4.73 ms
     assert s["offload"].step_s == pytest.approx(compute + 1.25e8 / 1.75e8 + 2 * 1.25e8 / 52.8e9)
     assert s["offload"].host_bytes_per_node == pytest.approx(8 * 14 * 1e9 / 8)
-    # OptimusNIC sidecar (ShardedNicOptimizer), as built (issue 27: the old chain left out the change
+    # OptimusNIC sidecar (ShardedNicOptimizer), as built (the old chain left out the change
     # detection legs and took 13 GB/s both ways): shard 1.25e8 params, one host thread, leg after leg:
     # gradient GPU -> host 2.5e8 B / 52.8 GB/s, host -> card 2.5e8 B / 9.0 GB/s, fp32 masters card -> host
     # 5e8 B / 12.2 GB/s, parameters GPU -> host 2.5e8 B / 52.8 GB/s (change detection), card -> host
@@ -217,7 +217,7 @@ def test_case2_eight_nodes_llama70b_headline() -> None:
     m = P.get_model("llama3-70b")
     p = _plan(params=m.params, gpus=64, model=m, assumptions={"mfu": None})
     s = {r.key: r for r in p.schemes}
-    # Issue 27: the default is 40% hardware FLOPs utilisation (the Llama 3 run had no recompute), so full
+    # the default is 40% hardware FLOPs utilisation (the Llama 3 run had no recompute), so full
     # recompute costs time: hardware FLOPs per token 481,442,709,504 + 2 x 68,452,352,000 + 21,474,836,480
     # = 639,821,900,032 x 8192 tokens at 395.6 TFLOPS = 13.249 s (the old 9.97 s was 53% HFU)
     compute = (481_442_709_504 + 2 * 68_452_352_000 + 21_474_836_480) * 8192 / (0.4 * H100_PEAK)
@@ -238,7 +238,7 @@ def test_case2_eight_nodes_llama70b_headline() -> None:
     assert s["zero3"].memory["total"] == pytest.approx(16 * m.params / 64 + 6 * 68_452_352_000 / 80
                                                        + 194 * 8192**2 + 4_202_692_608)
     # FSDP2 + NicAdamW (MixedPrecisionPolicy(param_dtype=bf16)): FSDP2 keeps fp32 sharded parameters and
-    # gradients, 8 x P / 64 (issue 27: the old row had 4 x P / N)
+    # gradients, 8 x P / 64 (the old row had 4 x P / N)
     assert s["optimusnic_z3"].memory["params"] + s["optimusnic_z3"].memory["grads"] == pytest.approx(8 * m.params / 64)
     # iso-hardware rails: bus = min(450 x 0.85, 8 x 400/8 x 0.85) = min(382.5, 340) = 340 GB/s
     # ZeRO-3 all-gather 63/64 x 2P = 138.9 GB -> 0.4085 s per gather, hidden under forward (~2.5 s) and backward
@@ -258,7 +258,7 @@ def test_case2_eight_nodes_llama70b_headline() -> None:
     legs = 3 * 4 * shard / 52.8e9 + 4 * cp / U55C_H2C + 4 * cp / U55C_C2H + 4 * cp / U55C_C2H
     assert s["optimusnic_z3"].step_s == pytest.approx(compute + max(u, legs), rel=1e-6)
     assert (s["optimusnic_z3"].step_s - s["zero3"].step_s) / s["zero3"].step_s < 0.15
-    # ShardedNicOptimizer's chain (bf16): 0.91 s at 70B/64 (issue 27: printed 0.54 s before)
+    # ShardedNicOptimizer's chain (bf16): 0.91 s at 70B/64 (printed 0.54 s before)
     chain = sum(sec for _, sec in p.chain["optimusnic"])
     assert chain == pytest.approx(3 * 2 * shard / 52.8e9 + 2 * cp / U55C_H2C + 6 * cp / U55C_C2H)
     assert 0.80 <= chain <= 0.92
@@ -317,7 +317,7 @@ def test_overlap_flags_apply_to_every_scheme() -> None:
 def test_rail_placement_and_card_link() -> None:
     # Rail across 8 nodes: the cards' own ring carries the payload goodput, 12.5 GB/s x 1408/1496 = 11.765 GB/s
     # (framing is the loss counted, not the NCCL link efficiency); the local gradient enters the card over its
-    # PCIe at host -> card 9.0 GB/s (AMD's xbutil figure; issue 27: 13 GB/s before), which now binds:
+    # PCIe at host -> card 9.0 GB/s (AMD's xbutil figure; 13 GB/s before), which now binds:
     # min(11.765, 9.0) = 9.0 GB/s; with --card-h2c-gbs 13 the goodput binds again
     p1 = _plan(gpus=64, assumptions={"nic_placement": "rail"})
     p2 = _plan(gpus=64, assumptions={"nic_placement": "rail", "card_h2c_bytes_per_s": 13e9})
@@ -380,12 +380,12 @@ def test_questions_llama70b_on_64_h100() -> None:
     # DDP (16 bytes x 70.6e9) never fits on 80 GB: past the search limit the answer is "> limit", not "never"
     assert q["fewest_gpus"]["ddp"]["gpus"] is None and q["fewest_gpus"]["ddp"]["limit"] == 65_536
     # OptimusNIC+Z3 on whole DGX H100 nodes with their 2 PCIe slots: 2 cards per node at the capacity-first
-    # plan's 1.34 G params each need ceil(70.55 / 1.342) = 53 cards -> 27 nodes = 216 GPUs (issue 27: it said 72,
+    # plan's 1.34 G params each need ceil(70.55 / 1.342) = 53 cards -> 27 nodes = 216 GPUs (it said 72,
     # with 8 cards per node that do not fit in the slots)
     assert q["fewest_gpus"]["optimusnic_z3"] == {"gpus": 216, "nodes": 27, "limit": 65_536, "cards": 54}
-    # largest micro-batch for ZeRO-3 on 64: (80 - 17.64 - 5.13) / (10.74 + 2.28 + 4.20) = 3.3 -> 3 (issue 27: was 4)
+    # largest micro-batch for ZeRO-3 on 64: (80 - 17.64 - 5.13) / (10.74 + 2.28 + 4.20) = 3.3 -> 3 (was 4)
     assert q["max_micro_batch"]["zero3"] == 3
-    # largest sequence: 22.77 GB fixed + 17.22 GB per 8192 tokens -> 27,221 (issue 27: 34,194 before)
+    # largest sequence: 22.77 GB fixed + 17.22 GB per 8192 tokens -> 27,221 (34,194 before)
     assert 26_000 < q["max_seq"]["zero3"] < 29_000
     # tokens that hide DDP's all-reduce (2 x 63/64 x 141.1 GB / 340 GB/s = 0.8171 s) under the backward:
     # backward share of the hardware FLOPs per token at seq 8192, time per model FLOP 1 / 395.6e12
@@ -401,7 +401,7 @@ def test_questions_llama70b_on_64_h100() -> None:
     assert q["cards"]["pcie_slots"] == 2 and not q["cards"]["slots_ok"]
     assert any("PCIe slot" in w for w in p.warnings)
     # freed: the README's FSDP2 recipe keeps fp32 sharded parameters on the GPU, so the card frees m and v,
-    # 8 x P / 64 = 8.8 GB per GPU (issue 27: printed as 12 x P / N); the cards hold it from N = ceil(P / cap);
+    # 8 x P / 64 = 8.8 GB per GPU (printed as 12 x P / N); the cards hold it from N = ceil(P / cap);
     # it matters while 8 P / N >= one more sequence (10.74 + 2.28 + 4.20 = 17.22 GB)
     fr = q["freed"]
     assert fr["freed_bytes_per_gpu"] == pytest.approx(8 * m.params / 64)
@@ -424,7 +424,7 @@ def test_sweep_rows(tmp_path) -> None:
                    assumptions=P.Assumptions(rtl_efficiency=0.9))
     assert {r.gpus for r in rows} == {8, 64} and len(rows) == 2 * len(P.SCHEMES)
     assert next(r for r in rows if r.gpus == 64).freed_gb_per_gpu == pytest.approx(8 / 64)  # FSDP2 fp32 shards
-    # every point is reported: where nothing fits, one row says so (issue 27: it was dropped silently)
+    # every point is reported: where nothing fits, one row says so (it was dropped silently)
     m = P.get_model("llama3-70b")
     rows = P.sweep("gpus", [8, 64], params=m.params, gpus=64, gpu=P.get_gpu("h100"), target=get_target("u55c"),
                    model=m, assumptions=P.Assumptions(rtl_efficiency=0.9))

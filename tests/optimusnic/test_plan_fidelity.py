@@ -1,4 +1,5 @@
-"""Issue 27: the planner models what the driver does and what training stacks allocate."""
+"""The planner models what the driver does and what training stacks allocate: recompute-aware compute time,
+the card chain leg by leg, memory as allocated, capacity-first card plans, whole-node questions."""
 
 from __future__ import annotations
 
