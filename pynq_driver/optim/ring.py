@@ -40,14 +40,16 @@ How it maps onto the ring:
   its moments apply. Freeze parameters before building the optimizer to keep them out.
 - One kernel call covers the whole flat vector, so every param group must have the same lr,
   betas, eps and weight_decay at each step (a clear error otherwise). lr schedulers work: lr is
-  read from the groups at every step. One step count for the whole vector (torch keeps one per
-  parameter; they are equal unless parameters skip steps).
+  read from the groups at every step; `add_param_group` after building is refused. One step
+  count for the whole vector (torch keeps one per parameter; they are equal unless parameters
+  skip steps).
 - `max_norm=`: the two-phase step (design.md 8.1): the cards exchange the chunks' sums of
   squares, and each owner scales the averaged gradient by min(max_norm / (norm + 1e-6), 1), as
   `clip_grad_norm_` on the averaged gradients of a DDP model; a non-finite gradient on any rank
   skips the step on every card (`skipped_steps`, `last_step_skipped`). `skip_nonfinite=True`
   gives that skip without clipping. Without either a non-finite gradient is applied as torch
-  applies it.
+  applies it. `torch.amp.GradScaler` does not fit: it checks each rank's own gradients, so the
+  ranks could disagree about calling `step()` (the others would then raise PeerTimeout).
 - Parameter edits between steps (`model.load_state_dict`, `p.data` writes) are picked up: before
   the step each rank compares its parameters bit for bit with the parameters the cards returned
   last, and where its owned chunk differs writes the new values into its card's masters
@@ -172,12 +174,19 @@ class _RingNicAdamBase(torch.optim.Optimizer):
                 view.copy_(p.detach().reshape(-1))
         store = default_store(self.timeout_s) if store is None else store
         spec = KernelSpec(optimizer="adamw" if self._adamw else "adam", grad_dtype=wire_dtype)
+        self._sealed = True  # the flat vector is fixed: add_param_group is refused from here on
         self._node = RingNode.join(backend, spec, store=store, rank=self.rank, world=self.world,
                                    params=self._flat_params.numpy().copy(), comm=comm,
                                    rendezvous_timeout_s=self.timeout_s, payload_bytes=payload_bytes,
                                    peer_timeout_s=self.timeout_s, **node_options)
         self.owned = self._node.owned
         self.chunk_elems = self._node.chunk_elems
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        if getattr(self, "_sealed", False):
+            raise UserError(f"{type(self).__name__}: the ring's flat vector is fixed when the optimizer is built; "
+                            "pass every param group to the constructor")
+        super().add_param_group(param_group)
 
     def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         out, lo = [], 0

@@ -39,7 +39,8 @@ def warm_csim():
     from hls.spec import KernelSpec
     from pynq_driver.backends import open_device
 
-    open_device("csim", KernelSpec(optimizer="adamw", grad_dtype="fp32")).close()
+    for wire_dtype in ("fp32", "bf16"):
+        open_device("csim", KernelSpec(optimizer="adamw", grad_dtype=wire_dtype)).close()
 
 
 class _Net(torch.nn.Sequential):
@@ -67,7 +68,16 @@ def _flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def _parity_worker(rank, world, port, out):
+def _bf16_hook(state, bucket):
+    """DDP's bf16_compress_hook on gloo (torch's own wants NCCL): bf16 all-reduce, then / N in fp32."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    fut = dist.all_reduce(bucket.buffer().to(torch.bfloat16), async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0].float().div_(world))
+
+
+def _parity_worker(rank, world, port, out, wire_dtype="fp32"):
     import torch.distributed as dist
 
     from hls.errors import UserError
@@ -78,13 +88,15 @@ def _parity_worker(rank, world, port, out):
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
     result = {}
     try:
-        for clip in (None, 0.05):
+        for clip in (None, 0.05) if wire_dtype == "fp32" else (None,):
             model, ref_model = _model(), _model()
             ref = torch.nn.parallel.DistributedDataParallel(ref_model, find_unused_parameters=True)
+            if wire_dtype == "bf16":  # bf16 gradient compression: the same rounding as the bf16 wire at N = 2
+                ref.register_comm_hook(None, _bf16_hook)
             groups = lambda m: [{"params": list(m[0].parameters())},  # noqa: E731
                                 {"params": [*m[2].parameters(), m.extra]}]
             opt = RingNicAdamW(groups(model), lr=3e-3, weight_decay=0.05, backend="csim", store=store,
-                               max_norm=clip, timeout_s=20.0, comm=0 if clip is None else 1)
+                               wire_dtype=wire_dtype, max_norm=clip, timeout_s=20.0, comm=0 if clip is None else 1)
             ref_opt = torch.optim.AdamW(groups(ref_model), lr=3e-3, weight_decay=0.05)
             scheds = [torch.optim.lr_scheduler.StepLR(o, 4, 0.5) for o in (opt, ref_opt)]
             diff = 0.0
@@ -119,6 +131,11 @@ def _parity_worker(rank, world, port, out):
             except UserError as exc:
                 result[key]["world_refusal"] = str(exc)
             result[key]["state_keys"] = sorted(opt.state_dict()["state"][0])
+            try:
+                opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(3))]})
+                result[key]["add_group_refusal"] = None
+            except UserError as exc:
+                result[key]["add_group_refusal"] = str(exc)
             opt.close()
         try:
             RingNicAdamW([{"params": [torch.nn.Parameter(torch.ones(3))], "lr": 1e-3},
@@ -148,8 +165,19 @@ def test_ring_matches_ddp_adamw_and_ranks_agree(world, tmp_path):
         assert x["skipped"] == 0
         assert "same world size" in x["world_refusal"], x
         assert x["state_keys"] == ["exp_avg", "exp_avg_sq", "master_param", "step"]
+        assert "pass every param group to the constructor" in x["add_group_refusal"]
     assert r["plain"]["checksum"] != r["clip"]["checksum"]  # the clip did clip
     assert "every group needs the same" in r["group_refusal"]
+
+
+def test_bf16_wire_matches_ddp_with_bf16_compression(tmp_path):
+    """The gradients cross the wire as bf16: against DDP with its bf16 compression hook (at two ranks
+    both round each gradient to bf16 and their sum to bf16, and halve it exactly)."""
+    out = tmp_path / "parity.json"
+    run_ranks(_parity_worker, 2, (free_port(), str(out), "bf16"), timeout_s=240)
+    x = json.loads(out.read_text())["plain"]
+    print(f"bf16 wire, world 2: max |param diff| vs DDP + bf16_compress_hook + AdamW {x['diff']:.3g}")
+    assert x["diff"] < PARAM_TOL and x["same_bits"], x
 
 
 # ---- torchrun: docs/examples/ring_train.py ------------------------------------------------------
