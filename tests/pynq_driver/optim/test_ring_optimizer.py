@@ -249,4 +249,6 @@ def test_torchrun_a_rank_that_leaves_makes_the_others_raise(tmp_path):
         lines = [ln for ln in err.splitlines() if re.search(r"pynq_driver\.net\.errors\.PeerTimeout: ", ln)]
         assert lines, err[-2000:]
         assert f"PeerTimeout: rank {rank}: ring peer rank 1 sent nothing for" in lines[-1], lines
+        silent = float(re.search(r"sent nothing for ([0-9.]+) s", lines[-1]).group(1))
+        assert timeout <= silent < timeout + 3.0, lines[-1]  # raised once the timeout passed, not later
     assert seconds < 90  # start-up, three steps, the timeout and torchrun's shutdown
