@@ -191,6 +191,34 @@ def test_bf16_wire_matches_ddp_with_bf16_compression(tmp_path):
     assert x["diff"] < PARAM_TOL and x["same_bits"], x
 
 
+def _world_one_worker(rank, world, port, out):
+    from hls.errors import UserError
+    from pynq_driver.optim import RingNicAdamW
+
+    init_gloo(rank, world, port, 30.0)
+    try:
+        RingNicAdamW([torch.nn.Parameter(torch.ones(3))])
+    except UserError as exc:
+        Path(out).write_text(str(exc))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_refusals_before_any_card_opens(tmp_path, monkeypatch):
+    from hls.errors import UserError
+    from pynq_driver.optim import RingNicAdamW
+    from pynq_driver.optim.ring import default_store
+
+    with pytest.raises(UserError, match=r"call dist.init_process_group\(...\) first"):
+        RingNicAdamW([torch.nn.Parameter(torch.ones(3))])
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(UserError, match="pass store=dist.TCPStore"):
+        default_store(1.0)
+    out = tmp_path / "world1.txt"
+    run_ranks(_world_one_worker, 1, (free_port(), str(out)), timeout_s=120)
+    assert "a ring needs 2 .. 255 ranks, the process group has 1; on one rank use NicAdamW" in out.read_text()
+
+
 # ---- torchrun: docs/examples/ring_train.py ------------------------------------------------------
 def _torchrun(tmp_path: Path, name: str, nproc: int, *args: str, timeout: float = 240) -> tuple[int, Path, float]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
