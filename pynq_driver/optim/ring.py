@@ -161,10 +161,6 @@ class _RingNicAdamBase(torch.optim.Optimizer):
             raise UserError(f"{who}: no trainable parameters")
         self._numels = [p.numel() for p in self._params]
         self.length = sum(self._numels)
-        if broadcast_params:
-            with torch.no_grad():
-                for p in self._params:
-                    dist.broadcast(p.data, 0)
         self._flat_params = torch.empty(self.length, dtype=torch.float32)
         self._flat_grad = torch.empty(self.length, dtype=_WIRE_TORCH[wire_dtype])
         self._param_views = self._views(self._flat_params)
@@ -172,6 +168,10 @@ class _RingNicAdamBase(torch.optim.Optimizer):
         with torch.no_grad():
             for view, p in zip(self._param_views, self._params, strict=True):
                 view.copy_(p.detach().reshape(-1))
+            if broadcast_params:  # once, as DDP does when it wraps: one broadcast of the flat vector
+                dist.broadcast(self._flat_params, 0)
+                for view, p in zip(self._param_views, self._params, strict=True):
+                    p.copy_(view.view_as(p))
         store = default_store(self.timeout_s) if store is None else store
         spec = KernelSpec(optimizer="adamw" if self._adamw else "adam", grad_dtype=wire_dtype)
         self._sealed = True  # the flat vector is fixed: add_param_group is refused from here on

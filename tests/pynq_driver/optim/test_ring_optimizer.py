@@ -92,6 +92,10 @@ def _parity_worker(rank, world, port, out, wire_dtype="fp32"):
                    ("adam", RingNicAdam, torch.optim.Adam, None)]
         for comm, (key, ring_cls, ref_cls, clip) in enumerate(configs if wire_dtype == "fp32" else configs[:1]):
             model, ref_model = _model(), _model()
+            if rank:  # another start on the other ranks: the optimizer broadcasts rank 0's, as DDP does
+                with torch.no_grad():
+                    for p in (*model.parameters(), *ref_model.parameters()):
+                        p.add_(rank)
             ref = torch.nn.parallel.DistributedDataParallel(ref_model, find_unused_parameters=True)
             if wire_dtype == "bf16":  # bf16 gradient compression: the same rounding as the bf16 wire at N = 2
                 ref.register_comm_hook(None, _bf16_hook)
