@@ -315,7 +315,11 @@ class _RingNicAdamBase(torch.optim.Optimizer):
         saved_groups = state_dict["param_groups"]
         if [len(g["params"]) for g in saved_groups] != [len(g["params"]) for g in self.param_groups]:
             raise UserError(f"{self._who}.load_state_dict: the param groups differ in number or size")
-        shard = state_dict["state"][0]
+        shard = state_dict.get("state", {}).get(0)
+        missing = [k for k in ("step", "exp_avg", "exp_avg_sq", "master_param") if not isinstance(shard, dict)
+                   or k not in shard]
+        if missing:
+            raise UserError(f"{self._who}.load_state_dict: state[0] lacks {', '.join(missing)}")
         node.load_state_dict({"step": int(torch.as_tensor(shard["step"]).item()), "params": shard["master_param"],
                               "exp_avg": shard["exp_avg"], "exp_avg_sq": shard["exp_avg_sq"],
                               "rank": self.rank, "world": self.world, "length": self.length})
