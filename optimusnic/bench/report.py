@@ -69,6 +69,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
             sizes: tuple[int, ...] | None = None) -> dict[str, Any]:
     from optimusnic.bench import csim as bench_csim
     from optimusnic.bench import driver as bench_driver
+    from optimusnic.bench import net as bench_net
     from optimusnic.bench import rtl as bench_rtl
 
     results: dict[str, Any] = {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -81,6 +82,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
         ("driver", f"optimusnic bench driver --params {params} --repeats {repeats}",
          lambda: bench_driver.measure(params, repeats, None, threads)),
         ("rtl", "optimusnic bench rtl", lambda: bench_rtl.collect(log=log)),
+        ("net", f"optimusnic bench net --repeats {repeats}", lambda: bench_net.measure(repeats=repeats, log=log)),
     )
     steps += (("synth", f"optimusnic synth --target u55c --timing --full-lanes {','.join(map(str, BENCH_FULL_LANES))}",
                lambda: synth_timing(log=log)),)
@@ -227,6 +229,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"| Verilator (HBM model) | {min(speeds):,.0f} to {max(speeds):,.0f} simulated clocks/s |",
         f"| Icarus | {icarus} |",
         "",
+        *_net_section(r.get("net")),
         *synth_section(r.get("synth")),
         "![benchmark chart](results.png)",
         "",
@@ -235,6 +238,15 @@ def markdown(r: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _net_section(rep: dict[str, Any] | None) -> list[str]:
+    """The ring on software cards against DDP (nothing when the bench ran without it)."""
+    if not rep:
+        return []
+    from optimusnic.bench import net as bench_net
+
+    return bench_net.markdown(rep)
 
 
 SYNTH_HEADING = "## Timing evidence from yosys (LUT levels, fan-out)"
