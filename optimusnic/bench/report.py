@@ -3,7 +3,9 @@
 Each benchmark measures its ratio inside one run (the machine is shared and noisy, so only
 figures measured side by side are compared) and reports medians. The report records the
 machine, the date, the exact commands and every figure, plus a bar chart; the RTL efficiency
-also goes to build/bench/rtl.json, where `optimusnic plan` reads it. The last step is the yosys
+also goes to build/bench/rtl.json, where `optimusnic plan` reads it, and the ring's protocol
+efficiency on software cards (goodput fraction, retransmission overhead) to build/bench/net.json
+(beside results.json's `net.protocol_efficiency`). The last step is the yosys
 timing evidence (`hls.rtl.timing_report.report`: LUT levels and fan-out per RTL module and for the kernel),
 reused from build/synth/ when the RTL has not changed.
 """
@@ -24,6 +26,7 @@ from hls.paths import BUILD_DIR, REPO_ROOT
 
 RESULTS_DIR = REPO_ROOT / "bench"
 RTL_JSON = BUILD_DIR / "bench" / "rtl.json"
+NET_JSON = BUILD_DIR / "bench" / "net.json"  # the ring's protocol efficiency on software cards, for the planner
 
 
 def machine() -> dict[str, Any]:
@@ -97,6 +100,10 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
     RTL_JSON.write_text(json.dumps({"efficiency": results["rtl"]["efficiency"],
                                     "source": "optimusnic bench all (RTL kernel, ideal memory, elements/clock / lanes)",
                                     "date": results["date"]}, indent=2) + "\n")
+    if results["net"].get("protocol_efficiency"):
+        NET_JSON.write_text(json.dumps({**results["net"]["protocol_efficiency"], "status": "measured on software "
+                                        "cards (localhost UDP): a protocol-efficiency figure, not a line rate",
+                                        "date": results["date"]}, indent=2) + "\n")
     return results
 
 

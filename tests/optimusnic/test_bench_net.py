@@ -10,6 +10,7 @@ import pytest
 
 from hls.net import ring, wire
 from optimusnic.bench import net as bench_net
+from optimusnic.bench import report as bench_report
 from optimusnic.cli.bench import BENCHES
 
 
@@ -39,6 +40,8 @@ def test_small_run_reports_times_wire_bytes_and_drops() -> None:
     text = "\n".join(bench_net.markdown(r))
     assert "DDP + AdamW (gloo)" in text and "software" in text and "NOT" not in text
     assert len(bench_net.drop_table(r)) == 2 + 2 and len(bench_net.wire_table(r)) == 2 + 2
+    assert bench_report._net_section(r)[0] == "## The ring on software cards against DDP + AdamW (gloo)"
+    assert bench_report._net_section(None) == []  # results.json of a run without it
 
 
 def test_framed_formula_matches_the_wire_module() -> None:
