@@ -28,7 +28,7 @@ def test_small_run_reports_times_wire_bytes_and_drops() -> None:
         assert w["payload_first"] == f["payload_bytes"] and w["payload_first_exact"]
         assert w["data_wire_first"] == f["framed_wire_bytes"] and w["data_wire_first_exact"]
         assert w["wire_bytes"] >= f["framed_wire_bytes"]
-        assert 0 < w["goodput_fraction"] <= f["framing_fraction"] < 1
+        assert 0 < w["goodput_fraction"] <= w["no_retransmission_fraction"] < f["framing_fraction"] < 1
     assert r["payload_matches_formula"] and r["framed_matches_formula"]
     assert [d["drop"] for d in r["drops"]] == [0.0, 1e-2]
     for d in r["drops"]:  # the payload formula holds under loss too: go-back-N sends every packet once first
