@@ -139,8 +139,15 @@ class DdpGroup:
 
     def _collect(self, kind: str, count: int) -> list[Any]:
         out = []
+        import queue
+
         for _ in range(count):
-            got = self.results.get(timeout=self.timeout_s)
+            try:
+                got = self.results.get(timeout=self.timeout_s)
+            except queue.Empty:
+                dead = [r for r, p in enumerate(self.procs) if not p.is_alive()]
+                raise RuntimeError(f"DDP baseline: no {kind!r} from the gloo ranks within {self.timeout_s:g} s"
+                                   + (f" (rank(s) {dead} exited)" if dead else "")) from None
             if got[0] != kind:
                 raise RuntimeError(f"DDP worker: expected {kind!r}, got {got!r}")
             out.append(got[1])
