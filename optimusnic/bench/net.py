@@ -29,7 +29,8 @@ reference `hls.net.ring.ring_step` (the bench raises `BenchMismatch` at the firs
   framing-only P / (P + 88), and retransmitted bytes per rank per step. Localhost also loses
   datagrams of its own (socket buffers overflow while N cards share two cores): counted apart as
   `socket_lost`), and a card drops frames of a step it has not started yet (`early_dropped`: the
-  host starts the cards one after another); both are recovered the same way. Also the goodput
+  host starts the cards one after another); both are recovered the same way, and an ACK later than
+  the RTO (the Python cards wait for the CPU) resends a window spuriously. Also the goodput
   fraction without retransmissions (framing and ACK/NAK frames: the protocol's alone). These
   fractions transfer to a card (the retransmissions depend on the harness too); the step times do not.
 """
@@ -264,6 +265,7 @@ def wire_figures(cc: CheckedCluster) -> dict[str, Any]:
                 "retransmitted_frames": c["retransmitted_frames"], "retransmitted_bytes": c["retransmitted_bytes"],
                 "timeouts": c["timeouts"], "naks_sent": c["naks_sent"],
                 "injected_drops": c.get("fault_dropped", 0), "early_dropped": c["dropped_step"],
+                "duplicates_received": c["dropped_duplicate"],
                 "udp_sent": c["udp_sent"], "udp_received": c["udp_received"], "udp_send_errors": c["udp_send_errors"]})
     n = len(rows)
 
@@ -431,7 +433,7 @@ def drop_table(r: dict[str, Any]) -> list[str]:
     out = ["| injected drop | steps, all bit-exact | step (software) | goodput fraction | framing only P/(P+88) "
            "| goodput without retransmissions (framing + ACK/NAK) | retransmitted per rank per step "
            "| retransmission overhead | frames lost: injected / socket / "
-           "early (a peer's next step) per rank per step | timeouts / NAKs per rank per step |",
+           "early (a peer's next step) per rank per step | timeouts / NAKs / duplicates received per rank per step |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for d in r["drops"]:
         w = d["wire"]
@@ -441,7 +443,7 @@ def drop_table(r: dict[str, Any]) -> list[str]:
                    f"| {w['retransmitted_bytes']:,.0f} B ({w['retransmitted_frames']:,.1f} frames) "
                    f"| {w['retransmission_overhead']:.2%} "
                    f"| {w['injected_drops']:.1f} / {w['socket_lost']:.1f} / {w['early_dropped']:.1f} "
-                   f"| {w['timeouts']:.1f} / {w['naks_sent']:.1f} |")
+                   f"| {w['timeouts']:.1f} / {w['naks_sent']:.1f} / {w['duplicates_received']:.1f} |")
     return out
 
 
@@ -496,11 +498,13 @@ def markdown(r: dict[str, Any]) -> list[str]:
         ]
     if eff is not None:
         lines += [
-            "At injected drop 0 the retransmissions come from frames a card dropped because they belong to a step "
-            f"it has not started yet (the early column) and from the timeouts ({r['rto_s'] * 1e3:g} ms) that "
-            "recover them: how many depends on how far apart the hosts start their cards' steps (here one thread "
-            "starts N cards that share two cores with the reference), so that share is this harness's as much as "
-            "the protocol's; framing and ACK/NAK frames are the protocol's alone.",
+            "With nothing injected, retransmissions have two causes here: frames a card dropped because they "
+            "belong to a step it has not started yet (the early column: the host starts the N cards one after "
+            f"another) and spurious timeouts, an ACK later than the {r['rto_s'] * 1e3:g} ms RTO because the Python "
+            "cards wait for the CPU (the receiver then counts the resent window as duplicates). Both depend on "
+            "this harness (N cards and the reference sharing two cores) as much as on the protocol; a card "
+            "answering within microseconds has no spurious timeouts. Framing and ACK/NAK frames are the "
+            "protocol's alone.",
             "",
             f"Protocol efficiency with no injected loss: goodput fraction {eff['goodput_fraction']:.4f} (a loss "
             f"beyond framing's {eff['framing_fraction']:.4f} of {eff['loss_beyond_framing']:.2%}); without "
