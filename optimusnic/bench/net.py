@@ -11,9 +11,9 @@ reference `hls.net.ring.ring_step` (the bench raises `BenchMismatch` at the firs
   card, one Python GIL) on the machine's cores; absolute times are a software simulation's, not
   a card's. The baseline: N spawned processes in a gloo group on 127.0.0.1, each holding one flat
   fp32 parameter of L elements and torch.optim.AdamW (lr 1e-3, weight decay 1e-2, torch's
-  defaults otherwise: on CPU the single-tensor implementation); one timed step is what DDP does after backward: `dist.all_reduce` of the
-  L-element gradient (one bucket, SUM), divide by N, `optimizer.step()` -- no model, no loss, no
-  backward; the gradient is copied in before the clock starts. Each rank times from a barrier to
+  defaults otherwise: on CPU the single-tensor implementation); one timed step is what DDP does
+  after backward: `dist.all_reduce` of the L-element gradient (SUM), divide by N,
+  `optimizer.step()` -- no model, no loss, no backward; the gradient is copied in before the clock starts. Each rank times from a barrier to
   the end of its optimizer step; the step's time is the slowest rank's. torch threads per process:
   cores // N (at least 1). The card and DDP steps are interleaved repeat by repeat (the workers
   wait on a queue, idle, while the cards run), each timed step after an untimed one of the same.
@@ -462,7 +462,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
         f"(`pynq_driver.net.cluster.NetCluster`: all N cards in ONE Python process, an event-loop thread per card, "
         f"UDP on 127.0.0.1, payload {r['payload_bytes']} B, RTO {r['rto_s'] * 1e3:g} ms) against N spawned "
         "processes in a gloo group on 127.0.0.1, each with one flat fp32 parameter of the same L elements and "
-        "torch.optim.AdamW (torch's defaults on CPU: the single-tensor implementation). A DDP step as timed: `all_reduce` of the gradient (SUM), divide by N, "
+        "torch.optim.AdamW (torch's defaults on CPU: the single-tensor implementation). A DDP step as timed: "
+        "`all_reduce` of the gradient (SUM), divide by N, "
         "`optimizer.step()` (no model, loss or backward; from a barrier, the slowest rank); a card step: "
         "`cluster.step()` = reduce-scatter, each owner's AdamW on its S = L/N elements, all-gather, every rank's "
         f"parameters back. Median of {r['repeats']} interleaved repeats, each after an untimed step of the same; "
