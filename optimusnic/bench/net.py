@@ -14,8 +14,8 @@ reference `hls.net.ring.ring_step` (the bench raises `BenchMismatch` at the firs
   defaults otherwise: on CPU the single-tensor implementation); one timed step is what DDP does
   after backward: `dist.all_reduce` of the L-element gradient (SUM), divide by N,
   `optimizer.step()` -- no model, no loss, no backward; the gradient is copied in before the
-  clock starts. Each rank times from a barrier to the end of its optimizer step; the step's time is the slowest rank's. torch threads per process:
-  cores // N (at least 1). The card and DDP steps are interleaved repeat by repeat (the workers
+  clock starts. Each rank times from a barrier to the end of its optimizer step; the step's
+  time is the slowest rank's. torch threads per process: cores // N (at least 1). The card and DDP steps are interleaved repeat by repeat (the workers
   wait on a queue, idle, while the cards run), each timed step after an untimed one of the same.
 - bytes on the wire per rank per step, from each card's counters (`RingNode.counters`, deltas
   over a step): payload bytes sent the first time against (N - 1) x S x (gradient bytes +
