@@ -15,8 +15,9 @@ reference `hls.net.ring.ring_step` (the bench raises `BenchMismatch` at the firs
   after backward: `dist.all_reduce` of the L-element gradient (SUM), divide by N,
   `optimizer.step()` -- no model, no loss, no backward; the gradient is copied in before the
   clock starts. Each rank times from a barrier to the end of its optimizer step; the step's
-  time is the slowest rank's. torch threads per process: cores // N (at least 1). The card and DDP steps are interleaved repeat by repeat (the workers
-  wait on a queue, idle, while the cards run), each timed step after an untimed one of the same.
+  time is the slowest rank's. torch threads per process: cores // N (at least 1). The card and
+  DDP steps are interleaved repeat by repeat (the workers wait on a queue, idle, while the cards
+  run), each timed step after an untimed one of the same.
 - bytes on the wire per rank per step, from each card's counters (`RingNode.counters`, deltas
   over a step): payload bytes sent the first time against (N - 1) x S x (gradient bytes +
   parameter bytes), which go-back-N reaches exactly whatever is lost; data frames' bytes on the
@@ -27,7 +28,7 @@ reference `hls.net.ring.ring_step` (the bench raises `BenchMismatch` at the firs
   golden cards, N = 3 by default, the smallest L): goodput fraction = payload bytes delivered /
   bytes on the wire sent (retransmissions, ACK/NAK frames, preamble and gap included) against the
   framing-only P / (P + 88), and retransmitted bytes per rank per step. Localhost also loses
-  datagrams of its own (socket buffers overflow while N cards share two cores): counted apart as
+  datagrams of its own when a socket buffer overflows (counted apart as
   `socket_lost`), and a card drops frames of a step it has not started yet (`early_dropped`: the
   host starts the cards one after another); both are recovered the same way, and an ACK later than
   the RTO (the Python cards wait for the CPU) resends a window spuriously. Also the goodput
