@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--net-backends", type=lambda t: [x.strip() for x in t.split(",")], default=None,
                    help="net: software cards to time, comma-separated golden,csim (default both)")
     p.add_argument("--no-ddp", action="store_true", help="net: skip the DDP + AdamW (gloo) baseline")
+    p.add_argument("--rto-ms", type=int_in(1, 10_000), default=None,
+                   help="net: the cards' retransmission timeout in ms (default: the ring node's, 20)")
     add_json(p)
     p.set_defaults(func=run)
 

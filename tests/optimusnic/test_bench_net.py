@@ -17,6 +17,7 @@ from optimusnic.cli.bench import BENCHES
 def test_small_run_reports_times_wire_bytes_and_drops() -> None:
     r = bench_net.measure(sizes=(3000,), worlds=(2, 3), backends=("golden",), repeats=1, ddp=False,
                           drop_rates=(0.0, 1e-2), drop_steps=2)
+    assert r["rto_s"] == bench_net._rto() and r["drop_rto_s"] == bench_net.DROP_RTO_S
     assert r["bit_exact"] is True  # every step was checked (a difference raises BenchMismatch)
     assert [(row["world"], row["elements_per_rank"]) for row in r["times"]] == [(2, 3000), (3, 3000)]
     for row in r["times"]:
@@ -82,3 +83,14 @@ def test_ddp_baseline_times_steps() -> None:
 
 def test_cli_lists_the_net_bench() -> None:
     assert BENCHES["net"] == "optimusnic.bench.net"
+
+
+def test_rto_reaches_the_cards_and_the_command() -> None:
+    cc = bench_net.CheckedCluster("golden", 2, 1000, rto_s=0.2)
+    try:
+        assert all(node.config.rto == 0.2 for node in cc.cluster.nodes)
+    finally:
+        cc.close()
+    r = {"sizes": [1000], "worlds": [2], "repeats": 1, "rto_option_ms": 200.0}
+    assert bench_net.command(r).endswith("--repeats 1 --rto-ms 200")
+    assert "--rto-ms" not in bench_net.command({**r, "rto_option_ms": None})
