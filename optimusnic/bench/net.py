@@ -70,7 +70,7 @@ SOFTWARE_NOTE = ("software cards: N cards in one Python process over localhost U
 
 
 class BenchMismatch(AssertionError):
-    """A cluster step differed from `ring_step` (or the wire counters from the formula)."""
+    """A cluster step differed from `ring_step` on some rank (the bench stops there)."""
 
 
 def _log(log: Any, text: str) -> None:
