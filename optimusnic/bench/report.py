@@ -3,7 +3,9 @@
 Each benchmark measures its ratio inside one run (the machine is shared and noisy, so only
 figures measured side by side are compared) and reports medians. The report records the
 machine, the date, the exact commands and every figure, plus a bar chart; the RTL efficiency
-also goes to build/bench/rtl.json, where `optimusnic plan` reads it. The last step is the yosys
+also goes to build/bench/rtl.json, where `optimusnic plan` reads it, and the ring's protocol
+efficiency on software cards (goodput fraction, retransmission overhead) to build/bench/net.json
+(beside results.json's `net.protocol_efficiency`). The last step is the yosys
 timing evidence (`hls.rtl.timing_report.report`: LUT levels and fan-out per RTL module and for the kernel),
 reused from build/synth/ when the RTL has not changed.
 """
@@ -24,6 +26,7 @@ from hls.paths import BUILD_DIR, REPO_ROOT
 
 RESULTS_DIR = REPO_ROOT / "bench"
 RTL_JSON = BUILD_DIR / "bench" / "rtl.json"
+NET_JSON = BUILD_DIR / "bench" / "net.json"  # the ring's protocol efficiency on software cards, for the planner
 
 
 def machine() -> dict[str, Any]:
@@ -69,6 +72,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
             sizes: tuple[int, ...] | None = None) -> dict[str, Any]:
     from optimusnic.bench import csim as bench_csim
     from optimusnic.bench import driver as bench_driver
+    from optimusnic.bench import net as bench_net
     from optimusnic.bench import rtl as bench_rtl
 
     results: dict[str, Any] = {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -81,6 +85,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
         ("driver", f"optimusnic bench driver --params {params} --repeats {repeats}",
          lambda: bench_driver.measure(params, repeats, None, threads)),
         ("rtl", "optimusnic bench rtl", lambda: bench_rtl.collect(log=log)),
+        ("net", f"optimusnic bench net --repeats {repeats}", lambda: bench_net.measure(repeats=repeats, log=log)),
     )
     steps += (("synth", f"optimusnic synth --target u55c --timing --full-lanes {','.join(map(str, BENCH_FULL_LANES))}",
                lambda: synth_timing(log=log)),)
@@ -95,6 +100,10 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
     RTL_JSON.write_text(json.dumps({"efficiency": results["rtl"]["efficiency"],
                                     "source": "optimusnic bench all (RTL kernel, ideal memory, elements/clock / lanes)",
                                     "date": results["date"]}, indent=2) + "\n")
+    if results["net"].get("protocol_efficiency"):
+        NET_JSON.write_text(json.dumps({**results["net"]["protocol_efficiency"], "status": "measured on software "
+                                        "cards (localhost UDP): a protocol-efficiency figure, not a line rate",
+                                        "date": results["date"]}, indent=2) + "\n")
     return results
 
 
@@ -227,6 +236,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"| Verilator (HBM model) | {min(speeds):,.0f} to {max(speeds):,.0f} simulated clocks/s |",
         f"| Icarus | {icarus} |",
         "",
+        *_net_section(r.get("net")),
         *synth_section(r.get("synth")),
         "![benchmark chart](results.png)",
         "",
@@ -235,6 +245,15 @@ def markdown(r: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _net_section(rep: dict[str, Any] | None) -> list[str]:
+    """The ring on software cards against DDP (nothing when the bench ran without it)."""
+    if not rep:
+        return []
+    from optimusnic.bench import net as bench_net
+
+    return bench_net.markdown(rep)
 
 
 SYNTH_HEADING = "## Timing evidence from yosys (LUT levels, fan-out)"

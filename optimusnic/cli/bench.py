@@ -9,17 +9,27 @@ from hls.errors import ToolMissing
 from optimusnic.cli.common import add_json, count_up_to, int_in
 
 # which -> module providing `run(args) -> int`; imported lazily so a missing one only affects itself.
-BENCHES = {"csim": "optimusnic.bench.csim", "rtl": "optimusnic.bench.rtl", "driver": "optimusnic.bench.driver"}
+BENCHES = {"csim": "optimusnic.bench.csim", "rtl": "optimusnic.bench.rtl", "driver": "optimusnic.bench.driver",
+           "net": "optimusnic.bench.net"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmark csim (vs torch AdamW), rtl, driver; all writes bench/results.md")
+    p = sub.add_parser("bench", help="benchmark csim (vs torch AdamW), rtl, driver, net (ring vs DDP); "
+                                     "all writes bench/results.md")
     p.add_argument("which", choices=[*BENCHES, "all"])
     p.add_argument("--params", type=count_up_to(1 << 30), default=16 * 1024 * 1024, help="parameters (default 16M)")
     p.add_argument("--repeats", type=int_in(1, 1000), default=5, help="timed repeats; the median is reported")
     p.add_argument("--threads", type=int_in(1, 256), default=None, help="csim and torch threads (default: every core)")
     p.add_argument("--sizes", type=lambda t: [count_up_to(1 << 30)(x) for x in t.split(",")], default=None,
-                   help="csim: parameter counts to measure, comma-separated (default 1048576,16777216,50M)")
+                   help="csim: parameter counts to measure, comma-separated (default 1048576,16777216,50M); "
+                        "net: elements per rank (default 1048576,4194304)")
+    p.add_argument("--worlds", type=lambda t: [int_in(2, 16)(x) for x in t.split(",")], default=None,
+                   help="net: ring sizes N, comma-separated (default 2,3,4)")
+    p.add_argument("--net-backends", type=lambda t: [x.strip() for x in t.split(",")], default=None,
+                   help="net: software cards to time, comma-separated golden,csim (default both)")
+    p.add_argument("--no-ddp", action="store_true", help="net: skip the DDP + AdamW (gloo) baseline")
+    p.add_argument("--rto-ms", type=int_in(1, 10_000), default=None,
+                   help="net: the cards' retransmission timeout in ms (default: the ring node's, 20)")
     add_json(p)
     p.set_defaults(func=run)
 
