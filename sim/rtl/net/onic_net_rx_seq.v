@@ -188,7 +188,7 @@ module onic_net_rx_seq #(
 
     always @(posedge clk) begin
         if (s_valid && s_first) begin
-            hdr_reg       <= {s_data[8*6 +: 48], be32(s_data, 26), be16(s_data, 34),        // src MAC, IP, port
+            hdr_reg       <= {be32(s_data, 6), be16(s_data, 10), be32(s_data, 26), be16(s_data, 34),        // src MAC, IP, port
                               s_data[8*42 +: 8], s_data[8*43 +: 8], be16(s_data, 44),     // opcode|ver, dtype|flags, comm
                               s_data[8*46 +: 8], s_data[8*47 +: 8], be16(s_data, 48),     // src, hop, chunk
                               be32(s_data, 50), be32(s_data, 54), be32(s_data, 58),       // step, seq, offset
