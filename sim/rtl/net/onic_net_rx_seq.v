@@ -162,6 +162,23 @@ module onic_net_rx_seq #(
         end
     endfunction
 
+    /* per-flow receiver state (flow f in bits [32f +: 32] / [2f +: 2]) */
+    reg [95:0] expected_reg;
+    reg [95:0] prev_expected_reg;
+    reg [5:0]  reply_reg;
+    reg [2:0]  nak_sent_reg;
+    reg [2:0]  late_reg;             // a re-ACK of the previous step is due
+    reg [31:0] cur_step_reg, prev_step_reg;
+    reg        cur_valid_reg, prev_valid_reg;
+
+    /* stage W registers the verdict needs at the latch */
+    reg [511:0] w_data_reg;
+    reg [63:0]  w_keep_reg;
+    reg         w_valid_reg, w_last_reg, w_user_reg, w_first_reg;
+    wire        accept;
+    reg         is_data_reg;
+    reg [1:0]   flow_reg;           // 0 RS, 1 AG, 2 scalar
+
     /* the frame's header, latched at its first beat (cause parts A: before the frame-length
        check, B: after it) */
     wire short14 = s_last && !s_keep[13];
@@ -172,19 +189,27 @@ module onic_net_rx_seq #(
     wire [4:0] cause_b = s_bad_port ? C_PORT : s_bad_udp_len ? C_TRUNC : s_bad_version ? C_VER :
                          s_bad_opcode ? C_OPC : s_bad_dtype ? C_DTYPE : s_bad_length ? C_TRUNC :
                          s_bad_comm ? C_COMM : C_ACCEPT;
-    wire [3:0] s_opcode = s_data[8*42 +: 4];
+    wire [3:0]  s_opcode = s_data[8*42 +: 4];
+    wire [1:0]  s_flow   = s_opcode == 4'd1 ? 2'd0 : s_opcode == 4'd2 ? 2'd1 : 2'd2;
+    wire [31:0] s_step   = be32(s_data, 50);
+    wire [31:0] s_seq    = be32(s_data, 54);
+    wire [31:0] s_exp    = s_flow == 2'd0 ? expected_reg[31:0] :
+                           s_flow == 2'd1 ? expected_reg[63:32] : expected_reg[95:64];
+    wire [31:0] s_exp1   = s_exp + 32'd1;
+
+    wire [10:0] beat_no = s_first ? 11'd1 : beat_no_reg + 11'd1;
 
     reg [271:0] hdr_reg;
     reg [4:0]   cause_a_reg, cause_b_reg;
     reg         short_ip_reg;
     reg [10:0]  exp_beats_reg;
     reg [63:0]  exp_keep_reg;
-    reg         is_data_reg;
-    reg [1:0]   flow_reg;           // 0 RS, 1 AG, 2 scalar
-    reg [31:0]  step_reg;
-    reg [31:0]  seq_reg;
     reg         hdr_ok_reg;         // no header cause: worth buffering
     reg [10:0]  beat_no_reg;        // the number of the beat now in stage W (1 = the first)
+    reg         len_ok_reg;         // the beat in W, if last, ends the frame where IPv4 says
+    reg         lt0_reg, eq0_reg, eq1_reg;  // seq vs the flow's expected number (and + 1) at the latch
+    reg         bump_reg;           // the frame in W at the latch was accepted in this flow
+    reg         cur_match_reg, prv_match_reg;
 
     always @(posedge clk) begin
         if (s_valid && s_first) begin
@@ -199,21 +224,24 @@ module onic_net_rx_seq #(
             exp_beats_reg <= s_exp_beats;
             exp_keep_reg  <= s_exp_keep;
             is_data_reg   <= s_opcode == 4'd1 || s_opcode == 4'd2 || s_opcode == 4'd5;
-            flow_reg      <= s_opcode == 4'd1 ? 2'd0 : s_opcode == 4'd2 ? 2'd1 : 2'd2;
-            step_reg      <= be32(s_data, 50);
-            seq_reg       <= be32(s_data, 54);
+            flow_reg      <= s_flow;
+            lt0_reg       <= s_seq < s_exp;
+            eq0_reg       <= s_seq == s_exp;
+            eq1_reg       <= s_seq == s_exp1;
+            // at most one frame ends between the latch and this frame's end: the one in W now
+            bump_reg      <= accept && is_data_reg && flow_reg == s_flow;
+            cur_match_reg <= cur_valid_reg && s_step == cur_step_reg;
+            prv_match_reg <= prev_valid_reg && s_step == prev_step_reg;
             hdr_ok_reg    <= cause_a == C_ACCEPT && cause_b == C_ACCEPT;
         end
         if (s_valid) begin
-            beat_no_reg <= s_first ? 11'd1 : beat_no_reg + 11'd1;
+            beat_no_reg <= beat_no;
         end
+        len_ok_reg <= beat_no == (s_first ? s_exp_beats : exp_beats_reg)
+                      && s_keep == (s_first ? s_exp_keep : exp_keep_reg);
     end
 
     /* stage W: the beat goes to the buffer; the verdict at the last beat */
-    reg [511:0] w_data_reg;
-    reg [63:0]  w_keep_reg;
-    reg         w_valid_reg, w_last_reg, w_user_reg, w_first_reg;
-
     always @(posedge clk) begin
         w_data_reg  <= s_data;
         w_keep_reg  <= s_keep;
@@ -225,22 +253,12 @@ module onic_net_rx_seq #(
 
     wire w_end = w_valid_reg && w_last_reg;
 
-    /* per-flow receiver state (flow f in bits [32f +: 32] / [2f +: 2]) */
-    reg [95:0] expected_reg;
-    reg [95:0] prev_expected_reg;
-    reg [5:0]  reply_reg;
-    reg [2:0]  nak_sent_reg;
-    reg [2:0]  late_reg;             // a re-ACK of the previous step is due
-    reg [31:0] cur_step_reg, prev_step_reg;
-    reg        cur_valid_reg, prev_valid_reg;
 
-    wire [31:0] exp_f     = flow_reg == 2'd0 ? expected_reg[31:0] :
-                            flow_reg == 2'd1 ? expected_reg[63:32] : expected_reg[95:64];
-    wire        seq_eq    = seq_reg == exp_f;
-    wire        seq_lt    = seq_reg < exp_f;
-    wire        cur_match = cur_valid_reg && step_reg == cur_step_reg;
-    wire        prv_match = prev_valid_reg && step_reg == prev_step_reg;
-    wire        trunc_end = short_ip_reg || beat_no_reg != exp_beats_reg || w_keep_reg != exp_keep_reg;
+    wire        seq_eq    = bump_reg ? eq1_reg : eq0_reg;
+    wire        seq_lt    = bump_reg ? lt0_reg || eq0_reg : lt0_reg;
+    wire        cur_match = cur_match_reg;
+    wire        prv_match = prv_match_reg;
+    wire        trunc_end = short_ip_reg || !len_ok_reg;
     wire        fits      = buf_fits && hdr_ready;
 
     reg [4:0] verdict;
@@ -266,7 +284,7 @@ module onic_net_rx_seq #(
         end
     end
 
-    wire accept = w_end && verdict == C_ACCEPT;
+    assign accept = w_end && verdict == C_ACCEPT;
 
     assign buf_data   = w_data_reg;
     assign buf_keep   = w_keep_reg;
@@ -341,13 +359,16 @@ module onic_net_rx_seq #(
     end
 
     reg [2:0] late_next;
+    integer g;
     always @(*) begin
         late_next = late_reg;
-        if (take && !sel[2]) begin
-            late_next[sel_f] = 1'b0;
-        end
-        if (w_end && verdict == C_PREV) begin
-            late_next[flow_reg] = 1'b1;
+        for (g = 0; g < 3; g = g + 1) begin
+            if (take && !sel[2] && sel_f == g[1:0]) begin
+                late_next[g] = 1'b0;
+            end
+            if (w_end && verdict == C_PREV && flow_reg == g[1:0]) begin
+                late_next[g] = 1'b1;
+            end
         end
     end
 
