@@ -17,8 +17,8 @@
  * multiple of 0xFFFF). The header fields themselves are m_data's bytes on the first beat.
  * Check bits are 1 when the check FAILS, so the consumer ranks them in the codec's order
  * (hls.net.wire.parse_frame). The length checks that need the frame's end (bytes received vs
- * the IPv4 total length) are left to the consumer: m_exp_beats / m_exp_keep say what the last
- * beat must look like. local_* are configuration: hold them steady while frames arrive.
+ * the IPv4 total length) are left to the consumer: m_exp_beats / m_exp_keep say where the IPv4
+ * packet ends (bytes after it are Ethernet padding). local_* are configuration: hold them steady while frames arrive.
  */
 module onic_net_rx_parse #(
     // UDP destination port of every ring frame (0x4F4E)
@@ -62,8 +62,8 @@ module onic_net_rx_parse #(
     output wire          m_bad_dtype,
     output wire          m_bad_length,       // ring payload length != IPv4 total length - 50
     output wire          m_bad_comm,
-    output wire [10:0]   m_exp_beats,        // beats the frame must have: ceil((14 + ip_len) / 64)
-    output wire [63:0]   m_exp_keep          // TKEEP its last beat must have
+    output wire [10:0]   m_exp_beats,        // beats up to the IPv4 packet's end: ceil((14 + ip_len) / 64)
+    output wire [63:0]   m_exp_keep          // TKEEP of the beat where the IPv4 packet ends
 );
 
     localparam integer NCHK = 14;

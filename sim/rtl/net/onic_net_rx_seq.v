@@ -12,8 +12,9 @@
  *   1. the codec's drop cause, in hls.net.wire.parse_frame's order: FCS (TUSER on the last
  *      beat), truncated (< 14 bytes), MAC, EtherType, truncated (< 34 bytes), IPv4 version/IHL,
  *      header checksum, IP address, protocol, truncated (IPv4 total length below our headers, or
- *      the frame's bytes != 14 + IPv4 total length), port, truncated (UDP length), version,
- *      opcode, dtype, truncated (ring length != IPv4 length - 50); then the communicator;
+ *      the frame shorter than 14 + IPv4 total length), port, truncated (UDP length), version,
+ *      opcode, dtype, truncated (ring length != IPv4 length - 50); then the communicator.
+ *      Bytes after the IPv4 length (Ethernet padding) are not delivered, as parse_frame cuts them;
  *   2. for data frames (RS, AG, scalar): the step (current: go on; the previous step: dropped
  *      and re-ACKed with that step's final sequence number, design 8.3; anything else: dropped),
  *      then hls.net.reliability.Receiver per flow: seq == expected is accepted, below is a
@@ -198,6 +199,9 @@ module onic_net_rx_seq #(
     wire [31:0] s_exp1   = s_exp + 32'd1;
 
     wire [10:0] beat_no = s_first ? 11'd1 : beat_no_reg + 11'd1;
+    // what the frame's end must look like: its IPv4 length, the first beat's or the latched one
+    wire [10:0] exp_b   = s_first ? s_exp_beats : exp_beats_reg;
+    wire [63:0] exp_k   = s_first ? s_exp_keep : exp_keep_reg;
 
     reg [271:0] hdr_reg;
     reg [4:0]   cause_a_reg, cause_b_reg;
@@ -206,7 +210,10 @@ module onic_net_rx_seq #(
     reg [63:0]  exp_keep_reg;
     reg         hdr_ok_reg;         // no header cause: worth buffering
     reg [10:0]  beat_no_reg;        // the number of the beat now in stage W (1 = the first)
-    reg         len_ok_reg;         // the beat in W, if last, ends the frame where IPv4 says
+    reg         len_ok_reg;         // the beat in W, if last, ends at or after where IPv4 says
+    reg         in_pay_reg;         // the beat in W is within the IPv4 length (not Ethernet padding)
+    reg         pay_last_reg;       // ... and the last such beat
+    reg [63:0]  pay_keep_reg;       // its TKEEP trimmed to the IPv4 length
     reg         lt0_reg, eq0_reg, eq1_reg;  // seq vs the flow's expected number (and + 1) at the latch
     reg         bump_reg;           // the frame in W at the latch was accepted in this flow
     reg         cur_match_reg, prv_match_reg;
@@ -237,8 +244,10 @@ module onic_net_rx_seq #(
         if (s_valid) begin
             beat_no_reg <= beat_no;
         end
-        len_ok_reg <= beat_no == (s_first ? s_exp_beats : exp_beats_reg)
-                      && s_keep == (s_first ? s_exp_keep : exp_keep_reg);
+        len_ok_reg   <= beat_no > exp_b || (beat_no == exp_b && (s_keep & exp_k) == exp_k);
+        in_pay_reg   <= beat_no <= exp_b;
+        pay_last_reg <= beat_no == exp_b;
+        pay_keep_reg <= beat_no == exp_b ? exp_k : s_keep;
     end
 
     /* stage W: the beat goes to the buffer; the verdict at the last beat */
@@ -287,9 +296,9 @@ module onic_net_rx_seq #(
     assign accept = w_end && verdict == C_ACCEPT;
 
     assign buf_data   = w_data_reg;
-    assign buf_keep   = w_keep_reg;
-    assign buf_last   = w_last_reg;
-    assign buf_valid  = w_valid_reg && !w_first_reg && hdr_ok_reg;
+    assign buf_keep   = pay_keep_reg;
+    assign buf_last   = pay_last_reg;
+    assign buf_valid  = w_valid_reg && !w_first_reg && hdr_ok_reg && in_pay_reg;
     assign buf_end    = w_end;
     assign buf_commit = accept;
     assign hdr_data   = hdr_reg;
@@ -423,18 +432,21 @@ module onic_net_rx_seq #(
         end
     endfunction
 
+    // the counters' own reset, a clock later (no frame ends that soon): rst drives fewer loads
+    reg cnt_rst_reg;
+
     integer c;
     always @(posedge clk) begin
+        cnt_rst_reg   <= rst;
         cnt_cause_reg <= verdict;
         cnt_beats_reg <= beat_no_reg;
         cnt_keep_reg  <= w_keep_reg;
-        if (rst) begin
-            cnt_end_reg <= 1'b0;
+        cnt_end_reg   <= rst ? 1'b0 : w_end;
+        if (cnt_rst_reg) begin
             for (c = 0; c < NCNT; c = c + 1) begin
                 cnt_reg[c] <= 32'd0;
             end
         end else begin
-            cnt_end_reg <= w_end;
             if (cnt_end_reg) begin
                 for (c = 0; c < 19; c = c + 1) begin
                     if (cnt_cause_reg == c[4:0] && cnt_reg[c] != 32'hFFFFFFFF) begin

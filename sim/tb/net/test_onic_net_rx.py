@@ -171,7 +171,7 @@ def reply_frame(rng: random.Random, step: int) -> bytes:
 
 
 CORRUPTIONS = ("fcs", "mac", "ethertype", "ip_header", "ip_checksum", "ip_address", "protocol", "port", "udp_len",
-               "version", "opcode", "dtype", "length", "cut", "comm")
+               "version", "opcode", "dtype", "length", "cut", "comm", "pad", "pad")
 
 
 def corrupt(rng: random.Random, frame: bytes, how: str) -> tuple[bytes, bool]:
@@ -201,6 +201,8 @@ def corrupt(rng: random.Random, frame: bytes, how: str) -> tuple[bytes, bool]:
         f[62:64] = struct.pack("!H", struct.unpack("!H", f[62:64])[0] ^ (1 << rng.randrange(8)))
     elif how == "cut":
         f = f[: rng.randrange(1, len(f))]
+    elif how == "pad":  # Ethernet padding after the IPv4 packet: not delivered, the frame is
+        f += rng.randbytes(rng.randint(1, 130))
     return bytes(f), False
 
 

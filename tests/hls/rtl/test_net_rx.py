@@ -101,3 +101,16 @@ def test_rx_timing_shape(module: str, params: dict[str, int], tmp_path: Path) ->
     assert report["max_fanout"] <= timing.GOAL_MAX_FANOUT, report
     if module == "onic_net_rx_fifo":
         assert any(c.startswith(("RAMB", "URAM")) for c in run["cells"]), f"not in block RAM: {run['cells']}"
+
+
+@pytest.mark.slow
+def test_rx_top_timing_shape(tmp_path: Path) -> None:
+    """The whole receive path at its defaults (1024-beat payload buffer, 32 slots)."""
+    if not shutil.which("yosys"):
+        pytest.skip("yosys not installed (make deps-yosys)")
+    run = synth.synth_module(read_filelist(RX_LIST), "onic_net_rx", {}, cache_dir=tmp_path, use_cache=False)
+    report = timing_report.row(run)
+    print({k: report[k] for k in ("lut_levels", "max_fanout_net", "max_fanout")}, run["cells"])
+    assert report["lut_levels"] <= timing.GOAL_LUT_LEVELS, report
+    assert report["max_fanout"] <= timing.GOAL_MAX_FANOUT, report
+    assert any(c.startswith(("RAMB", "URAM")) for c in run["cells"]), f"not in block RAM: {run['cells']}"
