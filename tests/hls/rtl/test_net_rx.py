@@ -28,19 +28,20 @@ RX_LIST = NET_RTL / "net_rx.f"
 PARAMS = {"PAYLOAD_DEPTH_LOG2": 5, "SLOT_LOG2": 3, "FRAME_BEATS": 4}
 
 
-def _run(simulator: str, monkeypatch: pytest.MonkeyPatch, frames: int, seed: int = 11) -> None:
+def _run(simulator: str, monkeypatch: pytest.MonkeyPatch, frames: int, seed: int = 11,
+         params: dict[str, int] = PARAMS) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
     if simulator == "verilator":
         monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     xml = simulators.run_cocotb(
         sources=read_filelist(RX_LIST), toplevel="onic_net_rx", test_module="test_onic_net_rx", test_dir=NET_TB,
-        build_dir=BUILD_DIR / "sim" / "net" / f"rx-{simulator}", simulator=simulator, parameters=PARAMS,
-        extra_env={"ONIC_SEED": str(seed), "ONIC_FRAMES": str(frames),
-                   **{k: str(v) for k, v in PARAMS.items()}},
+        build_dir=BUILD_DIR / "sim" / "net" / f"rx-{simulator}-{params['PAYLOAD_DEPTH_LOG2']}-{params['SLOT_LOG2']}",
+        simulator=simulator, parameters=params,
+        extra_env={"ONIC_SEED": str(seed), "ONIC_FRAMES": str(frames), **{k: str(v) for k, v in params.items()}},
     )
     ran, failed = simulators.check_results(xml)
-    assert ran == 2 and failed == 0, f"onic_net_rx on {simulator}: see {xml}"
+    assert ran == 3 and failed == 0, f"onic_net_rx on {simulator}: see {xml}"
 
 
 def test_net_rx_verilator(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,6 +57,13 @@ def test_net_rx_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_net_rx_verilator_sweep(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     _run("verilator", monkeypatch, frames=4000, seed=seed)
+
+
+@pytest.mark.slow
+def test_net_rx_verilator_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module's default sizes: 1024-beat payload RAM, 32 slots, 1408-byte (22-beat) payloads."""
+    _run("verilator", monkeypatch, frames=1500, seed=5,
+         params={"PAYLOAD_DEPTH_LOG2": 10, "SLOT_LOG2": 5, "FRAME_BEATS": 22})
 
 
 def _rx_files() -> list[Path]:
