@@ -28,8 +28,10 @@
  * number and credit, and evt_ready takes it (Receiver.take_reply): evt_* may change while
  * evt_valid waits (always the newest state), so it is an event port, not a strict AXI4-Stream.
  * Counters are 32-bit, saturating, named as hls.net.card's (bytes_in: without the FCS, which
- * the MAC strips; the card counts it). step_start (between frames) begins step step_id:
- * expected numbers restart at 0 and the old step becomes the previous one.
+ * the MAC strips; the card counts it). step_start begins step step_id: expected numbers
+ * restart at 0 and the old step becomes the previous one. A frame whose end comes after
+ * step_start is judged in the new step (its latched comparisons are redone); one ending in the
+ * same clock is judged in the old step (its reply is dropped with the old step's replies).
  */
 module onic_net_rx_seq #(
     // log2 of the header slots (frames) in the buffer: the credit is the free slots
@@ -199,6 +201,8 @@ module onic_net_rx_seq #(
     wire [31:0] s_exp1   = s_exp + 32'd1;
 
     wire [10:0] beat_no = s_first ? 11'd1 : beat_no_reg + 11'd1;
+    wire [31:0] hdr_step;   // the latched frame's step and sequence number (in hdr_reg)
+    wire [31:0] hdr_seq;
     // what the frame's end must look like: its IPv4 length, the first beat's or the latched one
     wire [10:0] exp_b   = s_first ? s_exp_beats : exp_beats_reg;
     wire [63:0] exp_k   = s_first ? s_exp_keep : exp_keep_reg;
@@ -232,14 +236,32 @@ module onic_net_rx_seq #(
             exp_keep_reg  <= s_exp_keep;
             is_data_reg   <= s_opcode == 4'd1 || s_opcode == 4'd2 || s_opcode == 4'd5;
             flow_reg      <= s_flow;
-            lt0_reg       <= s_seq < s_exp;
-            eq0_reg       <= s_seq == s_exp;
-            eq1_reg       <= s_seq == s_exp1;
-            // at most one frame ends between the latch and this frame's end: the one in W now
-            bump_reg      <= accept && is_data_reg && flow_reg == s_flow;
-            cur_match_reg <= cur_valid_reg && s_step == cur_step_reg;
-            prv_match_reg <= prev_valid_reg && s_step == prev_step_reg;
             hdr_ok_reg    <= cause_a == C_ACCEPT && cause_b == C_ACCEPT;
+            if (step_start) begin
+                // the new step applies to this frame: every expected number restarts at 0
+                lt0_reg       <= 1'b0;
+                eq0_reg       <= s_seq == 32'd0;
+                eq1_reg       <= s_seq == 32'd1;
+                bump_reg      <= 1'b0;
+                cur_match_reg <= s_step == step_id;
+                prv_match_reg <= cur_valid_reg && s_step == cur_step_reg;
+            end else begin
+                lt0_reg       <= s_seq < s_exp;
+                eq0_reg       <= s_seq == s_exp;
+                eq1_reg       <= s_seq == s_exp1;
+                // at most one frame ends between the latch and this frame's end: the one in W now
+                bump_reg      <= accept && is_data_reg && flow_reg == s_flow;
+                cur_match_reg <= cur_valid_reg && s_step == cur_step_reg;
+                prv_match_reg <= prev_valid_reg && s_step == prev_step_reg;
+            end
+        end else if (step_start) begin
+            // a frame past its latch whose end is still to come is judged in the new step
+            lt0_reg       <= 1'b0;
+            eq0_reg       <= hdr_seq == 32'd0;
+            eq1_reg       <= hdr_seq == 32'd1;
+            bump_reg      <= 1'b0;
+            cur_match_reg <= hdr_step == step_id;
+            prv_match_reg <= cur_match_reg;
         end
         if (s_valid) begin
             beat_no_reg <= beat_no;
@@ -249,6 +271,9 @@ module onic_net_rx_seq #(
         pay_last_reg <= beat_no == exp_b;
         pay_keep_reg <= beat_no == exp_b ? exp_k : s_keep;
     end
+
+    assign hdr_step = hdr_reg[111:80];
+    assign hdr_seq  = hdr_reg[79:48];
 
     /* stage W: the beat goes to the buffer; the verdict at the last beat */
     always @(posedge clk) begin
@@ -394,7 +419,7 @@ module onic_net_rx_seq #(
             prev_valid_reg    <= 1'b0;
         end else if (step_start) begin
             expected_reg      <= 96'd0;
-            prev_expected_reg <= expected_reg;
+            prev_expected_reg <= expected_next;  // with a frame accepted in this clock
             reply_reg         <= 6'd0;
             nak_sent_reg      <= 3'd0;
             late_reg          <= 3'd0;

@@ -355,3 +355,35 @@ async def test_eth_mac_rx(dut: Any) -> None:
     assert events == tb.model.take_replies()
     got = tb.counters()
     assert got == tb.model.counters, f"counters {got} != model {tb.model.counters}"
+
+
+@cocotb.test()
+async def test_step_start_in_flight(dut: Any) -> None:
+    """step_start while a frame is between its header latch and its end: the frame is judged in
+    the new step (accepted as its seq 0; then, one step on, re-ACKed as a previous-step frame)."""
+    seed = int(os.environ.get("ONIC_SEED", "1"))
+    rng = random.Random(seed + 3)
+    tb = TB(dut, rng)
+    tb.random_backpressure(0.2)
+    await tb.reset()
+    await tb.start_step(10)
+    delivered = []
+    for new_step in (11, 12):
+        payload = rng.randbytes(64 * 20)
+        h = Header(Opcode.RS, "fp32", 0, COMM, 0, 0, 0, 11, 0, 0, len(payload))
+        frame = wire.build_frame(PEER, LOCAL, h, payload)
+        await tb.send(frame)
+        while not int(dut.s_axis_tvalid.value):
+            await FallingEdge(dut.clk)
+        await ClockCycles(dut.clk, 9)  # the header is latched (6 clocks in), the end ~26 clocks in
+        await tb.start_step(new_step)
+        cause, out = tb.model.receive(frame)
+        assert cause == ("accept" if new_step == 11 else "previous_step"), cause
+        if out is not None:
+            delivered.append(out)
+        await tb.quiesce()
+    await tb.check_delivered(delivered)
+    events = await tb.take_events()
+    assert events == tb.model.take_replies() == [(0, int(Flow.RS), 11, 1, tb.slots)], events
+    got = tb.counters()
+    assert got == tb.model.counters, f"counters {got} != model {tb.model.counters}"

@@ -41,7 +41,7 @@ def _run(simulator: str, monkeypatch: pytest.MonkeyPatch, frames: int, seed: int
         extra_env={"ONIC_SEED": str(seed), "ONIC_FRAMES": str(frames), **{k: str(v) for k, v in params.items()}},
     )
     ran, failed = simulators.check_results(xml)
-    assert ran == 3 and failed == 0, f"onic_net_rx on {simulator}: see {xml}"
+    assert ran == 4 and failed == 0, f"onic_net_rx on {simulator}: see {xml}"
 
 
 def test_net_rx_verilator(monkeypatch: pytest.MonkeyPatch) -> None:
