@@ -1,0 +1,513 @@
+// OptimusNIC: ring-protocol receive verdict: drop causes, go-back-N per flow, replies, counters
+// Language: Verilog 2001
+
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+/*
+ * Follows onic_net_rx_parse: latches the first beat's fields and checks, writes the payload
+ * beats (every beat after the first) tentatively into the frame buffer (onic_net_rx_fifo) one
+ * clock later, and at the frame's last beat decides, in one clock from registers:
+ *   1. the codec's drop cause, in hls.net.wire.parse_frame's order: FCS (TUSER on the last
+ *      beat), truncated (< 14 bytes), MAC, EtherType, truncated (< 34 bytes), IPv4 version/IHL,
+ *      header checksum, IP address, protocol, truncated (IPv4 total length below our headers, or
+ *      the frame shorter than 14 + IPv4 total length), port, truncated (UDP length), version,
+ *      opcode, dtype, truncated (ring length != IPv4 length - 50); then the communicator.
+ *      Bytes after the IPv4 length (Ethernet padding) are not delivered, as parse_frame cuts them;
+ *   2. for data frames (RS, AG, scalar): the step (current: go on; the previous step: dropped
+ *      and re-ACKed with that step's final sequence number, design 8.3; anything else: dropped),
+ *      then hls.net.reliability.Receiver per flow: seq == expected is accepted, below is a
+ *      duplicate (re-ACK), above is a gap (one NAK per gap), and an accepted frame that does not
+ *      fit the buffer (payload beats or a header slot) is an overflow (re-ACK);
+ *   3. ACK/NAK frames that pass 1 are delivered (header only) for the transmit side to judge.
+ * A delivered frame is committed in the buffer and its header pushed (hdr_push); anything else
+ * is discarded whole. Replies: per flow a pending ACK or NAK (coalesced exactly as Receiver's
+ * `reply`) and a pending re-ACK of the previous step; evt_* shows the first pending one
+ * (previous-step re-ACKs first, then RS, AG, scalar) with the flow's CURRENT next-expected
+ * number and credit, and evt_ready takes it (Receiver.take_reply): evt_* may change while
+ * evt_valid waits (always the newest state), so it is an event port, not a strict AXI4-Stream.
+ * Counters are 32-bit, saturating, named as hls.net.card's (bytes_in: without the FCS, which
+ * the MAC strips; the card counts it). step_start begins step step_id: expected numbers
+ * restart at 0 and the old step becomes the previous one. A frame whose end comes after
+ * step_start is judged in the new step (its latched comparisons are redone); one ending in the
+ * same clock is judged in the old step (its reply is dropped with the old step's replies).
+ */
+module onic_net_rx_seq #(
+    // log2 of the header slots (frames) in the buffer: the credit is the free slots
+    parameter integer SLOT_LOG2 = 5
+) (
+    input  wire                 clk,
+    input  wire                 rst,
+
+    /* step control */
+    input  wire                 step_start,
+    input  wire [31:0]          step_id,
+
+    /* from onic_net_rx_parse */
+    input  wire [511:0]         s_data,
+    input  wire [63:0]          s_keep,
+    input  wire                 s_valid,
+    input  wire                 s_last,
+    input  wire                 s_user,
+    input  wire                 s_first,
+    input  wire                 s_bad_mac,
+    input  wire                 s_bad_ethertype,
+    input  wire                 s_bad_ip_header,
+    input  wire                 s_bad_ip_checksum,
+    input  wire                 s_bad_ip_address,
+    input  wire                 s_bad_protocol,
+    input  wire                 s_short_ip_len,
+    input  wire                 s_bad_port,
+    input  wire                 s_bad_udp_len,
+    input  wire                 s_bad_version,
+    input  wire                 s_bad_opcode,
+    input  wire                 s_bad_dtype,
+    input  wire                 s_bad_length,
+    input  wire                 s_bad_comm,
+    input  wire [10:0]          s_exp_beats,
+    input  wire [63:0]          s_exp_keep,
+
+    /* to the payload buffer (onic_net_rx_fifo) */
+    output wire [511:0]         buf_data,
+    output wire [63:0]          buf_keep,
+    output wire                 buf_last,
+    output wire                 buf_valid,
+    output wire                 buf_end,
+    output wire                 buf_commit,
+    input  wire                 buf_fits,
+
+    /* to the header buffer: the decoded header of a delivered frame */
+    output wire [271:0]         hdr_data,
+    output wire                 hdr_push,
+    input  wire                 hdr_ready,
+    input  wire [SLOT_LOG2:0]   hdr_count,
+
+    /* replies for the transmit side */
+    output wire                 evt_valid,
+    input  wire                 evt_ready,
+    output wire                 evt_nak,       // 0 ACK, 1 NAK
+    output wire [1:0]           evt_flow,      // 1 RS, 2 AG, 3 scalar (hls.net.wire.Flow)
+    output wire [31:0]          evt_step,
+    output wire [31:0]          evt_seq,       // the next sequence number expected
+    output wire [31:0]          evt_credit,    // free slots, in packets
+
+    /* counters (hls.net.card names) */
+    output wire [31:0]          frames_in,
+    output wire [31:0]          bytes_in,
+    output wire [31:0]          frames_accepted,
+    output wire [31:0]          dropped_truncated,
+    output wire [31:0]          dropped_fcs,
+    output wire [31:0]          dropped_mac,
+    output wire [31:0]          dropped_ethertype,
+    output wire [31:0]          dropped_ip_header,
+    output wire [31:0]          dropped_ip_checksum,
+    output wire [31:0]          dropped_ip_address,
+    output wire [31:0]          dropped_protocol,
+    output wire [31:0]          dropped_port,
+    output wire [31:0]          dropped_version,
+    output wire [31:0]          dropped_opcode,
+    output wire [31:0]          dropped_dtype,
+    output wire [31:0]          dropped_comm,
+    output wire [31:0]          dropped_step,
+    output wire [31:0]          dropped_previous_step,
+    output wire [31:0]          dropped_duplicate,
+    output wire [31:0]          dropped_gap,
+    output wire [31:0]          dropped_overflow
+);
+
+    initial begin
+        if (SLOT_LOG2 < 1 || SLOT_LOG2 > 16) begin
+            $error("SLOT_LOG2 must be 1..16 (instance %m)");
+            $finish;
+        end
+    end
+
+    // verdict codes; 1 .. 18 index the drop counters
+    localparam [4:0] C_ACCEPT = 5'd0, C_TRUNC = 5'd1, C_FCS = 5'd2, C_MAC = 5'd3, C_ETYPE = 5'd4,
+                     C_IPHDR = 5'd5, C_CSUM = 5'd6, C_IPADDR = 5'd7, C_PROTO = 5'd8, C_PORT = 5'd9,
+                     C_VER = 5'd10, C_OPC = 5'd11, C_DTYPE = 5'd12, C_COMM = 5'd13, C_STEP = 5'd14,
+                     C_PREV = 5'd15, C_DUP = 5'd16, C_GAP = 5'd17, C_OVF = 5'd18;
+    localparam integer NCNT = 21;  // 18 causes, frames_in (19), bytes_in (20), frames_accepted (0)
+    localparam [1:0] R_NONE = 2'd0, R_ACK = 2'd1, R_NAK = 2'd2;
+
+    function [15:0] be16;
+        input [511:0] d;
+        input integer b;
+        begin
+            be16 = {d[8*b +: 8], d[8*(b+1) +: 8]};
+        end
+    endfunction
+
+    function [31:0] be32;
+        input [511:0] d;
+        input integer b;
+        begin
+            be32 = {d[8*b +: 8], d[8*(b+1) +: 8], d[8*(b+2) +: 8], d[8*(b+3) +: 8]};
+        end
+    endfunction
+
+    // bytes in a contiguous TKEEP (ones from bit 0): the position of the first zero
+    function [6:0] keep_bytes;
+        input [63:0] k;
+        integer j, i;
+        reg b;
+        begin
+            keep_bytes = 7'd0;
+            keep_bytes[6] = k[63];
+            for (j = 0; j < 6; j = j + 1) begin
+                b = 1'b0;
+                for (i = 0; i < 64; i = i + (2 << j)) begin
+                    b = b | (k[i + (1 << j) - 1] & ~k[i + (2 << j) - 1]);
+                end
+                keep_bytes[j] = b;
+            end
+        end
+    endfunction
+
+    /* per-flow receiver state (flow f in bits [32f +: 32] / [2f +: 2]) */
+    reg [95:0] expected_reg;
+    reg [95:0] prev_expected_reg;
+    reg [5:0]  reply_reg;
+    reg [2:0]  nak_sent_reg;
+    reg [2:0]  late_reg;             // a re-ACK of the previous step is due
+    reg [31:0] cur_step_reg, prev_step_reg;
+    reg        cur_valid_reg, prev_valid_reg;
+
+    /* stage W registers the verdict needs at the latch */
+    reg [511:0] w_data_reg;
+    reg [63:0]  w_keep_reg;
+    reg         w_valid_reg, w_last_reg, w_user_reg, w_first_reg;
+    wire        accept;
+    reg         is_data_reg;
+    reg [1:0]   flow_reg;           // 0 RS, 1 AG, 2 scalar
+
+    /* the frame's header, latched at its first beat (cause parts A: before the frame-length
+       check, B: after it) */
+    wire short14 = s_last && !s_keep[13];
+    wire short34 = s_last && !s_keep[33];
+    wire [4:0] cause_a = short14 ? C_TRUNC : s_bad_mac ? C_MAC : s_bad_ethertype ? C_ETYPE :
+                         short34 ? C_TRUNC : s_bad_ip_header ? C_IPHDR : s_bad_ip_checksum ? C_CSUM :
+                         s_bad_ip_address ? C_IPADDR : s_bad_protocol ? C_PROTO : C_ACCEPT;
+    wire [4:0] cause_b = s_bad_port ? C_PORT : s_bad_udp_len ? C_TRUNC : s_bad_version ? C_VER :
+                         s_bad_opcode ? C_OPC : s_bad_dtype ? C_DTYPE : s_bad_length ? C_TRUNC :
+                         s_bad_comm ? C_COMM : C_ACCEPT;
+    wire [3:0]  s_opcode = s_data[8*42 +: 4];
+    wire [1:0]  s_flow   = s_opcode == 4'd1 ? 2'd0 : s_opcode == 4'd2 ? 2'd1 : 2'd2;
+    wire [31:0] s_step   = be32(s_data, 50);
+    wire [31:0] s_seq    = be32(s_data, 54);
+    wire [31:0] s_exp    = s_flow == 2'd0 ? expected_reg[31:0] :
+                           s_flow == 2'd1 ? expected_reg[63:32] : expected_reg[95:64];
+    wire [31:0] s_exp1   = s_exp + 32'd1;
+
+    wire [10:0] beat_no = s_first ? 11'd1 : beat_no_reg + 11'd1;
+    wire [31:0] hdr_step;   // the latched frame's step and sequence number (in hdr_reg)
+    wire [31:0] hdr_seq;
+    // what the frame's end must look like: its IPv4 length, the first beat's or the latched one
+    wire [10:0] exp_b   = s_first ? s_exp_beats : exp_beats_reg;
+    wire [63:0] exp_k   = s_first ? s_exp_keep : exp_keep_reg;
+
+    reg [271:0] hdr_reg;
+    reg [4:0]   cause_a_reg, cause_b_reg;
+    reg         short_ip_reg;
+    reg [10:0]  exp_beats_reg;
+    reg [63:0]  exp_keep_reg;
+    reg         hdr_ok_reg;         // no header cause: worth buffering
+    reg [10:0]  beat_no_reg;        // the number of the beat now in stage W (1 = the first)
+    reg         len_ok_reg;         // the beat in W, if last, ends at or after where IPv4 says
+    reg         in_pay_reg;         // the beat in W is within the IPv4 length (not Ethernet padding)
+    reg         pay_last_reg;       // ... and the last such beat
+    reg [63:0]  pay_keep_reg;       // its TKEEP trimmed to the IPv4 length
+    reg         lt0_reg, eq0_reg, eq1_reg;  // seq vs the flow's expected number (and + 1) at the latch
+    reg         bump_reg;           // the frame in W at the latch was accepted in this flow
+    reg         cur_match_reg, prv_match_reg;
+
+    always @(posedge clk) begin
+        if (s_valid && s_first) begin
+            hdr_reg       <= {be32(s_data, 6), be16(s_data, 10), be32(s_data, 26), be16(s_data, 34),        // src MAC, IP, port
+                              s_data[8*42 +: 8], s_data[8*43 +: 8], be16(s_data, 44),     // opcode|ver, dtype|flags, comm
+                              s_data[8*46 +: 8], s_data[8*47 +: 8], be16(s_data, 48),     // src, hop, chunk
+                              be32(s_data, 50), be32(s_data, 54), be32(s_data, 58),       // step, seq, offset
+                              be16(s_data, 62)};                                          // length
+            cause_a_reg   <= cause_a;
+            cause_b_reg   <= cause_b;
+            short_ip_reg  <= s_short_ip_len;
+            exp_beats_reg <= s_exp_beats;
+            exp_keep_reg  <= s_exp_keep;
+            is_data_reg   <= s_opcode == 4'd1 || s_opcode == 4'd2 || s_opcode == 4'd5;
+            flow_reg      <= s_flow;
+            hdr_ok_reg    <= cause_a == C_ACCEPT && cause_b == C_ACCEPT;
+            if (step_start) begin
+                // the new step applies to this frame: every expected number restarts at 0
+                lt0_reg       <= 1'b0;
+                eq0_reg       <= s_seq == 32'd0;
+                eq1_reg       <= s_seq == 32'd1;
+                bump_reg      <= 1'b0;
+                cur_match_reg <= s_step == step_id;
+                prv_match_reg <= cur_valid_reg && s_step == cur_step_reg;
+            end else begin
+                lt0_reg       <= s_seq < s_exp;
+                eq0_reg       <= s_seq == s_exp;
+                eq1_reg       <= s_seq == s_exp1;
+                // at most one frame ends between the latch and this frame's end: the one in W now
+                bump_reg      <= accept && is_data_reg && flow_reg == s_flow;
+                cur_match_reg <= cur_valid_reg && s_step == cur_step_reg;
+                prv_match_reg <= prev_valid_reg && s_step == prev_step_reg;
+            end
+        end else if (step_start) begin
+            // a frame past its latch whose end is still to come is judged in the new step
+            lt0_reg       <= 1'b0;
+            eq0_reg       <= hdr_seq == 32'd0;
+            eq1_reg       <= hdr_seq == 32'd1;
+            bump_reg      <= 1'b0;
+            cur_match_reg <= hdr_step == step_id;
+            prv_match_reg <= cur_match_reg;
+        end
+        if (s_valid) begin
+            beat_no_reg <= beat_no;
+        end
+        len_ok_reg   <= beat_no > exp_b || (beat_no == exp_b && (s_keep & exp_k) == exp_k);
+        in_pay_reg   <= beat_no <= exp_b;
+        pay_last_reg <= beat_no == exp_b;
+        pay_keep_reg <= beat_no == exp_b ? exp_k : s_keep;
+    end
+
+    assign hdr_step = hdr_reg[111:80];
+    assign hdr_seq  = hdr_reg[79:48];
+
+    /* stage W: the beat goes to the buffer; the verdict at the last beat */
+    always @(posedge clk) begin
+        w_data_reg  <= s_data;
+        w_keep_reg  <= s_keep;
+        w_last_reg  <= s_last;
+        w_user_reg  <= s_user;
+        w_first_reg <= s_first;
+        w_valid_reg <= rst ? 1'b0 : s_valid;
+    end
+
+    wire w_end = w_valid_reg && w_last_reg;
+
+
+    wire        seq_eq    = bump_reg ? eq1_reg : eq0_reg;
+    wire        seq_lt    = bump_reg ? lt0_reg || eq0_reg : lt0_reg;
+    wire        cur_match = cur_match_reg;
+    wire        prv_match = prv_match_reg;
+    wire        trunc_end = short_ip_reg || !len_ok_reg;
+    wire        fits      = buf_fits && hdr_ready;
+
+    reg [4:0] verdict;
+    always @(*) begin
+        if (w_user_reg) begin
+            verdict = C_FCS;
+        end else if (cause_a_reg != C_ACCEPT) begin
+            verdict = cause_a_reg;
+        end else if (trunc_end) begin
+            verdict = C_TRUNC;
+        end else if (cause_b_reg != C_ACCEPT) begin
+            verdict = cause_b_reg;
+        end else if (!is_data_reg) begin
+            verdict = fits ? C_ACCEPT : C_OVF;
+        end else if (!cur_match) begin
+            verdict = prv_match ? C_PREV : C_STEP;
+        end else if (seq_lt) begin
+            verdict = C_DUP;
+        end else if (!seq_eq) begin
+            verdict = C_GAP;
+        end else begin
+            verdict = fits ? C_ACCEPT : C_OVF;
+        end
+    end
+
+    assign accept = w_end && verdict == C_ACCEPT;
+
+    assign buf_data   = w_data_reg;
+    assign buf_keep   = pay_keep_reg;
+    assign buf_last   = pay_last_reg;
+    assign buf_valid  = w_valid_reg && !w_first_reg && hdr_ok_reg && in_pay_reg;
+    assign buf_end    = w_end;
+    assign buf_commit = accept;
+    assign hdr_data   = hdr_reg;
+    assign hdr_push   = accept;
+
+    /* replies: the first pending one, taken by evt_ready */
+    wire [SLOT_LOG2:0] slots = {1'b1, {SLOT_LOG2{1'b0}}};
+    wire [SLOT_LOG2:0] free_slots = slots - hdr_count;
+    wire [31:0] credit = {{(31-SLOT_LOG2){1'b0}}, free_slots};
+
+    reg [2:0] sel;     // 0..2: a previous-step re-ACK of flow sel; 4..6: flow sel - 4's reply
+    reg       sel_valid;
+    always @(*) begin
+        sel_valid = 1'b1;
+        if (late_reg[0]) begin
+            sel = 3'd0;
+        end else if (late_reg[1]) begin
+            sel = 3'd1;
+        end else if (late_reg[2]) begin
+            sel = 3'd2;
+        end else if (reply_reg[1:0] != R_NONE) begin
+            sel = 3'd4;
+        end else if (reply_reg[3:2] != R_NONE) begin
+            sel = 3'd5;
+        end else if (reply_reg[5:4] != R_NONE) begin
+            sel = 3'd6;
+        end else begin
+            sel = 3'd7;
+            sel_valid = 1'b0;
+        end
+    end
+
+    wire [1:0] sel_f = sel[1:0] == 2'd3 ? 2'd0 : sel[1:0];
+    assign evt_valid  = sel_valid;
+    assign evt_nak    = sel[2] && reply_reg[2*sel_f +: 2] == R_NAK;
+    assign evt_flow   = sel_f + 2'd1;
+    assign evt_step   = sel[2] ? cur_step_reg : prev_step_reg;
+    assign evt_seq    = sel[2] ? expected_reg[32*sel_f +: 32] : prev_expected_reg[32*sel_f +: 32];
+    assign evt_credit = credit;
+    wire take = evt_valid && evt_ready;
+
+    // next reply, expected number and NAK flag of each flow (Receiver.on_frame / take_reply)
+    reg [5:0]  reply_next;
+    reg [95:0] expected_next;
+    reg [2:0]  nak_sent_next;
+    reg [1:0]  r;
+    integer f;
+    always @(*) begin
+        expected_next = expected_reg;
+        nak_sent_next = nak_sent_reg;
+        for (f = 0; f < 3; f = f + 1) begin
+            r = (take && sel[2] && sel_f == f[1:0]) ? R_NONE : reply_reg[2*f +: 2];
+            if (w_end && is_data_reg && flow_reg == f[1:0]) begin
+                if (verdict == C_ACCEPT) begin
+                    r = R_ACK;               // a NAK not yet sent is moot: the gap is filled
+                    expected_next[32*f +: 32] = expected_reg[32*f +: 32] + 32'd1;
+                    nak_sent_next[f] = 1'b0;
+                end else if (verdict == C_DUP || verdict == C_OVF) begin
+                    r = r == R_NONE ? R_ACK : r;
+                end else if (verdict == C_GAP && !nak_sent_reg[f]) begin
+                    r = R_NAK;
+                    nak_sent_next[f] = 1'b1;
+                end
+            end
+            reply_next[2*f +: 2] = r;
+        end
+    end
+
+    reg [2:0] late_next;
+    integer g;
+    always @(*) begin
+        late_next = late_reg;
+        for (g = 0; g < 3; g = g + 1) begin
+            if (take && !sel[2] && sel_f == g[1:0]) begin
+                late_next[g] = 1'b0;
+            end
+            if (w_end && verdict == C_PREV && flow_reg == g[1:0]) begin
+                late_next[g] = 1'b1;
+            end
+        end
+    end
+
+    always @(posedge clk) begin
+        if (rst) begin
+            expected_reg      <= 96'd0;
+            prev_expected_reg <= 96'd0;
+            reply_reg         <= 6'd0;
+            nak_sent_reg      <= 3'd0;
+            late_reg          <= 3'd0;
+            cur_step_reg      <= 32'd0;
+            prev_step_reg     <= 32'd0;
+            cur_valid_reg     <= 1'b0;
+            prev_valid_reg    <= 1'b0;
+        end else if (step_start) begin
+            expected_reg      <= 96'd0;
+            prev_expected_reg <= expected_next;  // with a frame accepted in this clock
+            reply_reg         <= 6'd0;
+            nak_sent_reg      <= 3'd0;
+            late_reg          <= 3'd0;
+            cur_step_reg      <= step_id;
+            prev_step_reg     <= cur_step_reg;
+            cur_valid_reg     <= 1'b1;
+            prev_valid_reg    <= cur_valid_reg;
+        end else begin
+            expected_reg <= expected_next;
+            reply_reg    <= reply_next;
+            nak_sent_reg <= nak_sent_next;
+            late_reg     <= late_next;
+        end
+    end
+
+    /* counters: the verdict registered, then the increment */
+    reg        cnt_end_reg;
+    reg [4:0]  cnt_cause_reg;
+    reg [10:0] cnt_beats_reg;
+    reg [63:0] cnt_keep_reg;
+    reg [31:0] cnt_reg [0:NCNT-1];
+    reg [31:0] frame_bytes;
+
+    always @(*) begin
+        frame_bytes = {15'd0, cnt_beats_reg - 11'd1, 6'd0} + {25'd0, keep_bytes(cnt_keep_reg)};
+    end
+
+    function [31:0] sat_add;
+        input [31:0] a;
+        input [31:0] b;
+        reg [32:0] s;
+        begin
+            s = {1'b0, a} + {1'b0, b};
+            sat_add = s[32] ? 32'hFFFFFFFF : s[31:0];
+        end
+    endfunction
+
+    // the counters' own reset, a clock later (no frame ends that soon): rst drives fewer loads
+    reg cnt_rst_reg;
+
+    integer c;
+    always @(posedge clk) begin
+        cnt_rst_reg   <= rst;
+        cnt_cause_reg <= verdict;
+        cnt_beats_reg <= beat_no_reg;
+        cnt_keep_reg  <= w_keep_reg;
+        cnt_end_reg   <= rst ? 1'b0 : w_end;
+        if (cnt_rst_reg) begin
+            for (c = 0; c < NCNT; c = c + 1) begin
+                cnt_reg[c] <= 32'd0;
+            end
+        end else begin
+            if (cnt_end_reg) begin
+                for (c = 0; c < 19; c = c + 1) begin
+                    if (cnt_cause_reg == c[4:0] && cnt_reg[c] != 32'hFFFFFFFF) begin
+                        cnt_reg[c] <= cnt_reg[c] + 32'd1;
+                    end
+                end
+                if (cnt_reg[19] != 32'hFFFFFFFF) begin
+                    cnt_reg[19] <= cnt_reg[19] + 32'd1;
+                end
+                cnt_reg[20] <= sat_add(cnt_reg[20], frame_bytes);
+            end
+        end
+    end
+
+    assign frames_accepted       = cnt_reg[0];
+    assign dropped_truncated     = cnt_reg[1];
+    assign dropped_fcs           = cnt_reg[2];
+    assign dropped_mac           = cnt_reg[3];
+    assign dropped_ethertype     = cnt_reg[4];
+    assign dropped_ip_header     = cnt_reg[5];
+    assign dropped_ip_checksum   = cnt_reg[6];
+    assign dropped_ip_address    = cnt_reg[7];
+    assign dropped_protocol      = cnt_reg[8];
+    assign dropped_port          = cnt_reg[9];
+    assign dropped_version       = cnt_reg[10];
+    assign dropped_opcode        = cnt_reg[11];
+    assign dropped_dtype         = cnt_reg[12];
+    assign dropped_comm          = cnt_reg[13];
+    assign dropped_step          = cnt_reg[14];
+    assign dropped_previous_step = cnt_reg[15];
+    assign dropped_duplicate     = cnt_reg[16];
+    assign dropped_gap           = cnt_reg[17];
+    assign dropped_overflow      = cnt_reg[18];
+    assign frames_in             = cnt_reg[19];
+    assign bytes_in              = cnt_reg[20];
+
+endmodule
+
+`resetall
