@@ -73,7 +73,8 @@ def register(
     for p in (dest, manifest_path):  # never write through a link someone left in the registry
         if p.is_symlink():
             p.unlink()
-    shutil.copyfile(xclbin, dest)
+    with safe_io.atomic_open(dest) as out, open(xclbin, "rb") as src:  # a new file: no hard link written through
+        shutil.copyfileobj(src, out)
     reports_dir = dest.with_suffix(".reports")
     copied = []
     if reports_dir.is_symlink():
@@ -99,7 +100,7 @@ def register(
         "registered_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "paths": {"xclbin": str(dest), "manifest": str(manifest_path)},
     }
-    manifest_path.write_text(json.dumps(entry, indent=2, sort_keys=True) + "\n")
+    safe_io.atomic_write(manifest_path, json.dumps(entry, indent=2, sort_keys=True) + "\n")
     return entry
 
 

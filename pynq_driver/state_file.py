@@ -32,13 +32,11 @@ def write_state_file(path: str | os.PathLike[str], sd: dict[str, Any], n: int, c
         "sha256": {k: hashlib.sha256(sd[k].tobytes()).hexdigest() for k in STATE_ARRAYS},
     }
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    # A fresh temporary name in the same folder, renamed over `path`: no fixed `<path>.tmp` that a
+    # symlink could be planted at, and a symlink or hard link at `path` is replaced, not written through.
+    with safe_io.atomic_open(path, "wb") as f:
         np.savez(f, header=np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8),
                  **{k: sd[k] for k in STATE_ARRAYS})
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return path
 
 

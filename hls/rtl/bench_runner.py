@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hls import safe_io
 from hls.errors import UserError
 from hls.generate import write_project
 from hls.paths import BUILD_DIR, REPO_ROOT, TB_DIR, TB_MODELS_DIR
@@ -194,7 +195,7 @@ def _build(spec: KernelSpec, simulator: str, waves: bool, target: Target | None)
             always=not fresh,
             log_file=bdir / "build.log",
         )
-    stamp.write_text(digest)
+    safe_io.atomic_write(stamp, digest)
     return runner, bdir, project
 
 

@@ -452,7 +452,7 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     summary["hls_bursts"] = bursts
     report_dir = plan.run_dir / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    safe_io.atomic_write(report_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     build_info = {
         "kernel": plan.kernel,
         "platform": plan.platform,
