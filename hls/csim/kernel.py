@@ -163,7 +163,7 @@ class CsimKernel:
                 self.port_info[port] = PortInfo(port, array, index, self.stripes.of(array), sizes.get(array, 4),
                                                 is_written_port(port))
         self.align = self.stripes.beat_align()  # chunk starts: every stripe of every array at a round start
-        self.library = compile_kernel(self.project_dir, build_dir, headers, spec=self.spec)
+        self.library = compile_kernel(self.project_dir, build_dir, headers, spec=self.spec, manifest=manifest)
         self.threads = threads or default_threads()
         self.chunk = DEFAULT_CHUNK
         self._names = scalar_names(spec.optimizer)
