@@ -389,6 +389,10 @@ class ShardedNicOptimizer(CardOptimizer):
         """One step. Under `GradScaler.step(opt)` the scaler passes itself (`grad_scaler`): the card
         unscales, every rank skips a step whose reduced gradient is not finite on any rank, and the
         scaler's inf record is that global verdict, so every rank's scale stays the same."""
+        with self._guard():  # a second thread's step waits for this one
+            return self._sharded_step(closure, grad_scaler)
+
+    def _sharded_step(self, closure: Callable[[], Any] | None, grad_scaler: Any) -> Any:
         self._check_open()
         loss = None
         if closure is not None:
