@@ -23,12 +23,11 @@ import hashlib
 import json
 import math
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from hls import rtl_sources, safe_io
+from hls import proc, rtl_sources, safe_io
 from hls.errors import ToolMissing, UserError
 from hls.paths import BUILD_DIR
 from hls.rtl import netlist as timing
@@ -69,7 +68,8 @@ def yosys_bin() -> str:
 
 
 def yosys_version() -> str:
-    out = subprocess.run([yosys_bin(), "-V"], capture_output=True, text=True, check=False).stdout.strip()
+    out = proc.run([yosys_bin(), "-V"], "yosys -V", timeout=proc.VERSION_TIMEOUT_S, capture_output=True,
+                   text=True).stdout.strip()
     return out or "unknown"
 
 
@@ -150,11 +150,13 @@ def synth_module(
     ]) + "\n"
     safe_io.atomic_write(work / "synth.ys", script)
     start = time.monotonic()
-    proc = subprocess.run([yosys_bin(), "-q", "-l", "yosys.log", "-s", "synth.ys"], cwd=work,
-                          capture_output=True, text=True, check=False)
+    for old in ("stat.json", "stat.txt", "netlist.json", "yosys.log"):  # an earlier run's outputs must not count
+        (work / old).unlink(missing_ok=True)
+    run = proc.run([yosys_bin(), "-q", "-l", "yosys.log", "-s", "synth.ys"], f"yosys on {top}", cwd=work,
+                   capture_output=True, text=True)
     seconds = round(time.monotonic() - start, 1)
-    if proc.returncode != 0 or not (work / "stat.json").is_file():
-        errors = [ln for ln in (proc.stderr + proc.stdout).splitlines() if "ERROR" in ln] or proc.stderr.splitlines()
+    if run.returncode != 0 or not (work / "stat.json").is_file():
+        errors = [ln for ln in (run.stderr + run.stdout).splitlines() if "ERROR" in ln] or run.stderr.splitlines()
         raise UserError(f"yosys failed on {top} ({errors[-1] if errors else 'no message'}); see {work / 'yosys.log'}")
     text = (work / "stat.json").read_text()
     stat = json.loads(text[text.index("{"):])

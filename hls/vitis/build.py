@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hls import generate, registry, safe_io, validate
+from hls import generate, proc, registry, safe_io, validate
 from hls.errors import OptimusError, ToolMissing, UserError
 from hls.manifest import load_manifest
 from hls.paths import BITSTREAMS_DIR, RTL_DIR
@@ -38,6 +38,7 @@ from hls.targets import Target
 from hls.vitis import reports
 
 KERNELS = ("hls", "rtl")
+STEP_TIMEOUT_S = 48 * 3600.0  # one Vitis step (v++ --link of a 16-CU kernel takes hours; a hung tool ends here)
 PLATFORM_DIRS = (Path("/opt/xilinx/platforms"),)
 
 # What to do when a tool is missing; one line each.
@@ -364,12 +365,20 @@ def run_step(step: Step) -> None:
         raise BuildFailed(f"{step.name}: missing input {missing[0]} (is the project fully generated?)")
     step.cwd.mkdir(parents=True, exist_ok=True)
     step.log.parent.mkdir(parents=True, exist_ok=True)
-    with step.log.open("w") as log:
+    # An earlier build's outputs and log go first: a tool that exits 0 without writing must not leave
+    # the old bitstream to be registered under the new spec (and the log is a new file, not a link).
+    for old in (*step.outputs, step.log):
+        if old.is_symlink() or old.is_file():
+            old.unlink()
+        elif old.is_dir():
+            shutil.rmtree(old)
+    with open(step.log, "x") as log:
         log.write(f"# {step.shell()}\n")
         log.flush()
-        proc = subprocess.run(step.argv, cwd=step.cwd, stdout=log, stderr=subprocess.STDOUT, check=False)
-    if proc.returncode != 0:
-        raise BuildFailed(f"{step.name}: {step.tool} exited with status {proc.returncode}; see {step.log}"
+        result = proc.run(step.argv, f"{step.name}: {step.tool}", timeout=proc.timeout_s(STEP_TIMEOUT_S),
+                          cwd=step.cwd, stdout=log, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        raise BuildFailed(f"{step.name}: {step.tool} exited with status {result.returncode}; see {step.log}"
                           f" (last line: {_tail(step.log) or 'empty'})")
     for out in step.outputs:
         if not out.exists():
