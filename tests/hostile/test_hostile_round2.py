@@ -177,6 +177,20 @@ def test_csim_compiler_that_hangs_is_stopped(project: Path, tmp_path: Path,
     assert "fake-cxx" in str(exc.value)
 
 
+
+def test_csim_vitis_build_runs_on_a_verified_copy_without_planted_files(project: Path, tmp_path: Path) -> None:
+    from hls.targets import get_target
+    from hls.vitis import build
+
+    pdir = copy_project(project, tmp_path)
+    (pdir / "hls" / "hls_math.h").write_text("#error planted\n")
+    plan = build.plan_build(KernelSpec(lanes=4), get_target("u55c"), run_dir=tmp_path / "run", project_dir=pdir)
+    assert all(pdir not in (s.cwd, *s.cwd.parents) for s in plan.steps)  # the tools never run in the user's project
+    build.copy_verified_project(pdir, plan.project_dir)
+    assert not (plan.project_dir / "hls" / "hls_math.h").exists()
+    assert (plan.project_dir / "hls" / "optimusnic_adamw.cpp").read_bytes() == \
+        (pdir / "hls" / "optimusnic_adamw.cpp").read_bytes()
+
 # --- every file written atomically, never through a link ----------------------------------------
 
 @pytest.fixture
