@@ -433,13 +433,17 @@ def test_cost_size_with_a_tiny_channel_is_closed_form(tmp_path: Path, capsys: py
 
     catalog = json.loads((REPO_ROOT / "hls" / "targets" / "catalog.json").read_text())
     tiny = catalog["targets"]["u55c"]
-    tiny["memory"]["channel_capacity_bytes"] = 1024
+    tiny["memory"]["channel_capacity_bytes"] = 1 << 20  # the smallest a targets file may declare
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"schema": catalog["schema"], "targets": {"tiny": tiny}}))
     t = time.monotonic()
-    main(["size", "--target", "tiny", "--targets-file", str(path), "--params", "7e9"])
+    rc = main(["size", "--target", "tiny", "--targets-file", str(path), "--params", "1e15"])
     capsys.readouterr()
-    assert time.monotonic() - t < 5
+    assert rc == 0 and time.monotonic() - t < 5
+    tiny["memory"]["channel_capacity_bytes"] = 1024
+    path.write_text(json.dumps({"schema": catalog["schema"], "targets": {"tiny": tiny}}))
+    assert main(["size", "--target", "tiny", "--targets-file", str(path), "--params", "7e9"]) == 2
+    assert "channel_capacity_bytes" in capsys.readouterr().err
 
 
 def test_wrong_build_step_that_writes_nothing_does_not_pass_on_an_old_output(tmp_path: Path) -> None:
