@@ -18,6 +18,7 @@ Running the library is `hls.csim.kernel`; checking it against the golden model `
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.util
 import os
@@ -268,3 +269,25 @@ def compile_kernel(project_dir: Path, build_dir: Path | None = None, headers: st
             os.unlink(tmp)
         shutil.rmtree(private, ignore_errors=True)
     return lib
+
+
+def load_library(lib: Path) -> ctypes.CDLL:
+    """Load a cached library from the bytes that were checked: read once, compared with the sha256
+    recorded beside it, written to a private file of this process (mode 0600) and loaded from there
+    (a library replaced between the check and the load is never loaded)."""
+    lib = Path(lib)
+    try:
+        stamp = lib.with_name(lib.name + ".sha256").read_text().strip()
+        data = safe_io.read_bytes(lib, LIBRARY_MAX, "cached C simulation library")
+    except (OSError, UserError) as exc:
+        raise CsimError(f"{lib}: cannot read the cached library ({exc}); delete build/csim and retry") from exc
+    if data[:4] != ELF_MAGIC or hashlib.sha256(data).hexdigest() != stamp:
+        raise CsimError(f"{lib}: not the library that was built (its sha256 differs from {lib.name}.sha256); "
+                        "delete build/csim and retry")
+    fd, private = tempfile.mkstemp(prefix=lib.stem + ".", suffix=".loaded.so", dir=lib.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return ctypes.CDLL(private)
+    finally:
+        os.unlink(private)  # the mapping stays; the name goes

@@ -193,6 +193,18 @@ def test_csim_vitis_build_runs_on_a_verified_copy_without_planted_files(project:
 
 # --- every file written atomically, never through a link ----------------------------------------
 
+def test_csim_library_replaced_between_check_and_load_is_not_loaded(project: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from hls.csim.compile import CsimError, compile_kernel, load_library
+
+    pdir = copy_project(project, tmp_path)
+    monkeypatch.setenv("CXX", _fake_cxx(tmp_path, 'out=; prev=; for a; do [ "$prev" = -o ] && out=$a; prev=$a; done\n'
+                                        'printf "\\177ELF-genuine" > "$out"'))
+    lib = compile_kernel(pdir, tmp_path / "build", headers="own")
+    lib.write_bytes(b"\x7fELF-swapped after the check")
+    with pytest.raises(CsimError, match="not the library that was built"):
+        load_library(lib)
+
 @pytest.fixture
 def shard():
     rng = np.random.default_rng(3)
