@@ -254,6 +254,25 @@ def test_links_plan_outputs_do_not_write_through_symlinks(tmp_path: Path, capsys
     assert victim.read_text() == "precious"
 
 
+def test_links_synth_cache_and_registry_entry_do_not_write_through_links(tmp_path: Path) -> None:
+    from hls.rtl.synth import save_estimate, spec_key
+
+    spec = KernelSpec()
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    cache = tmp_path / "synth"
+    cache.mkdir()
+    (cache / f"{spec_key(spec)}.json").symlink_to(victim)
+    save_estimate({"spec": spec.to_dict(), "lut": 1}, cache)
+    assert victim.read_text() == "precious"
+    (tmp_path / "a").mkdir()
+    root, manifest_path = _registered(tmp_path / "a")
+    os.link(manifest_path, tmp_path / "backup.json")  # cp -al of the registry
+    before = (tmp_path / "backup.json").read_bytes()
+    time.sleep(1.1)  # another registered_utc second: the entry differs
+    _registered(tmp_path / "a")  # registered again over it
+    assert (tmp_path / "backup.json").read_bytes() == before
+
 def test_links_atomic_write_leaves_target_alone_on_error(tmp_path: Path) -> None:
     from hls import safe_io
 
