@@ -233,6 +233,7 @@ class ShardedNicOptimizer(CardOptimizer):
                 raise UserError(f"ShardedNicOptimizer: parameters of dtype {p.dtype} are not supported; use one of "
                                 f"{', '.join(str(d) for d in KERNEL_DTYPES)}")
             by_dtype.setdefault((p.dtype, p.device), []).append(p)
+            self._numels[id(p)] = p.numel()
         out = []
         for (dtype, _), params in by_dtype.items():
             sb = ShardedBucket(params, self.rank, self.world)
@@ -398,6 +399,7 @@ class ShardedNicOptimizer(CardOptimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._check_sizes()  # a resized parameter or gradient, refused before any collective
         try:
             buckets = self._reduce_all()
             gs = self._grad_scale(grad_scaler)

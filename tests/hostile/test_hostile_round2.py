@@ -623,3 +623,21 @@ def test_misleading_local_rank_that_is_not_a_number_is_one_line(monkeypatch: pyt
     monkeypatch.setenv("LOCAL_RANK", "\u00b2")
     with pytest.raises(ValueError, match="LOCAL_RANK"):
         local_rank()
+
+
+def test_wrong_sharded_optimizer_refuses_a_grown_parameter(tmp_path: Path) -> None:
+    import torch.distributed as dist
+
+    from pynq_driver.optim import ShardedNicOptimizer
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ps = _params(64, 32)
+        opt = ShardedNicOptimizer(ps, backend="golden", overlap=False)
+        ps[1].data = torch.randn(64)
+        _grads(ps)
+        with pytest.raises(ValueError, match=r"\['params'\]\[1\] has 64 elements, 32"):
+            opt.step()
+        opt.close()
+    finally:
+        dist.destroy_process_group()
