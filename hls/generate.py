@@ -148,10 +148,9 @@ def write_project(spec: KernelSpec, out_dir: Path, target: Target | None = None)
 
 
 def _write_file(dest: Path, data: bytes) -> None:
-    """Replace `dest` (never write through a symlink someone left there)."""
-    if dest.is_symlink():
-        dest.unlink()
-    dest.write_bytes(data)
+    """Replace `dest` atomically with a new file (never write through a symlink or into a hard link
+    someone left there: a `cp -al` backup keeps its bytes)."""
+    safe_io.atomic_write(dest, data)
 
 
 __all__ = ["MANIFEST", "PARTS_BY_FLOW", "context", "environment", "render", "write_project"]

@@ -157,6 +157,10 @@ def choose_stripes(target: Target, spec: KernelSpec, cu_rate: float, clock_mhz: 
     elif shard_per_cu:
         state = max(state, math.ceil(4 * shard_per_cu / target.memory.channel_capacity_bytes))
     per_cu = target.memory.channels // spec.compute_units
+    if spec.stripes is None:
+        # The loop below takes state down one at a time while it exceeds these: start it there (the
+        # same answer, in constant time; a shard of 1e15 elements asks for millions of stripes).
+        state = min(state, max(1, per_cu, grad, out))
     # Without enough channels (DDR cards) more stripes than channels only add ports: share instead.
     while spec.stripes is None and 3 * state + grad + out > per_cu and max(grad, state, out) > 1:
         if state >= max(grad, out) and state > 1:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hls import safe_io, validate, xclbin
-from hls.errors import UserError
+from hls.errors import OptimusError, UserError
 from hls.paths import BITSTREAMS_DIR
 from hls.spec import BEAT_BITS
 from hls.xclbin import IMAGE_SECTIONS, container, is_axlf, section_kinds
@@ -73,7 +73,8 @@ def register(
     for p in (dest, manifest_path):  # never write through a link someone left in the registry
         if p.is_symlink():
             p.unlink()
-    shutil.copyfile(xclbin, dest)
+    with safe_io.atomic_open(dest) as out, open(xclbin, "rb") as src:  # a new file: no hard link written through
+        shutil.copyfileobj(src, out)
     reports_dir = dest.with_suffix(".reports")
     copied = []
     if reports_dir.is_symlink():
@@ -99,7 +100,7 @@ def register(
         "registered_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "paths": {"xclbin": str(dest), "manifest": str(manifest_path)},
     }
-    manifest_path.write_text(json.dumps(entry, indent=2, sort_keys=True) + "\n")
+    safe_io.atomic_write(manifest_path, json.dumps(entry, indent=2, sort_keys=True) + "\n")
     return entry
 
 
@@ -135,6 +136,57 @@ def _inconsistent(data: dict[str, Any]) -> str:
     for cu in data.get("banks") or []:
         if cu["cu"] >= spec.compute_units:
             return f"banks: CU {cu['cu']} but the spec has {spec.compute_units} compute unit(s)"
+    # What opening the card checks too: the entry is what its spec gives for its target (banks that
+    # exist on this card, its platform, its register map), not an edited copy.
+    why = spec_mismatch(data)
+    return f"{why} (edited manifest? rebuild and register)" if why else ""
+
+
+def _first_difference(got: Any, want: Any, where: str = "") -> str:
+    if isinstance(got, dict) and isinstance(want, dict):
+        for k in sorted(set(got) | set(want), key=str):
+            if got.get(k) != want.get(k):
+                return _first_difference(got.get(k), want.get(k), f"{where}.{k}" if where else str(k))
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            if a != b:
+                return _first_difference(a, b, f"{where}[{i}]")
+    return f"{where or 'value'} is {json.dumps(got)[:80]}, its spec gives {json.dumps(want)[:80]}"
+
+
+def spec_mismatch(data: dict[str, Any], keys: tuple[str, ...] = ("spec", "target", "register_map", "sizing")) -> str:
+    """Why a registry entry does not describe what its own spec gives for its own target (another
+    card's platform, an edited register map or sizing, a bank that does not exist on the card, DDR on
+    an HBM card), or ''. Shared by `optimusnic bitstreams verify` and opening the card (pynq_driver's
+    resolve_xclbin). Only the keys the entry records are compared; banks may differ from the generated
+    plan (a build may connect a port to a bank range) but must be banks of the card."""
+    from hls.generate import render
+    from hls.spec import KernelSpec
+    from hls.targets import get_target, target_from_facts
+
+    try:
+        spec = KernelSpec.from_dict(dict(data["spec"]))
+        if "target_facts" in data:
+            target = target_from_facts(spec.target, data["target_facts"], "target_facts")
+        else:
+            target = get_target(spec.target)
+        mine = {"key": target.key, "name": target.name, "part": target.part, "platform": target.platform,
+                "flow": target.flow}
+        if mine != data.get("target"):
+            return f"target: {_first_difference(data.get('target'), mine)}"
+        expected = json.loads(json.dumps(render(spec, target)[1]))
+    except (OptimusError, KeyError, TypeError, ValueError) as exc:
+        return f"its spec cannot be generated ({exc})"
+    for key in keys:
+        if key in data and data[key] != expected.get(key):
+            return f"{key}: {_first_difference(data[key], expected.get(key))}"
+    prefix, channels = target.memory.bank_prefix, target.memory.channels
+    for cu in data.get("banks") or []:
+        for port, expr in sorted((cu.get("banks") or {}).items()):
+            m = re.fullmatch(r"(\w+)\[(\d{1,6})(?::(\d{1,6}))?\]", str(expr))
+            if not m or m.group(1) != prefix or not int(m.group(2)) <= int(m.group(3) or m.group(2)) < channels:
+                return (f"banks: CU {cu.get('cu')} {port} is {expr!r}, not a bank of {target.name} "
+                        f"({prefix}[0] .. {prefix}[{channels - 1}])")
     return ""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -132,3 +133,47 @@ def check_writable_file(path: str | os.PathLike[str], what: str) -> Path:
     if p.exists() and not os.access(p, os.W_OK):
         raise UserError(f"{what}: {p} is not writable")
     return p
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb", **kwargs: object) -> Iterator[BinaryIO]:
+    """Write `path` atomically: into a fresh temporary file in its folder, renamed over `path` once
+    complete (and synced). A symlink or hard link at `path` is replaced, never written through; a
+    crash or an exception leaves `path` as it was and no temporary file behind."""
+    if "w" not in mode:
+        raise ValueError(f"atomic_open writes files (mode {mode!r})")
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, mode, **kwargs) as f:  # type: ignore[call-overload]
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.chmod(tmp, 0o666 & ~_umask())
+        except OSError:
+            pass
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would, for a moment, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
+    """`path` := `data` (str as UTF-8), atomically, never through a symlink or hard link (atomic_open)."""
+    with atomic_open(path, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    return Path(path)

@@ -285,6 +285,7 @@ REL_FILE = Str(r"(hls|rtl|versal)/[A-Za-z0-9][A-Za-z0-9_.-]{0,127}",
 UTC = Str(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z", "a UTC time like 2026-01-31T12:00:00Z")
 
 BIG = 1 << 53  # counts and byte sizes
+MIN_CHANNEL_BYTES = 1 << 20  # the smallest memory channel a targets file may declare
 
 # --- targets files ----------------------------------------------------------------------------
 
@@ -302,10 +303,11 @@ def _memory_extra(mem: dict[str, Any], where: Where) -> None:
 MEMORY = Obj(
     required={
         "kind": KIND,
-        "capacity_bytes": Int(1, BIG),
+        "capacity_bytes": Int(MIN_CHANNEL_BYTES, BIG),
         "peak_bandwidth_bytes_per_s": Int(1, 10**15),
         "channels": Int(1, 128),
-        "channel_capacity_bytes": Int(1, BIG),
+        # A channel holds at least a few chunks of staging (a real one holds 256 MiB and more).
+        "channel_capacity_bytes": Int(MIN_CHANNEL_BYTES, BIG),
         "channel_bandwidth_bytes_per_s": Int(1, 10**14),
         "bank_prefix": Enum(*BANK_PREFIXES),
     },

@@ -535,7 +535,11 @@ class ShardState:
     def load(cls, path: str | os.PathLike[str], dev: Device, chunk_elems: int | None = None,
              **kw: Any) -> ShardState:
         """A new shard on `dev` from a file written by `save` (any backend)."""
-        header, arrays = read_state_file(path, dev.spec)
+        try:
+            max_n = int(dev.manifest["sizing"]["max_params_per_card"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            max_n = None
+        header, arrays = read_state_file(path, dev.spec, max_n)
         shard = cls(dev, arrays["params"], chunk_elems, **kw)
         try:
             shard.load_state_dict({"step": header["step"], **arrays})

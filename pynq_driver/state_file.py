@@ -32,13 +32,11 @@ def write_state_file(path: str | os.PathLike[str], sd: dict[str, Any], n: int, c
         "sha256": {k: hashlib.sha256(sd[k].tobytes()).hexdigest() for k in STATE_ARRAYS},
     }
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    # A fresh temporary name in the same folder, renamed over `path`: no fixed `<path>.tmp` that a
+    # symlink could be planted at, and a symlink or hard link at `path` is replaced, not written through.
+    with safe_io.atomic_open(path, "wb") as f:
         np.savez(f, header=np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8),
                  **{k: sd[k] for k in STATE_ARRAYS})
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return path
 
 
@@ -46,26 +44,30 @@ STATE_HEADER_MAX = 64 << 10  # the JSON header member of a checkpoint (~700 byte
 _NPY_HEADER_MAX = 4096  # an .npy header (magic, dict, padding) is 128 bytes for these arrays
 
 
-def read_state_file(path: str | os.PathLike[str], spec: KernelSpec) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def read_state_file(path: str | os.PathLike[str], spec: KernelSpec, max_n: int | None = None
+                    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Header and arrays of a saved shard, verified (format, spec, lengths, sha256), with bounded work.
 
     The file must be a regular file (a FIFO or /dev/zero is refused before any read); the zip
     holds exactly the members `save` writes, stored uncompressed (so nothing decompresses to more
     than the file holds); the header member is parsed and checked against its schema
     (hls/validate.py) first, then each array member's declared size, dtype and shape are checked
-    against the header's element count before a byte of it is read.
+    against the header's element count before a byte of it is read. `max_n`: the most elements the
+    device can hold (its plan's parameters per card): a header declaring more is refused before any
+    array is allocated (a sparse file of a few KB may declare gigabytes).
     """
     path = Path(path)
     try:
         with safe_io.open_regular(path, safe_io.STATE_FILE_MAX, "state file") as (f, size):
-            return _read_state_zip(path, f, size, spec)
+            return _read_state_zip(path, f, size, spec, max_n)
     except StateFileError:
         raise
     except UserError as exc:  # not a regular file, unreadable
         raise StateFileError(str(exc)) from exc
 
 
-def _read_state_zip(path: Path, f: Any, size: int, spec: KernelSpec) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _read_state_zip(path: Path, f: Any, size: int, spec: KernelSpec, max_n: int | None
+                    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     try:
         zf = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
@@ -95,6 +97,9 @@ def _read_state_zip(path: Path, f: Any, size: int, spec: KernelSpec) -> tuple[di
                 raise StateFileError(str(exc)) from exc
             check_spec(header["spec"], spec, str(path), StateFileError)
             n = header["n"]
+            if max_n is not None and n > max_n:
+                raise StateFileError(f"{path}: declares {n:,} elements ({12 * n:,} bytes of state); this device holds "
+                                     f"at most {max_n:,} per card (its kernel plan): not a checkpoint of this card")
             arrays = {k: _read_member(zf, by_name[f"{k}.npy"], np.dtype("<f4"), n, None, path) for k in STATE_ARRAYS}
         except StateFileError:
             raise
@@ -138,7 +143,10 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dtype: np.dtype, n:
         if info.file_size != m.tell() + nbytes:
             raise StateFileError(f"{what}: member is {info.file_size:,} bytes; its .npy header declares "
                                  f"{m.tell() + nbytes:,}")
-        buf = bytearray(nbytes)
+        try:
+            buf = bytearray(nbytes)
+        except MemoryError:
+            raise StateFileError(f"{what}: needs {nbytes:,} bytes of host memory to read; not available") from None
         view, got_bytes = memoryview(buf), 0
         while got_bytes < nbytes:
             k = m.readinto(view[got_bytes:])

@@ -9,7 +9,8 @@ IEEE-754 binary32 semantics (no fast-math, no FMA contraction), so the library m
 golden model bit for bit. Vendor headers are system headers (their warnings are theirs); ours
 build with -Wall -Wextra -Werror.
 
-Builds are cached in `build/csim/` under a name made of the sha256 of everything that goes into
+Builds are cached in `build/csim/` (with the sha256 of each library beside it, checked before it is
+used) under a name made of the sha256 of everything that goes into
 them (sources, headers, flags, compiler, CPU), so a changed kernel gets a new, uniquely named
 library and an old one already loaded in this process is never reloaded under the same name.
 Running the library is `hls.csim.kernel`; checking it against the golden model `hls.csim.check`.
@@ -17,14 +18,15 @@ Running the library is `hls.csim.kernel`; checking it against the golden model `
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.util
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
+from hls import proc, safe_io
 from hls.errors import OptimusError, ToolMissing, UserError
 from hls.manifest import load_manifest, spec_from_manifest
 from hls.paths import BUILD_DIR, HLS_INCLUDE_DIR
@@ -67,6 +69,11 @@ BASE_FLAGS = ("-std=c++14", "-faligned-new", "-O3", "-fPIC", "-shared", "-pthrea
 NATIVE_FLAGS = ("-march=native",)
 # The library exports its three optimusnic_csim_* functions and nothing else (see exports.map).
 LINK_FLAGS = (f"-Wl,--version-script={HARNESS_DIR / 'exports.map'}",)
+KERNEL_SOURCE_MAX = 16 << 20  # a generated kernel source or header (a 16-lane kernel is ~100 KB)
+LIBRARY_MAX = 256 << 20  # a compiled C simulation library (~1 MB)
+ELF_MAGIC = b"\x7fELF"
+
+
 class CsimError(OptimusError):
     """The generated kernel did not compile, or the library misbehaved."""
 
@@ -107,7 +114,8 @@ def _cpu_id() -> str:
 
 def _tool_version(cxx: str) -> str:
     try:
-        return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
+        return proc.run([cxx, "--version"], f"C++ compiler {cxx} --version", timeout=proc.VERSION_TIMEOUT_S,
+                        capture_output=True, text=True).stdout
     except OSError as exc:
         raise ToolMissing(f"cannot run {cxx}: {exc}") from exc
 
@@ -158,45 +166,128 @@ def _header_files(headers: str) -> list[Path]:
     return files + sorted(dirs[2].rglob("*.h"))
 
 
+def verified_sources(project_dir: Path, manifest: dict, spec: KernelSpec) -> dict[str, bytes]:
+    """The kernel's C++ files (`hls/<name>.cpp` and the headers the manifest lists beside it), each
+    read once and checked against the sha256 the (verified) manifest records: the bytes to compile.
+
+    Nothing else of the project's `hls/` folder is compiled: a header added there (say a planted
+    `hls_math.h`) would otherwise be found before the toolkit's, the kernel including its headers
+    in quotes."""
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        raise UserError(f"{project_dir}: manifest lists no files; regenerate the project (optimusnic generate)")
+    main = f"hls/{spec.name}.cpp"
+    if main not in files:
+        raise UserError(f"{project_dir}: the manifest does not list {main}; regenerate the project "
+                        "(optimusnic generate)")
+    picked = sorted(rel for rel in files if rel.startswith("hls/") and rel.count("/") == 1
+                    and (rel == main or rel.endswith(".h")))
+    out: dict[str, bytes] = {}
+    for rel in picked:
+        path = safe_io.inside(project_dir, rel, "kernel source")
+        try:
+            data = safe_io.read_bytes(path, KERNEL_SOURCE_MAX, "kernel source")
+        except safe_io.FileRefused as exc:
+            raise UserError(f"{exc}; regenerate the project (optimusnic generate)") from exc
+        if hashlib.sha256(data).hexdigest() != files[rel]:
+            raise UserError(f"{path}: differs from the sha256 the manifest records (changed since the project "
+                            "was verified?); regenerate the project (optimusnic generate)")
+        out[rel.split("/", 1)[1]] = data
+    return out
+
+
+def _library_ok(lib: Path) -> bool:
+    """A cached library is loaded only if it is a shared object whose sha256 is the one recorded
+    beside it when it was built (an empty, truncated or replaced file is rebuilt)."""
+    try:
+        stamp = lib.with_name(lib.name + ".sha256").read_text().strip()
+        data = safe_io.read_bytes(lib, LIBRARY_MAX, "cached C simulation library")
+    except (OSError, UserError):
+        return False
+    return data[:4] == ELF_MAGIC and hashlib.sha256(data).hexdigest() == stamp
+
+
 def compile_kernel(project_dir: Path, build_dir: Path | None = None, headers: str = "amd",
-                   spec: KernelSpec | None = None) -> Path:
+                   spec: KernelSpec | None = None, manifest: dict | None = None) -> Path:
     """Compile the project's kernel into the C simulation library; returns the .so path (cached).
 
-    `spec`: the project's spec when the caller has loaded (and verified) its manifest already."""
+    `manifest`: the project's manifest when the caller has loaded (and verified) it already (else it
+    is loaded and verified here). Only the manifest-listed kernel files are compiled, from bytes read
+    once and checked against their recorded sha256, copied into a private folder (no other file of
+    the project can be included); the cache key covers every byte compiled; a cached library is
+    used only if it matches the sha256 recorded beside it."""
+    project_dir = project_dir_checked(project_dir)
+    if manifest is None:
+        manifest = load_manifest(project_dir)
     if spec is None:
-        spec = spec_from_manifest(load_manifest(project_dir_checked(project_dir)))
-    source = kernel_source(project_dir, spec)
+        spec = spec_from_manifest(manifest)
+    kernel_source(project_dir, spec)
+    sources = verified_sources(project_dir, manifest, spec)
     includes = include_flags(headers)
     build_dir = Path(build_dir) if build_dir else BUILD_DIR / "csim"
     build_dir.mkdir(parents=True, exist_ok=True)
     cxx = compiler()
-    unit = f'#include "{source.resolve()}"\n#include "{HOST_HEADER}"\nOPTIMUSNIC_CSIM_ENTRY({spec.name})\n'
+    unit = f'#include "{spec.name}.cpp"\n#include "{HOST_HEADER}"\nOPTIMUSNIC_CSIM_ENTRY({spec.name})\n'
     digest = hashlib.sha256()
-    for part in (unit, source.read_text(), _tool_version(cxx), _cpu_id(), str(BASE_FLAGS), str(NATIVE_FLAGS),
-                 str(includes), str(LINK_FLAGS)):
-        digest.update(part.encode())
+    for part in (unit, _tool_version(cxx), _cpu_id(), str(BASE_FLAGS), str(NATIVE_FLAGS), str(includes),
+                 str(LINK_FLAGS)):
+        digest.update(hashlib.sha256(part.encode()).digest())
+    for name, data in sorted(sources.items()):
+        digest.update(hashlib.sha256(name.encode()).digest() + hashlib.sha256(data).digest())
     for header in _header_files(headers):
-        digest.update(header.name.encode() + header.read_bytes())
+        digest.update(hashlib.sha256(header.name.encode()).digest() + hashlib.sha256(header.read_bytes()).digest())
     key = digest.hexdigest()[:16]
     lib = build_dir / f"lib{spec.name}_csim_{headers}_{key}.so"
-    if lib.is_file():
+    if _library_ok(lib):
         return lib
-    src = build_dir / f"{spec.name}_csim_{headers}_{key}.cpp"
-    src.write_text(unit)
-    # Compile to a private name, then rename: concurrent builds never see a half-written library.
+    # The verified bytes in a private folder of their own (mode 0700): the compiler reads these, not
+    # the project's files, so nothing swapped in after the check is compiled.
+    private = Path(tempfile.mkdtemp(prefix=f"{spec.name}_csim_src.", dir=build_dir))
     fd, tmp = tempfile.mkstemp(prefix=lib.stem + ".", suffix=".tmp.so", dir=build_dir)
     os.close(fd)
     try:
+        for name, data in sources.items():
+            (private / name).write_bytes(data)
+        src = private / "unit.cpp"
+        src.write_text(unit)
         for extra in (NATIVE_FLAGS, ()):
             cmd = [cxx, *BASE_FLAGS, *extra, *includes, *LINK_FLAGS, "-o", tmp, str(src)]
-            result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            result = proc.run(cmd, f"C++ compiler {cxx}", capture_output=True, text=True)
             if result.returncode == 0:
                 break
             if not extra or "march" not in result.stderr:  # only -march=native earns a second try
-                raise CsimError(f"g++ failed to compile {source} ({headers} HLS headers):\n"
-                                f"{_first_errors(result.stderr)}")
-        os.replace(tmp, lib)
+                raise CsimError(f"g++ failed to compile {project_dir / 'hls' / (spec.name + '.cpp')} ({headers} "
+                                f"HLS headers):\n{_first_errors(result.stderr)}")
+        built = Path(tmp).read_bytes()
+        if built[:4] != ELF_MAGIC:
+            raise CsimError(f"C++ compiler {cxx} exited 0 but wrote no shared library "
+                            f"({len(built)} bytes at {tmp}); nothing was cached")
+        safe_io.atomic_write(lib.with_name(lib.name + ".sha256"), hashlib.sha256(built).hexdigest() + "\n")
+        os.replace(tmp, lib)  # a new file: never written through a link planted at the cached name
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        shutil.rmtree(private, ignore_errors=True)
     return lib
+
+
+def load_library(lib: Path) -> ctypes.CDLL:
+    """Load a cached library from the bytes that were checked: read once, compared with the sha256
+    recorded beside it, written to a private file of this process (mode 0600) and loaded from there
+    (a library replaced between the check and the load is never loaded)."""
+    lib = Path(lib)
+    try:
+        stamp = lib.with_name(lib.name + ".sha256").read_text().strip()
+        data = safe_io.read_bytes(lib, LIBRARY_MAX, "cached C simulation library")
+    except (OSError, UserError) as exc:
+        raise CsimError(f"{lib}: cannot read the cached library ({exc}); delete build/csim and retry") from exc
+    if data[:4] != ELF_MAGIC or hashlib.sha256(data).hexdigest() != stamp:
+        raise CsimError(f"{lib}: not the library that was built (its sha256 differs from {lib.name}.sha256); "
+                        "delete build/csim and retry")
+    fd, private = tempfile.mkstemp(prefix=lib.stem + ".", suffix=".loaded.so", dir=lib.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return ctypes.CDLL(private)
+    finally:
+        os.unlink(private)  # the mapping stays; the name goes

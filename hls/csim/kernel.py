@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from hls import layout
-from hls.csim.compile import CsimError, compile_kernel, kernel_source, project_dir_checked
+from hls.csim.compile import CsimError, compile_kernel, kernel_source, load_library, project_dir_checked
 from hls.errors import UserError
 from hls.golden import scalar_names
 from hls.manifest import load_manifest, spec_from_manifest
@@ -163,11 +163,11 @@ class CsimKernel:
                 self.port_info[port] = PortInfo(port, array, index, self.stripes.of(array), sizes.get(array, 4),
                                                 is_written_port(port))
         self.align = self.stripes.beat_align()  # chunk starts: every stripe of every array at a round start
-        self.library = compile_kernel(self.project_dir, build_dir, headers, spec=self.spec)
+        self.library = compile_kernel(self.project_dir, build_dir, headers, spec=self.spec, manifest=manifest)
         self.threads = threads or default_threads()
         self.chunk = DEFAULT_CHUNK
         self._names = scalar_names(spec.optimizer)
-        self._lib: ctypes.CDLL | None = ctypes.CDLL(str(self.library))
+        self._lib: ctypes.CDLL | None = load_library(self.library)
         ptr = ctypes.c_void_p
         u64 = ctypes.c_ulonglong
         abi = self._lib.optimusnic_csim_abi()

@@ -33,9 +33,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hls import safe_io
 from hls.errors import UserError
 from hls.generate import write_project
 from hls.paths import BUILD_DIR, REPO_ROOT, TB_DIR, TB_MODELS_DIR
+from hls.proc import run as run_tool
 from hls.rtl import simulators
 from hls.rtl_sources import FP_RTL, static_sources
 from hls.spec import KernelSpec
@@ -194,7 +196,7 @@ def _build(spec: KernelSpec, simulator: str, waves: bool, target: Target | None)
             always=not fresh,
             log_file=bdir / "build.log",
         )
-    stamp.write_text(digest)
+    safe_io.atomic_write(stamp, digest)
     return runner, bdir, project
 
 
@@ -310,7 +312,6 @@ def lint(spec: KernelSpec, *, own_only: bool = True) -> list[str]:
     With `own_only`, warnings located in the floating-point units (linted by their own test)
     are left out, so this check is about the kernel's modules and the generated files.
     """
-    import subprocess
 
     bdir = BUILD_DIR / "sim" / "kernel" / f"{spec_hash(spec)}-lint"
     env = {**os.environ, **simulators.simulator_env("verilator")}
@@ -318,9 +319,9 @@ def lint(spec: KernelSpec, *, own_only: bool = True) -> list[str]:
         project = bdir / "project"
         write_project(spec, project)
         sources = kernel_sources(spec, project)
-        proc = subprocess.run(
+        proc = run_tool(
             [simulators.verilator_bin(), "--lint-only", "-Wall", "--top-module", spec.name, *map(str, sources)],
-            capture_output=True, text=True, env=env, check=False,
+            capture_output=True, text=True, env=env, what="verilator --lint-only",
         )
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("%Warning") or ln.startswith("%Error")]
     lines = [ln for ln in lines if not ln.startswith("%Error: Exiting due to")]
@@ -331,7 +332,6 @@ def lint(spec: KernelSpec, *, own_only: bool = True) -> list[str]:
 
 def icarus_compile(spec: KernelSpec) -> tuple[bool, str]:
     """Compile the generated kernel with Icarus (`iverilog -g2012`); returns (ok, messages)."""
-    import subprocess
 
     simulators.simulator_env("icarus")
     bdir = BUILD_DIR / "sim" / "kernel" / f"{spec_hash(spec)}-lint"
@@ -339,8 +339,8 @@ def icarus_compile(spec: KernelSpec) -> tuple[bool, str]:
         project = bdir / "project"
         write_project(spec, project)
         sources = kernel_sources(spec, project)
-        proc = subprocess.run(
+        proc = run_tool(
             ["iverilog", "-g2012", "-Wall", "-s", spec.name, "-o", str(bdir / "check.vvp"), *map(str, sources)],
-            capture_output=True, text=True, check=False,
+            capture_output=True, text=True, what="iverilog",
         )
     return proc.returncode == 0, proc.stdout + proc.stderr

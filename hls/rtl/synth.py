@@ -23,12 +23,11 @@ import hashlib
 import json
 import math
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from hls import rtl_sources
+from hls import proc, rtl_sources, safe_io
 from hls.errors import ToolMissing, UserError
 from hls.paths import BUILD_DIR
 from hls.rtl import netlist as timing
@@ -69,7 +68,8 @@ def yosys_bin() -> str:
 
 
 def yosys_version() -> str:
-    out = subprocess.run([yosys_bin(), "-V"], capture_output=True, text=True, check=False).stdout.strip()
+    out = proc.run([yosys_bin(), "-V"], "yosys -V", timeout=proc.VERSION_TIMEOUT_S, capture_output=True,
+                   text=True).stdout.strip()
     return out or "unknown"
 
 
@@ -134,7 +134,7 @@ def synth_module(
             return result | {"cached": True}
         if (work / "netlist.json").is_file():  # only the analysis changed: no new yosys run
             result["timing"] = timing.analyze(work / "netlist.json", top)
-            cache.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+            safe_io.atomic_write(cache, json.dumps(result, indent=2, sort_keys=True) + "\n")
             return result | {"cached": True}
     work.mkdir(parents=True, exist_ok=True)
     chparam = " ".join(f"-chparam {k} {v}" for k, v in params.items())
@@ -148,13 +148,15 @@ def synth_module(
         "tee -q -o stat.txt stat",
         "write_json -compat-int netlist.json",
     ]) + "\n"
-    (work / "synth.ys").write_text(script)
+    safe_io.atomic_write(work / "synth.ys", script)
     start = time.monotonic()
-    proc = subprocess.run([yosys_bin(), "-q", "-l", "yosys.log", "-s", "synth.ys"], cwd=work,
-                          capture_output=True, text=True, check=False)
+    for old in ("stat.json", "stat.txt", "netlist.json", "yosys.log"):  # an earlier run's outputs must not count
+        (work / old).unlink(missing_ok=True)
+    run = proc.run([yosys_bin(), "-q", "-l", "yosys.log", "-s", "synth.ys"], f"yosys on {top}", cwd=work,
+                   capture_output=True, text=True)
     seconds = round(time.monotonic() - start, 1)
-    if proc.returncode != 0 or not (work / "stat.json").is_file():
-        errors = [ln for ln in (proc.stderr + proc.stdout).splitlines() if "ERROR" in ln] or proc.stderr.splitlines()
+    if run.returncode != 0 or not (work / "stat.json").is_file():
+        errors = [ln for ln in (run.stderr + run.stdout).splitlines() if "ERROR" in ln] or run.stderr.splitlines()
         raise UserError(f"yosys failed on {top} ({errors[-1] if errors else 'no message'}); see {work / 'yosys.log'}")
     text = (work / "stat.json").read_text()
     stat = json.loads(text[text.index("{"):])
@@ -173,7 +175,7 @@ def synth_module(
         "key": key,
     }
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    safe_io.atomic_write(cache, json.dumps(result, indent=2, sort_keys=True) + "\n")
     return result | {"cached": False}
 
 
@@ -196,7 +198,7 @@ def synth_top(spec: KernelSpec, target: Target, cache_dir: Path = SYNTH_DIR, **k
     generated = []
     for path, data in sorted(rtl.items()):
         dest = gen_dir / Path(path).name
-        dest.write_bytes(data)
+        safe_io.atomic_write(dest, data)
         generated.append(dest)
     return synth_module([*rtl_sources.static_sources(), *generated], spec.name,
                         label=f"kernel top, {spec.lanes} lane(s)", cache_dir=cache_dir, **kw)
@@ -310,7 +312,7 @@ def save_estimate(result: dict[str, Any], cache_dir: Path | None = None) -> Path
     spec = KernelSpec.from_dict(dict(result["spec"]))
     path = Path(cache_dir or SYNTH_DIR) / f"{spec_key(spec)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    safe_io.atomic_write(path, json.dumps(result, indent=2, sort_keys=True) + "\n")
     return path
 
 

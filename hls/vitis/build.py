@@ -19,6 +19,7 @@ IP-catalog export and says what to run with AMD's V80 flow.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -28,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hls import generate, registry, safe_io, validate
+from hls import generate, proc, registry, safe_io, validate
 from hls.errors import OptimusError, ToolMissing, UserError
-from hls.manifest import load_manifest
+from hls.manifest import GENERATED_FILE_MAX, load_manifest
 from hls.paths import BITSTREAMS_DIR, RTL_DIR
 from hls.rtl_sources import FP_UNITS_LIST, KERNEL_LIST
 from hls.spec import KernelSpec
@@ -38,6 +39,7 @@ from hls.targets import Target
 from hls.vitis import reports
 
 KERNELS = ("hls", "rtl")
+STEP_TIMEOUT_S = 48 * 3600.0  # one Vitis step (v++ --link of a 16-CU kernel takes hours; a hung tool ends here)
 PLATFORM_DIRS = (Path("/opt/xilinx/platforms"),)
 
 # What to do when a tool is missing; one line each.
@@ -89,6 +91,9 @@ class BuildPlan:
     registry_manifest: Path | None
     link_cfg_text: str | None
     notes: list[str] = field(default_factory=list)
+    # The user's project (--project): its manifest-listed files, verified, are copied into
+    # project_dir (the run folder's project/) and built there, never in place.
+    source_dir: Path | None = None
 
     @property
     def tools(self) -> list[str]:
@@ -146,12 +151,18 @@ def plan_build(
         raise UserError(f"--kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
     run_dir = Path(run_dir or default_run_dir(spec, kernel)).resolve()
     generate_project = project_dir is None
-    project = Path(project_dir).resolve() if project_dir else run_dir / "project"
+    # Tools run on a copy of the verified bytes in the run folder, never in the user's project: a
+    # file planted there (a header found before the toolkit's) is never compiled.
+    project = run_dir / "project"
+    source = Path(project_dir).resolve() if project_dir else None
+    if source is not None and source == project:
+        raise UserError(f"--project {source}: is the run folder's own copy; give the project `optimusnic generate` "
+                        "wrote, or another --run-dir")
     if generate_project:
         files, _ = generate.render(spec, target)
         project_files = ["manifest.json", *sorted(files)]
     else:
-        manifest = load_manifest(project)
+        manifest = load_manifest(source)
         project_files = ["manifest.json", *sorted(manifest.get("files", {}))]
     name = spec.name
     logs = run_dir / "logs"
@@ -160,8 +171,8 @@ def plan_build(
     if generate_project:
         data = files.get("hls/link.cfg")
         link_cfg_text = data.decode() if data is not None else None
-    elif link_cfg.is_file():
-        link_cfg_text = link_cfg.read_text()
+    elif source is not None and (source / "hls" / "link.cfg").is_file():
+        link_cfg_text = (source / "hls" / "link.cfg").read_text()
 
     if not target.has_xrt_flow:
         if kernel != "hls":
@@ -183,7 +194,7 @@ def plan_build(
             spec=spec, target=target, kernel=kernel, platform=None, platform_path=None, project_dir=project,
             run_dir=run_dir, generate_project=generate_project, project_files=project_files, steps=steps,
             xclbin=None, registry_xclbin=None, registry_manifest=None, link_cfg_text=None,
-            notes=versal_notes(target, project, project_files),
+            notes=versal_notes(target, project, project_files), source_dir=source,
         )
 
     platform = platform or target.platform
@@ -231,6 +242,7 @@ def plan_build(
         spec=spec, target=target, kernel=kernel, platform=platform, platform_path=platform_path, project_dir=project,
         run_dir=run_dir, generate_project=generate_project, project_files=project_files, steps=steps, xclbin=xclbin,
         registry_xclbin=reg_xclbin, registry_manifest=reg_manifest, link_cfg_text=link_cfg_text, notes=notes,
+        source_dir=source,
     )
 
 
@@ -289,7 +301,8 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
     if plan.generate_project:
         lines.append(f"[{n}] generate the project (optimusnic generate) into {plan.project_dir}:")
     else:
-        lines.append(f"[{n}] use the generated project {plan.project_dir}:")
+        lines.append(f"[{n}] use the generated project {plan.source_dir}: its manifest-listed files, verified, "
+                     f"copied into {plan.project_dir}:")
     lines += [f"      {plan.project_dir / f}" for f in plan.project_files]
     for step in plan.steps:
         n += 1
@@ -364,12 +377,20 @@ def run_step(step: Step) -> None:
         raise BuildFailed(f"{step.name}: missing input {missing[0]} (is the project fully generated?)")
     step.cwd.mkdir(parents=True, exist_ok=True)
     step.log.parent.mkdir(parents=True, exist_ok=True)
-    with step.log.open("w") as log:
+    # An earlier build's outputs and log go first: a tool that exits 0 without writing must not leave
+    # the old bitstream to be registered under the new spec (and the log is a new file, not a link).
+    for old in (*step.outputs, step.log):
+        if old.is_symlink() or old.is_file():
+            old.unlink()
+        elif old.is_dir():
+            shutil.rmtree(old)
+    with open(step.log, "x") as log:
         log.write(f"# {step.shell()}\n")
         log.flush()
-        proc = subprocess.run(step.argv, cwd=step.cwd, stdout=log, stderr=subprocess.STDOUT, check=False)
-    if proc.returncode != 0:
-        raise BuildFailed(f"{step.name}: {step.tool} exited with status {proc.returncode}; see {step.log}"
+        result = proc.run(step.argv, f"{step.name}: {step.tool}", timeout=proc.timeout_s(STEP_TIMEOUT_S),
+                          cwd=step.cwd, stdout=log, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        raise BuildFailed(f"{step.name}: {step.tool} exited with status {result.returncode}; see {step.log}"
                           f" (last line: {_tail(step.log) or 'empty'})")
     for out in step.outputs:
         if not out.exists():
@@ -425,6 +446,25 @@ def summarize(plan: BuildPlan) -> dict[str, Any]:
     return summary
 
 
+def copy_verified_project(source: Path, dest: Path) -> None:
+    """`dest` := the manifest-listed files of project `source` and its manifest, nothing else: each
+    file read once and checked against the sha256 of the (verified) manifest before it is written."""
+    manifest = load_manifest(source)
+    if dest.is_symlink() or dest.is_file():
+        dest.unlink()
+    elif dest.is_dir():
+        shutil.rmtree(dest)  # an earlier run's copy and every tool output in it
+    for rel, want in sorted(manifest["files"].items()):
+        data = safe_io.read_bytes(safe_io.inside(source, rel, "project file"), GENERATED_FILE_MAX, "project file")
+        if hashlib.sha256(data).hexdigest() != want:
+            raise UserError(f"{source / rel}: changed since the project was verified (sha256 differs from its "
+                            "manifest); regenerate the project (optimusnic generate)")
+        out = safe_io.inside(dest, rel, "project file")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        safe_io.atomic_write(out, data)
+    safe_io.atomic_write(dest / generate.MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
 def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: Any = print) -> dict[str, Any] | None:
     """Run the plan: generate, check tools, run each step with its log, parse reports, register.
 
@@ -438,6 +478,9 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     if plan.generate_project:
         echo(f"[0] generate: {plan.project_dir}")
         generate.write_project(plan.spec, plan.project_dir, plan.target)
+    elif plan.source_dir is not None:
+        echo(f"[0] copy the verified project {plan.source_dir} into {plan.project_dir}")
+        copy_verified_project(plan.source_dir, plan.project_dir)
     manifest = load_manifest(plan.project_dir)
     bursts = None
     for i, step in enumerate(plan.steps, 1):
@@ -452,7 +495,7 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     summary["hls_bursts"] = bursts
     report_dir = plan.run_dir / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    safe_io.atomic_write(report_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     build_info = {
         "kernel": plan.kernel,
         "platform": plan.platform,

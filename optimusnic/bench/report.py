@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hls import safe_io
 from hls.paths import BUILD_DIR, REPO_ROOT
 
 RESULTS_DIR = REPO_ROOT / "bench"
@@ -97,7 +98,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
         results[key]["wall_s"] = time.perf_counter() - t
         log(f"[bench] {key}: done in {results[key]['wall_s']:.0f} s")
     RTL_JSON.parent.mkdir(parents=True, exist_ok=True)
-    RTL_JSON.write_text(json.dumps({"efficiency": results["rtl"]["efficiency"],
+    safe_io.atomic_write(RTL_JSON, json.dumps({"efficiency": results["rtl"]["efficiency"],
                                     "source": "optimusnic bench all (RTL kernel, ideal memory, elements/clock / lanes)",
                                     "date": results["date"]}, indent=2) + "\n")
     if results["net"].get("protocol_efficiency"):
@@ -127,7 +128,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     b.set_ylim(0, 1.25 * max(max(r["predicted"], r["ideal"]) for r in rows))
     b.legend(fontsize=7, loc="upper center", ncol=3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with safe_io.atomic_open(path) as f:
+        fig.savefig(f, format=Path(path).suffix[1:] or "png", dpi=100)
     plt.close(fig)
 
 
@@ -337,21 +339,21 @@ def write_synth_section(rep: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Pat
     else:
         at = next((i for i, ln in enumerate(lines) if ln.startswith("![benchmark")), len(lines))
         lines[at:at] = section
-    path.write_text("\n".join(lines) + "\n")
+    safe_io.atomic_write(path, "\n".join(lines) + "\n")
     js = out_dir / "results.json"
     if js.is_file():
         data = json.loads(js.read_text())
         data["synth"] = rep
-        js.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        safe_io.atomic_write(js, json.dumps(data, indent=2, default=str) + "\n")
     return path
 
 
 def write(results: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(results, out_dir / "results.png")
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    safe_io.atomic_write(out_dir / "results.json", json.dumps(results, indent=2, default=str) + "\n")
     path = out_dir / "results.md"
-    path.write_text(markdown(results))
+    safe_io.atomic_write(path, markdown(results))
     return path
 
 

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from hls import safe_io
 from hls.paths import REPO_ROOT
 
 PAGE = REPO_ROOT / "docs" / "reference" / "cli.md"
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    safe_io.atomic_write(args.out, text)
     print(f"wrote {args.out}")
     return 0
 

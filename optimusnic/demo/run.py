@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hls import safe_io
 from optimusnic.text import human_bytes, table
 
 # ---- the data ---------------------------------------------------------------------------------
@@ -333,7 +334,7 @@ def _sharded_worker(rank: int, world_size: int, port: int, backend: str, steps: 
             out["rank_param_checksums"] = sums
             out["max_moment_diff"] = sd_diff
             out["state_dict_format_equal"] = _same_format(sd, ref_sd)
-            Path(result_path).write_text(json.dumps(out))
+            safe_io.atomic_write(result_path, json.dumps(out))
         opt.close()
         dist.barrier()
     finally:
@@ -422,7 +423,8 @@ def plot_losses(result: dict[str, Any], path: Path) -> Path:
     ax2.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    with safe_io.atomic_open(path) as f:
+        fig.savefig(f, format=Path(path).suffix[1:] or "png", dpi=110)
     plt.close(fig)
     return path
 
@@ -473,7 +475,7 @@ def run_demo(backend: str = "csim", steps: int | None = None, world_size: int = 
     out.mkdir(parents=True, exist_ok=True)
     result["plot"] = str(plot_losses(result, out / "loss_curves.png"))
     result["wall_s"] = time.monotonic() - t0
-    (out / "summary.json").write_text(json.dumps(result, indent=2))
+    safe_io.atomic_write(out / "summary.json", json.dumps(result, indent=2))
     return result
 
 

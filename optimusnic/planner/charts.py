@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hls import safe_io
 from hls.errors import UserError
 from optimusnic.planner.costs import STATE_BYTES
 from optimusnic.planner.planning import Plan
@@ -27,7 +28,8 @@ def _pyplot() -> Any:
 def _save(fig: Any, plt: Any, path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+        with safe_io.atomic_open(path) as f:
+            fig.savefig(f, format=Path(path).suffix[1:] or "png", dpi=110, bbox_inches="tight")
     except OSError as exc:
         raise UserError(f"cannot write the chart to {path}: {exc.strerror}") from exc
     finally:

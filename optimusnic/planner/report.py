@@ -7,6 +7,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from hls import safe_io
 from hls.errors import UserError
 from optimusnic.planner.planning import Plan
 from optimusnic.planner.sweeps import SweepRow
@@ -159,7 +160,7 @@ def format_plan(p: Plan) -> str:
 def write_sweep_csv(rows: list[SweepRow], path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as f:
+        with safe_io.atomic_open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow([fl.name for fl in fields(SweepRow)])
             for r in rows:

@@ -87,9 +87,13 @@ def missing_runtime() -> list[str]:
 def local_rank() -> int | None:
     """This process's rank on its host, from the launcher's environment (torchrun, MPI, Slurm), or None."""
     for var in LOCAL_RANK_VARS:
-        value = os.environ.get(var)
-        if value is not None and value.strip().isdigit():
-            return int(value)
+        value = (os.environ.get(var) or "").strip()
+        if not value:
+            continue
+        # ASCII digits only: str.isdigit() also accepts '²' and other digits int() refuses.
+        if not (value.isascii() and value.isdigit()) or len(value) > 6:
+            raise UserError(f"{var}={value!r}: not a local rank (a whole number 0, 1, ... as the launcher sets)")
+        return int(value)
     return None
 
 

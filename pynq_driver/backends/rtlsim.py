@@ -104,7 +104,8 @@ class RtlSimDevice(Device):
                     "ONIC_STALLS": str(stall_probability)},
         }
         (self._tmp / "config.json").write_text(json.dumps(config))
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the child
+        self.log_path.unlink(missing_ok=True)  # a new file: never written through a link left there
+        self._log = open(self.log_path, "xb")  # noqa: SIM115 - lives as long as the child
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [sys.executable, "-m", "pynq_driver.backends.rtlsim", str(self._tmp / "config.json")],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -19,6 +19,7 @@ from hls import safe_io, validate
 from hls import xclbin as xclbin_format
 from hls.errors import UserError
 from hls.paths import BITSTREAMS_DIR
+from hls.registry import spec_mismatch
 from hls.spec import KernelSpec
 from pynq_driver.errors import BitstreamMismatch
 
@@ -110,7 +111,13 @@ def resolve_xclbin(spec: KernelSpec, xclbin: str | Path | Sequence[str | Path] |
     exact = [(f, m) for f, m in pairs if m.get("spec") == want]
     renamed = [(f, m) for f, m in pairs if {**(m.get("spec") or {}), "name": want["name"]} == want]
     if exact or len(renamed) == 1:
-        return (exact or renamed)[0]
+        f, m = (exact or renamed)[0]
+        # The checks `optimusnic bitstreams verify` runs (hls.registry): the entry is what its spec
+        # gives for its target, not an edited copy (a missing bank, DDR on an HBM card, another platform).
+        why = spec_mismatch(m)
+        if why:
+            raise BitstreamMismatch(f"{manifest_for(f)}: {why} (edited manifest? rebuild and register)")
+        return f, m
     if not files:
         raise FileNotFoundError(f"the xclbin (none in {BITSTREAMS_DIR / spec.target}; build one with "
                                 "`optimusnic build` or pass xclbin=)")

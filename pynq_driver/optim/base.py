@@ -24,7 +24,7 @@ from hls.golden import Hyper
 from hls.spec import KernelSpec, default_name
 from pynq_driver.backends import BACKENDS, open_device
 from pynq_driver.device import Device
-from pynq_driver.errors import DeviceClosed
+from pynq_driver.errors import DeviceClosed, StateError
 from pynq_driver.optim.buckets import CardBucket, Slot, is_dtensor, local_tensor, param_slot
 from pynq_driver.optim.state import MASTER_KEY, STATE_KEYS, CardState, ParamState
 from pynq_driver.shard import ShardState
@@ -90,18 +90,50 @@ def hyper_for(group: dict[str, Any], step: int) -> Hyper:
                  weight_decay=float(group["weight_decay"]), step=step)
 
 
+def _number(value: Any) -> float | None:
+    """`value` as a float (a number or a one-element tensor), None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value.item() if isinstance(value, torch.Tensor) else value)
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return None
+
+
+def check_hyper(lr: Any, betas: Any, eps: Any, weight_decay: Any) -> None:
+    """torch.optim.AdamW's checks of its numbers, with its messages ("Invalid learning rate: -1"), as
+    UserError (a ValueError, as torch raises); also refused: inf and NaN, which the kernel cannot
+    run, and values that are not numbers (torch would fail later, on a comparison)."""
+    def bad(value: Any, hi: float = math.inf) -> bool:
+        x = _number(value)
+        return x is None or not (0.0 <= x < hi) or not math.isfinite(x)
+
+    if bad(lr):
+        raise UserError(f"Invalid learning rate: {lr}")
+    if bad(eps):
+        raise UserError(f"Invalid epsilon value: {eps}")
+    if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2:
+        raise UserError(f"Invalid betas: {betas!r} (two numbers in [0, 1), as torch.optim.AdamW takes)")
+    for i in (0, 1):
+        if bad(betas[i], 1.0):
+            raise UserError(f"Invalid beta parameter at index {i}: {betas[i]}")
+    if bad(weight_decay):
+        raise UserError(f"Invalid weight_decay value: {weight_decay}")
+
+
 def check_group(group: dict[str, Any], *, adamw: bool, who: str) -> None:
     """Raise UserError for a param group the kernel cannot run (amsgrad, the other decay, bad numbers)."""
+    for key in ("lr", "betas", "eps", "weight_decay"):
+        if key not in group:
+            raise UserError(f"{who}: param group lacks {key!r} (torch.optim.AdamW's groups have lr, betas, eps, "
+                            "weight_decay)")
+    check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
     if group.get("amsgrad", False):
         raise UserError(f"{who}: amsgrad=True is not implemented by the kernel (design.md section 3)")
     if group.get("decoupled_weight_decay", adamw) != adamw:
         other = "NicAdamW" if not adamw else "NicAdam"
         raise UserError(f"{who}: this param group asks for decoupled_weight_decay="
                         f"{group.get('decoupled_weight_decay')}; use {other}")
-    for name in ("lr", "eps", "weight_decay"):
-        value = float(group[name])
-        if not math.isfinite(value) or value < 0:
-            raise UserError(f"{who}: {name}={group[name]!r} must be a finite number >= 0")
 
 
 def torch_defaults(lr: float, betas: tuple[float, float], eps: float, weight_decay: float, *, adamw: bool,
@@ -113,16 +145,36 @@ def torch_defaults(lr: float, betas: tuple[float, float], eps: float, weight_dec
     `foreach` and `fused` pick one of torch's host implementations: kept for the state dict,
     meaningless for the card. `capturable` and `differentiable` have no card equivalent.
     """
-    if not 0.0 <= lr or not 0.0 <= eps or not 0.0 <= weight_decay:
-        raise ValueError(f"lr={lr}, eps={eps}, weight_decay={weight_decay} must be >= 0")
-    if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-        raise ValueError(f"betas={betas} must each be in [0, 1)")
+    check_hyper(lr, betas, eps, weight_decay)
     if capturable or differentiable:
         raise UserError("capturable / differentiable: CUDA-graph capture and differentiating through the step "
                         "do not apply to an update that runs on the card")
     return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=bool(amsgrad),
                 maximize=bool(maximize), foreach=foreach, capturable=False, differentiable=False, fused=fused,
                 decoupled_weight_decay=adamw)
+
+
+def check_no_overlap(groups: list[dict[str, Any]], who: str) -> None:
+    """Refuse parameters whose memory overlaps (tied through `.data`, views of one tensor): the card
+    keeps one copy of each and writes each back, so they would drift apart from what torch computes
+    (which updates them one after another, each reading the other's result). Tie the modules
+    (`b.weight = a.weight`, one parameter) instead."""
+    spans = []
+    for g, group in enumerate(groups):
+        for i, p in enumerate(group["params"]):
+            t = local_tensor(p)
+            if t.numel() == 0:
+                continue
+            start = t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+            spans.append((str(t.device), start, start + t.numel() * t.element_size(), g, i))
+    spans.sort()
+    for a, b in zip(spans, spans[1:], strict=False):
+        if a[0] == b[0] and b[1] < a[2]:
+            raise UserError(f"{who}: param_groups[{a[3]}]['params'][{a[4]}] and "
+                            f"param_groups[{b[3]}]['params'][{b[4]}] "
+                            "share memory (tied through .data, or views of one tensor); the card keeps one copy "
+                            "of each, so they would drift apart: tie the modules instead (b.weight = a.weight, one "
+                            "parameter)")
 
 
 def map_saved_state(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -148,6 +200,7 @@ class CardOptimizer(torch.optim.Optimizer):
     def _init_card(self, backend: str, target: str, lanes: int | None, skip_nonfinite: bool,
                    chunk_elems: int | None, device_options: dict[str, Any]) -> None:
         self.kind = "adamw" if self._adamw else "adam"
+        check_no_overlap(self.param_groups, self._who)
         self.skip_nonfinite = bool(skip_nonfinite)
         # Exact change detection (the card's masters compared with the parameters before every chunk
         # whose masters the kernel does not read from the parameter itself). `detect_changes=False`
@@ -160,6 +213,7 @@ class CardOptimizer(torch.optim.Optimizer):
         self._closed = False
         self._buckets: list[list[CardBucket]] = []
         self._slots: dict[int, tuple[CardBucket, Slot]] = {}
+        self._numels: dict[int, int] = {}  # id(p) -> its (local) elements when given to the optimizer
         try:
             for group in self.param_groups:
                 check_group(group, adamw=self._adamw, who=self._who)
@@ -217,6 +271,7 @@ class CardOptimizer(torch.optim.Optimizer):
             # Frozen parameters get a place too: unfrozen later, they train (torch gives them state
             # at their first gradient; until then the card keeps zeros for them).
             by_dtype[p.dtype, local_tensor(p).device].append(p)
+            self._numels[id(p)] = local_tensor(p).numel()
         out = []
         for (dtype, _), params in by_dtype.items():
             slots = self._slots_for(params)
@@ -226,13 +281,35 @@ class CardOptimizer(torch.optim.Optimizer):
             out.append(bucket)
         return out
 
+    def _guard(self) -> threading.RLock:
+        """The lock that step(), state_dict(), load_state_dict() and add_param_group() hold: a second
+        thread calling one of them waits for the first (each call sees a whole state)."""
+        lock = self.__dict__.get("_lock")
+        if lock is None:
+            lock = self.__dict__.setdefault("_lock", threading.RLock())
+        return lock
+
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        if getattr(self, "_closed", False):
-            self._check_open()
-        super().add_param_group(param_group)
-        if hasattr(self, "_buckets"):  # not during __init__, which builds them itself
-            check_group(self.param_groups[-1], adamw=self._adamw, who=self._who)
-            self._buckets.append(self._make_buckets(self.param_groups[-1]))
+        with self._guard():
+            if getattr(self, "_closed", False):
+                self._check_open()
+            building = not hasattr(self, "_buckets")  # during __init__, which builds them itself
+            if not building and isinstance(param_group, dict):
+                # Checked before torch appends it: a refused group must leave no trace.
+                merged = {**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}
+                check_group(merged, adamw=self._adamw, who=self._who)
+            super().add_param_group(param_group)
+            if building:
+                return
+            try:
+                check_no_overlap(self.param_groups, self._who)
+                self._buckets.append(self._make_buckets(self.param_groups[-1]))
+            except BaseException:
+                group = self.param_groups.pop()
+                for p in group["params"]:
+                    self._slots.pop(id(p), None)
+                    self._numels.pop(id(p), None)
+                raise
             self._share_host_chunks()
 
     def shards(self) -> list[ShardState]:
@@ -357,19 +434,39 @@ class CardOptimizer(torch.optim.Optimizer):
         slot.step, slot.has_state = step, True
         bucket.shard_step_changed()
 
+    def _check_consistent(self) -> None:
+        for shard in self.shards():
+            if shard.inconsistent:
+                raise StateError(f"{self._who}: {shard.inconsistent}: its state_dict would be half updated; "
+                                 "load a saved state_dict (load_state_dict) first")
+
     def state_dict(self) -> dict[str, Any]:
-        """torch.optim.AdamW's (or Adam's) state_dict, the state read from the card."""
-        self._check_open()
-        kept = self.state
-        self.state = {p: self._param_state(p) for p in kept}  # type: ignore[assignment]
-        try:
-            return super().state_dict()
-        finally:
-            self.state = kept
+        """torch.optim.AdamW's (or Adam's) state_dict, the state read from the card (refused while a
+        step stopped halfway left it half updated)."""
+        with self._guard():
+            self._check_open()
+            self._check_consistent()
+            kept = self.state
+            self.state = {p: self._param_state(p) for p in kept}  # type: ignore[assignment]
+            try:
+                return super().state_dict()
+            finally:
+                self.state = kept
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load torch.optim.AdamW's (or Adam's, or ours) format; each value goes straight to the card."""
+        """Load torch.optim.AdamW's (or Adam's, or ours) format; each value goes straight to the card
+        (all of it checked first; linear in the parameters)."""
+        with self._guard():
+            self._load_state_dict(state_dict)
+
+    def _load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._check_open()
+        if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict) \
+                or not isinstance(state_dict.get("param_groups"), list) \
+                or not all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                           for g in state_dict["param_groups"]):
+            raise UserError(f"{self._who}: load_state_dict takes an optimizer state_dict (a dict with 'state' and "
+                            "'param_groups', as state_dict() returns)")
         saved = map_saved_state(self, state_dict)
         # All or nothing: every group and every parameter's state is checked before anything changes.
         for group, new in zip(self.param_groups, state_dict["param_groups"], strict=True):
@@ -380,11 +477,35 @@ class CardOptimizer(torch.optim.Optimizer):
         # torch's load casts every state tensor (a host copy of the whole state); the card needs none.
         super().load_state_dict({**state_dict, "state": {}})
         self.state = CardState(self)  # type: ignore[assignment]
+        by_bucket: dict[int, tuple[CardBucket, list[tuple[Slot, Any]]]] = {}
         for p, values in checked.values():
-            self._apply_param_state(p, values)
+            bucket, slot = self._slots[id(p)]
+            by_bucket.setdefault(id(bucket), (bucket, []))[1].append((slot, values))
+        for bucket, items in by_bucket.values():
+            bucket.load_slots(items)
 
     # ---- the step --------------------------------------------------------------------------------
+    def _check_sizes(self) -> None:
+        """Refuse a parameter or gradient whose size changed since the optimizer took the parameter
+        (`p.data = torch.randn(2 * n)`): torch refuses it too (its state is sized at the first step)."""
+        for g, group in enumerate(self.param_groups):
+            for i, p in enumerate(group["params"]):
+                want = self._numels.get(id(p))
+                if want is None:
+                    continue
+                where = f"{self._who}: param_groups[{g}]['params'][{i}]"
+                have = local_tensor(p).numel()
+                if have != want:
+                    raise UserError(f"{where} has {have} elements, {want} when it was given to the optimizer "
+                                    "(resized through .data?); as torch.optim.AdamW, the optimizer's state "
+                                    "cannot follow: create a new optimizer for a resized parameter")
+                grad = p.grad
+                if grad is not None and local_tensor(grad).numel() != want:
+                    raise UserError(f"{where}: its gradient has {local_tensor(grad).numel()} elements, the "
+                                    f"parameter {want} (torch.optim.AdamW refuses this too)")
+
     def _plan(self) -> list[tuple[CardBucket, list[Any]]]:
+        self._check_sizes()
         plans = []
         for group, buckets in zip(self.param_groups, self._buckets, strict=True):
             check_group(group, adamw=self._adamw, who=self._who)
@@ -397,6 +518,10 @@ class CardOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        with self._guard():
+            return self._step(closure)
+
+    def _step(self, closure: Callable[[], Any] | None) -> Any:
         self._check_open()
         loss = None
         if closure is not None:
@@ -465,9 +590,9 @@ class CardOptimizer(torch.optim.Optimizer):
 
 def as_step(value: Any, who: str) -> int:
     """A saved step count (number or tensor) as an int; UserError naming `who` if not a whole count >= 0."""
-    step = float(value.item() if isinstance(value, torch.Tensor) else value)
-    if step != int(step) or step < 0:
-        raise UserError(f"{who}: step {step} is not a whole count >= 0")
+    step = _number(value)
+    if step is None or not math.isfinite(step) or step != int(step) or step < 0:
+        raise UserError(f"{who}: step {value!r} is not a whole count >= 0")
     return int(step)
 
 

@@ -185,6 +185,56 @@ class CardBucket:
                 torch.from_numpy(buf).copy_(value[a:b])
             self.shard.write_range(array, s.offset + a, buf, self.shard.host_chunks()[1].view(np.uint8))
 
+    def load_slots(self, items: list[tuple[Slot, tuple[Any, ...] | None]]) -> None:
+        """Replace the state of every slot of this bucket (load_state_dict): `items` holds each slot
+        with (step, exp_avg, exp_avg_sq, master or None), or None for no state (zeros, masters := the
+        tensor). Small slots are packed into chunk-sized writes, so the cost is linear in the elements
+        (one device write per chunk per array), not a device write per slot per array."""
+        by_id = {id(s): c for s, c in items}
+        if self.shard is not None and {id(s) for s in self.slots if s.numel} <= set(by_id):
+            for array, at in (("m", 1), ("v", 2), ("p", 3)):
+                values: dict[int, torch.Tensor | None] = {}
+                for s in self.slots:
+                    c = by_id[id(s)] if s.numel else None
+                    got = None if c is None else c[at]
+                    values[id(s)] = s.data() if array == "p" and got is None and s.numel else got
+                self._write_packed(array, values)
+        else:
+            for s, c in items:
+                self.write(s, "m", None if c is None else c[1])
+                self.write(s, "v", None if c is None else c[2])
+                self.write(s, "p", s.data() if c is None or c[3] is None else c[3])
+        for s, c in items:
+            s.step, s.has_state = (0, False) if c is None else (c[0], True)
+        self.shard_step_changed()
+        if self.shard is not None and {id(s) for s in self.slots} <= set(by_id):
+            self.shard.inconsistent = None  # every slot's state was just written whole
+
+    def _write_packed(self, array: str, values: dict[int, torch.Tensor | None]) -> None:
+        """Write every slot's value (None: zeros) of state array `array`: slots of up to half a chunk
+        gathered into one chunk-sized write each, larger ones on their own."""
+        chunk = self.shard.chunk_elems
+        scratch = self.shard.host_chunks()[0].view(np.float32)
+        tmp = self.shard.host_chunks()[1].view(np.uint8)
+        batch: list[Slot] = []
+        for s in [*(s for s in self.slots if s.numel), None]:  # card order; None flushes the last batch
+            big = s is not None and s.numel > chunk // 2
+            # A batch is consecutive slots only: it never spans a large slot written on its own.
+            if batch and (s is None or big or s.offset + s.numel - batch[0].offset > chunk):
+                lo = batch[0].offset
+                buf = scratch[: batch[-1].offset + batch[-1].numel - lo]
+                buf[...] = 0  # alignment padding between tensors: zeros, as the card starts
+                for t in batch:
+                    v = values[id(t)]
+                    if v is not None:
+                        torch.from_numpy(buf[t.offset - lo:t.offset - lo + t.numel]).copy_(v.detach().reshape(-1))
+                self.shard.write_range(array, lo, buf, tmp)
+                batch.clear()
+            if big:
+                self.write(s, array, values[id(s)])
+            elif s is not None:
+                batch.append(s)
+
     def reset_masters(self, s: Slot) -> None:
         """The card's masters of the slot := the tensor's current values (widened exactly to fp32)."""
         self.write(s, "p", s.data())

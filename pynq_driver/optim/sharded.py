@@ -233,6 +233,7 @@ class ShardedNicOptimizer(CardOptimizer):
                 raise UserError(f"ShardedNicOptimizer: parameters of dtype {p.dtype} are not supported; use one of "
                                 f"{', '.join(str(d) for d in KERNEL_DTYPES)}")
             by_dtype.setdefault((p.dtype, p.device), []).append(p)
+            self._numels[id(p)] = p.numel()
         out = []
         for (dtype, _), params in by_dtype.items():
             sb = ShardedBucket(params, self.rank, self.world)
@@ -389,11 +390,16 @@ class ShardedNicOptimizer(CardOptimizer):
         """One step. Under `GradScaler.step(opt)` the scaler passes itself (`grad_scaler`): the card
         unscales, every rank skips a step whose reduced gradient is not finite on any rank, and the
         scaler's inf record is that global verdict, so every rank's scale stays the same."""
+        with self._guard():  # a second thread's step waits for this one
+            return self._sharded_step(closure, grad_scaler)
+
+    def _sharded_step(self, closure: Callable[[], Any] | None, grad_scaler: Any) -> Any:
         self._check_open()
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._check_sizes()  # a resized parameter or gradient, refused before any collective
         try:
             buckets = self._reduce_all()
             gs = self._grad_scale(grad_scaler)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import subprocess
 import sys
@@ -425,7 +426,11 @@ def test_stream_warnings_are_counted_not_printed(headers: str, tmp_path: Path, m
     text = source.read_text()
     assert loop in text
     source.write_text(text.replace(loop, loop.replace("b < count", "b + 1 < count")))
-    # The project is edited on purpose: read its manifest without checking the files' hashes.
+    # The project is edited on purpose: its manifest records the edited source (csim compiles only
+    # bytes with the recorded sha256) and is read without re-rendering the spec.
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["files"][f"hls/{spec.name}.cpp"] = hashlib.sha256(source.read_bytes()).hexdigest()
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setattr(csim, "load_manifest", lambda d: json.loads((Path(d) / "manifest.json").read_text()))
     kernel = CsimKernel(tmp_path, headers=headers)
     n = 5000
