@@ -73,6 +73,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "see the printed source)")
     p.add_argument("--rtl-efficiency", type=float_in(0, 1, lo_open=True), default=None,
                    help=f"kernel efficiency (default: 'efficiency' in {planner.RTL_BENCH_JSON}, else 0.95)")
+    p.add_argument("--ring-loss", type=float_in(0, 0.99), default=None,
+                   help=f"rail: fraction of the payload goodput lost to ACK/NAK frames and retransmissions "
+                        f"(default: 'loss_beyond_framing' in {planner.NET_BENCH_JSON}, written by `make bench`, "
+                        f"else 0)")
     p.add_argument("--nic-placement", choices=planner.PLACEMENTS, default="sidecar",
                    help="sidecar: a PCIe device beside the GPU, as the driver builds it; rail: the card is the "
                         "GPU's network rail (default sidecar)")
@@ -171,11 +175,16 @@ def run(args: argparse.Namespace) -> int:
         eff, eff_source = planner.read_rtl_efficiency()
     else:
         eff, eff_source = args.rtl_efficiency, "given with --rtl-efficiency"
+    if args.ring_loss is None:
+        ring_loss, ring_loss_source = planner.read_ring_loss()
+    else:
+        ring_loss, ring_loss_source = args.ring_loss, "given with --ring-loss"
     assumptions = planner.Assumptions(
         micro_batch=args.micro_batch, seq=args.seq, grad_accum=args.grad_accum, recompute=args.recompute,
         hfu=args.hfu, mfu=args.mfu, link_efficiency=args.link_efficiency,
         cpu_adam_params_per_s=float(args.cpu_adam_rate),
-        rtl_efficiency=eff, rtl_efficiency_source=eff_source, nic_grads=args.nic_grads, nic_ports=args.nic_ports,
+        rtl_efficiency=eff, rtl_efficiency_source=eff_source, ring_loss=ring_loss,
+        ring_loss_source=ring_loss_source, nic_grads=args.nic_grads, nic_ports=args.nic_ports,
         nic_placement=args.nic_placement, nic_grad_path=args.nic_grad_path, nic_overlap=args.nic_overlap,
         nic_payload_bytes=args.payload_bytes,
         clip=args.clip, overlap_reduce=args.overlap_reduce, overlap_gather=args.overlap_gather,

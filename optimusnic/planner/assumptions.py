@@ -15,6 +15,9 @@ from optimusnic.planner.costs import GRAD_BUFFERS, RECOMPUTE
 from optimusnic.planner.errors import PlanError
 
 RTL_BENCH_JSON = BUILD_DIR / "bench" / "rtl.json"
+# The ring's protocol efficiency on software cards, written by `make bench` (optimusnic bench net).
+NET_BENCH_JSON = BUILD_DIR / "bench" / "net.json"
+RING_LOSS_UNMEASURED = "assumed until measured by `make bench`"
 
 NIC_GRADS = ("full", "sharded")
 PLACEMENTS = ("sidecar", "rail")
@@ -53,6 +56,8 @@ class Assumptions:
     cpu_adam_params_per_s: float = DEFAULT_CPU_ADAM_PARAMS_PER_S
     rtl_efficiency: float = DEFAULT_RTL_EFFICIENCY
     rtl_efficiency_source: str = "assumed"
+    ring_loss: float = 0.0  # rail: payload lost beyond framing (ACK/NAK frames, retransmissions)
+    ring_loss_source: str = RING_LOSS_UNMEASURED
     nic_grads: str = "full"
     nic_ports: int = 1
     nic_placement: str = "sidecar"
@@ -87,6 +92,21 @@ def read_rtl_efficiency(path: Path = RTL_BENCH_JSON) -> tuple[float, str]:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         return DEFAULT_RTL_EFFICIENCY, f"assumed ({path} has no usable 'efficiency' in (0, 1])"
     return float(value), f"measured by the RTL benchmark ({path})"
+
+
+def read_ring_loss(path: Path = NET_BENCH_JSON) -> tuple[float, str]:
+    """The ring's loss beyond framing as the software-card benchmark measured it, and where it came from.
+
+    It is a protocol figure (ACK/NAK frames and retransmissions per payload byte), which carries over
+    to a card; the software cards' absolute speed does not, and is not used."""
+    try:
+        data = json.loads(path.read_text())
+        value = data.get("loss_beyond_framing")
+    except (OSError, ValueError, AttributeError):
+        return 0.0, RING_LOSS_UNMEASURED
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        return 0.0, f"{RING_LOSS_UNMEASURED} ({path} has no usable 'loss_beyond_framing' in [0, 1))"
+    return float(value), f"measured on software cards by `optimusnic bench net` ({path}, {data.get('date', '?')})"
 
 
 def positive_int(name: str, value: Any) -> int:

@@ -14,10 +14,10 @@ as the card's channels take) and reports both: the rate of the one, the capacity
 Rail placement: sizing runs with `placement="rail"` (the ring's payload goodput as the demand, the
 ring's lgrad and gather streams in the memory plan, window buffers on chip) and the card's wire is
 ports x payload goodput = line rate x P / (P + 88) per port (design.md 8.2) -- framing is the only
-loss counted: ACK frames and retransmissions are assumed free until measured. Every rail figure is
-listed with its status and source (`RailFigure`): none is measured yet (the software-card
-simulation's ring benchmark is not in `make bench` yet), so each says "assumed until measured by
-`make bench`".
+loss counted until measured: the ring's loss beyond framing (ACK/NAK frames, retransmissions) is
+the software-card benchmark's figure when `make bench` has written it (build/bench/net.json), a
+protocol figure that carries over to a card, and nil before. Every rail figure is listed with its
+status and source (`RailFigure`): the others say "assumed until measured by `make bench`".
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def nic_side(target: Target, params: int, nodes: int, gpus_per_node: int, a: Ass
     c2h = a.card_c2h_bytes_per_s or a.card_pcie_bytes_per_s or raw * CARD_C2H_FRACTION
     wire = a.nic_ports * target.line_rate_gbps * 1e9 / 8 * link_efficiency
     if rail:  # the cards' own ring: the payload goodput of its ports (sizing's figure)
-        wire = report.network.goodput_bytes_per_s
+        wire = report.network.goodput_bytes_per_s * (1.0 - a.ring_loss)
         used.append("network")
     link = min(wire, raw_pcie)
     grad_b = GRAD_BUFFERS[a.grad_buffer]
@@ -177,8 +177,10 @@ def rail_figures(target: Target, a: Assumptions, report: Any, achieved: float, p
         RailFigure("payload goodput, all ring ports", n.goodput_bytes_per_s, "B/s", UNMEASURED,
                    f"{a.nic_ports} port(s) x line rate x {n.payload_bytes}/({n.payload_bytes}+{FRAME_OVERHEAD_BYTES}): "
                    "frame overhead of design.md 8.2 (hls.sizing.net_goodput_bytes_per_s)"),
-        RailFigure("ring losses beyond framing (ACK frames, retransmissions)", 0.0, "fraction", UNMEASURED,
-                   "taken as nil; the software-card simulation will measure them"),
+        RailFigure("ring losses beyond framing (ACK frames, retransmissions)", a.ring_loss, "fraction",
+                   "measured" if a.ring_loss_source.startswith("measured") else UNMEASURED,
+                   a.ring_loss_source if a.ring_loss_source.startswith("measured") else
+                   "taken as nil until `make bench` measures it on the software cards"),
         RailFigure("card update rate with the ring streams", achieved, "params/s", UNMEASURED,
                    f"hls.sizing rail memory plan (design.md 3b; HBM efficiency {target.memory_efficiency:.0%} from the "
                    f"catalog) x RTL efficiency {a.rtl_efficiency:.2f} ({a.rtl_efficiency_source})"),
