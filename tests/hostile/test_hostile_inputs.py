@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import struct
 import time
 import zipfile
@@ -18,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from projects import copy_project
 
 from hls import registry, safe_io, validate, xclbin
 from hls.errors import UserError
-from hls.generate import write_project
 from hls.golden import Hyper
 from hls.manifest import load_manifest
 from hls.spec import KernelSpec, SpecError
@@ -29,6 +28,8 @@ from hls.targets import CatalogError, load_catalog
 from optimusnic.cli import main
 from pynq_driver import ShardState, open_device
 from pynq_driver.errors import StateFileError
+
+pytestmark = pytest.mark.usefixtures("in_tmp")
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -45,25 +46,7 @@ def one_line_error(rc: int, err: str, needle: str = "") -> None:
     assert needle.lower() in err.lower(), err
 
 
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run from an empty folder: a command that wrongly writes to '.' cannot touch the checkout."""
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
 
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("proj") / "p"
-    write_project(KernelSpec(lanes=4), out)
-    return out
-
-
-def copy_project(project: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "p"
-    shutil.copytree(project, dest)
-    return dest
 
 
 def edit_manifest(pdir: Path, change) -> None:  # noqa: ANN001 - a function editing the dict

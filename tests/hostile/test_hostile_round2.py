@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from projects import copy_project
 
 from hls.generate import write_project
 from hls.golden import Hyper
@@ -28,27 +29,10 @@ from pynq_driver.optim import NicAdamW
 
 CLASSES = ("csim", "links", "wrong", "cost", "misleading")  # each test is named test_<class>_...
 
-pytestmark = pytest.mark.filterwarnings("ignore")
+pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.usefixtures("in_tmp")]
 
 
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
 
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("proj") / "p"
-    write_project(KernelSpec(lanes=4), out)
-    return out
-
-
-def copy_project(project: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "p"
-    shutil.copytree(project, dest)
-    return dest
 
 
 def one_line_error(rc: int, err: str, needle: str = "") -> None:
