@@ -1,0 +1,4 @@
+# Transmit side of the ring protocol (sim/rtl/net/README_tx.md)
+../kernel/onic_fifo.v
+onic_net_tx_header.v
+onic_net_tx_retx.v
