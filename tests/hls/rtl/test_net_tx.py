@@ -43,3 +43,22 @@ SIMS = ["verilator", pytest.param("icarus", marks=pytest.mark.icarus)]
 @pytest.mark.parametrize("simulator", SIMS)
 def test_header(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
     run("onic_net_tx_header", simulator, {}, {"ONIC_SEED": "11", "ONIC_HEADERS": "400"}, "default", monkeypatch)
+
+
+RETX_CASES = {
+    # tag: (parameters, environment)
+    "p1408": ({"SLOTS_LOG2": 3, "BEATS_LOG2": 5},
+              {"ONIC_PAYLOAD": "1408", "ONIC_PACKETS": "40", "ONIC_EVENTS": "150", "ONIC_WINDOW": "6",
+               "ONIC_CREDIT": "5"}),
+    "p8192": ({"SLOTS_LOG2": 2, "BEATS_LOG2": 8},
+              {"ONIC_PAYLOAD": "8192", "ONIC_PACKETS": "12", "ONIC_EVENTS": "50", "ONIC_WINDOW": "4",
+               "ONIC_CREDIT": "8"}),
+}
+
+
+@pytest.mark.parametrize("simulator", SIMS)
+@pytest.mark.parametrize("case", sorted(RETX_CASES))
+def test_retx(case: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    params, env = RETX_CASES[case]
+    env = {**env, "ONIC_SEED": "5", "SLOTS_LOG2": str(params["SLOTS_LOG2"])}
+    run("onic_net_tx_retx", simulator, params, env, case, monkeypatch)
