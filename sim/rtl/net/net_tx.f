@@ -2,3 +2,4 @@
 ../kernel/onic_fifo.v
 onic_net_tx_header.v
 onic_net_tx_retx.v
+onic_net_tx_arb.v

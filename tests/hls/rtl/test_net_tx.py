@@ -62,3 +62,11 @@ def test_retx(case: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> Non
     params, env = RETX_CASES[case]
     env = {**env, "ONIC_SEED": "5", "SLOTS_LOG2": str(params["SLOTS_LOG2"])}
     run("onic_net_tx_retx", simulator, params, env, case, monkeypatch)
+
+
+@pytest.mark.parametrize("simulator", SIMS)
+def test_arb(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 256-beat FIFO (two jumbo frames) so the FIFO fills and empties often."""
+    params = {"FIFO_LOG2": 8, "MAX_FRAME_BEATS": 129}
+    run("onic_net_tx_arb", simulator, params, {"ONIC_SEED": "9", "ONIC_FRAMES": "40", "ONIC_MAX_BEATS": "129"},
+        "f8", monkeypatch)
