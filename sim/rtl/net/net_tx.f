@@ -3,3 +3,4 @@
 onic_net_tx_header.v
 onic_net_tx_retx.v
 onic_net_tx_arb.v
+onic_net_tx.v

@@ -70,3 +70,20 @@ def test_arb(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
     params = {"FIFO_LOG2": 8, "MAX_FRAME_BEATS": 129}
     run("onic_net_tx_arb", simulator, params, {"ONIC_SEED": "9", "ONIC_FRAMES": "40", "ONIC_MAX_BEATS": "129"},
         "f8", monkeypatch)
+
+
+TOP_CASES = {
+    # tag: (parameters, environment)
+    "p1408": ({"SLOTS_LOG2": 3, "BEATS_LOG2": 5, "FIFO_LOG2": 7},
+              {"ONIC_PAYLOAD": "1408", "ONIC_PACKETS": "30", "ONIC_LOSS": "0.08"}),
+    "p8192": ({"SLOTS_LOG2": 3, "BEATS_LOG2": 8, "FIFO_LOG2": 9},
+              {"ONIC_PAYLOAD": "8192", "ONIC_PACKETS": "10", "ONIC_LOSS": "0.1"}),
+}
+
+
+@pytest.mark.parametrize("simulator", SIMS)
+@pytest.mark.parametrize("case", sorted(TOP_CASES))
+def test_top(case: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """onic_net_tx end to end: EthMacTx at 100 Gb/s, a lossy peer, frames equal build_frame."""
+    params, env = TOP_CASES[case]
+    run("onic_net_tx", simulator, params, {**env, "ONIC_SEED": "3"}, case, monkeypatch)
