@@ -32,6 +32,8 @@ module onic_net_tx #(
     parameter integer SLOTS_LOG2 = 7,
     // log2 of the beats per retransmit slot (header beat + payload beats of the largest packet)
     parameter integer BEATS_LOG2 = 5,
+    // 1: the retransmit buffers in UltraRAM (8 URAM288 each at the defaults), 0: block RAM
+    parameter integer URAM = 1,
     // log2 of the output frame FIFO's depth in beats (holds the largest frame)
     parameter integer FIFO_LOG2 = 9
 ) (
@@ -182,7 +184,8 @@ module onic_net_tx #(
 
     onic_net_tx_retx #(
         .SLOTS_LOG2(SLOTS_LOG2),
-        .BEATS_LOG2(BEATS_LOG2)
+        .BEATS_LOG2(BEATS_LOG2),
+        .URAM(URAM)
     ) rs_retx (
         .clk(clk), .rst(rst),
         .cfg_window(cfg_rs_window), .cfg_rto(cfg_rto), .cfg_credit(cfg_rs_credit), .cfg_step(cfg_step),
@@ -204,7 +207,8 @@ module onic_net_tx #(
 
     onic_net_tx_retx #(
         .SLOTS_LOG2(SLOTS_LOG2),
-        .BEATS_LOG2(BEATS_LOG2)
+        .BEATS_LOG2(BEATS_LOG2),
+        .URAM(URAM)
     ) ag_retx (
         .clk(clk), .rst(rst),
         .cfg_window(cfg_ag_window), .cfg_rto(cfg_rto), .cfg_credit(cfg_ag_credit), .cfg_step(cfg_step),

@@ -38,7 +38,9 @@ module onic_net_tx_retx #(
     // log2 of the packets the retransmit buffer holds (the largest useful window)
     parameter integer SLOTS_LOG2 = 7,
     // log2 of the beats per slot (header beat + payload beats of the largest packet)
-    parameter integer BEATS_LOG2 = 5
+    parameter integer BEATS_LOG2 = 5,
+    // 1: the retransmit buffer in UltraRAM (ram_style "ultra"), 0: in block RAM
+    parameter integer URAM = 0
 ) (
     input  wire         clk,
     input  wire         rst,
@@ -105,6 +107,10 @@ module onic_net_tx_retx #(
             $error("SLOTS_LOG2 must be 1..12 (instance %m)");
             $finish;
         end
+        if (URAM != 0 && URAM != 1) begin
+            $error("URAM must be 0 or 1 (instance %m)");
+            $finish;
+        end
         if (BEATS_LOG2 < 1 || BEATS_LOG2 > 9) begin
             $error("BEATS_LOG2 must be 1..9: 2..512 beats per packet (instance %m)");
             $finish;
@@ -131,7 +137,6 @@ module onic_net_tx_retx #(
     reg        err_long_reg;
 
     /* retransmit buffer and per-slot table */
-    reg [511:0]        mem [0:SLOTS*BEATS-1];
     reg [BEATS_LOG2-1:0] meta_last [0:SLOTS-1];  // index of the last beat
     reg [63:0]         meta_keep [0:SLOTS-1];
     reg [15:0]         meta_bytes [0:SLOTS-1];
@@ -152,11 +157,6 @@ module onic_net_tx_retx #(
     assign s_axis_tready = wr_pay_reg;
 
     always @(posedge clk) begin
-        if (hdr_fire) begin
-            mem[{wr_slot, {BEATS_LOG2{1'b0}}}] <= s_hdr_data;
-        end else if (pay_fire && wr_fits) begin
-            mem[{wr_slot, wr_beat_reg[BEATS_LOG2-1:0]}] <= s_axis_tdata;
-        end
         if (hdr_fire) begin
             wr_bytes_reg <= {s_hdr_data[503:496], s_hdr_data[511:504]};
         end
@@ -229,7 +229,7 @@ module onic_net_tx_retx #(
     reg                   q_valid_reg;  // the RAM's read register holds a beat
     reg                   q_last_reg;
     reg [63:0]            q_keep_reg;
-    reg [511:0]           q_data_reg;
+    wire [511:0]          q_data;       // the RAM's read register
 
     wire [FIFO_LOG2:0] fifo_count;
     /* verilator lint_off UNUSEDSIGNAL */
@@ -253,7 +253,6 @@ module onic_net_tx_retx #(
             rd_keep_reg <= meta_keep[nx_slot];
         end
         if (rd_issue) begin
-            q_data_reg <= mem[{rd_slot_reg, rd_beat_reg}];
             q_last_reg <= rd_done;
             q_keep_reg <= rd_done ? rd_keep_reg : {64{1'b1}};
         end
@@ -284,7 +283,7 @@ module onic_net_tx_retx #(
         .clk(clk),
         .rst(rst),
         .clear(start),
-        .s_data({q_last_reg, q_keep_reg, q_data_reg}),
+        .s_data({q_last_reg, q_keep_reg, q_data}),
         .s_valid(q_valid_reg),
         .s_ready(fifo_s_ready),
         .m_data({m_axis_tlast, m_axis_tkeep, m_axis_tdata}),
@@ -292,6 +291,42 @@ module onic_net_tx_retx #(
         .m_ready(m_axis_tready),
         .count(fifo_count)
     );
+
+    /* the retransmit buffer: one write port, one registered read port */
+    wire                          mem_we    = hdr_fire || (pay_fire && wr_fits);
+    wire [SLOTS_LOG2+BEATS_LOG2-1:0] mem_waddr = {wr_slot, hdr_fire ? {BEATS_LOG2{1'b0}} : wr_beat_reg[BEATS_LOG2-1:0]};
+    wire [511:0]                  mem_wdata = hdr_fire ? s_hdr_data : s_axis_tdata;
+    wire [SLOTS_LOG2+BEATS_LOG2-1:0] mem_raddr = {rd_slot_reg, rd_beat_reg};
+
+    generate
+        if (URAM != 0) begin : g_uram
+            (* ram_style = "ultra" *)
+            reg [511:0] mem [0:SLOTS*BEATS-1];
+            reg [511:0] q_reg;
+            always @(posedge clk) begin
+                if (mem_we) begin
+                    mem[mem_waddr] <= mem_wdata;
+                end
+                if (rd_issue) begin
+                    q_reg <= mem[mem_raddr];
+                end
+            end
+            assign q_data = q_reg;
+        end else begin : g_bram
+            (* ram_style = "block" *)
+            reg [511:0] mem [0:SLOTS*BEATS-1];
+            reg [511:0] q_reg;
+            always @(posedge clk) begin
+                if (mem_we) begin
+                    mem[mem_waddr] <= mem_wdata;
+                end
+                if (rd_issue) begin
+                    q_reg <= mem[mem_raddr];
+                end
+            end
+            assign q_data = q_reg;
+        end
+    endgenerate
 
     /* counters */
     reg [31:0] c_frames_reg;

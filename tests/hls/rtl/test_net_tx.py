@@ -6,15 +6,21 @@
   min(window, credit), and the counters match.
 - onic_net_tx_arb: packet-level arbitration (no interleaving), store-and-forward (TVALID never
   drops mid-frame under random back-pressure), minimum frame padding.
-Verilator always; Icarus marked `icarus`. Longer sweeps are marked slow.
+- onic_net_tx: end to end through cocotbext-eth's EthMacTx at 100 Gb/s with a lossy peer.
+- yosys synth_xilinx (UltraScale+): at most 6 LUT levels between registers, no non-clock net above
+  1,000 loads, the retransmit buffer and the frame FIFO in block RAM.
+Verilator always; Icarus marked `icarus`. Longer sweeps (more seeds) are marked slow.
 """
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
-from hls.rtl import simulators
+from hls.rtl import netlist as timing
+from hls.rtl import simulators, synth, timing_report
 from hls.rtl_sources import read_filelist
 
 NET_RTL = RTL_DIR / "net"
@@ -50,14 +56,23 @@ RETX_CASES = {
     "p1408": ({"SLOTS_LOG2": 3, "BEATS_LOG2": 5},
               {"ONIC_PAYLOAD": "1408", "ONIC_PACKETS": "40", "ONIC_EVENTS": "150", "ONIC_WINDOW": "6",
                "ONIC_CREDIT": "5"}),
-    "p8192": ({"SLOTS_LOG2": 2, "BEATS_LOG2": 8},
+    "p8192": ({"SLOTS_LOG2": 2, "BEATS_LOG2": 8, "URAM": 1},  # the UltraRAM branch
               {"ONIC_PAYLOAD": "8192", "ONIC_PACKETS": "12", "ONIC_EVENTS": "50", "ONIC_WINDOW": "4",
                "ONIC_CREDIT": "8"}),
 }
 
 
-@pytest.mark.parametrize("simulator", SIMS)
-@pytest.mark.parametrize("case", sorted(RETX_CASES))
+def cases(names: list[str]) -> list[object]:
+    """Every case on Icarus; the first on Verilator by default, the others on Verilator marked slow
+    (a Verilator build of these 512-bit designs takes ~30 s of the 2 shared cores)."""
+    out: list[object] = []
+    for k, name in enumerate(names):
+        out.append(pytest.param(name, "verilator", marks=() if k == 0 else pytest.mark.slow, id=f"{name}-verilator"))
+        out.append(pytest.param(name, "icarus", marks=pytest.mark.icarus, id=f"{name}-icarus"))
+    return out
+
+
+@pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"]))
 def test_retx(case: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
     params, env = RETX_CASES[case]
     env = {**env, "ONIC_SEED": "5", "SLOTS_LOG2": str(params["SLOTS_LOG2"])}
@@ -76,14 +91,51 @@ TOP_CASES = {
     # tag: (parameters, environment)
     "p1408": ({"SLOTS_LOG2": 3, "BEATS_LOG2": 5, "FIFO_LOG2": 7},
               {"ONIC_PAYLOAD": "1408", "ONIC_PACKETS": "30", "ONIC_LOSS": "0.08"}),
-    "p8192": ({"SLOTS_LOG2": 3, "BEATS_LOG2": 8, "FIFO_LOG2": 9},
+    "p8192": ({"SLOTS_LOG2": 3, "BEATS_LOG2": 8, "FIFO_LOG2": 9, "URAM": 0},
               {"ONIC_PAYLOAD": "8192", "ONIC_PACKETS": "10", "ONIC_LOSS": "0.1"}),
 }
 
 
-@pytest.mark.parametrize("simulator", SIMS)
-@pytest.mark.parametrize("case", sorted(TOP_CASES))
+@pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"]))
 def test_top(case: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """onic_net_tx end to end: EthMacTx at 100 Gb/s, a lossy peer, frames equal build_frame."""
     params, env = TOP_CASES[case]
     run("onic_net_tx", simulator, params, {**env, "ONIC_SEED": "3"}, case, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [21, 22, 23, 24])
+@pytest.mark.parametrize("case", sorted(RETX_CASES))
+def test_retx_seeds(case: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    params, env = RETX_CASES[case]
+    env = {**env, "ONIC_SEED": str(seed), "SLOTS_LOG2": str(params["SLOTS_LOG2"]),
+           "ONIC_EVENTS": str(4 * int(env["ONIC_EVENTS"]))}
+    run("onic_net_tx_retx", "verilator", params, env, case, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [31, 32, 33, 34])
+@pytest.mark.parametrize("case", sorted(TOP_CASES))
+def test_top_seeds(case: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    params, env = TOP_CASES[case]
+    env = {**env, "ONIC_SEED": str(seed), "ONIC_PACKETS": str(3 * int(env["ONIC_PACKETS"])), "ONIC_LOSS": "0.15"}
+    run("onic_net_tx", "verilator", params, env, case, monkeypatch)
+
+
+@pytest.mark.parametrize(("module", "params"), [
+    ("onic_net_tx_header", {}),
+    ("onic_net_tx_retx", {"SLOTS_LOG2": 7, "BEATS_LOG2": 5}),   # 128 packets of 1408 B: a 4096-beat buffer
+    ("onic_net_tx_retx", {"SLOTS_LOG2": 7, "BEATS_LOG2": 5, "URAM": 1}),
+    ("onic_net_tx_arb", {"FIFO_LOG2": 9}),
+], ids=["header", "retx128x32", "retx128x32-uram", "arb512"])
+def test_unit_timing_shape(module: str, params: dict[str, int]) -> None:
+    if not shutil.which("yosys"):
+        pytest.skip("yosys not installed (make deps-yosys)")
+    run_ = synth.synth_module(SOURCES, module, params)  # cached in build/synth by the sources' hashes
+    report = timing_report.row(run_)
+    assert report["lut_levels"] <= timing.GOAL_LUT_LEVELS, report
+    assert report["max_fanout"] <= timing.GOAL_MAX_FANOUT, report
+    if params.get("URAM"):
+        assert run_["cells"].get("URAM288") == 8, f"not in UltraRAM: {run_['cells']}"
+    elif module != "onic_net_tx_header":
+        assert any(c.startswith("RAMB") for c in run_["cells"]), f"not in block RAM: {run_['cells']}"
