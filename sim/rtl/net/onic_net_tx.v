@@ -25,6 +25,7 @@
  * rs_counters / ag_counters: 0 frames sent, 1 payload bytes sent, 2 retransmitted frames,
  * 3 retransmitted bytes, 4 timeouts, 5 ACKs received, 6 NAKs received, 7 stale replies;
  * tx_counters: 0 ACK/NAK frames, 1 RS frames, 2 AG frames (into the frame FIFO).
+ * Reset: rst is registered once per block (hold it 2 clocks or more).
  * State buses: [31:0] base, [63:32] next, [95:64] sent high, [127:96] packets provided.
  */
 module onic_net_tx #(
@@ -139,13 +140,24 @@ module onic_net_tx #(
     localparam [3:0] OP_ACK = 4'd3;
     localparam [3:0] OP_NAK = 4'd4;
 
+    /* a registered copy of the reset per block: rst drives 6 flip-flops, not every valid bit and counter */
+    reg rst_rs_hdr_reg, rst_ag_hdr_reg, rst_ctl_hdr_reg, rst_rs_reg, rst_ag_reg, rst_arb_reg;
+    always @(posedge clk) begin
+        rst_rs_hdr_reg  <= rst;
+        rst_ag_hdr_reg  <= rst;
+        rst_ctl_hdr_reg <= rst;
+        rst_rs_reg      <= rst;
+        rst_ag_reg      <= rst;
+        rst_arb_reg     <= rst;
+    end
+
     /* header builders */
     wire [511:0] rs_hdr_data, ag_hdr_data, ctl_hdr_data;
     wire         rs_hdr_valid, ag_hdr_valid, ctl_hdr_valid;
     wire         rs_hdr_ready, ag_hdr_ready, ctl_hdr_ready;
 
     onic_net_tx_header rs_header (
-        .clk(clk), .rst(rst),
+        .clk(clk), .rst(rst_rs_hdr_reg),
         .cfg_local_mac(cfg_local_mac), .cfg_peer_mac(cfg_peer_mac), .cfg_local_ip(cfg_local_ip),
         .cfg_peer_ip(cfg_peer_ip), .cfg_udp_sport(cfg_udp_sport), .cfg_comm(cfg_comm), .cfg_rank(cfg_rank),
         .s_hdr_opcode(OP_RS), .s_hdr_dtype(s_rs_desc_dtype), .s_hdr_flags(s_rs_desc_flags),
@@ -156,7 +168,7 @@ module onic_net_tx #(
     );
 
     onic_net_tx_header ag_header (
-        .clk(clk), .rst(rst),
+        .clk(clk), .rst(rst_ag_hdr_reg),
         .cfg_local_mac(cfg_local_mac), .cfg_peer_mac(cfg_peer_mac), .cfg_local_ip(cfg_local_ip),
         .cfg_peer_ip(cfg_peer_ip), .cfg_udp_sport(cfg_udp_sport), .cfg_comm(cfg_comm), .cfg_rank(cfg_rank),
         .s_hdr_opcode(OP_AG), .s_hdr_dtype(s_ag_desc_dtype), .s_hdr_flags(s_ag_desc_flags),
@@ -167,7 +179,7 @@ module onic_net_tx #(
     );
 
     onic_net_tx_header ctl_header (
-        .clk(clk), .rst(rst),
+        .clk(clk), .rst(rst_ctl_hdr_reg),
         .cfg_local_mac(cfg_local_mac), .cfg_peer_mac(cfg_peer_mac), .cfg_local_ip(cfg_local_ip),
         .cfg_peer_ip(cfg_peer_ip), .cfg_udp_sport(cfg_udp_sport), .cfg_comm(cfg_comm), .cfg_rank(cfg_rank),
         .s_hdr_opcode(s_ctl_nak ? OP_NAK : OP_ACK), .s_hdr_dtype(2'd0), .s_hdr_flags({3'd0, s_ctl_flow, 1'b0}),
@@ -187,7 +199,7 @@ module onic_net_tx #(
         .BEATS_LOG2(BEATS_LOG2),
         .URAM(URAM)
     ) rs_retx (
-        .clk(clk), .rst(rst),
+        .clk(clk), .rst(rst_rs_reg),
         .cfg_window(cfg_rs_window), .cfg_rto(cfg_rto), .cfg_credit(cfg_rs_credit), .cfg_step(cfg_step),
         .start(start),
         .s_hdr_data(rs_hdr_data), .s_hdr_valid(rs_hdr_valid), .s_hdr_ready(rs_hdr_ready),
@@ -210,7 +222,7 @@ module onic_net_tx #(
         .BEATS_LOG2(BEATS_LOG2),
         .URAM(URAM)
     ) ag_retx (
-        .clk(clk), .rst(rst),
+        .clk(clk), .rst(rst_ag_reg),
         .cfg_window(cfg_ag_window), .cfg_rto(cfg_rto), .cfg_credit(cfg_ag_credit), .cfg_step(cfg_step),
         .start(start),
         .s_hdr_data(ag_hdr_data), .s_hdr_valid(ag_hdr_valid), .s_hdr_ready(ag_hdr_ready),
@@ -233,7 +245,7 @@ module onic_net_tx #(
         .FIFO_LOG2(FIFO_LOG2),
         .MAX_FRAME_BEATS(1 << BEATS_LOG2)
     ) arb (
-        .clk(clk), .rst(rst),
+        .clk(clk), .rst(rst_arb_reg),
         .s_ctl_axis_tdata(ctl_hdr_data), .s_ctl_axis_tkeep({64{1'b1}}), .s_ctl_axis_tlast(1'b1),
         .s_ctl_axis_tvalid(ctl_hdr_valid), .s_ctl_axis_tready(ctl_hdr_ready),
         .s_rs_axis_tdata(rs_tdata), .s_rs_axis_tkeep(rs_tkeep), .s_rs_axis_tlast(rs_tlast),

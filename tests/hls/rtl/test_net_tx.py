@@ -139,3 +139,15 @@ def test_unit_timing_shape(module: str, params: dict[str, int]) -> None:
         assert run_["cells"].get("URAM288") == 8, f"not in UltraRAM: {run_['cells']}"
     elif module != "onic_net_tx_header":
         assert any(c.startswith("RAMB") for c in run_["cells"]), f"not in block RAM: {run_['cells']}"
+
+
+@pytest.mark.slow
+def test_top_timing_shape() -> None:
+    """onic_net_tx at its defaults (128 x 32-beat retransmit buffers in UltraRAM, a 512-beat frame FIFO)."""
+    if not shutil.which("yosys"):
+        pytest.skip("yosys not installed (make deps-yosys)")
+    run_ = synth.synth_module(SOURCES, "onic_net_tx", {})
+    report = timing_report.row(run_)
+    assert report["lut_levels"] <= timing.GOAL_LUT_LEVELS, report
+    assert report["max_fanout"] <= timing.GOAL_MAX_FANOUT, report
+    assert run_["cells"].get("URAM288") == 16, run_["cells"]
