@@ -140,16 +140,14 @@ module onic_net_tx #(
     localparam [3:0] OP_ACK = 4'd3;
     localparam [3:0] OP_NAK = 4'd4;
 
-    /* a registered copy of the reset per block: rst drives 6 flip-flops, not every valid bit and counter */
-    reg rst_rs_hdr_reg, rst_ag_hdr_reg, rst_ctl_hdr_reg, rst_rs_reg, rst_ag_reg, rst_arb_reg;
-    always @(posedge clk) begin
-        rst_rs_hdr_reg  <= rst;
-        rst_ag_hdr_reg  <= rst;
-        rst_ctl_hdr_reg <= rst;
-        rst_rs_reg      <= rst;
-        rst_ag_reg      <= rst;
-        rst_arb_reg     <= rst;
-    end
+    /* a registered copy of the reset per block (onic_dup_reg: synthesis keeps each copy) */
+    wire rst_rs_hdr_reg, rst_ag_hdr_reg, rst_ctl_hdr_reg, rst_rs_reg, rst_ag_reg, rst_arb_reg;
+    onic_dup_reg rst_dup_rs_hdr  (.clk(clk), .d(rst), .q(rst_rs_hdr_reg));
+    onic_dup_reg rst_dup_ag_hdr  (.clk(clk), .d(rst), .q(rst_ag_hdr_reg));
+    onic_dup_reg rst_dup_ctl_hdr (.clk(clk), .d(rst), .q(rst_ctl_hdr_reg));
+    onic_dup_reg rst_dup_rs      (.clk(clk), .d(rst), .q(rst_rs_reg));
+    onic_dup_reg rst_dup_ag      (.clk(clk), .d(rst), .q(rst_ag_reg));
+    onic_dup_reg rst_dup_arb     (.clk(clk), .d(rst), .q(rst_arb_reg));
 
     /* header builders */
     wire [511:0] rs_hdr_data, ag_hdr_data, ctl_hdr_data;
