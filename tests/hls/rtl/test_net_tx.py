@@ -1,4 +1,4 @@
-"""The ring protocol's transmit RTL (sim/rtl/net/onic_net_tx_*.v, README_tx.md) against hls.net.
+"""The ring protocol's transmit RTL (sim/rtl/net/onic_net_tx_*.v, README.md "Transmit") against hls.net.
 
 - onic_net_tx_header: the 64-byte first beat byte for byte as hls.net.wire.build_frame builds it.
 - onic_net_tx_retx: the sequence numbers sent for seeded ACK/NAK/timeout sequences equal what
