@@ -118,7 +118,7 @@ def format_report(r: SizingReport) -> str:
         f"shard {human_count(r.shard_params)}",
         f"  gradients {r.grad_dtype} from {r.grad_source}, output {r.out_dtype}",
         f"  bytes/param resident        {r.state_bytes_per_param} (fp32 p + m + v)"
-        f" -> shard state {human_bytes(r.shard_state_bytes)}",
+        f" -> shard state {human_bytes(r.shard_state_bytes)} = {r.shard_state_bytes / 1e9:.1f} GB",
         f"  bytes/param moved per step  {r.moved_bytes_per_param}",
         f"  {line:<27} {r.line_rate_gbps:g} Gb/s -> {gps(r.line_rate_params_per_s)}"
         f" ({r.elements_per_clock_needed:.2f} elements/clock at {r.clock_mhz:g} MHz)",

@@ -34,8 +34,9 @@ def assumption_notes(c: Context, comp: Compute) -> list[str]:
         "schemes add their unsharded buffers (two layers of bf16 parameters, current and prefetched, and one "
         f"layer's gradients); OptimusNIC (ShardedNicOptimizer) adds its persistent full-size bucket ({c.gb}P); "
         f"OptimusNIC+Z3 (FSDP2 + NicAdamW) keeps FSDP2's {a.param_dtype} sharded parameters and gradients "
-        f"(--param-dtype); framework workspace and fragmentation not counted; GB = 1e9 bytes (`optimusnic size` "
-        "prints the card's state in GiB = 2^30 bytes: the NIC side shows both)",
+        f"(--param-dtype); framework workspace and fragmentation not counted; units shared with `optimusnic size`: "
+        "GB = 1e9 bytes and GB/s = 1e9 bytes/s everywhere, card memory also in GiB = 2^30 bytes (both print the "
+        "card's shard state in both)",
         (f"activations: Korthikanti et al. 2022, recompute={a.recompute} {recompute_text}, micro-batch "
          f"{a.micro_batch} x seq {a.seq}; {attention_text}; plus fp32 logits s x b x {m.vocab} x 4 B; GPT-style "
          "formula applied to a SwiGLU/GQA model") if shape else
