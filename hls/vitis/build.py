@@ -36,7 +36,7 @@ from hls.paths import BITSTREAMS_DIR, RTL_DIR
 from hls.rtl_sources import FP_UNITS_LIST, KERNEL_LIST
 from hls.spec import KernelSpec
 from hls.targets import Target
-from hls.vitis import reports
+from hls.vitis import netpkg, reports
 
 KERNELS = ("hls", "rtl")
 STEP_TIMEOUT_S = 48 * 3600.0  # one Vitis step (v++ --link of a 16-CU kernel takes hours; a hung tool ends here)
@@ -94,6 +94,8 @@ class BuildPlan:
     # The user's project (--project): its manifest-listed files, verified, are copied into
     # project_dir (the run folder's project/) and built there, never in place.
     source_dir: Path | None = None
+    # placement="rail": the network kernel's package (hls/vitis/netpkg.py); its RTL top is not built yet
+    network: netpkg.NetPackage | None = None
 
     @property
     def tools(self) -> list[str]:
@@ -145,10 +147,14 @@ def plan_build(
     project_dir: Path | None = None,
     platform: str | None = None,
     bitstreams_dir: Path = BITSTREAMS_DIR,
+    placement: str = "sidecar",
 ) -> BuildPlan:
     """Every command and file of a build, decided before anything runs (the --dry-run output)."""
     if kernel not in KERNELS:
         raise UserError(f"--kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    if placement not in netpkg.PLACEMENTS:
+        raise UserError(f"--placement {placement!r}; choose one of {', '.join(netpkg.PLACEMENTS)}")
+    network = netpkg.package(spec, target, kernel) if placement == "rail" else None
     run_dir = Path(run_dir or default_run_dir(spec, kernel)).resolve()
     generate_project = project_dir is None
     # Tools run on a copy of the verified bytes in the run folder, never in the user's project: a
@@ -227,22 +233,36 @@ def plan_build(
         ))
     link_dir = run_dir / "link"
     xclbin = link_dir / f"{name}.xclbin"
+    xos = [xo]
+    if network is not None:
+        # The rail link: the network kernel's .xo (not built yet) and XUP VNx's cmac_<i>.xo, beside the Adam kernel's.
+        net_dir = run_dir / "net"
+        link_cfg = net_dir / "link.cfg"
+        link_cfg_text = network.link_cfg
+        xos += [net_dir / f"{network.kernel}.xo", *(net_dir / f"{mac}.xo" for mac in network.mac_kernels)]
     steps.append(Step(
         name="link", title="v++ link: place and route the kernel into the platform shell (hours)",
         argv=["v++", "-l", "-t", "hw", "--platform", str(platform_path or platform), "--config", str(link_cfg),
               "--save-temps", "--temp_dir", str(link_dir / "_x"), "--report_dir", str(link_dir / "reports"),
-              "--log_dir", str(link_dir / "logs"), "-o", str(xclbin), str(xo)],
-        cwd=link_dir, inputs=[xo, link_cfg], outputs=[xclbin], log=logs / "2-v++_link.log",
+              "--log_dir", str(link_dir / "logs"), "-o", str(xclbin), *map(str, xos)],
+        cwd=link_dir, inputs=[*xos, link_cfg], outputs=[xclbin], log=logs / "2-v++_link.log",
     ))
     reg_xclbin, reg_manifest = registry.entry_paths(target.key, name, bitstreams_dir)
     notes = []
     if target.unconfirmed:
         notes.append(f"catalog facts for {target.name} marked unconfirmed: see `optimusnic targets --json`")
+    if network is not None:
+        notes += [
+            f"rail placement: NOT BUILT: {network.kernel}.xo does not exist (the network kernel's RTL top is not "
+            "written yet); a real build stops before any tool runs, and no network bitstream is claimed",
+            f"rail placement: MAC kernel(s) {', '.join(network.mac_kernels)} from {netpkg.MAC_SOURCE}, "
+            f"expected in {run_dir / 'net'}",
+        ]
     return BuildPlan(
         spec=spec, target=target, kernel=kernel, platform=platform, platform_path=platform_path, project_dir=project,
         run_dir=run_dir, generate_project=generate_project, project_files=project_files, steps=steps, xclbin=xclbin,
         registry_xclbin=reg_xclbin, registry_manifest=reg_manifest, link_cfg_text=link_cfg_text, notes=notes,
-        source_dir=source,
+        source_dir=source, network=network,
     )
 
 
@@ -285,6 +305,9 @@ def plan_to_dict(plan: BuildPlan) -> dict[str, Any]:
         "link_cfg": plan.link_cfg_text,
         "tools": {tool: shutil.which(tool) for tool in plan.tools},
         "notes": plan.notes,
+        **({"network": {"kernel": plan.network.kernel, "mac_kernels": plan.network.mac_kernels, "built": False,
+                        "missing": netpkg.missing(plan.spec), "manifest": plan.network.manifest,
+                        "kernel_xml": plan.network.kernel_xml}} if plan.network is not None else {}),
     }
 
 
@@ -330,7 +353,21 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
     lines.append(f"[{n}] register: copy {plan.xclbin} -> {plan.registry_xclbin}")
     lines.append(f"      write {plan.registry_manifest} (spec, sizing, register map, banks, xclbin sha256, "
                  "report summary)")
-    if plan.link_cfg_text is not None:
+    if plan.network is not None:
+        net, regs = plan.network, plan.network.manifest
+        lines.append(f"network kernel {net.kernel} (rail placement; NOT BUILT: its RTL top is not written yet):")
+        lines.append(f"      {plan.run_dir / 'net'}/: " + ", ".join(net.files())
+                     + " (the package: a real build writes it, then stops; no .xo)")
+        lines.append("      registers: " + ", ".join(f"{a['name']}@0x{a['offset']:03X}" for a in regs["args"]))
+        ro = regs["readonly"]
+        lines.append(f"      read-only: status@0x{ro[0]['offset']:03X}, {len(ro) - 1} 64-bit counters "
+                     f"0x{ro[1]['offset']:03X}-0x{ro[-1]['offset'] + 7:03X} ({', '.join(r['name'] for r in ro[1:])})")
+        lines.append("      streams: " + ", ".join(f"{s['name']} ({s['to']})" for s in regs["streams"]))
+        lines.append(f"      MAC: {', '.join(net.mac_kernels)} from {netpkg.MAC_SOURCE}")
+    if plan.network is not None and plan.link_cfg_text is not None:
+        lines.append(f"link config ({plan.run_dir / 'net' / 'link.cfg'}):")
+        lines += [f"      {ln}" for ln in plan.link_cfg_text.rstrip().splitlines()]
+    elif plan.link_cfg_text is not None:
         lines.append(f"link config ({plan.project_dir / 'hls' / 'link.cfg'}):")
         lines += [f"      {ln}" for ln in plan.link_cfg_text.rstrip().splitlines()]
     else:
@@ -469,7 +506,15 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     """Run the plan: generate, check tools, run each step with its log, parse reports, register.
 
     Returns the registry entry, or None for the Versal flow (IP export only, nothing to register).
+    A rail build stops here, before any tool runs: the network kernel has no RTL top yet.
     """
+    if plan.network is not None:
+        safe_io.check_writable_dir(plan.run_dir, "run folder")
+        for rel, text in plan.network.files().items():
+            out = safe_io.inside(plan.run_dir / "net", rel, "network package file")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            safe_io.atomic_write(out, text)
+        raise BuildFailed(netpkg.missing(plan.spec))
     check_tools(plan)
     safe_io.check_writable_dir(plan.run_dir, "run folder")
     if plan.xclbin is not None:
