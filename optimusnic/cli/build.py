@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run folder (default: build/runs/<target>-<name>-<kernel>)")
     p.add_argument("--registry", type=path_arg, default=BITSTREAMS_DIR,
                    help="bitstream registry folder (default: bitstreams/)")
+    p.add_argument("--stream-connect", action="append", default=None, metavar="KERNEL.PORT",
+                   help="a stream-source kernel: the kernel output feeding the gradient stream, written as a "
+                   "stream_connect line into the run's link.cfg (once per compute unit)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and files; run nothing")
     add_json(p)
     p.set_defaults(func=run)
@@ -43,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
     plan = build.plan_build(spec, target, kernel=args.kernel, run_dir=args.output, project_dir=args.project,
-                            platform=args.platform, bitstreams_dir=args.registry)
+                            platform=args.platform, bitstreams_dir=args.registry,
+                            stream_connect=args.stream_connect)
     if args.dry_run:
         if args.json:
             emit_json(build.plan_to_dict(plan))

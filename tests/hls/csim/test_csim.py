@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from kernel_variants import ALL_VARIANTS, DEFAULT_VARIANTS, spec_of
 
-from hls import layout
+from hls import layout, regmap
 from hls.csim import compile as csim_compile
 from hls.csim import kernel as csim
 from hls.csim.check import check_project, make_inputs
@@ -306,6 +306,32 @@ def test_vitis_testbench_accepts_flush_to_zero(variant: tuple, tmp_path: Path) -
     the testbench, which says it saw FTZ results; the toolkit's own csim check stays IEEE bit-exact."""
     ieee, ftz = _seen(_run_testbench(variant, "own", tmp_path, ("-DOPTIMUSNIC_TB_FTZ",)))
     assert ftz > 0 and ieee == 0
+
+
+STREAM_VARIANTS = [v for v in DEFAULT_VARIANTS if v[4] == "stream"]
+
+
+@pytest.mark.parametrize("variant", STREAM_VARIANTS, ids=_ids)
+def test_stream_shards_short_and_long_reach_done(variant: tuple, tmp_path: Path) -> None:
+    """A stream kernel reads to TLAST with a count guard: a short shard (TLAST early) returns with STATUS
+    stream_short and p, m, v unchanged past it (write-back suppressed), a long one (no TLAST on the last beat)
+    with stream_long and the stream drained to TLAST; a right shard gives STATUS 0 (the testbench checks each)."""
+    bits = regmap.STATUS_BITS
+    out = _run_testbench(variant, "own", tmp_path)
+    short, long_ = 1 << bits["stream_short"], 1 << bits["stream_long"]
+    assert f"short shard: STATUS 0x{short:X} (want 0x{short:X}), 0 elements past the shard written, stream empty" in out
+    assert f"long shard: STATUS 0x{long_:X} (want 0x{long_:X}), 0 elements past the shard written, stream empty" in out
+
+
+def test_stream_kernel_reports_status_at_the_manifest_offset(tmp_path: Path) -> None:
+    """The HLS stream kernel's STATUS port sits at the register map's STATUS offset; memory kernels have none."""
+    for variant in (STREAM_VARIANTS[0], DEFAULT_VARIANTS[0]):
+        spec = spec_of(variant)
+        write_project(spec, tmp_path / spec.name)
+        manifest = json.loads((tmp_path / spec.name / "manifest.json").read_text())
+        source = (tmp_path / spec.name / "hls" / f"{spec.name}.cpp").read_text()
+        pragma = f"s_axilite port=status bundle=control offset=0x{manifest['register_map']['status']['offset']:02X}"
+        assert (pragma in source) == (spec.grad_source == "stream")
 
 
 @pytest.mark.parametrize("offset", [0, 16, 48])
