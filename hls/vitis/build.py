@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -148,8 +149,13 @@ def plan_build(
     platform: str | None = None,
     bitstreams_dir: Path = BITSTREAMS_DIR,
     placement: str = "sidecar",
+    stream_connect: list[str] | None = None,
 ) -> BuildPlan:
-    """Every command and file of a build, decided before anything runs (the --dry-run output)."""
+    """Every command and file of a build, decided before anything runs (the --dry-run output).
+
+    `stream_connect`: for a stream-source kernel, the `<kernel>.<port>` feeding each compute unit's
+    gradient stream (one per CU), written as `stream_connect` lines into the run's link.cfg.
+    """
     if kernel not in KERNELS:
         raise UserError(f"--kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
     if placement not in netpkg.PLACEMENTS:
@@ -179,6 +185,17 @@ def plan_build(
         link_cfg_text = data.decode() if data is not None else None
     elif source is not None and (source / "hls" / "link.cfg").is_file():
         link_cfg_text = (source / "hls" / "link.cfg").read_text()
+
+    if placement == "rail" and stream_connect:
+        raise UserError("--stream-connect: the rail placement connects the gradient stream to the network kernel "
+                        "itself; leave --stream-connect out")
+    if target.has_xrt_flow and link_cfg_text is not None and placement != "rail":  # rail: the network link.cfg
+        connected = connect_streams(spec, link_cfg_text, stream_connect)
+        if connected != link_cfg_text:
+            link_cfg_text = connected
+            link_cfg = run_dir / "link" / "link.cfg"  # the project's link.cfg plus the connections
+    elif stream_connect:
+        raise UserError("--stream-connect: only for a stream-source kernel on a card with a v++ link step")
 
     if not target.has_xrt_flow:
         if kernel != "hls":
@@ -264,6 +281,42 @@ def plan_build(
         registry_xclbin=reg_xclbin, registry_manifest=reg_manifest, link_cfg_text=link_cfg_text, notes=notes,
         source_dir=source, network=network,
     )
+
+
+STREAM_SOURCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
+
+
+def connect_streams(spec: KernelSpec, text: str, sources: list[str] | None) -> str:
+    """link.cfg `text` with each compute unit's gradient stream connected: already (a `stream_connect`
+    line ending at `<name>_<cu>.grad`) or to `sources[cu]`. A stream-source kernel with nothing
+    connected would link with its input tied off, so that is refused here."""
+    sources = list(sources or [])
+    if spec.grad_source != "stream":
+        if sources:
+            raise UserError(f"--stream-connect: {spec.name} reads its gradients from memory (--grad-source memory); "
+                            "it has no stream to connect")
+        return text
+    name, cus = spec.name, spec.compute_units
+    sinks = [f"{name}_{cu + 1}.grad" for cu in range(cus)]
+    active = [ln.replace(" ", "") for ln in text.splitlines() if ln.strip().startswith("stream_connect")]
+    open_sinks = [sink for sink in sinks if not any(ln.endswith(":" + sink) for ln in active)]
+    if not sources:
+        if open_sinks:
+            raise UserError(f"{name} takes its gradients on an AXI4-Stream and nothing is connected to "
+                            f"{', '.join(open_sinks)}: pass --stream-connect <kernel>.<port> (the network kernel's "
+                            "output), once per compute unit")
+        return text
+    if len(sources) != len(open_sinks):
+        raise UserError(f"--stream-connect: {len(sources)} given, {len(open_sinks)} gradient stream(s) to connect "
+                        f"({', '.join(open_sinks) or 'none'}): give one <kernel>.<port> per compute unit")
+    for src in sources:
+        if not STREAM_SOURCE.fullmatch(src):
+            raise UserError(f"--stream-connect {src!r}: expected <kernel>.<port>, e.g. network_1.grad_out")
+    lines = text.rstrip("\n").splitlines()
+    at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("nk=")), len(lines))
+    added = [f"stream_connect={src}:{sink}" for src, sink in zip(sources, open_sinks, strict=True)]
+    note = "# gradient streams (optimusnic build --stream-connect)"
+    return "\n".join([*lines[:at], note, *added, *lines[at:]]) + "\n"
 
 
 def versal_notes(target: Target, project: Path, files: list[str]) -> list[str]:
@@ -368,7 +421,7 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
         lines.append(f"link config ({plan.run_dir / 'net' / 'link.cfg'}):")
         lines += [f"      {ln}" for ln in plan.link_cfg_text.rstrip().splitlines()]
     elif plan.link_cfg_text is not None:
-        lines.append(f"link config ({plan.project_dir / 'hls' / 'link.cfg'}):")
+        lines.append(f"link config ({connected_link_cfg(plan) or plan.project_dir / 'hls' / 'link.cfg'}):")
         lines += [f"      {ln}" for ln in plan.link_cfg_text.rstrip().splitlines()]
     else:
         lines.append("link config: hls/link.cfg is not rendered by the templates yet")
@@ -483,6 +536,12 @@ def summarize(plan: BuildPlan) -> dict[str, Any]:
     return summary
 
 
+def connected_link_cfg(plan: BuildPlan) -> Path | None:
+    """The run's own link.cfg (the project's plus --stream-connect lines), or None when v++ uses the project's."""
+    cfg = plan.run_dir / "link" / "link.cfg"
+    return cfg if any(cfg in step.inputs for step in plan.steps) else None
+
+
 def copy_verified_project(source: Path, dest: Path) -> None:
     """`dest` := the manifest-listed files of project `source` and its manifest, nothing else: each
     file read once and checked against the sha256 of the (verified) manifest before it is written."""
@@ -526,6 +585,11 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     elif plan.source_dir is not None:
         echo(f"[0] copy the verified project {plan.source_dir} into {plan.project_dir}")
         copy_verified_project(plan.source_dir, plan.project_dir)
+    connected_cfg = connected_link_cfg(plan)
+    if connected_cfg is not None and plan.link_cfg_text is not None:
+        echo(f"[0] link config with the gradient stream connections: {connected_cfg}")
+        connected_cfg.parent.mkdir(parents=True, exist_ok=True)
+        safe_io.atomic_write(connected_cfg, plan.link_cfg_text)
     manifest = load_manifest(plan.project_dir)
     bursts = None
     for i, step in enumerate(plan.steps, 1):

@@ -78,7 +78,7 @@ def test_stream_source_has_axis_port_and_stream_connect_stub() -> None:
     cpp = files[f"hls/{spec.name}.cpp"].decode()
     assert "#pragma HLS INTERFACE axis port=grad" in cpp
     assert "m_axi port=grad" not in cpp
-    assert "load_grad(grad, g_s, n);" in cpp
+    assert "load_grad(grad, g_s, live_s, status, n);" in cpp
 
 
 def test_kernel_interface_matches_register_map() -> None:

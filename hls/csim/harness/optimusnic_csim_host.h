@@ -85,7 +85,7 @@ class IeeeMode {
   unsigned int saved_;
 };
 
-// --- The kernel's signature: [stream&] pointer... unsigned int n, float x 9 ---
+// --- The kernel's signature: [stream&] pointer... unsigned int n, float x 9 [, unsigned int& status] ---
 
 template <class T>
 struct is_stream_ref : std::false_type {};
@@ -94,13 +94,14 @@ struct is_stream_ref<hls::stream<T>&> : std::true_type {};
 
 template <class... A>
 struct Count {
-  static constexpr std::size_t pointers = 0, streams = 0, floats = 0;
+  static constexpr std::size_t pointers = 0, streams = 0, floats = 0, statuses = 0;
 };
 template <class H, class... T>
 struct Count<H, T...> {
   static constexpr std::size_t pointers = (std::is_pointer<H>::value ? 1 : 0) + Count<T...>::pointers;
   static constexpr std::size_t streams = (is_stream_ref<H>::value ? 1 : 0) + Count<T...>::streams;
   static constexpr std::size_t floats = (std::is_same<H, float>::value ? 1 : 0) + Count<T...>::floats;
+  static constexpr std::size_t statuses = (std::is_same<H, unsigned int&>::value ? 1 : 0) + Count<T...>::statuses;
 };
 
 template <class... A>
@@ -109,7 +110,8 @@ struct Signature {
   static constexpr std::size_t kStreams = Count<A...>::streams;
   static_assert(kStreams <= 1, "at most one AXI4-Stream argument (the gradient)");
   static_assert(Count<A...>::floats == kScalars, "the kernel takes the 9 scalar registers of design.md section 3");
-  static_assert(sizeof...(A) == kStreams + kPointers + 1 + kScalars, "arguments: [stream] pointers n scalars");
+  static_assert(Count<A...>::statuses == kStreams, "a stream-source kernel reports STATUS (unsigned int&)");
+  static_assert(sizeof...(A) == 2 * kStreams + kPointers + 1 + kScalars, "arguments: [stream] pointers n scalars [status]");
   static_assert(kPointers <= kMaxPorts, "too many m_axi ports");
 };
 
@@ -119,12 +121,14 @@ struct Call {
   void* stream;               // the gradient stream (stream-source kernels)
   unsigned int n;             // elements in this chunk
   const float* scalars;
+  unsigned int* status;       // the STATUS word (stream-source kernels)
 };
 
-enum ArgKind { kStreamArg, kPointerArg, kFloatArg, kCountArg };
+enum ArgKind { kStreamArg, kPointerArg, kFloatArg, kCountArg, kStatusArg };
 template <class A>
 struct KindOf
     : std::integral_constant<int, is_stream_ref<A>::value    ? kStreamArg
+                                  : std::is_same<A, unsigned int&>::value ? kStatusArg
                                   : std::is_pointer<A>::value ? kPointerArg
                                   : std::is_same<A, float>::value ? kFloatArg
                                                                   : kCountArg> {};
@@ -140,6 +144,10 @@ A argument(const Call& c, std::integral_constant<int, kPointerArg>) {
 template <class A, std::size_t I, std::size_t S, std::size_t P>
 A argument(const Call& c, std::integral_constant<int, kFloatArg>) {
   return c.scalars[I - S - P - 1];
+}
+template <class A, std::size_t I, std::size_t S, std::size_t P>
+A argument(const Call& c, std::integral_constant<int, kStatusArg>) {
+  return *c.status;
 }
 template <class A, std::size_t I, std::size_t S, std::size_t P>
 A argument(const Call& c, std::integral_constant<int, kCountArg>) {
@@ -313,7 +321,7 @@ inline void prefetch(const Ports& p, std::uint64_t first, std::uint64_t n) {
 template <class... A>
 void call_kernel(void (*kernel)(A...), const Ports& p, std::uint8_t* const* base, std::uint64_t first, unsigned int n,
                  const float* s, std::false_type /* memory gradient */) {
-  invoke(kernel, Call{base, nullptr, n, s}, std::index_sequence_for<A...>{});
+  invoke(kernel, Call{base, nullptr, n, s, nullptr}, std::index_sequence_for<A...>{});
   (void)p;
   (void)first;
 }
@@ -341,8 +349,11 @@ void call_kernel(void (*kernel)(A...), const Ports& p, std::uint8_t* const* base
     beat.last = i + 1 == beats;
     in.write(beat);
   }
-  invoke(kernel, Call{base, &in, n, s}, std::index_sequence_for<A...>{});
+  unsigned int status = 0;
+  invoke(kernel, Call{base, &in, n, s, &status}, std::index_sequence_for<A...>{});
   if (!in.empty()) std::cout << "WARNING: Hls::stream 'grad' contains leftover data (beats the kernel did not read)\n";
+  // Every chunk is a whole shard here, so a STATUS bit is the kernel's error, counted as a warning.
+  if (status) std::cout << "WARNING: Hls::stream 'grad' shard reported STATUS " << status << "\n";
 }
 
 // `beats` 64-byte beats from `src` (one every `src_pitch` bytes) to `dst` (one every `dst_pitch`).

@@ -357,3 +357,48 @@ def test_parse_kernel_util() -> None:
 def test_summarize_link_without_reports_says_what_is_missing(tmp_path: Path) -> None:
     s = reports.summarize_link(tmp_path, "k", 300)
     assert s["timing"] is None and s["resources"] is None and s["reports"] == {}
+
+
+# --- stream-source kernels: the gradient stream must be connected ----------------------------
+
+def test_stream_kernel_without_a_connection_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Linked with nothing on its gradient stream the kernel would wait forever: build says what to pass."""
+    _needs_templates("hls")
+    rc = main(["build", "--target", "u55c", "--grad-source", "stream", "-o", str(tmp_path / "run"), "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert "nothing is connected to optimusnic_adamw_1.grad" in err and "--stream-connect <kernel>.<port>" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_stream_connect_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _needs_templates("hls")
+    base = ["build", "--target", "u55c", "-o", str(tmp_path / "run"), "--dry-run"]
+    assert main([*base, "--stream-connect", "net_1.out"]) != 0  # a memory kernel has no stream
+    assert "reads its gradients from memory" in capsys.readouterr().err
+    assert main([*base, "--grad-source", "stream", "--stream-connect", "net_1"]) != 0
+    assert "expected <kernel>.<port>" in capsys.readouterr().err
+    assert main([*base, "--grad-source", "stream", "--stream-connect", "a.b", "--stream-connect", "c.d"]) != 0
+    assert "2 given, 1 gradient stream(s)" in capsys.readouterr().err
+
+
+def test_stream_kernel_with_standins_links_the_connection(standins: dict[str, Path],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--stream-connect goes into the run's link.cfg (the verified project's stays as generated) and v++ gets it."""
+    _needs_templates("hls")
+    reg, run = standins["registry"], standins["run"]
+    rc = main(["build", "--target", "u55c", "--grad-source", "stream", "--stream-connect", "net_1.grad_out",
+               "-o", str(run), "--registry", str(reg)])
+    assert rc == 0, capsys.readouterr().err
+    manifest = load_manifest(run / "project")
+    link = [c for c in _calls(standins["log"]) if c["tool"] == "v++"][0]
+    config = Path(link["argv"][link["argv"].index("--config") + 1])
+    assert config == run / "link" / "link.cfg"
+    cfg = link["config_text"].replace(" ", "")
+    assert "stream_connect=net_1.grad_out:optimusnic_adamw_1.grad" in cfg.splitlines()
+    for line in _link_cfg_expectations(manifest, "optimusnic_adamw"):
+        assert line in cfg, f"{line!r} not in link.cfg"
+    project_cfg = (run / "project" / "hls" / "link.cfg").read_bytes()
+    assert sha256(project_cfg) == manifest["files"]["hls/link.cfg"]
+    assert b"\nstream_connect=" not in project_cfg
