@@ -150,12 +150,21 @@ def test_sidecar_is_unchanged(grad_source: str, tmp_path: Path, capsys: pytest.C
     assert "network" not in manifest and not any(f.startswith("net/") for f in files)
     link = files["hls/link.cfg"].decode()
     assert "cmac" not in link and "stream_connect=optimusnic" not in link and "_net" not in link
-    assert main(["build", "--target", "u55c", "--grad-source", grad_source, "--dry-run", "-o", str(tmp_path)]) == 0
+    # a sidecar stream kernel needs its gradient stream connected by hand (the rail placement connects it)
+    feeder = ["feeder_1.out"] if grad_source == "stream" else None
+    extra = ["--stream-connect", feeder[0]] if feeder else []
+    assert main(["build", "--target", "u55c", "--grad-source", grad_source, "--dry-run", "-o", str(tmp_path),
+                 *extra]) == 0
     out = capsys.readouterr().out
     assert "cmac" not in out and "network kernel optimusnic" not in out and "rail placement" not in out
-    plan = build.plan_build(spec, get_target("u55c"), run_dir=tmp_path)
+    plan = build.plan_build(spec, get_target("u55c"), run_dir=tmp_path, stream_connect=feeder)
     assert plan.network is None and "network" not in build.plan_to_dict(plan)
-    assert plan.link_cfg_text == link
+    if feeder:
+        assert "stream_connect=feeder_1.out:optimusnic_adamw_1.grad" in plan.link_cfg_text
+        assert plan.link_cfg_text.replace("# gradient streams (optimusnic build --stream-connect)\n", "").replace(
+            "stream_connect=feeder_1.out:optimusnic_adamw_1.grad\n", "") == link
+    else:
+        assert plan.link_cfg_text == link
 
 
 def test_network_kernel_name_and_readonly_follow_the_args() -> None:
