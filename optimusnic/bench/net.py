@@ -524,7 +524,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
             f"retransmissions {eff['no_retransmission_fraction']:.4f} (ACK/NAK frames: "
             f"{eff['ack_loss_beyond_framing']:.2%} beyond framing). In `make bench` these go to results.json "
             "(`net.protocol_efficiency`) and build/bench/net.json, labelled as software-card measurements; "
-            "`optimusnic plan` does not read them yet.",
+            "`optimusnic plan --nic-placement rail` takes the loss beyond framing from there (measured).",
             ""]
     return lines
 
