@@ -11,6 +11,7 @@ with <name>.manifest.json.
 
 Steps for the XRT targets:
     hls:  vitis_hls -f run_hls.tcl          (csynth, export_design -format xo)  -> hls/<name>.xo
+          or, where vitis_hls is gone (Vitis 2024.2+), vitis-run --mode hls --tcl run_hls.tcl
     rtl:  vivado -mode batch -source package_xo.tcl (package_xo from kernel.xml) -> rtl/<name>.xo
     link: v++ -l -t hw --platform <xpfm> --config hls/link.cfg -o <name>.xclbin <name>.xo
 V80 (flow "versal") has no XRT platform and no v++ link: the build renders the Vivado
@@ -43,9 +44,14 @@ KERNELS = ("hls", "rtl")
 STEP_TIMEOUT_S = 48 * 3600.0  # one Vitis step (v++ --link of a 16-CU kernel takes hours; a hung tool ends here)
 PLATFORM_DIRS = (Path("/opt/xilinx/platforms"),)
 
+# The Vitis HLS command, preferred first: vitis_hls (up to Vitis 2024.1; later releases deprecate
+# it) and vitis-run (2023.2+, the only one from 2024.2). Both run the same run_hls.tcl.
+HLS_TOOLS = ("vitis_hls", "vitis-run")
+
 # What to do when a tool is missing; one line each.
 TOOL_HINTS = {
     "vitis_hls": "install AMD Vitis (2022.1 or later) and `source <Vitis>/settings64.sh`",
+    "vitis-run": "install AMD Vitis (2022.1 or later) and `source <Vitis>/settings64.sh`",
     "vivado": "install AMD Vivado (with Vitis, 2022.1 or later) and `source <Vivado>/settings64.sh`",
     "v++": "install AMD Vitis (2022.1 or later) and `source <Vitis>/settings64.sh`",
 }
@@ -105,6 +111,31 @@ class BuildPlan:
             if s.tool not in seen:
                 seen.append(s.tool)
         return seen
+
+
+def hls_tool() -> str | None:
+    """The Vitis HLS command on PATH: vitis_hls if present, else vitis-run; None when neither is."""
+    return next((tool for tool in HLS_TOOLS if shutil.which(tool)), None)
+
+
+def hls_argv(tool: str) -> list[str]:
+    """The command running run_hls.tcl's csynth and export with `tool` (one of HLS_TOOLS).
+
+    vitis-run takes the script alone (it has no -tclargs); run_hls.tcl then runs its default
+    steps, csynth and export, which are the build's.
+    """
+    if tool == "vitis-run":
+        return ["vitis-run", "--mode", "hls", "--tcl", "run_hls.tcl"]
+    return ["vitis_hls", "-f", "run_hls.tcl", "-tclargs", "csynth", "export"]
+
+
+def hls_tool_line(tool: str | None) -> str:
+    """The dry run's and the build's line saying which HLS command runs, and why."""
+    if tool is None:
+        return (f"HLS tool: NOT FOUND: neither vitis_hls nor vitis-run on PATH ({TOOL_HINTS['vitis_hls']}; "
+                "the plan shows vitis_hls)")
+    why = "found first" if tool == HLS_TOOLS[0] else "vitis_hls is not on PATH (Vitis 2024.2+ has only vitis-run)"
+    return f"HLS tool: {tool} ({shutil.which(tool)}; {why})"
 
 
 def find_platform(platform: str) -> Path | None:
@@ -178,6 +209,7 @@ def plan_build(
         project_files = ["manifest.json", *sorted(manifest.get("files", {}))]
     name = spec.name
     logs = run_dir / "logs"
+    hls_cmd = hls_tool() or HLS_TOOLS[0]  # with neither installed the plan shows vitis_hls; check_tools stops a run
     link_cfg = project / "hls" / "link.cfg"
     link_cfg_text = None
     if generate_project:
@@ -204,9 +236,9 @@ def plan_build(
         hls_dir, versal_dir = project / "hls", project / "versal"
         steps = [
             Step(name="hls", title="Vitis HLS: C synthesis and export of the kernel as a Vivado IP-catalog zip",
-                 argv=["vitis_hls", "-f", "run_hls.tcl", "-tclargs", "csynth", "export"], cwd=hls_dir,
+                 argv=hls_argv(hls_cmd), cwd=hls_dir,
                  inputs=[hls_dir / f"{name}.cpp", hls_dir / "run_hls.tcl"], outputs=[hls_dir / f"{name}_ip.zip"],
-                 log=logs / "1-vitis_hls.log"),
+                 log=logs / f"1-{hls_cmd}.log"),
             Step(name="export_ip", title="Vivado batch: add the IP to the catalog of a project for the part and "
                  "instantiate it in a block design", argv=["vivado", "-mode", "batch", "-notrace", "-source",
                  "export_ip.tcl", "-log", str(logs / "vivado.log"), "-journal", str(logs / "vivado.jou")],
@@ -231,9 +263,9 @@ def plan_build(
         xo = hls_dir / f"{name}.xo"
         steps.append(Step(
             name="hls", title="Vitis HLS: C synthesis and export of the kernel as a Vitis .xo",
-            argv=["vitis_hls", "-f", "run_hls.tcl", "-tclargs", "csynth", "export"],
+            argv=hls_argv(hls_cmd),
             cwd=hls_dir, inputs=[hls_dir / f"{name}.cpp", hls_dir / "run_hls.tcl"], outputs=[xo],
-            log=logs / "1-vitis_hls.log",
+            log=logs / f"1-{hls_cmd}.log",
         ))
     else:
         rtl_dir = project / "rtl"
@@ -389,8 +421,7 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
     if plan.xclbin is None:
         if check:
             lines.append("tools (checked before a real run):")
-            lines += [f"      {tool}: {shutil.which(tool) or 'NOT FOUND (' + TOOL_HINTS.get(tool, 'install it') + ')'}"
-                      for tool in plan.tools]
+            lines += [f"      {tool_status(tool)}" for tool in plan.tools]
         lines += ["", *plan.notes]
         return "\n".join(lines)
     n += 1
@@ -427,13 +458,18 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
         lines.append("link config: hls/link.cfg is not rendered by the templates yet")
     if check:
         lines.append("tools (checked before a real run):")
-        for tool in plan.tools:
-            found = shutil.which(tool)
-            lines.append(f"      {tool}: {found or 'NOT FOUND (' + TOOL_HINTS.get(tool, 'install it') + ')'}")
+        lines += [f"      {tool_status(tool)}" for tool in plan.tools]
         lines.append(f"      platform {plan.platform}: "
                      f"{plan.platform_path or 'NOT INSTALLED (' + platform_hint(plan) + ')'}")
     lines += [f"note: {x}" for x in plan.notes]
     return "\n".join(lines)
+
+
+def tool_status(tool: str) -> str:
+    """One line of the dry run's tool check: where `tool` is, or what to install."""
+    if tool in HLS_TOOLS:
+        return hls_tool_line(hls_tool())
+    return f"{tool}: {shutil.which(tool) or 'NOT FOUND (' + TOOL_HINTS.get(tool, 'install it') + ')'}"
 
 
 def platform_hint(plan: BuildPlan) -> str:
@@ -446,6 +482,9 @@ def platform_hint(plan: BuildPlan) -> str:
 def check_tools(plan: BuildPlan) -> None:
     """Stop with one line naming the first missing tool, then a missing platform."""
     for tool in plan.tools:
+        if tool in HLS_TOOLS and hls_tool() is None:
+            raise ToolMissing(f"neither vitis_hls nor vitis-run found on PATH: {TOOL_HINTS[tool]} "
+                              "(`optimusnic build --dry-run` shows the flow without it)")
         if shutil.which(tool) is None:
             raise ToolMissing(f"{tool} not found on PATH: {TOOL_HINTS.get(tool, 'install it')} "
                               "(`optimusnic build --dry-run` shows the flow without it)")
@@ -593,9 +632,13 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     manifest = load_manifest(plan.project_dir)
     bursts = None
     for i, step in enumerate(plan.steps, 1):
+        if step.name == "hls":
+            echo(hls_tool_line(step.tool))
+            # The burst check reads the tool's own vitis_hls.log when it writes one; an earlier run's must not stand in.
+            (step.cwd / "vitis_hls.log").unlink(missing_ok=True)
         echo(f"[{i}] {step.name}: {shlex.join(step.argv)}  (log: {step.log})")
         run_step(step)
-        if step.tool == "vitis_hls":
+        if step.name == "hls":
             bursts = check_hls_bursts(step, manifest)
     if plan.xclbin is None:
         echo("\n".join(plan.notes))

@@ -1,4 +1,4 @@
-"""Shared by the stand-in tools (TEST DOUBLES for vitis_hls, vivado and v++).
+"""Shared by the stand-in tools (TEST DOUBLES for vitis_hls, vitis-run, vivado and v++).
 
 The AMD tools cannot exist on this machine. These scripts take their place on PATH in
 tests/hls/vitis/test_build_flow.py only: each records its arguments, working directory and the sha256
@@ -17,6 +17,8 @@ import re
 import sys
 import zipfile
 from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 BANNER = "OPTIMUSNIC TEST STAND-IN (test double, not an AMD tool): "
 
@@ -86,3 +88,42 @@ def write_hls_log(path: Path, source: str, top: str) -> None:
                      "synthesis summary report for detailed information.")
     path.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+
+def hls_run(tool: str, script: Path, tclargs: list[str]) -> None:
+    """What `vitis_hls -f` and `vitis-run --tcl` do with run_hls.tcl: csynth writes csynth.xml and
+    vitis_hls.log (write_hls_log), export writes the .xo (or the IP-catalog zip)."""
+    text = script.read_text()
+    variables = tcl_vars(text)
+
+    def tcl(pattern: str, default: str) -> str:
+        m = re.search(pattern, text, re.M)
+        return tcl_subst(m.group(1), variables) if m else default
+
+    top = tcl(r"^\s*set_top\s+(\S+)", "kernel")
+    project = tcl(r"^\s*open_project\s+(?:-reset\s+)?(\S+)", "proj")
+    solution = tcl(r"^\s*open_solution\s+(?:-reset\s+)?(?:-flow_target\s+\S+\s+)?(\S+)", "solution1")
+    sources = {p.name: str(p) for p in sorted(Path.cwd().glob("*.cpp"))}
+    if f"{top}.cpp" not in sources:
+        die(tool, f"top source {top}.cpp not found in {Path.cwd()}")
+    record(tool, {"script": str(script), **sources}, script_text=text, top=top, tclargs=tclargs)
+    fail_if_asked(tool)
+    steps = tclargs or ["csynth", "export"]
+    if any(step in steps for step in ("csynth", "cosim", "export")):
+        report = Path(project) / solution / "syn" / "report" / "csynth.xml"
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text((FIXTURES / "csynth.xml").read_text().replace("optimusnic_adamw", top))
+        print(f"INFO: [stand-in] wrote {report}")
+        write_hls_log(Path("vitis_hls.log"), Path(sources[f"{top}.cpp"]).read_text(), top)
+    if "export" in steps:
+        m = re.search(r"^\s*export_design\s+-format\s+(\S+)\s+-output\s+(\S+)", text, re.M)
+        if not m:
+            die(tool, "no export_design line in the script")
+        fmt, out = m.group(1), Path(tcl_subst(m.group(2), variables))
+        if fmt == "xo":
+            write_xo(out, top, tool)
+        else:
+            with zipfile.ZipFile(out, "w") as z:
+                z.writestr("STANDIN.txt", BANNER + f"{tool} {fmt} export of {top}; not Vivado IP\n")
+        print(f"INFO: [stand-in] wrote {out}")

@@ -24,8 +24,7 @@ from hls.csim.check import check_project, make_inputs
 from hls.csim.kernel import DEFAULT_CHUNK, MAX_ELEMENTS, CsimKernel, aligned_zeros
 from hls.errors import ToolMissing, UserError
 from hls.generate import write_project
-from hls.golden import (Hyper, adam_update, bits_equal, first_mismatch, prepare_scalars, to_bf16_bits,
-                        widen_grad)
+from hls.golden import Hyper, adam_update, bits_equal, first_mismatch, prepare_scalars, to_bf16_bits, widen_grad
 from hls.paths import BUILD_DIR, REPO_ROOT
 
 HEADERS = ("amd", "own")  # AMD's ap_int.h/hls_stream.h (hls4ml), our stand-ins

@@ -1,6 +1,6 @@
 """The build flow without the AMD tools: dry runs, tool checks, and full runs against STAND-INS.
 
-`tests/doubles/standins/` holds test doubles named vitis_hls, vivado and v++. They record their
+`tests/doubles/standins/` holds test doubles named vitis_hls, vitis-run, vivado and v++. They record their
 arguments, working directory and input hashes and write files in the layouts the real tools
 write (csynth.xml, .xo, reports/link/imp/*.rpt, an ".xclbin"). What they write is not a
 bitstream: the registry reports their ".xclbin" as "not-axlf", and these tests check that.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from hashlib import sha256 as _sha256
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def _needs_templates(kernel: str, target: str = "u55c") -> None:
 @pytest.fixture
 def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     """Stand-in tools first on PATH, a fake installed platform per XRT target, a call log."""
-    for tool in ("vitis_hls", "vivado", "v++"):
+    for tool in ("vitis_hls", "vitis-run", "vivado", "v++"):
         real = shutil.which(tool)
         if real and Path(real).parent != STANDINS:
             pytest.skip(f"a real {tool} is on PATH ({real}); these tests use only the stand-ins")
@@ -129,14 +130,30 @@ def test_dry_run_shows_generated_link_config(tmp_path: Path, capsys: pytest.Capt
 
 def test_missing_tool_stops_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Neither HLS command installed: one line naming both, before anything is written."""
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    if shutil.which("vitis_hls"):
-        pytest.skip("a real vitis_hls is installed")
+    if shutil.which("vitis_hls") or shutil.which("vitis-run"):
+        pytest.skip("a real vitis_hls or vitis-run is installed")
     rc = main(["build", "--target", "u55c", "-o", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
-    assert "vitis_hls not found on PATH" in err[0] and "settings64.sh" in err[0]
+    assert "neither vitis_hls nor vitis-run found on PATH" in err[0] and "settings64.sh" in err[0]
     assert not (tmp_path / "run").exists()
+    assert main(["build", "--target", "u55c", "--dry-run", "-o", str(tmp_path / "run")]) == 0
+    assert "HLS tool: NOT FOUND: neither vitis_hls nor vitis-run on PATH" in capsys.readouterr().out
+
+
+@pytest.fixture
+def vitis_run_only(standins: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """The stand-ins of a Vitis 2024.2+ install: vitis-run, vivado and v++ on PATH, no vitis_hls."""
+    bin_dir = tmp_path / "vitis_2024_2_bin"
+    bin_dir.mkdir()
+    for tool in ("vitis-run", "vivado", "v++"):
+        (bin_dir / tool).symlink_to(STANDINS / tool)
+    rest = [d for d in os.environ["PATH"].split(os.pathsep) if Path(d) != STANDINS]
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *rest]))
+    assert shutil.which("vitis_hls") is None and shutil.which("vitis-run") == str(bin_dir / "vitis-run")
+    return standins
 
 
 def test_missing_platform_stops_with_one_line(standins: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
@@ -217,6 +234,114 @@ def test_hls_flow_with_standins(standins: dict[str, Path], capsys: pytest.Captur
     xclbin.write_bytes(xclbin.read_bytes() + b"tampered")
     assert main(["bitstreams", "verify", "--dir", str(reg), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["entries"][0]["status"] == "modified"
+
+
+def test_hls_flow_with_vitis_run_when_vitis_hls_is_gone(vitis_run_only: dict[str, Path],
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Vitis 2024.2+ (no vitis_hls): the build runs `vitis-run --mode hls --tcl run_hls.tcl`, which runs
+    the script's default steps csynth and export, says it used vitis-run, and links and registers as before."""
+    reg, run = vitis_run_only["registry"], vitis_run_only["run"]
+    assert main(["build", "--target", "u55c", "--lanes", "4", "--dry-run", "-o", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "vitis-run --mode hls --tcl run_hls.tcl" in out and "vitis_hls -f" not in out
+    assert "HLS tool: vitis-run (" in out and "vitis_hls is not on PATH" in out
+    assert main(["build", "--target", "u55c", "--lanes", "4", "-o", str(run), "--registry", str(reg)]) == 0
+    out = capsys.readouterr().out
+    assert "HLS tool: vitis-run (" in out
+    calls = _calls(vitis_run_only["log"])
+    assert [c["tool"] for c in calls] == ["vitis-run", "v++"]
+    assert calls[0]["argv"] == ["--mode", "hls", "--tcl", "run_hls.tcl"] and calls[0]["tclargs"] == []
+    assert Path(calls[0]["cwd"]) == run / "project" / "hls"
+    assert (run / "project" / "hls" / "optimusnic_adamw.xo").is_file()
+    assert (run / "logs" / "1-vitis-run.log").is_file()
+    entry = json.loads((reg / "u55c" / "optimusnic_adamw.manifest.json").read_text())
+    assert entry["build"]["commands"][0]["argv"][0] == "vitis-run"
+    assert {b: e["status"] for b, e in entry["summary"]["hls_bursts"]["ports"].items()} == {
+        f"gmem_{a['name']}": "ok" for a in entry["register_map"]["args"] if a["kind"] == "pointer"}
+
+
+def test_vitis_hls_is_preferred_when_both_are_installed(standins: dict[str, Path],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert shutil.which("vitis_hls") and shutil.which("vitis-run")
+    assert main(["build", "--target", "u55c", "--dry-run", "-o", str(standins["run"])]) == 0
+    out = capsys.readouterr().out
+    assert "vitis_hls -f run_hls.tcl -tclargs csynth export" in out and "vitis-run --mode" not in out
+    assert "HLS tool: vitis_hls (" in out and "found first" in out
+
+
+def _make(hls_dir: Path, target: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["make", "--no-print-directory", target], cwd=hls_dir, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_generated_makefile_finds_either_hls_command(standins: dict[str, Path], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The project's Makefile runs vitis_hls with -tclargs, or vitis-run with the steps in
+    OPTIMUSNIC_HLS_STEPS (the script reads them there), and names both when neither is on PATH."""
+    project = tmp_path / "proj"
+    assert main(["generate", "--target", "u55c", "--lanes", "4", "-o", str(project)]) == 0
+    hls_dir = project / "hls"
+    done = _make(hls_dir, "csynth")
+    assert done.returncode == 0, done.stderr
+    assert f"HLS tool: {STANDINS / 'vitis_hls'}" in done.stdout
+    call = _calls(standins["log"])[-1]
+    assert call["tool"] == "vitis_hls" and call["tclargs"] == ["csynth"]
+
+    bin_dir = tmp_path / "only_vitis_run"
+    bin_dir.mkdir()
+    (bin_dir / "vitis-run").symlink_to(STANDINS / "vitis-run")
+    rest = [d for d in os.environ["PATH"].split(os.pathsep) if Path(d) != STANDINS]
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *rest]))
+    for target, steps in (("csim", ["csim"]), ("xo", ["export"])):
+        done = _make(hls_dir, target)
+        assert done.returncode == 0, done.stderr
+        assert f"HLS tool: {bin_dir / 'vitis-run'}" in done.stdout
+        call = _calls(standins["log"])[-1]
+        assert call["tool"] == "vitis-run" and call["argv"] == ["--mode", "hls", "--tcl", "run_hls.tcl"]
+        assert call["tclargs"] == steps
+    assert (hls_dir / "optimusnic_adamw.xo").is_file()
+
+    monkeypatch.setenv("PATH", os.pathsep.join(rest))
+    failed = _make(hls_dir, "csynth")
+    assert failed.returncode == 2
+    assert "neither vitis_hls nor vitis-run found on PATH" in failed.stdout
+
+
+def test_run_hls_tcl_takes_steps_from_argv_or_the_environment(tmp_path: Path) -> None:
+    """run_hls.tcl under tclsh (the HLS commands stood in for): -tclargs first, else OPTIMUSNIC_HLS_STEPS
+    (vitis-run passes no arguments), else csynth export; an unknown step stops it."""
+    tclsh = shutil.which("tclsh")
+    if tclsh is None:
+        pytest.skip("tclsh not installed (apt-get install tcl)")
+    files, _ = render(KernelSpec(target="u55c"))
+    script = tmp_path / "run_hls.tcl"
+    script.write_bytes(files["hls/run_hls.tcl"])
+    prelude = tmp_path / "hls_standin.tcl"
+    prelude.write_text(r"""
+# TEST DOUBLE for the Vitis HLS Tcl commands: the four that do work print their name, the rest do nothing.
+foreach c {csim_design csynth_design cosim_design export_design} {
+    proc $c {args} "puts {RAN $c}"
+}
+proc unknown {args} { return "" }
+if {[lindex $argv 0] eq "-noargs"} { unset argv }
+source [file join [file dirname [info script]] run_hls.tcl]
+""")
+
+    def ran(args: list[str], env_steps: str | None) -> list[str]:
+        env = {k: v for k, v in os.environ.items() if k != "OPTIMUSNIC_HLS_STEPS"}
+        if env_steps is not None:
+            env["OPTIMUSNIC_HLS_STEPS"] = env_steps
+        out = subprocess.run([tclsh, str(prelude), *args], capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return [ln.split()[1] for ln in out.stdout.splitlines() if ln.startswith("RAN ")]
+
+    assert ran(["csim"], "csynth export") == ["csim_design"]
+    assert ran([], "csim") == ["csim_design"]
+    assert ran(["-noargs"], "csim cosim") == ["csim_design", "csynth_design", "cosim_design"]
+    assert ran(["-noargs"], None) == ["csynth_design", "export_design"]
+    bad = subprocess.run([tclsh, str(prelude), "synth"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown step 'synth'" in bad.stderr
 
 
 def test_rtl_flow_with_standins(standins: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
