@@ -7,7 +7,9 @@ Static checks on the rendered kernel text (nothing is compiled; a few ms per var
 - the top function is a canonical DATAFLOW region: stream declarations, pragmas and process
   calls only; every stream has one producer and one consumer, and the producer is called first;
 - the compute loop's ALLOCATION limits are (operations of update_one, counted here from its
-  text) x lanes, and its II is 16 / lanes.
+  text) x lanes, and its II is 16 / lanes;
+- the compute loop alone is a free-running pipeline (style=frp), and it meets frp's conditions:
+  stream-only I/O, every FIFO read before the arithmetic (in the first II), none under a data test.
 The C simulation (test_csim) checks what the kernel computes; this checks how it moves data.
 """
 
@@ -256,10 +258,34 @@ def test_allocation_is_ops_times_lanes(kernel) -> None:
     loops = [body for _, body in _loops(funcs["compute"].body) if "update_one(" in body]
     assert len(loops) >= 1
     outer = max(loops, key=len)
-    assert f"#pragma HLS PIPELINE II={16 // spec.lanes}\n" in outer
+    assert f"#pragma HLS PIPELINE II={16 // spec.lanes} style=frp\n" in outer
     limits = dict(re.findall(r"#pragma HLS ALLOCATION operation instances=(\w+) limit=(\d+)", outer))
     assert {k: int(v) for k, v in limits.items()} == {k: n * spec.lanes for k, n in ops.items()}
     assert "II = 16 / LANES" in _source(spec)[0]  # the comment that says why the limits are what they are
+
+
+def test_only_the_compute_loop_is_free_running_and_it_may_be(kernel) -> None:
+    """UG1399/UG1448: frp needs a process in a dataflow region whose I/O are streams, with blocking reads
+    whose condition is known in the first stage (HLS falls back to stp with a warning otherwise)."""
+    spec, code, _, funcs = kernel
+    assert code.count("style=frp") == 1
+    compute = funcs["compute"]
+    loop = max((body for _, body in _loops(compute.body) if "update_one(" in body), key=len)
+    assert "style=frp" in loop
+    decl = re.search(r"static void compute\(([^)]*)\)\s*\{", code)
+    assert decl
+    params = _split_params(decl.group(1))
+    streams = [p for p in params if p.startswith("hls::stream<")]
+    scalars = [p for p in params if not p.startswith("hls::stream<")]
+    assert all(re.fullmatch(r"hls::stream<\w+>& \w+", p) for p in streams), streams
+    # Scalars by value (read once, at the start), and no array or pointer: nothing but FIFOs moves data.
+    assert all(re.fullmatch(r"(unsigned int|float) \w+", p) for p in scalars), scalars
+    reads = [m.start() for m in re.finditer(r"\.read\(\)", loop)]
+    assert reads and max(reads) < loop.index("update_one(")  # every read before the arithmetic
+    assert "empty()" not in loop and "read_nb" not in loop  # blocking reads only (200-1964)
+    # Reads are unconditional or chosen by the stripe counter k (a loop register), never by data.
+    for cond in re.findall(r"\b(?:if|switch)\s*\(([^)]*)\)", loop[:max(reads)]):
+        assert cond.strip() == "k", cond
 
 
 def test_burst_check_finds_nothing(kernel) -> None:
