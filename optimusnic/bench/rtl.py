@@ -12,8 +12,11 @@ for the line rate:
   clock shared by its ports' reads and writes, 100-250 ns per burst (sim/tb/kernel/hbm_memory.py);
 - ideal memory: the same run with no bandwidth limit and a 64-clock read latency.
 The clock count runs from the ap_start write to ap_done seen by the polling host, so start-up,
-pipeline fill and drain are in it. Goals: HBM within 5% of predicted; the default U55C fp32
-kernel at 10.42 elements/clock or more (3.125 G elements/s at 300 MHz: 100 Gb/s of fp32 grads).
+pipeline fill and drain are in it. Those clocks beyond one beat per 16 / lanes clocks on ideal
+memory are the run's fill and drain: what a kernel could overlap with the next run under
+ap_ctrl_chain instead of ap_ctrl_hs (design.md section 4), printed with their share of a driver
+chunk's run. Goals: HBM within 5% of predicted; the default U55C fp32 kernel at 10.42
+elements/clock or more (3.125 G elements/s at 300 MHz: 100 Gb/s of fp32 grads).
 
 Run: `optimusnic bench rtl` (the bench verb imports `run`), or `python -m optimusnic.bench.rtl`.
 """
@@ -25,6 +28,7 @@ import json
 import sys
 from typing import Any
 
+from hls.memory_plan import CHUNK_ELEMS
 from hls.rtl import bench_runner as rtlsim
 from hls.rtl import simulators
 from hls.sizing import size_spec
@@ -82,11 +86,23 @@ def row(target: str, grad_dtype: str, elements: int, lanes: int = BENCH_LANES, l
         "ideal": ideal["elements_per_cycle"],
         "ideal_cycles": ideal["cycles"],
         "ideal_fraction_of_lanes": ideal["fraction_of_ideal"],
+        **fill_drain(ideal["cycles"], elements, lanes),
         "channels": hbm.get("channels", []),
         "sim_clocks_per_s": hbm["sim_clocks_per_s"],
         "sim_clocks_per_cpu_s": hbm.get("sim_clocks_per_cpu_s"),
         "meets_goal": hbm["elements_per_cycle"] >= GOAL_RATIO * predicted,
     }
+
+
+def fill_drain(cycles: int, elements: int, lanes: int) -> dict[str, Any]:
+    """The clocks of a run on ideal memory beyond its beats at 16 / lanes clocks each (start, fill,
+    drain), and their share of the run of a default driver chunk (CHUNK_ELEMS elements) with them:
+    the most ap_ctrl_chain's overlap of back-to-back runs could save."""
+    beat_clocks = -(-elements // 16) * (16 // lanes)
+    extra = cycles - beat_clocks
+    chunk_clocks = -(-CHUNK_ELEMS // 16) * (16 // lanes)
+    return {"fill_drain_cycles": extra, "chunk_elements": CHUNK_ELEMS,
+            "fill_drain_share_of_chunk": extra / (chunk_clocks + extra)}
 
 
 def collect(elements: int = BENCH_ELEMENTS, lanes: int = BENCH_LANES, targets: tuple[str, ...] = TARGETS,
@@ -137,6 +153,10 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"default U55C fp32: {d['hbm']:.2f} elements/clock under the HBM model "
                      f"({d['hbm'] * d['clock_mhz'] / 1e3:.3f} G elements/s at {d['clock_mhz']:g} MHz); "
                      f"goal {report['goal_default_elements_per_clock']}")
+    for r in report["rows"]:
+        lines.append(f"{r['target']} {r['grad_dtype']}: {r['fill_drain_cycles']:,} clocks of start, fill and drain "
+                     f"per run (ideal memory) = {r['fill_drain_share_of_chunk']:.2%} of a {r['chunk_elements']:,}-"
+                     "element chunk's run: the most ap_ctrl_chain could overlap")
     lines.append(f"goal: HBM within {1 - report['goal_ratio']:.0%} of predicted everywhere"
                  f"{' and the default at the line rate' if d else ''}: {'met' if report['meets_goal'] else 'NOT met'}")
     speeds = [r["sim_clocks_per_s"] for r in report["rows"]]

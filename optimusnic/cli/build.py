@@ -15,7 +15,8 @@ from optimusnic.cli.common import add_json, add_spec_options, emit_json, path_ar
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "build",
-        help="build a bitstream with Vitis (vitis_hls or Vivado package_xo, then v++ link) into bitstreams/",
+        help="build a bitstream with Vitis (vitis_hls or vitis-run, or Vivado package_xo; then v++ link) "
+        "into bitstreams/",
         description="Runs the vendor flow for a kernel and registers the xclbin in bitstreams/<target>/. "
         "--dry-run prints every command and file without running anything.",
     )
