@@ -20,6 +20,11 @@ from hls.ports import STATE_ARRAYS, is_read_port, port_names
 from hls.sizing import StripeCounts
 from hls.spec import KernelSpec
 
+# The block-level protocol of every kernel: the HLS pragma, the RTL control block, kernel.xml, the
+# packager's DRC property and the driver all follow this one (design.md section 4 says why it is
+# ap_ctrl_hs and not Vitis's default ap_ctrl_chain).
+PROTOCOL = "ap_ctrl_hs"
+
 CTRL = 0x00
 GIE = 0x04
 IER = 0x08
@@ -166,7 +171,7 @@ def address_range(args: list[Arg]) -> int:
 def to_manifest(spec: KernelSpec, stripes: StripeCounts) -> dict[str, object]:
     args = register_map(spec, stripes)
     return {
-        "protocol": "ap_ctrl_hs",
+        "protocol": PROTOCOL,
         "control": {"CTRL": CTRL, "GIE": GIE, "IER": IER, "ISR": ISR},
         "ctrl_bits": {"ap_start": 0, "ap_done": 1, "ap_idle": 2, "ap_ready": 3, "auto_restart": 7},
         "address_bits": (address_range(args) - 1).bit_length(),

@@ -233,6 +233,12 @@ def markdown(r: dict[str, Any]) -> str:
         + (f" (measured {default['hbm']:.2f})" if default else "")
         + f": {'met' if rt['meets_goal'] else 'NOT met'}.",
         "",
+        "Start, fill and drain of one run (ideal memory: clocks beyond one beat per 16 / lanes clocks), and their "
+        f"share of a run of the driver's default chunk ({rt['rows'][0]['chunk_elements']:,} elements): the most "
+        "ap_ctrl_chain could overlap between back-to-back runs (design.md section 4): "
+        + "; ".join(f"{r['target']} {r['grad_dtype']} {r['fill_drain_cycles']:,} clocks = "
+                    f"{r['fill_drain_share_of_chunk']:.2%}" for r in rt["rows"]) + ".",
+        "",
         "| simulator speed | value |",
         "|---|---|",
         f"| Verilator (HBM model) | {min(speeds):,.0f} to {max(speeds):,.0f} simulated clocks/s |",
