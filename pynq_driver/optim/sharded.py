@@ -297,6 +297,7 @@ class ShardedNicOptimizer(CardOptimizer):
         self.free_grads = bool(free_grads)
         self.async_all_gather = bool(async_all_gather)
         self.overlapped_reductions = 0  # buckets reduced from the backward pass (a check that overlap happens)
+        self.gathers_waited_by_forward = 0  # all-gathers still in flight when the forward reached them
         self._sync = True
         self._inflight: collections.deque[_Op] = collections.deque()  # launch order
         self._gathering: dict[int, _CommBucket] = {}  # id(param) -> its bucket, while its all-gather is in flight
@@ -460,6 +461,7 @@ class ShardedNicOptimizer(CardOptimizer):
         for p in module.parameters(recurse=False):
             cb = self._gathering.get(id(p))
             if cb is not None:
+                self.gathers_waited_by_forward += 1
                 self._finish(cb)
 
     def _gather(self, buckets: list[_CommBucket]) -> None:
@@ -505,7 +507,8 @@ class ShardedNicOptimizer(CardOptimizer):
     def _discard_reductions(self) -> None:
         """zero_grad(): reduced gradients of backward passes before it are dropped, as torch drops
         `p.grad` (gradient accumulation restarts)."""
-        self._wait_all()
+        for op in [op for op in self._inflight if op.kind == "reduce"]:
+            self._complete(op)  # the last step's all-gathers stay in flight: the next forward waits for them
         for _, _, cb in self._comm_buckets():
             cb.filled, cb.present, cb.pending = False, None, False
             cb.ready.clear()
