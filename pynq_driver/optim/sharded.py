@@ -10,14 +10,33 @@ the reduce-scatter can start from the backward pass (`overlap=True`); gradient c
 loss-scale unscaling run on the card (its grad-scale register), on the reduced gradient.
 
 Sharding is FSDP2's: every parameter is cut along dim 0 into `world` chunks (torch.chunk), rank r
-keeps chunk r. At `step()`, per param group and dtype:
+keeps chunk r. Each param group and dtype is cut into buckets of up to `bucket_cap_mb` of gradient
+(DDP's bucketing: parameters in reverse order, 25 MiB by default). Per bucket:
 
-1. the gradients go into one flat bucket laid out as FSDP2 lays out its reduce-scatter input
+1. its gradients go into a bucket-sized input laid out as FSDP2 lays out its reduce-scatter input
    (rank r's chunks of every parameter, each padded to the chunk size, then rank r+1's), divided
-   by the world size;
-2. `reduce_scatter` leaves rank r with the summed gradient of its chunks only;
-3. the rank's card updates them: results land straight in rank r's rows of each parameter;
-4. `all_gather` brings every rank every other rank's rows (through the same bucket).
+   by the world size; the input exists only while its reduce-scatter runs (two in flight at most);
+2. `reduce_scatter` leaves rank r with the summed gradient of its chunks only, in the bucket's
+   shard (1/world of its gradients: the only buffer kept between steps);
+3. at `step()` the rank's card updates them: results land straight in rank r's rows of each parameter;
+4. `all_gather` of the shard brings every rank every other rank's rows.
+
+Overlap. With overlap=True a bucket's reduce-scatter starts (async_op=True) from the backward pass,
+from the post-accumulate-grad hook of its last gradient; step() waits for it. Gradient accumulation
+over micro-batches works with and without `no_sync()`: with free_grads (the default) each backward's
+reduction is added to the shard (what torch's `p.grad +=` does, after the reduction), without it
+`p.grad` holds every micro-batch and its latest reduction replaces the shard; `zero_grad()` drops the
+reductions of earlier backward passes as torch drops `p.grad`. With async_all_gather=True step()
+returns with the all-gathers in flight (launched in the order the next forward needs them); the
+forward pass of a module waits for the buckets of its own parameters (a global forward pre-hook
+while any is in flight), and every method of this optimizer waits for all of them. Code that reads
+parameters between step() and the forward of the module that holds them (`model.state_dict()`, an
+evaluation without a forward, a parent module using a child's weight before the child runs) calls
+`optimizer.wait_all_gather()` first, as FSDP2 wants its parameters used inside their modules.
+
+Every collective of the process group takes its tensors on the group's device
+(`collective_device`: cuda for nccl, cpu for gloo): the buckets are on the parameters' device, which
+must be one the backend takes, and the clip norm and the inf/NaN vote are made there.
 
 The optimizer state is torch's: `optimizer.state[p]` and `state_dict()` hold DTensors (Shard(0)
 over the process group), exactly as FSDP2 + torch.optim.AdamW, so `torch.distributed.checkpoint`
@@ -159,6 +178,7 @@ class _CommBucket:
         self.ready: set[int] = set()  # gradients accumulated in this backward, since the last reduction
         self.pending = False  # a backward under no_sync() (or a partial one) left gradients unreduced
         self.op: _Op | None = None  # the collective in flight on this bucket
+        self.reduced_seq = 0  # when it was last reduced: the all-gathers go in the reverse order
 
     def fill(self, out: torch.Tensor, divide: bool) -> None:
         """Every rank's chunks of every gradient into `out` (zeros where there is none), and the flags.
@@ -302,6 +322,7 @@ class ShardedNicOptimizer(CardOptimizer):
         self._inflight: collections.deque[_Op] = collections.deque()  # launch order
         self._gathering: dict[int, _CommBucket] = {}  # id(param) -> its bucket, while its all-gather is in flight
         self._forward_hook: Any = None
+        self._reductions = 0
         self._hooks: list[Any] = []
         self._sharded: dict[int, ShardedBucket] = {}  # id(CardBucket) -> its ShardedBucket
         self._mesh: Any = None
@@ -385,6 +406,8 @@ class ShardedNicOptimizer(CardOptimizer):
         since zero_grad: its reduction replaces the shard."""
         self._finish(cb)  # an earlier backward's reduction, or last step's all-gather (its input is the shard)
         accumulate = cb.filled and self.free_grads
+        self._reductions += 1
+        cb.reduced_seq = self._reductions
         cb.ready.clear()
         cb.pending = False
         n = self.world * cb.seg_len
@@ -537,6 +560,7 @@ class ShardedNicOptimizer(CardOptimizer):
         self._check_open()
         if float(norm_type) != 2.0:
             raise UserError("ShardedNicOptimizer.clip_grad_norm_: only the 2-norm is implemented")
+        self.wait_all_gather()
         if grad_scaler is not None and grad_scaler.is_enabled() and not any(
                 cb.filled or cb.op is not None for _, _, cb in self._comm_buckets()):
             self._reduced_stage = grad_scaler._per_optimizer_states[id(self)]["stage"]
@@ -631,7 +655,10 @@ class ShardedNicOptimizer(CardOptimizer):
                 sb.card.maximize = sb.maximize
                 sb.card.run(runs, detect=self.detect_changes)
             # Buckets where no rank has a gradient changed nothing: every rank skips their all-gather.
-            self._gather([cb for _, _, cb in self._comm_buckets() if any(cb.present or ())])
+            # The last reduced first: the backward pass reduced the first layers last, and the next
+            # forward needs them first (the same order on every rank, as the reductions').
+            changed = [cb for _, _, cb in self._comm_buckets() if any(cb.present or ())]
+            self._gather(sorted(changed, key=lambda cb: -cb.reduced_seq))
         finally:
             self._clip = None
             self._reduced_stage = None
