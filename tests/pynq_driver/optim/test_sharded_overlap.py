@@ -1,6 +1,6 @@
 """ShardedNicOptimizer's overlapped collectives, gradient accumulation and collective devices (gloo).
 
-World 3 on 127.0.0.1 (one process per rank; the 64-row weights split 22/21/21, the 4-row one 2/2/0):
+World 3 on 127.0.0.1 (one process per rank; the 64-row weights split 22/22/20, the 4-row one 2/2/0):
 reduce-scatter per bucket from the backward pass, the all-gather left in flight by step() and
 waited by the forward, gradient accumulation over micro-batches with and without no_sync(),
 against the synchronous path (bit for bit), torch DDP + AdamW and single-process AdamW (within
