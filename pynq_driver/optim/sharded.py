@@ -100,8 +100,8 @@ from pynq_driver.optim.buckets import CardBucket, Slot
 # torch 2.13 renamed the tensor collectives; both names work on gloo there, older torch has the old ones.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-# Reduce-scatters in flight at once: their inputs are the only full-size (bucket-sized) buffers, so
-# this bounds them (a third bucket's launch waits for the oldest, as DDP's bucket views never need).
+# Reduce-scatters in flight at once: their inputs are the only bucket-sized buffers, so this bounds
+# the reduction's memory (a third bucket's launch first waits for the oldest).
 _REDUCE_IN_FLIGHT = 2
 
 
