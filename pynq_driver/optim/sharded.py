@@ -317,7 +317,7 @@ class ShardedNicOptimizer(CardOptimizer):
         self.free_grads = bool(free_grads)
         self.async_all_gather = bool(async_all_gather)
         self.overlapped_reductions = 0  # buckets reduced from the backward pass (a check that overlap happens)
-        self.gathers_waited_by_forward = 0  # all-gathers still in flight when the forward reached them
+        self.gathers_waited_by_forward = 0  # all-gathers step() left to the forward pre-hook to complete
         self._sync = True
         self._inflight: collections.deque[_Op] = collections.deque()  # launch order
         self._gathering: dict[int, _CommBucket] = {}  # id(param) -> its bucket, while its all-gather is in flight

@@ -185,7 +185,7 @@ def _check(r: dict, steps: int) -> None:
     assert sum(a for _, _, a in rs) == nb * steps  # ... asynchronously
     ag = [c for c in r["collectives"] if c[0] == "all_gather"]
     assert sum(a for _, _, a in ag) == nb * steps  # the overlapped optimizer's all-gathers are asynchronous
-    assert r["waited_by_forward"] > 0  # and some were still in flight when the forward reached them
+    assert r["waited_by_forward"] > 0  # step() left them to the forward, whose pre-hook completed them
     # No full-size bucket between steps: the shards are about 1/world of the gradients.
     assert r["bucket_bytes"] < 4 * r["params"] / r["world"] * 1.2
     print(f"shards {r['bucket_bytes']} B, reduction peak {r['peak_bucket_bytes']} B for {r['params']} fp32 params")
