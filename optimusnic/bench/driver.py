@@ -257,8 +257,8 @@ def measure_optimizer(params: int = 10_000_000, backend: str = "csim", repeats: 
             null = make("golden")
             nic_step_peak = step_peak(null)
             nic_held = null.host_bytes()
-            # ShardedNicOptimizer: its flat reduce-scatter buckets (one per group and dtype, with their
-            # 4-byte flag per parameter saying which have a gradient) are allowed
+            # ShardedNicOptimizer: its gradient shards (this rank's segment of every reduce-scatter
+            # bucket, with one flag element per parameter saying which have a gradient) are allowed
             bucket = null.bucket_bytes() if optimizer == "ShardedNicOptimizer" else 0
             host_s = _median_s(null.step, repeats)
             chunk_bytes = 4 * null.shards()[0].chunk_elems

@@ -381,7 +381,7 @@ def _optimizer_rows(rows: list[dict[str, Any]]) -> list[str]:
         "",
         f"NicAdamW and ShardedNicOptimizer (a gloo world of one) on the {rows[0]['backend']} backend (Linear "
         "layers, random gradients) against torch AdamW fused=True: host memory held beyond the model and its "
-        "gradients (and the sharded optimizer's flat bucket) between steps plus the step's own peak, and the "
+        "gradients (and the sharded optimizer's gradient shards) between steps plus the step's own peak, and the "
         "optimizer step (default options: exact change detection on, no inf/NaN scan) over the bare card step "
         "on the same shard: the kernel back to back on every chunk, reading a full-size gradient and writing a "
         "full-size output of its own (lent to the software card as the step lends the model's tensors), no "

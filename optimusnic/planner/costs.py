@@ -13,7 +13,9 @@ node, G = gradient-buffer bytes per parameter: 2 for bf16, 4 for a Megatron-styl
                 "ZeRO++", section 3.2), grads GP/N, optimizer 12P/N
   ZeRO-Offload  params 2P      grads GP/N    optimizer 0 (fp32 state + a grad copy in host memory;
                 Ren et al. 2021, on top of ZeRO-2)
-  OptimusNIC    params 2P      grads GP (or GP/N with `nic_grads="sharded"`)   optimizer 0
+  OptimusNIC    params 2P      grads GP (or GP/N with `nic_grads="sharded"`)   optimizer 0, plus
+                ShardedNicOptimizer's reduction: its gradient shard (GP/N, counted as the grads with
+                "sharded") and three buckets (two reduce-scatter inputs in flight, one being filled)
   OptimusNIC+Z3 params 2P/N    grads GP/N    optimizer 0
 Activations (Korthikanti et al. 2022, section 4.1, 16-bit activations, no tensor/sequence
 parallelism), per layer: none s*b*h*34, selective 34*s*b*h, full 2*s*b*h bytes plus one layer's
@@ -65,6 +67,10 @@ GPU_ADAM_FIXED_BYTES = 26
 GPU_ADAM_BYTES = GPU_ADAM_FIXED_BYTES + GRAD_BYTES  # 28 with bf16 gradients
 QWZ_BYTES = 1  # ZeRO++ qwZ: int8 weights in the forward all-gather (block scales not counted)
 QGZ_BYTES = 0.5  # ZeRO++ qgZ: int4 gradients in the all-to-all reduction
+# ShardedNicOptimizer (pynq_driver.optim.sharded): bucket_cap_mb's default (DDP's 25 MiB) and the
+# reduce-scatters it keeps in flight (their inputs are its only bucket-sized buffers).
+SHARDED_BUCKET_BYTES = 25 * 2**20
+SHARDED_REDUCE_IN_FLIGHT = 2
 
 RECOMPUTE = ("full", "selective", "none")
 PCIE_USABLE_FRACTION = 0.825  # GPU PCIe: usable fraction of raw (13.0 / 15.75 GB/s on Gen3 x16)
@@ -120,7 +126,10 @@ def gpu_memory_bytes(scheme: str, params: float, ranks: int, nic_grads: str = "f
     `fsdp_param_bytes` is FSDP2's sharded parameter dtype for `optimusnic_z3` (FSDP2 + NicAdamW): 4
     under `MixedPrecisionPolicy(param_dtype=bf16)` on an fp32 model (FSDP2 keeps the fp32 shard and
     its fp32 gradient on the GPU), 2 for a bf16 model. `optimusnic` (ShardedNicOptimizer) adds its
-    persistent full-size bucket (`buffers`, G bytes per parameter) to the full gradients."""
+    reduction (`buffers`): the gradient shard it keeps until the step (GP/N; with "sharded" that
+    shard is the grads already) and `sharded_buffer_bytes`. Its all-gather's output (2P) lives
+    from the step to the next forward, when activations and (sharded) gradients are gone, so it
+    never adds to the peak counted here."""
     p, n, gb, fb = params, ranks, grad_bytes, fsdp_param_bytes
     g = min(n, ranks_per_node) if ranks_per_node else n
     table = {
@@ -138,7 +147,16 @@ def gpu_memory_bytes(scheme: str, params: float, ranks: int, nic_grads: str = "f
     if scheme not in table:
         raise PlanError(f"unknown scheme {scheme!r}; known schemes: {', '.join(table)}")
     prm, grd, opt = table[scheme]
-    return {"params": prm, "grads": grd, "optimizer": opt, "buffers": gb * p if scheme == "optimusnic" else 0.0}
+    buffers = 0.0
+    if scheme == "optimusnic":
+        buffers = (gb * p / n if nic_grads == "full" else 0.0) + sharded_buffer_bytes()
+    return {"params": prm, "grads": grd, "optimizer": opt, "buffers": buffers}
+
+
+def sharded_buffer_bytes(bucket_bytes: float = SHARDED_BUCKET_BYTES) -> float:
+    """ShardedNicOptimizer's bucket-sized buffers at their peak, in the backward pass: the inputs of
+    the reduce-scatters in flight and the gradients of the bucket being filled."""
+    return (SHARDED_REDUCE_IN_FLIGHT + 1) * bucket_bytes
 
 
 def freed_bytes_per_param(a: object) -> int:

@@ -32,7 +32,9 @@ def assumption_notes(c: Context, comp: Compute) -> list[str]:
         f"memory: ZeRO paper 2 + {c.gb} + 12 bytes per parameter (bf16 params, {a.grad_buffer} gradient buffer, fp32 "
         "master + Adam m + v); HSDP shards inside a node; ZeRO++ hpZ adds a 2P/g secondary partition; FSDP-style "
         "schemes add their unsharded buffers (two layers of bf16 parameters, current and prefetched, and one "
-        f"layer's gradients); OptimusNIC (ShardedNicOptimizer) adds its persistent full-size bucket ({c.gb}P); "
+        f"layer's gradients); OptimusNIC (ShardedNicOptimizer) adds its reduction: the gradient shard ({c.gb}P/N, "
+        "the grads themselves with --nic-grads sharded) and three 25 MiB buckets (two reduce-scatters in flight, "
+        "one filling); "
         f"OptimusNIC+Z3 (FSDP2 + NicAdamW) keeps FSDP2's {a.param_dtype} sharded parameters and gradients "
         f"(--param-dtype); framework workspace and fragmentation not counted; units shared with `optimusnic size`: "
         "GB = 1e9 bytes and GB/s = 1e9 bytes/s everywhere, card memory also in GiB = 2^30 bytes (both print the "
@@ -81,8 +83,10 @@ def assumption_notes(c: Context, comp: Compute) -> list[str]:
                 f"({a.nic_payload_bytes}+{FRAME_OVERHEAD_BYTES}) payload goodput, PCIe) = ")
         + f"{nic.card_link_bytes_per_s / 1e9:.2f} GB/s; kernel x RTL efficiency {a.rtl_efficiency:.2f}, "
         f"{a.rtl_efficiency_source}",
-        ("OptimusNIC sidecar as built: ShardedNicOptimizer reduce-scatters its bucket after the last gradient and "
-         "all-gathers inside step() (both shown), FSDP2 + NicAdamW hides FSDP2's own; the chain (pynq_driver "
+        ("OptimusNIC sidecar as built: ShardedNicOptimizer(overlap=True, async_all_gather=True) reduce-scatters "
+         "each bucket from the backward pass (every micro-batch with --nic-grads sharded, the last with full: "
+         "no_sync) and leaves its all-gather to the next forward, as ZeRO-2 (ZeRO-1); FSDP2 + NicAdamW hides "
+         "FSDP2's own; the chain (pynq_driver "
          "CardBucket.run -> ShardState.stream) runs on one host thread: gradient GPU -> host -> card, "
          + ("with change detection (--detect-changes, the driver's default) the fp32 masters card -> host and the "
             "parameters GPU -> host, " if a.detect_changes else "no change detection, ")

@@ -127,14 +127,12 @@ def format_plan(p: Plan) -> str:
             f = fewest[key]
             qrows.append([name, _fewest(f),
                           str(q["max_micro_batch"][key]), str(q["max_seq"][key]),
-                          *(("in step()", "in step()") if key == "optimusnic" and p.nic.placement == "sidecar" else
-                            (_opt(q["hide_tokens_per_micro_batch"]["iso-hardware"][key], "{:,.0f}"),
-                             _opt(q["hide_tokens_per_micro_batch"]["iso-network"][key], "{:,.0f}")))])
+                          _opt(q["hide_tokens_per_micro_batch"]["iso-hardware"][key], "{:,.0f}"),
+                          _opt(q["hide_tokens_per_micro_batch"]["iso-network"][key], "{:,.0f}")])
         lines.append(table(qrows, ["scheme", "fewest GPUs (whole nodes, cards in PCIe slots)",
                                    f"max micro-batch on {p.gpus}", f"max seq on {p.gpus}",
                                    "tokens/micro-batch hiding collectives (iso-hw)", "(iso-net)"]))
-        lines.append("  (collectives only; an optimizer step or card chain that shows is in the step time above; "
-                     "ShardedNicOptimizer's reduce-scatter and all-gather run in step(), where no compute hides them)")
+        lines.append("  (collectives only; an optimizer step or card chain that shows is in the step time above)")
         fr = q["freed"]
         rng = (f"N = {fr['gpus_min']}..{fr['gpus_max']}" if fr["gpus_max"] is not None else
                f"no N (the cards hold the state from N = {fr['gpus_min']}, where it frees only "

@@ -13,8 +13,10 @@ Collectives per step (the formula is `costs.collective_time`):
 
 Where the card sits (`nic_placement`):
   sidecar  what the driver builds today. `OptimusNIC` is `ShardedNicOptimizer` (model replicated,
-           bf16): its one flat bucket is reduce-scattered once the last gradient is in and
-           all-gathered inside step(), so both collectives show; `OptimusNIC+Z3` is FSDP2 +
+           bf16) with overlap=True and async_all_gather=True: each bucket is reduce-scattered from
+           the backward pass (every micro-batch with `nic_grads="sharded"`, free_grads as ZeRO-2;
+           once, after no_sync() accumulation, with "full", as ZeRO-1) and the all-gather left
+           in flight for the next forward; `OptimusNIC+Z3` is FSDP2 +
            `NicAdamW` (FSDP2's own reduce-scatter and gathers hide as ZeRO-3's). The card chain
            (`card_legs`): one host thread copies the gradient GPU -> host -> card, with change
            detection (default) reads the fp32 masters back and the parameters from the GPU, and
@@ -72,7 +74,6 @@ class Phases:
     reduce_each: list[float] = field(default_factory=list)  # reductions of every micro-batch
     reduce_last: list[float] = field(default_factory=list)  # reductions once per step
     post_gather: list[float] = field(default_factory=list)  # after the update, before the next forward
-    serial: list[float] = field(default_factory=list)  # collectives that never overlap compute (shown)
     optimizer: float = 0.0
     transfer: float = 0.0
     optimizer_shown: float = 0.0
@@ -217,12 +218,7 @@ def _scheme_phases(c: Context, key: str, view: str) -> Phases:
             ph.reduce_each = [t_rs]
         ph.reduce_last = [max(t_rs, *chain) - (t_rs if sharded else 0.0)]
         return ph
-    if key == "optimusnic" and c.a.nic_placement == "sidecar":
-        # ShardedNicOptimizer as built: the reduce-scatter of its one bucket starts once the last
-        # gradient is in (the bucket of a param group launches when all its gradients are ready) and
-        # the all-gather runs inside step(): neither overlaps compute.
-        ph.post_gather, ph.serial = [], [t_rs, t_ag]
-    elif sharded:
+    if sharded:
         ph.reduce_each = [t_rs]
     else:
         ph.reduce_last = [t_rs]

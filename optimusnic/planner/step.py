@@ -31,7 +31,7 @@ def exposed(ph: Phases, a: Assumptions, t_fwd: float, t_bwd: float) -> tuple[flo
     mid_bwd = (A - 1) * _window(t_bwd, ph.bwd_gather, ph.reduce_each, a)
     last_bwd = _window(t_bwd, ph.bwd_gather, ph.reduce_each + ph.reduce_last, a)
     total = A * (sum(ph.fwd) + sum(ph.bwd_gather) + sum(ph.reduce_each)) + sum(ph.reduce_last) + sum(ph.post_gather)
-    return total + sum(ph.serial), first_fwd + other_fwd + mid_bwd + last_bwd + sum(ph.serial)
+    return total, first_fwd + other_fwd + mid_bwd + last_bwd
 
 
 @dataclass

@@ -10,14 +10,33 @@ the reduce-scatter can start from the backward pass (`overlap=True`); gradient c
 loss-scale unscaling run on the card (its grad-scale register), on the reduced gradient.
 
 Sharding is FSDP2's: every parameter is cut along dim 0 into `world` chunks (torch.chunk), rank r
-keeps chunk r. At `step()`, per param group and dtype:
+keeps chunk r. Each param group and dtype is cut into buckets of up to `bucket_cap_mb` of gradient
+(DDP's bucketing: parameters in reverse order, 25 MiB by default). Per bucket:
 
-1. the gradients go into one flat bucket laid out as FSDP2 lays out its reduce-scatter input
+1. its gradients go into a bucket-sized input laid out as FSDP2 lays out its reduce-scatter input
    (rank r's chunks of every parameter, each padded to the chunk size, then rank r+1's), divided
-   by the world size;
-2. `reduce_scatter` leaves rank r with the summed gradient of its chunks only;
-3. the rank's card updates them: results land straight in rank r's rows of each parameter;
-4. `all_gather` brings every rank every other rank's rows (through the same bucket).
+   by the world size; the input exists only while its reduce-scatter runs (two in flight at most);
+2. `reduce_scatter` leaves rank r with the summed gradient of its chunks only, in the bucket's
+   shard (1/world of its gradients: the only buffer kept between steps);
+3. at `step()` the rank's card updates them: results land straight in rank r's rows of each parameter;
+4. `all_gather` of the shard brings every rank every other rank's rows.
+
+Overlap. With overlap=True a bucket's reduce-scatter starts (async_op=True) from the backward pass,
+from the post-accumulate-grad hook of its last gradient; step() waits for it. Gradient accumulation
+over micro-batches works with and without `no_sync()`: with free_grads (the default) each backward's
+reduction is added to the shard (what torch's `p.grad +=` does, after the reduction), without it
+`p.grad` holds every micro-batch and its latest reduction replaces the shard; `zero_grad()` drops the
+reductions of earlier backward passes as torch drops `p.grad`. With async_all_gather=True step()
+returns with the all-gathers in flight (launched in the order the next forward needs them); the
+forward pass of a module waits for the buckets of its own parameters (a global forward pre-hook
+while any is in flight), and every method of this optimizer waits for all of them. Code that reads
+parameters between step() and the forward of the module that holds them (`model.state_dict()`, an
+evaluation without a forward, a parent module using a child's weight before the child runs) calls
+`optimizer.wait_all_gather()` first, as FSDP2 wants its parameters used inside their modules.
+
+Every collective of the process group takes its tensors on the group's device
+(`collective_device`: cuda for nccl, cpu for gloo): the buckets are on the parameters' device, which
+must be one the backend takes, and the clip norm and the inf/NaN vote are made there.
 
 The optimizer state is torch's: `optimizer.state[p]` and `state_dict()` hold DTensors (Shard(0)
 over the process group), exactly as FSDP2 + torch.optim.AdamW, so `torch.distributed.checkpoint`
@@ -52,6 +71,7 @@ works; with overlap=True it happens in the backward pass. `free_grads=False` kee
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import functools
@@ -80,6 +100,36 @@ from pynq_driver.optim.buckets import CardBucket, Slot
 # torch 2.13 renamed the tensor collectives; both names work on gloo there, older torch has the old ones.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+# Reduce-scatters in flight at once: their inputs are the only bucket-sized buffers, so this bounds
+# the reduction's memory (a third bucket's launch first waits for the oldest).
+_REDUCE_IN_FLIGHT = 2
+
+
+def backend_device(backend: str) -> torch.device:
+    """The device a process group of torch.distributed backend `backend` takes its tensors on: cpu
+    for gloo (and mpi, ucc: any backend that takes host tensors), the backend's own device otherwise
+    (cuda for nccl, xpu for xccl). A mixed backend ("cpu:gloo,cuda:nccl") uses its cpu half."""
+    name = str(backend).lower()
+    if ":" in name:  # "cpu:gloo,cuda:nccl": the device types it serves
+        types = [part.split(":", 1)[0].strip() for part in name.split(",") if ":" in part]
+    else:
+        types = dist.Backend.backend_capability.get(name)
+        if types is None:
+            raise UserError(f"ShardedNicOptimizer: process-group backend {backend!r} is unknown to torch.distributed "
+                            f"(known: {', '.join(sorted(dist.Backend.backend_capability))})")
+    if "cpu" in types:
+        return torch.device("cpu")
+    kind = types[0]
+    mod = getattr(torch, kind, None)
+    if mod is not None and hasattr(mod, "is_available") and mod.is_available():
+        return torch.device(kind, mod.current_device())  # this rank's device, as the process group uses it
+    return torch.device(kind)
+
+
+def collective_device(group: Any = None) -> torch.device:
+    """The device of `group`'s collectives (`backend_device` of its backend): every small tensor this
+    optimizer all-reduces (the clip norm, the inf/NaN vote) is made there, as NCCL requires."""
+    return backend_device(dist.get_backend(group))
 
 
 class _Rows:
@@ -103,8 +153,14 @@ class _Rows:
         return lo, lo + self.rank_rows[r] * self.cols
 
 
-class ShardedBucket:
-    """One param group and dtype: the flat reduce-scatter / all-gather bucket and this rank's card slots."""
+class _CommBucket:
+    """Parameters whose gradients are reduce-scattered together (up to `bucket_cap_mb` of gradient).
+
+    Its reduce-scatter input (every rank's chunks of every gradient, as FSDP2 lays it out, plus one
+    presence flag per parameter at the end of each rank's segment) is allocated for the collective
+    only; what persists is `shard`, this rank's segment: the reduced gradient of its rows until the
+    step, then the all-gather's input. A flag is 1/world where a rank has the gradient, so after the
+    reduction it is nonzero where any rank had one (DDP's rule), with no collective of its own."""
 
     def __init__(self, params: list[torch.Tensor], rank: int, world: int) -> None:
         self.params = params
@@ -112,69 +168,52 @@ class ShardedBucket:
         self.seg_offsets = [0]
         for r in self.rows:
             self.seg_offsets.append(self.seg_offsets[-1] + r.padded)
-        self.seg_len = max(1, self.seg_offsets[-1])
+        self.flags_at = self.seg_offsets[-1]
+        self.seg_len = self.flags_at + len(params)
         self.rank, self.world = rank, world
-        dev, dtype = params[0].device, params[0].dtype
-        self.dtype = dtype
-        # The one buffer: reduce-scatter input, this rank's segment its output (in place, as NCCL
-        # and gloo allow), then all-gather input (that segment) and output.
-        self.bucket = torch.zeros(world * self.seg_len, dtype=dtype, device=dev)
-        self.shard_grad = self.bucket[rank * self.seg_len:(rank + 1) * self.seg_len]
-        self.present = torch.zeros(len(params), dtype=torch.int32, device=dev)
-        self.card: CardBucket | None = None
-        self.reduced = False  # shard_grad holds this step's reduced gradient
-        self.work: Any = None  # the reduce-scatter launched from the backward pass
-        self.ready = 0
-        self.maximize = False
+        self.dtype, self.device = params[0].dtype, params[0].device
+        self.shard = torch.zeros(self.seg_len, dtype=self.dtype, device=self.device)
+        self.filled = False  # shard holds this step's reduced gradient (of one or more backward passes)
+        self.present: list[bool] | None = None  # which parameters have a gradient on any rank (once reduced)
+        self.ready: set[int] = set()  # gradients accumulated in this backward, since the last reduction
+        self.pending = False  # a backward under no_sync() (or a partial one) left gradients unreduced
+        self.op: _Op | None = None  # the collective in flight on this bucket
+        self.reduced_seq = 0  # when it was last reduced: the all-gathers go in the reverse order
 
-    def slot(self, i: int) -> Slot:
-        p, r, off = self.params[i], self.rows[i], self.seg_offsets[i]
-
-        def data() -> torch.Tensor:
-            return p.detach().view(-1)[r.start:r.start + r.numel]
-
-        def grad() -> torch.Tensor | None:
-            if not self.reduced or not self.present[i].item():
-                return None
-            return self.shard_grad[off:off + r.numel]
-
-        return Slot(p, r.numel, data, grad)
-
-    def fill(self, divide: bool) -> None:
-        """Every rank's chunks of every gradient into the bucket (zeros where there is none).
+    def fill(self, out: torch.Tensor, divide: bool) -> None:
+        """Every rank's chunks of every gradient into `out` (zeros where there is none), and the flags.
 
         One pass: each chunk is copied and only the padding after it zeroed; dividing by a world
         of one is skipped (x / 1 is x, bit for bit)."""
+        seg = out.view(self.world, self.seg_len)
         for i, (p, r) in enumerate(zip(self.params, self.rows, strict=True)):
             g = p.grad
-            self.present[i] = int(g is not None)
             if g is not None and g.is_sparse:
                 raise UserError("ShardedNicOptimizer does not support sparse gradients")
+            seg[:, self.flags_at + i] = 0.0 if g is None else 1.0
             flat = None if g is None else g.detach().reshape(-1)
             for k in range(self.world):
                 lo, hi = r.of_rank(k)
                 at = k * self.seg_len + self.seg_offsets[i]
                 used = 0 if flat is None else hi - lo
                 if used:
-                    self.bucket[at:at + used].copy_(flat[lo:hi])
+                    out[at:at + used].copy_(flat[lo:hi])
                 if used < r.padded:
-                    self.bucket[at + used:at + r.padded].zero_()
-        tail = self.seg_len - self.seg_offsets[-1]  # an empty bucket's one element per rank
-        if tail:
-            self.bucket.view(self.world, self.seg_len)[:, self.seg_offsets[-1]:].zero_()
+                    out[at + used:at + r.padded].zero_()
         if divide and self.world > 1:
-            self.bucket.div_(self.world)
+            out.div_(self.world)
 
-    def gather(self, group: Any) -> None:
-        """Every rank's updated rows into every rank's parameters (through the bucket); a world of
-        one has them all already."""
-        if self.world == 1:
-            return
-        send = self.shard_grad  # its gradient is used up: it carries this rank's rows now (in place)
+    def gather_input(self) -> torch.Tensor:
+        """This rank's updated rows, laid out as its segment (the shard's gradient is used up: it
+        carries them now)."""
+        send = self.shard
         send.zero_()
         for p, r, off in zip(self.params, self.rows, self.seg_offsets, strict=False):
             send[off:off + r.numel].copy_(p.detach().view(-1)[r.start:r.start + r.numel])
-        _all_gather(self.bucket, send, group=group)
+        return send
+
+    def scatter_gathered(self, out: torch.Tensor) -> None:
+        """Every other rank's rows from the all-gather's output into the parameters."""
         for i, (p, r) in enumerate(zip(self.params, self.rows, strict=True)):
             flat = p.detach().view(-1)
             for k in range(self.world):
@@ -182,7 +221,60 @@ class ShardedBucket:
                     continue
                 lo, hi = r.of_rank(k)
                 at = k * self.seg_len + self.seg_offsets[i]
-                flat[lo:hi].copy_(self.bucket[at:at + hi - lo])
+                flat[lo:hi].copy_(out[at:at + hi - lo])
+
+
+class _Op:
+    """A collective in flight: a bucket's reduce-scatter (its input freed once done; its output
+    added to the shard when it is not the shard itself) or all-gather (scattered into the parameters)."""
+
+    __slots__ = ("kind", "cb", "work", "inp", "out")
+
+    def __init__(self, kind: str, cb: _CommBucket, work: Any, inp: torch.Tensor | None, out: torch.Tensor) -> None:
+        self.kind, self.cb, self.work, self.inp, self.out = kind, cb, work, inp, out
+
+
+class ShardedBucket:
+    """One param group and dtype: its card slots, and its parameters cut into reduce-scatter buckets."""
+
+    def __init__(self, params: list[torch.Tensor], rank: int, world: int, cap_bytes: int) -> None:
+        self.params = params
+        self.rank, self.world = rank, world
+        self.dtype = params[0].dtype
+        # DDP's bucketing: parameters in reverse order (gradients become ready roughly from the last
+        # layer back), a new bucket once the gradient bytes would pass the cap; each bucket keeps the
+        # group's order inside.
+        groups: list[list[int]] = []
+        size = 0
+        for i in reversed(range(len(params))):
+            nbytes = params[i].numel() * params[i].element_size()
+            if not groups or (size + nbytes > cap_bytes and groups[-1]):
+                groups.append([])
+                size = 0
+            groups[-1].append(i)
+            size += nbytes
+        self.comm = [_CommBucket([params[i] for i in sorted(g)], rank, world) for g in groups]
+        self.where: dict[int, tuple[_CommBucket, int]] = {}
+        for cb in self.comm:
+            for j, p in enumerate(cb.params):
+                self.where[id(p)] = (cb, j)
+        self.card: CardBucket | None = None
+        self.maximize = False
+
+    def slot(self, i: int) -> Slot:
+        p = self.params[i]
+        cb, j = self.where[id(p)]
+        r, off = cb.rows[j], cb.seg_offsets[j]
+
+        def data() -> torch.Tensor:
+            return p.detach().view(-1)[r.start:r.start + r.numel]
+
+        def grad() -> torch.Tensor | None:
+            if not cb.filled or cb.present is None or not cb.present[j]:
+                return None
+            return cb.shard[off:off + r.numel]
+
+        return Slot(p, r.numel, data, grad)
 
 
 class ShardedNicOptimizer(CardOptimizer):
@@ -196,7 +288,8 @@ class ShardedNicOptimizer(CardOptimizer):
                  process_group: Any = None, average_gradients: bool = True, backend: str = DEFAULT_BACKEND,
                  target: str = DEFAULT_TARGET, lanes: int | None = None, skip_nonfinite: bool = False,
                  chunk_elems: int | None = None, maximize: bool = False, overlap: bool = False,
-                 free_grads: bool = True, **device_options: Any) -> None:
+                 free_grads: bool = True, bucket_cap_mb: float = 25.0, async_all_gather: bool = False,
+                 **device_options: Any) -> None:
         if optimizer not in ("adamw", "adam"):
             raise UserError(f"optimizer: {optimizer!r}; choose adamw or adam")
         if not dist.is_available() or not dist.is_initialized():
@@ -210,13 +303,26 @@ class ShardedNicOptimizer(CardOptimizer):
         self.world = dist.get_world_size(self.process_group)
         self.rank = dist.get_rank(self.process_group)
         self.average = bool(average_gradients)
+        cap = bucket_cap_mb if isinstance(bucket_cap_mb, (int, float)) and not isinstance(bucket_cap_mb, bool) \
+            else None
+        if cap is None or not cap > 0 or not math.isfinite(cap):
+            raise UserError(f"ShardedNicOptimizer: bucket_cap_mb={bucket_cap_mb!r}; give a positive number of MiB "
+                            "(DDP's default is 25)")
+        self._cap_bytes = max(1, int(cap * (1 << 20)))
+        self.collective_device = collective_device(self.process_group)
         if backend == "alveo" and "device_index" not in device_options:
             # Each rank drives its own card: its rank on this host picks it (override with device_index=).
             device_options = {**device_options, "device_index": host_local_rank(self.process_group)}
         self.overlap = bool(overlap)
         self.free_grads = bool(free_grads)
+        self.async_all_gather = bool(async_all_gather)
         self.overlapped_reductions = 0  # buckets reduced from the backward pass (a check that overlap happens)
+        self.gathers_waited_by_forward = 0  # all-gathers step() left to the forward pre-hook to complete
         self._sync = True
+        self._inflight: collections.deque[_Op] = collections.deque()  # launch order
+        self._gathering: dict[int, _CommBucket] = {}  # id(param) -> its bucket, while its all-gather is in flight
+        self._forward_hook: Any = None
+        self._reductions = 0
         self._hooks: list[Any] = []
         self._sharded: dict[int, ShardedBucket] = {}  # id(CardBucket) -> its ShardedBucket
         self._mesh: Any = None
@@ -232,11 +338,16 @@ class ShardedNicOptimizer(CardOptimizer):
             if p.dtype not in KERNEL_DTYPES:
                 raise UserError(f"ShardedNicOptimizer: parameters of dtype {p.dtype} are not supported; use one of "
                                 f"{', '.join(str(d) for d in KERNEL_DTYPES)}")
+            types = dist.Backend.backend_capability.get(str(dist.get_backend(self.process_group)).lower())
+            if types is not None and p.device.type not in types and self.world > 1:
+                raise UserError(f"ShardedNicOptimizer: a parameter on {p.device.type} cannot be reduce-scattered by "
+                                f"the {dist.get_backend(self.process_group)} process group (it takes "
+                                f"{', '.join(types)} tensors); move the model or use another backend")
             by_dtype.setdefault((p.dtype, p.device), []).append(p)
             self._numels[id(p)] = p.numel()
         out = []
         for (dtype, _), params in by_dtype.items():
-            sb = ShardedBucket(params, self.rank, self.world)
+            sb = ShardedBucket(params, self.rank, self.world, self._cap_bytes)
             slots = [sb.slot(i) for i in range(len(params))]
             card = CardBucket(slots, self.pool.get(*KERNEL_DTYPES[dtype]), dtype, self.chunk_elems)
             sb.card = card
@@ -245,7 +356,8 @@ class ShardedNicOptimizer(CardOptimizer):
                 self._slots[id(p)] = (card, s)
             if self.overlap:
                 for p in params:
-                    self._hooks.append(p.register_post_accumulate_grad_hook(functools.partial(self._grad_ready, sb)))
+                    cb, j = sb.where[id(p)]
+                    self._hooks.append(p.register_post_accumulate_grad_hook(functools.partial(self._grad_ready, cb, j)))
             out.append(card)
         return out
 
@@ -257,7 +369,7 @@ class ShardedNicOptimizer(CardOptimizer):
         if self._mesh is None:
             from torch.distributed.device_mesh import DeviceMesh
 
-            dev = next((sb.bucket.device for _, sb in self._sharded_buckets()), torch.device("cpu"))
+            dev = next((sb.params[0].device for _, sb in self._sharded_buckets()), torch.device("cpu"))
             self._mesh = DeviceMesh.from_group(self.process_group, dev.type)
         return self._mesh
 
@@ -276,46 +388,159 @@ class ShardedNicOptimizer(CardOptimizer):
         return super()._local_value(p, value, key)
 
     # ---- reduction -------------------------------------------------------------------------------
-    def _grad_ready(self, sb: ShardedBucket, _param: torch.Tensor) -> None:
+    def _grad_ready(self, cb: _CommBucket, j: int, _param: torch.Tensor) -> None:
+        """Post-accumulate-grad hook (overlap=True): a bucket whose every gradient of this backward is
+        in starts its reduce-scatter, asynchronously."""
         if not self._sync:
+            cb.pending = True  # no_sync(): reduced by a later backward or by step()
             return
-        sb.ready += 1
-        if sb.ready == len(sb.params):
-            sb.ready = 0
-            self._launch(sb, async_op=True)
+        cb.ready.add(j)
+        if len(cb.ready) == len(cb.params):
+            self._reduce(cb, async_op=True)
             self.overlapped_reductions += 1
 
-    def _launch(self, sb: ShardedBucket, *, async_op: bool) -> None:
-        if sb.work is not None:  # a previous backward's reduction that no step consumed
-            sb.work.wait()
+    def _reduce(self, cb: _CommBucket, *, async_op: bool) -> None:
+        """Reduce-scatter the bucket's gradients into its shard. With free_grads a backward's gradients
+        are dropped once reduced, so the next backward's are new: their reduction adds to the shard
+        (gradient accumulation, as torch's `p.grad +=`). Without, `p.grad` holds every backward
+        since zero_grad: its reduction replaces the shard."""
+        self._finish(cb)  # an earlier backward's reduction, or last step's all-gather (its input is the shard)
+        accumulate = cb.filled and self.free_grads
+        self._reductions += 1
+        cb.reduced_seq = self._reductions
+        cb.ready.clear()
+        cb.pending = False
+        n = self.world * cb.seg_len
+        if self.world == 1 and not accumulate:
+            inp = cb.shard  # the bucket is this rank's reduced gradient already
+        else:
+            while sum(op.kind == "reduce" for op in self._inflight) >= _REDUCE_IN_FLIGHT:
+                self._complete(next(op for op in self._inflight if op.kind == "reduce"))
+            inp = torch.empty(n, dtype=cb.dtype, device=cb.device)
         with torch.no_grad():
-            sb.fill(self.average)
+            cb.fill(inp, self.average)
         if self.free_grads:
-            for p in sb.params:
+            for p in cb.params:
                 p.grad = None
-        if self.world == 1:  # the bucket is this rank's reduced gradient already (gloo would copy it whole)
-            sb.work, sb.reduced = None, True
+        cb.present = None
+        if self.world == 1:
+            if accumulate:
+                cb.shard.add_(inp)
+            cb.filled = True
             return
-        work = _reduce_scatter(sb.shard_grad, sb.bucket, group=self.process_group, async_op=async_op)
-        # Which parameters have a gradient: any rank's (as DDP); one small all-reduce.
-        dist.all_reduce(sb.present, op=dist.ReduceOp.MAX, group=self.process_group)
-        sb.work = work if async_op else None
-        sb.reduced = not async_op
+        out = torch.empty(cb.seg_len, dtype=cb.dtype, device=cb.device) if accumulate else cb.shard
+        work = _reduce_scatter(out, inp, group=self.process_group, async_op=async_op)
+        op = _Op("reduce", cb, work, inp, out)
+        if async_op:
+            cb.op = op
+            self._inflight.append(op)
+        else:
+            self._complete(op)
+
+    def _complete(self, op: _Op) -> None:
+        """Wait for a collective and use its result (in whatever order: each has its own buffers)."""
+        if op.work is not None:
+            op.work.wait()
+        with contextlib.suppress(ValueError):
+            self._inflight.remove(op)
+        cb = op.cb
+        if cb.op is op:
+            cb.op = None
+        if op.kind == "reduce":
+            if op.out is not cb.shard:
+                cb.shard.add_(op.out)
+            cb.filled = True
+        else:
+            with torch.no_grad():
+                cb.scatter_gathered(op.out)
+            for p in cb.params:
+                self._gathering.pop(id(p), None)
+            if not self._gathering and self._forward_hook is not None:
+                self._forward_hook.remove()
+                self._forward_hook = None
+        op.inp = op.out = None  # type: ignore[assignment]  # the collective's buffers go now
+
+    def _finish(self, cb: _CommBucket) -> None:
+        if cb.op is not None:
+            self._complete(cb.op)
+
+    def wait_all_gather(self) -> None:
+        """Complete every all-gather still in flight (async_all_gather=True): afterwards every
+        parameter holds every rank's updated rows. Needed before reading parameters between step()
+        and the forward pass of the module that holds them (a saved `model.state_dict()`, an
+        evaluation by hand); a forward, backward and every method of this optimizer do it themselves."""
+        for op in [op for op in self._inflight if op.kind == "gather"]:
+            self._complete(op)
+
+    def _wait_all(self) -> None:
+        while self._inflight:
+            self._complete(self._inflight[0])
+
+    def _before_forward(self, module: torch.nn.Module, _args: Any) -> None:
+        """Global forward pre-hook while all-gathers are in flight: a module's forward waits for the
+        buckets of its own parameters (the rest keep overlapping the forward)."""
+        if not self._gathering:
+            return
+        for p in module.parameters(recurse=False):
+            cb = self._gathering.get(id(p))
+            if cb is not None:
+                self.gathers_waited_by_forward += 1
+                self._finish(cb)
+
+    def _gather(self, buckets: list[_CommBucket]) -> None:
+        """Every rank's updated rows into every rank's parameters: all-gather of each bucket's shard,
+        asynchronous with async_all_gather (waited as `wait_all_gather` says), else done here."""
+        if self.world == 1:
+            return  # a world of one has them all already
+        for cb in buckets:
+            send = cb.gather_input()
+            out = torch.empty(self.world * cb.seg_len, dtype=cb.dtype, device=cb.device)
+            work = _all_gather(out, send, group=self.process_group, async_op=self.async_all_gather)
+            op = _Op("gather", cb, work, None, out)
+            if not self.async_all_gather:
+                self._complete(op)
+                continue
+            cb.op = op
+            self._inflight.append(op)
+            for p in cb.params:
+                self._gathering[id(p)] = cb
+        if self._gathering and self._forward_hook is None:
+            self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._before_forward)
+
+    def _comm_buckets(self) -> Iterator[tuple[dict[str, Any], ShardedBucket, _CommBucket]]:
+        for group, sb in self._sharded_buckets():
+            for cb in sb.comm:
+                yield group, sb, cb
 
     def _reduce_all(self) -> list[tuple[dict[str, Any], ShardedBucket]]:
-        """Make sure every bucket's reduced gradient is here (launched now, or waited for)."""
-        out = []
-        for group, sb in self._sharded_buckets():
-            sb.ready = 0
+        """Make sure every bucket's reduced gradient is here: reductions in flight waited for, and
+        buckets with gradients no reduction has taken (overlap=False, a backward under no_sync() or
+        one that left a bucket incomplete) reduced now."""
+        self.wait_all_gather()
+        for group, sb, cb in self._comm_buckets():
             sb.maximize = bool(group.get("maximize", False))
-            if sb.work is not None:
-                sb.work.wait()
-                sb.work = None
-                sb.reduced = True
-            elif not sb.reduced:
-                self._launch(sb, async_op=False)
-            out.append((group, sb))
-        return out
+            self._finish(cb)
+            if not cb.filled or cb.pending or cb.ready:
+                self._reduce(cb, async_op=False)
+            if cb.present is None:
+                flags = cb.shard[cb.flags_at:].tolist()
+                cb.present = [f != 0 for f in flags]
+        return self._sharded_buckets()
+
+    def _discard_reductions(self) -> None:
+        """zero_grad(): reduced gradients of backward passes before it are dropped, as torch drops
+        `p.grad` (gradient accumulation restarts)."""
+        for op in [op for op in self._inflight if op.kind == "reduce"]:
+            self._complete(op)  # the last step's all-gathers stay in flight: the next forward waits for them
+        for _, _, cb in self._comm_buckets():
+            cb.filled, cb.present, cb.pending = False, None, False
+            cb.ready.clear()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        with self._guard():
+            self._discard_reductions()
+            super().zero_grad(set_to_none)
+
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -335,16 +560,18 @@ class ShardedNicOptimizer(CardOptimizer):
         self._check_open()
         if float(norm_type) != 2.0:
             raise UserError("ShardedNicOptimizer.clip_grad_norm_: only the 2-norm is implemented")
+        self.wait_all_gather()
         if grad_scaler is not None and grad_scaler.is_enabled() and not any(
-                sb.reduced or sb.work is not None for _, sb in self._sharded_buckets()):
+                cb.filled or cb.op is not None for _, _, cb in self._comm_buckets()):
             self._reduced_stage = grad_scaler._per_optimizer_states[id(self)]["stage"]
         buckets = self._reduce_all()
-        sq = torch.zeros((), dtype=torch.float64)
+        dev = self.collective_device  # NCCL all-reduces device tensors only
+        sq = torch.zeros((), dtype=torch.float64, device=dev)
         for _, sb in buckets:
             for s in sb.card.slots:
                 g = s.grad()
                 if g is not None and s.numel:
-                    sq += g.double().pow(2).sum().cpu()
+                    sq += g.double().pow(2).sum().to(dev)
         dist.all_reduce(sq, group=self.process_group)
         total = math.sqrt(sq.item())
         if grad_scaler is not None and grad_scaler.is_enabled():
@@ -395,6 +622,7 @@ class ShardedNicOptimizer(CardOptimizer):
 
     def _sharded_step(self, closure: Callable[[], Any] | None, grad_scaler: Any) -> Any:
         self._check_open()
+        self.wait_all_gather()  # the last step's, before a closure's forward reads the parameters
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -413,7 +641,7 @@ class ShardedNicOptimizer(CardOptimizer):
             # memory) on two threads, before anything reaches the card (NicAdamW's `_prefix`).
             finite, compared = self._prefix([(sb.card, runs) for sb, runs in plans], scan=check, wait=True)
             if check:
-                bad = torch.tensor([float(local_inf > 0 or not finite)])
+                bad = torch.tensor([float(local_inf > 0 or not finite)], device=self.collective_device)
                 if self.world > 1:
                     dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.process_group)
                 if grad_scaler is not None and grad_scaler.is_enabled():
@@ -426,13 +654,16 @@ class ShardedNicOptimizer(CardOptimizer):
             for sb, runs in plans:
                 sb.card.maximize = sb.maximize
                 sb.card.run(runs, detect=self.detect_changes)
-                if bool(sb.present.any()):
-                    sb.gather(self.process_group)
+            # Buckets where no rank has a gradient changed nothing: every rank skips their all-gather.
+            # The last reduced first: the backward pass reduced the first layers last, and the next
+            # forward needs them first (the same order on every rank, as the reductions').
+            changed = [cb for _, _, cb in self._comm_buckets() if any(cb.present or ())]
+            self._gather(sorted(changed, key=lambda cb: -cb.reduced_seq))
         finally:
             self._clip = None
             self._reduced_stage = None
-            for _, sb in self._sharded_buckets():
-                sb.reduced = False
+            for _, _, cb in self._comm_buckets():
+                cb.filled, cb.present = False, None
         return loss
 
     # ---- what lives where ------------------------------------------------------------------------
@@ -441,11 +672,12 @@ class ShardedNicOptimizer(CardOptimizer):
         rows = []
         for gi, (_, sb) in enumerate(self._sharded_buckets()):
             card = sb.card
+            seg = sum(cb.seg_len for cb in sb.comm)  # this rank's segments of every reduce-scatter bucket
             rows.append({
                 "rank": self.rank, "world_size": self.world, "group": gi,
                 "dtype": str(sb.dtype).replace("torch.", ""), "bucket_params": sum(p.numel() for p in sb.params),
-                "padded": sb.world * sb.seg_len, "shard_lo": sb.rank * sb.seg_len,
-                "shard_hi": (sb.rank + 1) * sb.seg_len, "shard_params": sum(s.numel for s in card.slots),
+                "padded": sb.world * seg, "shard_lo": sb.rank * seg, "shard_hi": (sb.rank + 1) * seg,
+                "reduce_buckets": len(sb.comm), "shard_params": sum(s.numel for s in card.slots),
                 "backend": card.shard.backend if card.shard else None,
                 "kernel": card.shard.spec.name if card.shard else None,
                 "state_bytes": 12 * (card.shard.n if card.shard else 0),
@@ -453,13 +685,27 @@ class ShardedNicOptimizer(CardOptimizer):
         return rows
 
     def bucket_bytes(self) -> int:
-        """Host memory of the flat reduce-scatter buckets (one per group and dtype, with their 4-byte
-        flag per parameter saying which have a gradient)."""
-        return sum(sb.bucket.nbytes + sb.present.nbytes for _, sb in self._sharded_buckets())
+        """Memory of the gradient shards this optimizer keeps between steps: each reduce-scatter
+        bucket's segment of this rank (1/world of its gradients, padding and one presence flag per
+        parameter included). The buckets' full-size inputs live only while their reduce-scatter
+        runs (two at most: `peak_bucket_bytes`)."""
+        return sum(cb.shard.nbytes for _, _, cb in self._comm_buckets())
+
+    def peak_bucket_bytes(self) -> int:
+        """Memory of the reduction at its peak: the shards (`bucket_bytes`), the two largest
+        reduce-scatter inputs in flight and one accumulation output. With async_all_gather the
+        all-gathers' outputs (world x each shard) also live from the end of step() until the
+        forward pass reaches their parameters."""
+        full = sorted((self.world * cb.shard.nbytes for _, _, cb in self._comm_buckets()), reverse=True)
+        if not full:
+            return 0
+        if self.world == 1:  # an accumulating backward's input only (otherwise the shard is the input)
+            return self.bucket_bytes() + full[0]
+        return self.bucket_bytes() + sum(full[:_REDUCE_IN_FLIGHT]) + full[0] // self.world
 
     def host_bytes(self) -> int:
         """Memory this optimizer holds beside the model (host memory when the parameters are on the
-        host): the two host chunks, the comparison blocks, and one flat bucket per group and dtype."""
+        host): the two host chunks, the comparison blocks, and this rank's gradient shards."""
         return super().host_bytes() + self.bucket_bytes()
 
     def full_state_dict(self) -> dict[str, Any]:
@@ -472,7 +718,17 @@ class ShardedNicOptimizer(CardOptimizer):
                     st[k] = v.full_tensor()
         return sd
 
+    def state_dict(self) -> dict[str, Any]:
+        self.wait_all_gather()
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.wait_all_gather()
+        super().load_state_dict(state_dict)
+
     def close(self) -> None:
+        if getattr(self, "_inflight", None):
+            self._wait_all()  # the collectives every other rank runs too; the parameters get their rows
         for h in getattr(self, "_hooks", []):
             h.remove()
         self._hooks = []
