@@ -75,6 +75,8 @@ from pynq_driver.optim.state import MASTER_KEY, CardState
 
 
 class _NicAdamBase(CardOptimizer):
+    _staged_step = True
+
     def __init__(self, params: Iterable[Any], lr: float, betas: tuple[float, float], eps: float,
                  weight_decay: float, *, amsgrad: bool = False, maximize: bool = False,
                  foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,

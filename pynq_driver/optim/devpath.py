@@ -1,0 +1,492 @@
+"""The staged data path between an accelerator's memory (a GPU) and the card: NicAdamW's step for
+parameters that do not live in host memory, and, forced (`data_path="pipeline"`), for CPU tensors.
+
+The direct path (`CardBucket.run`) reads each gradient chunk into host memory, compares the
+parameters with the card's masters and writes the results back, every copy blocking; for tensors
+on a GPU each of those copies crosses PCIe through pageable memory and serialises with the
+compute stream. This path instead:
+
+- stages through a ring of `RING` chunk-sized host buffers, pinned where an accelerator is present
+  (a gradient half and an output half each), which the card reads and writes directly where card
+  memory is host memory (`Device.import_host`, the software cards) and DMAs from/to elsewhere;
+- orders itself after the compute stream with an event (recorded when `step()` is called: after
+  backward, and after FSDP2's reduce-scatter, whose stream the current stream already waited on),
+  on two side streams: device->host copies ("d2h", the gradients) and host->device copies ("h2d",
+  the results), `non_blocking`, one event per chunk;
+- keeps `RING` chunks in flight: while the card runs chunk k, the gradient copies of chunks k+1
+  and k+2 and the result copy of chunk k-1 are queued or running;
+- ends with the compute stream waiting on the last copies' events, not with a host synchronisation:
+  `step()` returns while the last results are still being copied, and the next kernel on the
+  compute stream sees the new parameters;
+- detects changes to the parameters between steps on the device, without crossing PCIe: a 64-bit
+  hash of each tensor's bits (`tensor_hash`) is computed on the accelerator after the step's
+  results are written, and again at the next step; only tensors whose hash differs (or whose
+  hash is not known: the first step, and after anything else wrote the card's masters, e.g.
+  `load_state_dict` or `optimizer.state[p][...] = ...`) are read back and compared bit for bit
+  with the card's masters as the direct path does. What is detected: any change of the tensor's
+  bits by any means (`p.data.copy_`, `model.load_state_dict`, a broadcast, in-place ops,
+  `p.data = other`); a change of one element always changes the hash (every step of the hash is
+  a bijection of that element's bits), a change of several is missed only if two 64-bit sums
+  collide. `detect_changes=False` skips the hashes too.
+
+Device-agnostic: streams and events are `torch.Stream` / `torch.Event` of
+`torch.accelerator.current_accelerator()`. CPU tensors have no streams or events in torch; for
+them `TraceStream`/`TraceEvent` stand in: every operation runs when it is issued (CPU copies are
+synchronous) and is appended to `DevicePath.trace`, so a test can assert the order the path issues
+things in; the soft card's kernels run on their own thread, so the copies do overlap them there.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from hls.errors import UserError
+from pynq_driver.pipeline import Lent, Piece
+
+RING = 3  # host buffers in the ring: the chunk on the card, the one arriving, the one leaving
+DATA_PATHS = ("auto", "direct", "pipeline")
+DATA_PATH_ENV = "OPTIMUSNIC_DATA_PATH"
+_HASH_BLOCK = 1 << 20  # elements per block of the hash (int64 temporaries of 8 MiB at most)
+# Constants of the hash (splitmix64's): odd multipliers, so every multiplication is a bijection.
+_H_STEP = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64: the position's offset
+_H_MUL1 = -4658895280553007687  # 0xBF58476D1CE4E5B9
+_H_MUL2 = -7723592293110705685  # 0x94D049BB133111EB
+
+
+def data_path_option(value: Any) -> str:
+    """The `data_path=` option, or the OPTIMUSNIC_DATA_PATH environment variable when not given."""
+    if value is None:
+        value = os.environ.get(DATA_PATH_ENV, "auto") or "auto"
+        where = f"{DATA_PATH_ENV}={value!r}"
+    else:
+        where = f"data_path={value!r}"
+    if value not in DATA_PATHS:
+        raise UserError(f"{where}: choose one of {', '.join(DATA_PATHS)}")
+    return str(value)
+
+
+def tensor_hash(t: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+    """A 64-bit hash (0-d int64 tensor, on `t`'s device) of the bits of the 1-D tensor `t` (4- or
+    2-byte elements), computed where `t` lives, block by block. Each element's bits, widened and
+    offset by its position, go through splitmix64's mixing (bijective) and are summed modulo 2**64:
+    changing one element always changes the sum. `index`: a cached arange of at least a block."""
+    bits = t.view(torch.int32) if t.element_size() == 4 else t.view(torch.int16)
+    total = torch.zeros((), dtype=torch.int64, device=t.device)
+    n = bits.numel()
+    if index is None or index.numel() < min(n, _HASH_BLOCK):
+        index = torch.arange(min(n, _HASH_BLOCK), dtype=torch.int64, device=t.device)
+    for a in range(0, n, _HASH_BLOCK):
+        blk = bits[a:a + _HASH_BLOCK]
+        v = blk.to(torch.int64) + (index[: blk.numel()] + a) * _H_STEP
+        v = v ^ (torch.bitwise_right_shift(v, 30) & ((1 << 34) - 1))
+        v = v * _H_MUL1
+        v = v ^ (torch.bitwise_right_shift(v, 27) & ((1 << 37) - 1))
+        v = v * _H_MUL2
+        v = v ^ (torch.bitwise_right_shift(v, 31) & ((1 << 33) - 1))
+        total += v.sum()
+    return total
+
+
+# ---- streams and events: torch's on an accelerator, a recording stand-in on the CPU ---------------
+class TraceEvent:
+    """`torch.Event` for CPU tensors: recorded when issued (the work before it already ran),
+    remembering when (`perf_counter`), and logged."""
+
+    def __init__(self, trace: list[tuple[Any, ...]], name: str) -> None:
+        self.trace, self.name, self.when = trace, name, None
+
+    def record(self, stream: TraceStream | None = None) -> None:
+        self.when = time.perf_counter()
+        self.trace.append(("record", stream.name if stream is not None else "compute", self.name))
+
+    def synchronize(self) -> None:
+        self.trace.append(("sync", self.name))
+
+    def query(self) -> bool:
+        return self.when is not None
+
+    def elapsed_time(self, end: TraceEvent) -> float:
+        return 1e3 * (end.when - self.when)
+
+
+class TraceStream:
+    """`torch.Stream` for CPU tensors: `with stream:` marks the work issued on it in the trace."""
+
+    def __init__(self, trace: list[tuple[Any, ...]], name: str) -> None:
+        self.trace, self.name = trace, name
+
+    def wait_event(self, event: TraceEvent) -> None:
+        self.trace.append(("wait", self.name, event.name))
+
+    def __enter__(self) -> TraceStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _Torch:
+    """The accelerator's streams and events (`torch.Stream`, `torch.Event`)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.trace: list[tuple[Any, ...]] | None = None
+
+    def current(self) -> Any:
+        return torch.accelerator.current_stream(self.device)
+
+    def stream(self, name: str) -> Any:
+        return torch.Stream(device=self.device)
+
+    def event(self, name: str, timing: bool = False) -> Any:
+        return torch.Event(device=self.device, enable_timing=timing)
+
+    def log(self, *what: Any) -> None:
+        return None
+
+
+class _Trace:
+    """The CPU stand-in: TraceStream / TraceEvent, every operation logged in `trace`."""
+
+    def __init__(self) -> None:
+        self.trace: list[tuple[Any, ...]] = []
+        self._compute = TraceStream(self.trace, "compute")
+
+    def current(self) -> TraceStream:
+        return self._compute
+
+    def stream(self, name: str) -> TraceStream:
+        return TraceStream(self.trace, name)
+
+    def event(self, name: str, timing: bool = False) -> TraceEvent:
+        return TraceEvent(self.trace, name)
+
+    def log(self, *what: Any) -> None:
+        self.trace.append(what)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+class _Track:
+    """A bucket's hashes: per slot the hash of the bits last written (device), whether it is known,
+    and the shard's count of master writes when they were taken (other writers make them stale)."""
+
+    def __init__(self, n: int, device: torch.device) -> None:
+        self.last = torch.zeros(n, dtype=torch.int64, device=device)
+        self.known = np.zeros(n, bool)
+        self.epoch = -1
+
+
+class DevicePath:
+    """The staged, stream-ordered step of one optimizer's buckets (see the module's docstring).
+
+    `trace`: on CPU tensors the operations in the order they were issued (None on an
+    accelerator). `profile=True` keeps `timeline` of the last bucket stepped: the card's busy
+    intervals and each copy's, in seconds on one clock (events' times on an accelerator,
+    anchored to the host clock by a synchronised event), for `overlap()`.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = torch.device(device)
+        self.accel = self.device.type != "cpu"
+        self.streams: Any = _Torch(self.device) if self.accel else _Trace()
+        self.d2h = self.streams.stream("d2h")
+        self.h2d = self.streams.stream("h2d")
+        self.ring: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.ring_spec: tuple[int, torch.dtype, torch.dtype] | None = None
+        self.busy: list[Any] = [None] * RING  # per ring buffer: the event of the copy still reading its output half
+        self.tracks: dict[int, _Track] = {}
+        self.profile = False
+        self.timeline: dict[str, list[tuple[float, float]]] = {}
+        self._index: torch.Tensor | None = None
+
+    @property
+    def trace(self) -> list[tuple[Any, ...]] | None:
+        return self.streams.trace
+
+    # ---- host ring ---------------------------------------------------------------------------------
+    def _ring(self, chunk: int, gdt: torch.dtype, odt: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        if self.ring_spec is None or self.ring_spec[0] < chunk or self.ring_spec[1:] != (gdt, odt):
+            self._drain_busy()
+            # Pinned (page-locked) on an accelerator: its DMA engines copy from/to it asynchronously.
+            # 64-byte multiples, so both halves start beat-aligned and the soft card can lend them.
+            pin = self.accel
+            self.ring = [(torch.empty(chunk, dtype=gdt, pin_memory=pin), torch.empty(chunk, dtype=odt, pin_memory=pin))
+                         for _ in range(RING)]
+            self.ring_spec = (chunk, gdt, odt)
+        return self.ring
+
+    def _drain_busy(self) -> None:
+        for ev in self.busy:
+            if ev is not None:
+                ev.synchronize()
+        self.busy = [None] * RING
+
+    def close(self) -> None:
+        """Wait for the copies still reading the ring, and let it go."""
+        self._drain_busy()
+        self.ring, self.ring_spec = [], None
+        self.tracks.clear()
+
+    def host_bytes(self) -> int:
+        return sum(g.nbytes + o.nbytes for g, o in self.ring)
+
+    def _hash_index(self) -> torch.Tensor:
+        if self._index is None:
+            self._index = torch.arange(_HASH_BLOCK, dtype=torch.int64, device=self.device)
+        return self._index
+
+    # ---- the step of one bucket --------------------------------------------------------------------
+    def run(self, bucket: Any, runs: list[tuple[list[Any], int, int, dict]], pieces: list[tuple[int, int, dict]],
+            detect: bool, gate: Callable[[], bool] | None = None) -> bool:
+        """Stream `pieces` (card ranges with their registers, `CardBucket._pieces_plan(runs)`) of
+        `bucket` through the card; results land in the tensors. As `CardBucket.run`, minus the
+        step counts (the caller's)."""
+        shard = bucket.shard
+        chunk = shard.chunk_elems
+        kd = bucket.kernel_dtype
+        ring = self._ring(chunk, kd, kd)
+        slots = [s for r in runs for s in r[0]]
+        index = {id(s): i for i, s in enumerate(bucket.slots)}
+        grads = {id(s): s.grad() for s in slots}
+        starts = np.array([s.offset for s in slots])
+        negate = bucket.maximize
+        st = self.streams
+        log = st.log
+        compute = st.current()
+        timing = self.profile
+        tl: dict[str, list[Any]] = {"card": [], "d2h": [], "h2d": []}
+
+        def parts(a: int, b: int) -> list[tuple[Any, int, int]]:
+            i = max(0, int(np.searchsorted(starts, a, side="right")) - 1)
+            out = []
+            while i < len(slots) and slots[i].offset < b:
+                s = slots[i]
+                lo, hi = max(a, s.offset), min(b, s.offset + s.numel)
+                if hi > lo:
+                    out.append((s, lo - s.offset, hi - s.offset))
+                i += 1
+            return out
+
+        work = [(pt, x, y, bits) for lo, hi, bits in pieces for pt, x, y in shard.pieces(lo, hi)]
+        cut = [parts(a, b) for _, a, b, _ in work]
+        ready = st.event("ready")
+        ready.record(compute)  # after backward (and whatever else the compute stream queued)
+        self.d2h.wait_event(ready)
+        self.h2d.wait_event(ready)
+        track = self.tracks.get(id(bucket))
+        if track is None:
+            track = self.tracks[id(bucket)] = _Track(len(bucket.slots), self.device)
+        if track.epoch != shard.masters_written:
+            track.known[:] = False
+        flags_ev = None
+        if detect:
+            with self.d2h:
+                ids = [index[id(s)] for s in slots]
+                now = torch.stack([tensor_hash(s.data(), self._hash_index()) for s in slots])
+                changed = now != track.last[ids]
+                flags = torch.empty(len(slots), dtype=torch.bool, pin_memory=self.accel)
+                flags.copy_(changed, non_blocking=True)
+                flags_ev = st.event("flags")
+                flags_ev.record(self.d2h)
+            log("hash", "d2h", len(slots))
+
+        d2h_ev: dict[int, Any] = {}
+        spans: dict[int, Any] = {}
+
+        def issue_d2h(k: int) -> None:
+            _, a, b, _ = work[k]
+            g = ring[k % RING][0]
+            gh = _np(g)
+            pos = a
+            t0 = st.event(f"d2h-start-{k}", timing) if timing else None
+            with self.d2h:
+                if t0 is not None:
+                    t0.record(self.d2h)
+                for s, lo, hi in cut[k]:
+                    at = s.offset + lo
+                    if at > pos:
+                        gh[pos - a:at - a] = 0  # alignment padding between tensors: zeros, as the card starts
+                    g[at - a:at - a + hi - lo].copy_(grads[id(s)][lo:hi], non_blocking=True)
+                    pos = at + hi - lo
+                if pos < b:
+                    gh[pos - a:b - a] = 0
+                ev = st.event(f"d2h-{k}", timing)
+                ev.record(self.d2h)
+            d2h_ev[k] = ev
+            if t0 is not None:
+                tl["d2h"].append((t0, ev))
+            log("issue", "d2h", k)
+
+        def issue_h2d(k: int) -> None:
+            _, a, _, _ = work[k]
+            o = ring[k % RING][1]
+            t0 = st.event(f"h2d-start-{k}", timing) if timing else None
+            with self.h2d:
+                if t0 is not None:
+                    t0.record(self.h2d)
+                for s, lo, hi in cut[k]:
+                    at = s.offset + lo
+                    s.data()[lo:hi].copy_(o[at - a:at - a + hi - lo], non_blocking=True)
+                ev = st.event(f"h2d-{k}", timing)
+                ev.record(self.h2d)
+            self.busy[k % RING] = ev
+            if t0 is not None:
+                tl["h2d"].append((t0, ev))
+            log("issue", "h2d", k)
+
+        raw = shard.host_chunks()[0]  # striped copies' scratch (free: the direct path is not running)
+
+        def stage(i: int, piece: Piece, own: Lent) -> None:
+            pt, a, b, _ = piece
+            g, o = ring[i % RING]
+            d2h_ev[i].synchronize()  # the gradient chunk is in host memory
+            log("card.stage", i)
+            gh = _np(g[: b - a])
+            if negate:  # maximize: the negation is exact, so it is the same update as torch's
+                g[: b - a].neg_()
+            buf = shard.lend(pt.grad_stage[i % 2], gh)
+            if buf is None:
+                shard.write_stripes(pt.grad_stage[i % 2], gh, 0, raw)
+            else:
+                own["grad"] = buf
+            prev = self.busy[i % RING]
+            if prev is not None:  # the output half is still being copied to the device (chunk i - RING)
+                prev.synchronize()
+                self.busy[i % RING] = None
+            buf = shard.lend(pt.out_stage[i % 2], _np(o[: b - a]))
+            if buf is not None:
+                own["out"] = buf
+            if timing:
+                spans[i] = time.perf_counter()
+
+        def collect(i: int, piece: Piece, own: Lent) -> None:
+            pt, a, b, _ = piece
+            if timing:
+                tl["card"].append((spans.pop(i), time.perf_counter()))
+            log("card.collect", i)
+            if "out" not in own:
+                prev = self.busy[i % RING]
+                if prev is not None:
+                    prev.synchronize()
+                shard.read_stripes(pt.out_stage[i % 2], _np(ring[i % RING][1][: b - a]), 0, raw)
+            issue_h2d(i)
+            if i + RING < len(work):
+                issue_d2h(i + RING)  # into the gradient half the card has just finished with
+
+        anchor = self._anchor() if timing else None
+        try:
+            for k in range(min(RING, len(work))):
+                issue_d2h(k)
+            if flags_ev is not None:
+                flags_ev.synchronize()
+                stale = ~track.known[[index[id(s)] for s in slots]] | flags.numpy()
+                for s, bad in zip(slots, stale, strict=True):
+                    if bad:
+                        log("compare", index[id(s)])
+                        self._compare(bucket, s)
+            ok = shard.run_pieces(work, stage, collect, max(s.step for s in slots) + 1, gate)
+            if ok and detect:
+                with self.h2d:  # after the step's results: the hash of the bits written
+                    ids = [index[id(s)] for s in slots]
+                    track.last[ids] = torch.stack([tensor_hash(s.data(), self._hash_index()) for s in slots])
+                log("hash", "h2d", len(slots))
+                track.known[ids] = True
+                track.epoch = shard.masters_written
+            return ok
+        except BaseException:
+            track.known[:] = False
+            raise
+        finally:
+            # The compute stream, not the host, waits: the next kernel on it sees the new parameters,
+            # and the gradients' memory is not reused before the copies from it are done.
+            for side in (self.h2d, self.d2h):
+                end = st.event("end")
+                end.record(side)
+                compute.wait_event(end)
+            if timing:
+                self.timeline = self._times(tl, anchor)
+
+    def _compare(self, bucket: Any, s: Any) -> None:
+        """The direct path's bit-for-bit comparison of one tensor with the card's masters (read back
+        over the bus: only for tensors whose hash changed or is not known), fixing what differs."""
+        shard = bucket.shard
+        raw, obuf = shard.host_chunks()
+        tmp = obuf.view(np.uint8)
+        for a in range(0, s.numel, shard.chunk_elems):
+            b = min(a + shard.chunk_elems, s.numel)
+            cur = s.data()[a:b].to("cpu").contiguous()  # ordered on the compute stream: every edit seen
+            mine = _np(cur)
+            if bucket.kernel_dtype == torch.float32:
+                if not shard.state_equals("p", s.offset + a, mine, tmp, raw):
+                    shard.write_range("p", s.offset + a, mine, tmp)
+                continue
+            from hls.golden import to_bf16_bits
+
+            card = raw.view(np.float32)[: b - a]
+            shard.read_range("p", s.offset + a, card, tmp)
+            changed = to_bf16_bits(card) != mine
+            if changed.any():  # the card's fp32 master where it still rounds to the tensor, else the tensor
+                card[changed] = (mine[changed].astype(np.uint32) << 16).view(np.float32)
+                shard.write_range("p", s.offset + a, card, tmp)
+
+    # ---- profiling -----------------------------------------------------------------------------------
+    def _anchor(self) -> tuple[Any, float] | None:
+        if not self.accel:
+            return None
+        ev = self.streams.event("anchor", True)
+        ev.record(self.streams.current())
+        ev.synchronize()
+        return ev, time.perf_counter()
+
+    def _times(self, tl: dict[str, list[Any]], anchor: tuple[Any, float] | None) -> dict[str, list[tuple[float, float]]]:
+        out: dict[str, list[tuple[float, float]]] = {"card": list(tl["card"])}
+        for key in ("d2h", "h2d"):
+            spans = []
+            for t0, t1 in tl[key]:
+                t1.synchronize()
+                if anchor is None:
+                    spans.append((t0.when, t1.when))
+                else:
+                    ev, host = anchor
+                    spans.append((host + ev.elapsed_time(t0) / 1e3, host + ev.elapsed_time(t1) / 1e3))
+            out[key] = spans
+        return out
+
+
+def overlap(timeline: dict[str, list[tuple[float, float]]]) -> float | None:
+    """The fraction of the card's busy time during which a copy (either direction) was running."""
+    card = _union(timeline.get("card", []))
+    busy = sum(b - a for a, b in card)
+    if busy <= 0:
+        return None
+    copies = _union(timeline.get("d2h", []) + timeline.get("h2d", []))
+    hidden = 0.0
+    for a, b in card:
+        for c, d in copies:
+            hidden += max(0.0, min(b, d) - max(a, c))
+    return hidden / busy
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+__all__ = ["DATA_PATHS", "DATA_PATH_ENV", "RING", "DevicePath", "TraceEvent", "TraceStream", "data_path_option",
+           "overlap", "tensor_hash"]
