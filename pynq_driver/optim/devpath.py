@@ -351,7 +351,6 @@ class DevicePath:
             pt, a, b, _ = piece
             g, o = ring[i % RING]
             d2h_ev[i].synchronize()  # the gradient chunk is in host memory
-            log("card.stage", i)
             gh = _np(g[: b - a])
             if negate:  # maximize: the negation is exact, so it is the same update as torch's
                 g[: b - a].neg_()
@@ -367,6 +366,7 @@ class DevicePath:
             buf = shard.lend(pt.out_stage[i % 2], _np(o[: b - a]))
             if buf is not None:
                 own["out"] = buf
+            log("card.stage", i)
             if timing:
                 spans[i] = time.perf_counter()
 
@@ -449,7 +449,8 @@ class DevicePath:
         ev.synchronize()
         return ev, time.perf_counter()
 
-    def _times(self, tl: dict[str, list[Any]], anchor: tuple[Any, float] | None) -> dict[str, list[tuple[float, float]]]:
+    def _times(self, tl: dict[str, list[Any]], anchor: tuple[Any, float] | None
+               ) -> dict[str, list[tuple[float, float]]]:
         out: dict[str, list[tuple[float, float]]] = {"card": list(tl["card"])}
         for key in ("d2h", "h2d"):
             spans = []
