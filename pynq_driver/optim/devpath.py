@@ -19,15 +19,16 @@ compute stream. This path instead:
   `step()` returns while the last results are still being copied, and the next kernel on the
   compute stream sees the new parameters;
 - detects changes to the parameters between steps on the device, without crossing PCIe: a 64-bit
-  hash of each tensor's bits (`tensor_hash`) is computed on the accelerator after the step's
-  results are written, and again at the next step; only tensors whose hash differs (or whose
+  hash of each tensor's bits (`tensor_hash`, torch ops on the accelerator; `host_hash`, blake2b,
+  for host tensors) is computed after the step's results are written, queued behind them on the
+  copy stream, and again at the next step; only tensors whose hash differs (or whose
   hash is not known: the first step, and after anything else wrote the card's masters, e.g.
   `load_state_dict` or `optimizer.state[p][...] = ...`) are read back and compared bit for bit
   with the card's masters as the direct path does. What is detected: any change of the tensor's
   bits by any means (`p.data.copy_`, `model.load_state_dict`, a broadcast, in-place ops,
   `p.data = other`); a change of one element always changes the hash (every step of the hash is
-  a bijection of that element's bits), a change of several is missed only if two 64-bit sums
-  collide. `detect_changes=False` skips the hashes too.
+  a bijection of that element's bits; blake2b: a 2**-64 chance), a change of several is missed
+  only if two 64-bit hashes collide. `detect_changes=False` skips the hashes too.
 
 Device-agnostic: streams and events are `torch.Stream` / `torch.Event` of
 `torch.accelerator.current_accelerator()`. CPU tensors have no streams or events in torch; for
@@ -38,6 +39,7 @@ things in; the soft card's kernels run on their own thread, so the copies do ove
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -73,24 +75,42 @@ def data_path_option(value: Any) -> str:
 
 def tensor_hash(t: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
     """A 64-bit hash (0-d int64 tensor, on `t`'s device) of the bits of the 1-D tensor `t` (4- or
-    2-byte elements), computed where `t` lives, block by block. Each element's bits, widened and
-    offset by its position, go through splitmix64's mixing (bijective) and are summed modulo 2**64:
-    changing one element always changes the sum. `index`: a cached arange of at least a block."""
+    2-byte elements), computed where `t` lives (an accelerator's tensors: no copy over the bus),
+    block by block. Each element's bits, widened and offset by a multiple of its position, go
+    through splitmix64's multiply-xorshift-multiply (each step a bijection) and are summed modulo
+    2**64: changing one element always changes the sum. `index`: a cached arange of a block."""
     bits = t.view(torch.int32) if t.element_size() == 4 else t.view(torch.int16)
-    total = torch.zeros((), dtype=torch.int64, device=t.device)
     n = bits.numel()
-    if index is None or index.numel() < min(n, _HASH_BLOCK):
-        index = torch.arange(min(n, _HASH_BLOCK), dtype=torch.int64, device=t.device)
+    blk_n = min(n, _HASH_BLOCK)
+    if index is None or index.numel() < blk_n:
+        index = torch.arange(blk_n, dtype=torch.int64, device=t.device)
+    offsets = index[:blk_n] * _H_STEP
+    v = torch.empty(blk_n, dtype=torch.int64, device=t.device)
+    tmp = torch.empty_like(v)
+    total = torch.zeros((), dtype=torch.int64, device=t.device)
     for a in range(0, n, _HASH_BLOCK):
         blk = bits[a:a + _HASH_BLOCK]
-        v = blk.to(torch.int64) + (index[: blk.numel()] + a) * _H_STEP
-        v = v ^ (torch.bitwise_right_shift(v, 30) & ((1 << 34) - 1))
-        v = v * _H_MUL1
-        v = v ^ (torch.bitwise_right_shift(v, 27) & ((1 << 37) - 1))
-        v = v * _H_MUL2
-        v = v ^ (torch.bitwise_right_shift(v, 31) & ((1 << 33) - 1))
-        total += v.sum()
+        m = blk.numel()
+        x, y = v[:m], tmp[:m]
+        x.copy_(blk)
+        x.add_(offsets[:m]).add_(_wrap(a * _H_STEP)).mul_(_H_MUL1)
+        torch.bitwise_right_shift(x, 31, out=y)
+        x.bitwise_xor_(y.bitwise_and_((1 << 33) - 1)).mul_(_H_MUL2)  # logical shift: the xorshift is bijective
+        total += x.sum()
     return total
+
+
+def host_hash(t: torch.Tensor) -> int:
+    """The hash of a host tensor's bits: blake2b (8 bytes) over its memory, at memory speed and
+    without the GIL; where the tensors live in host memory this is the "hash on the device"."""
+    h = hashlib.blake2b(memoryview(_np(t.contiguous()).view(np.uint8)), digest_size=8)
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def _wrap(x: int) -> int:
+    """`x` modulo 2**64 as a signed 64-bit integer (torch's int64 arithmetic wraps alike)."""
+    x &= (1 << 64) - 1
+    return x - (1 << 64) if x >> 63 else x
 
 
 # ---- streams and events: torch's on an accelerator, a recording stand-in on the CPU ---------------
@@ -293,7 +313,7 @@ class DevicePath:
         if detect:
             with self.d2h:
                 ids = [index[id(s)] for s in slots]
-                now = torch.stack([tensor_hash(s.data(), self._hash_index()) for s in slots])
+                now = self._hashes(slots)
                 changed = now != track.last[ids]
                 flags = torch.empty(len(slots), dtype=torch.bool, pin_memory=self.accel)
                 flags.copy_(changed, non_blocking=True)
@@ -399,7 +419,7 @@ class DevicePath:
             if ok and detect:
                 with self.h2d:  # after the step's results: the hash of the bits written
                     ids = [index[id(s)] for s in slots]
-                    track.last[ids] = torch.stack([tensor_hash(s.data(), self._hash_index()) for s in slots])
+                    track.last[ids] = self._hashes(slots)
                 log("hash", "h2d", len(slots))
                 track.known[ids] = True
                 track.epoch = shard.masters_written
@@ -416,6 +436,12 @@ class DevicePath:
                 compute.wait_event(end)
             if timing:
                 self.timeline = self._times(tl, anchor)
+
+    def _hashes(self, slots: list[Any]) -> torch.Tensor:
+        """The hash of each slot's tensor, as an int64 tensor on the device (queued on the current stream)."""
+        if self.accel:
+            return torch.stack([tensor_hash(s.data(), self._hash_index()) for s in slots])
+        return torch.tensor([host_hash(s.data()) for s in slots], dtype=torch.int64)
 
     def _compare(self, bucket: Any, s: Any) -> None:
         """The direct path's bit-for-bit comparison of one tensor with the card's masters (read back
@@ -490,4 +516,4 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 __all__ = ["DATA_PATHS", "DATA_PATH_ENV", "RING", "DevicePath", "TraceEvent", "TraceStream", "data_path_option",
-           "overlap", "tensor_hash"]
+           "host_hash", "overlap", "tensor_hash"]

@@ -13,7 +13,7 @@ from hls.errors import UserError
 from optimusnic.demo.run import regression_task
 from pynq_driver.optim import NicAdam, NicAdamW
 from pynq_driver.optim import devpath as dp
-from pynq_driver.optim.devpath import RING, DevicePath, data_path_option, overlap, tensor_hash
+from pynq_driver.optim.devpath import RING, DevicePath, data_path_option, host_hash, overlap, tensor_hash
 
 CHUNK = 256  # small chunks: every bucket streams more pieces than the ring holds
 
@@ -184,6 +184,7 @@ def test_tensor_hash_sees_every_single_element_change(monkeypatch):
     swapped = base.clone()
     swapped[[0, 1]] = swapped[[1, 0]]
     assert not torch.equal(h0, tensor_hash(swapped))
+    assert host_hash(base) == host_hash(base.clone()) != host_hash(swapped)
     b16 = base.to(torch.bfloat16)
     other = b16.clone()
     other.view(torch.int16)[5] ^= 1
