@@ -52,6 +52,7 @@ from hls.errors import UserError
 from pynq_driver.pipeline import Lent, Piece
 
 RING = 3  # host buffers in the ring: the chunk on the card, the one arriving, the one leaving
+TRACE_KEEP = 1 << 16  # entries of the CPU trace kept (the latest): a long forced run does not grow it without end
 DATA_PATHS = ("auto", "direct", "pipeline")
 DATA_PATH_ENV = "OPTIMUSNIC_DATA_PATH"
 _HASH_BLOCK = 1 << 20  # elements per block of the hash (int64 temporaries of 8 MiB at most)
@@ -298,6 +299,8 @@ class DevicePath:
                 i += 1
             return out
 
+        if self.trace is not None and len(self.trace) > 2 * TRACE_KEEP:
+            del self.trace[:-TRACE_KEEP]
         work = [(pt, x, y, bits) for lo, hi, bits in pieces for pt, x, y in shard.pieces(lo, hi)]
         cut = [parts(a, b) for _, a, b, _ in work]
         ready = st.event("ready")
