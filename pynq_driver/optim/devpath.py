@@ -19,15 +19,15 @@ compute stream. This path instead:
   `step()` returns while the last results are still being copied, and the next kernel on the
   compute stream sees the new parameters;
 - detects changes to the parameters between steps on the device, without crossing PCIe: a 64-bit
-  hash of each tensor's bits (`tensor_hash`, torch ops on the accelerator; `host_hash`, blake2b,
-  for host tensors) is computed after the step's results are written, queued behind them on the
+  hash of each tensor's bits (`tensor_hash`, torch ops on the accelerator; `host_hash`, CRC-32
+  and SHA-1, for host tensors) is computed after the step's results are written, queued behind them on the
   copy stream, and again at the next step; only tensors whose hash differs (or whose
   hash is not known: the first step, and after anything else wrote the card's masters, e.g.
   `load_state_dict` or `optimizer.state[p][...] = ...`) are read back and compared bit for bit
   with the card's masters as the direct path does. What is detected: any change of the tensor's
   bits by any means (`p.data.copy_`, `model.load_state_dict`, a broadcast, in-place ops,
   `p.data = other`); a change of one element always changes the hash (every step of the hash is
-  a bijection of that element's bits; blake2b: a 2**-64 chance), a change of several is missed
+  a bijection of that element's bits; CRC-32 alike), a change of several is missed
   only if two 64-bit hashes collide. `detect_changes=False` skips the hashes too.
 
 Device-agnostic: streams and events are `torch.Stream` / `torch.Event` of
@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -102,10 +103,23 @@ def tensor_hash(t: torch.Tensor, index: torch.Tensor | None = None) -> torch.Ten
 
 
 def host_hash(t: torch.Tensor) -> int:
-    """The hash of a host tensor's bits: blake2b (8 bytes) over its memory, at memory speed and
-    without the GIL; where the tensors live in host memory this is the "hash on the device"."""
-    h = hashlib.blake2b(memoryview(_np(t.contiguous()).view(np.uint8)), digest_size=8)
-    return int.from_bytes(h.digest(), "little", signed=True)
+    """The hash of a host tensor's bits, where the tensors live in host memory (the "hash on the
+    device" there): CRC-32 in the high half (certain to change with any change confined to 32
+    consecutive bits, so with any one element) and 32 bits of SHA-1 in the low half, both at
+    memory speed (hardware instructions) and without the GIL."""
+    m = memoryview(_np(t.contiguous()).reshape(-1).view(np.uint8))
+    x = zlib.crc32(m) << 32 | int.from_bytes(hashlib.sha1(m).digest()[:4], "little")
+    return _wrap(x)
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """`dst.copy_(src, non_blocking=True)`; between host tensors a plain memcpy (numpy), which
+    does not wake torch's intra-op threads for a copy."""
+    if dst.device.type == src.device.type == "cpu" and dst.is_contiguous() and src.is_contiguous() \
+            and dst.dtype == src.dtype:
+        np.copyto(_np(dst), _np(src))
+    else:
+        dst.copy_(src, non_blocking=True)
 
 
 def _wrap(x: int) -> int:
@@ -340,7 +354,7 @@ class DevicePath:
                     at = s.offset + lo
                     if at > pos:
                         gh[pos - a:at - a] = 0  # alignment padding between tensors: zeros, as the card starts
-                    g[at - a:at - a + hi - lo].copy_(grads[id(s)][lo:hi], non_blocking=True)
+                    _copy(g[at - a:at - a + hi - lo], grads[id(s)][lo:hi])
                     pos = at + hi - lo
                 if pos < b:
                     gh[pos - a:b - a] = 0
@@ -360,7 +374,7 @@ class DevicePath:
                     t0.record(self.h2d)
                 for s, lo, hi in cut[k]:
                     at = s.offset + lo
-                    s.data()[lo:hi].copy_(o[at - a:at - a + hi - lo], non_blocking=True)
+                    _copy(s.data()[lo:hi], o[at - a:at - a + hi - lo])
                 ev = st.event(f"h2d-{k}", timing)
                 ev.record(self.h2d)
             self.busy[k % RING] = ev
