@@ -19,16 +19,19 @@ compute stream. This path instead:
   `step()` returns while the last results are still being copied, and the next kernel on the
   compute stream sees the new parameters;
 - detects changes to the parameters between steps on the device, without crossing PCIe: a 64-bit
-  hash of each tensor's bits (`tensor_hash`, torch ops on the accelerator; `host_hash`, CRC-32
-  and SHA-1, for host tensors) is computed after the step's results are written, queued behind them on the
-  copy stream, and again at the next step; only tensors whose hash differs (or whose
-  hash is not known: the first step, and after anything else wrote the card's masters, e.g.
-  `load_state_dict` or `optimizer.state[p][...] = ...`) are read back and compared bit for bit
-  with the card's masters as the direct path does. What is detected: any change of the tensor's
-  bits by any means (`p.data.copy_`, `model.load_state_dict`, a broadcast, in-place ops,
-  `p.data = other`); a change of one element always changes the hash (every step of the hash is
-  a bijection of that element's bits; CRC-32 alike), a change of several is missed
-  only if two 64-bit hashes collide. `detect_changes=False` skips the hashes too.
+  hash of each tensor's bits (`tensor_hash`, torch ops on the accelerator; `HostHash`, CRC-32 and
+  SHA-1, for host tensors) is accumulated part by part as the step's results are copied back
+  (queued behind each copy on the result stream), and taken again at the next step, on the
+  gradient stream just before the tensor's first gradient copy; its flag (changed or not) comes to
+  the host with that chunk. Only tensors whose hash differs (or is not known: the first step, and
+  after anything else wrote the card's masters, e.g. `load_state_dict` or
+  `optimizer.state[p][...] = ...`) are read back and compared bit for bit with the card's masters
+  as the direct path does, before the card runs their first chunk. What is detected: any change
+  of the tensor's bits by any means (`p.data.copy_`, which `p._version` does not see,
+  `model.load_state_dict`, a broadcast, in-place ops, `p.data = other`); a change of one element
+  always changes the hash (every step of `tensor_hash` is a bijection of that element's bits;
+  CRC-32 sees any change within 32 bits), a change of several is missed only if two 64-bit
+  hashes collide. `detect_changes=False` skips the hashes too.
 
 Device-agnostic: streams and events are `torch.Stream` / `torch.Event` of
 `torch.accelerator.current_accelerator()`. CPU tensors have no streams or events in torch; for
@@ -75,12 +78,13 @@ def data_path_option(value: Any) -> str:
     return str(value)
 
 
-def tensor_hash(t: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+def tensor_hash(t: torch.Tensor, index: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
     """A 64-bit hash (0-d int64 tensor, on `t`'s device) of the bits of the 1-D tensor `t` (4- or
     2-byte elements), computed where `t` lives (an accelerator's tensors: no copy over the bus),
     block by block. Each element's bits, widened and offset by a multiple of its position, go
     through splitmix64's multiply-xorshift-multiply (each step a bijection) and are summed modulo
-    2**64: changing one element always changes the sum. `index`: a cached arange of a block."""
+    2**64: changing one element always changes the sum. Being a sum, the hash of a tensor is the
+    sum of its parts' (`start`: where `t` starts in the whole). `index`: a cached arange of a block."""
     bits = t.view(torch.int32) if t.element_size() == 4 else t.view(torch.int16)
     n = bits.numel()
     blk_n = min(n, _HASH_BLOCK)
@@ -95,21 +99,37 @@ def tensor_hash(t: torch.Tensor, index: torch.Tensor | None = None) -> torch.Ten
         m = blk.numel()
         x, y = v[:m], tmp[:m]
         x.copy_(blk)
-        x.add_(offsets[:m]).add_(_wrap(a * _H_STEP)).mul_(_H_MUL1)
+        x.add_(offsets[:m]).add_(_wrap((start + a) * _H_STEP)).mul_(_H_MUL1)
         torch.bitwise_right_shift(x, 31, out=y)
         x.bitwise_xor_(y.bitwise_and_((1 << 33) - 1)).mul_(_H_MUL2)  # logical shift: the xorshift is bijective
         total += x.sum()
     return total
 
 
+class HostHash:
+    """The hash of a host tensor's bits, fed part by part in order: where tensors live in host
+    memory this is the "hash on the device". CRC-32 in the high half (certain to change with any
+    change confined to 32 consecutive bits, so with any one element) and 32 bits of SHA-1 in the
+    low half, both at memory speed (hardware instructions) and without the GIL."""
+
+    def __init__(self) -> None:
+        self.crc = 0
+        self.sha = hashlib.sha1(usedforsecurity=False)
+
+    def update(self, t: torch.Tensor) -> None:
+        m = memoryview(_np(t.contiguous()).reshape(-1).view(np.uint8))
+        self.crc = zlib.crc32(m, self.crc)
+        self.sha.update(m)
+
+    def value(self) -> int:
+        return _wrap(self.crc << 32 | int.from_bytes(self.sha.digest()[:4], "little"))
+
+
 def host_hash(t: torch.Tensor) -> int:
-    """The hash of a host tensor's bits, where the tensors live in host memory (the "hash on the
-    device" there): CRC-32 in the high half (certain to change with any change confined to 32
-    consecutive bits, so with any one element) and 32 bits of SHA-1 in the low half, both at
-    memory speed (hardware instructions) and without the GIL."""
-    m = memoryview(_np(t.contiguous()).reshape(-1).view(np.uint8))
-    x = zlib.crc32(m) << 32 | int.from_bytes(hashlib.sha1(m).digest()[:4], "little")
-    return _wrap(x)
+    """`HostHash` of the whole host tensor `t`."""
+    h = HostHash()
+    h.update(t)
+    return h.value()
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -326,19 +346,23 @@ class DevicePath:
             track = self.tracks[id(bucket)] = _Track(len(bucket.slots), self.device)
         if track.epoch != shard.masters_written:
             track.known[:] = False
-        flags_ev = None
-        if detect:
-            with self.d2h:
-                ids = [index[id(s)] for s in slots]
-                now = self._hashes(slots)
-                changed = now != track.last[ids]
-                flags = torch.empty(len(slots), dtype=torch.bool, pin_memory=self.accel)
-                flags.copy_(changed, non_blocking=True)
-                flags_ev = st.event("flags")
-                flags_ev.record(self.d2h)
-            log("hash", "d2h", len(slots))
+        # Each tensor is hashed (on the device, on the gradient stream) just before the gradient
+        # copy of the first piece it is in, and its flag (changed since this path wrote it?) comes
+        # over with that piece: the host reads it once the piece has arrived, before the card runs it.
+        known = track.known.copy()
+        at_slot = {id(s): j for j, s in enumerate(slots)}
+        starting: list[list[Any]] = []
+        seen: set[int] = set()
+        for part in cut:
+            starting.append([s for s, _, _ in part if id(s) not in seen])
+            seen.update(id(s) for s, _, _ in part)
+        flags = torch.zeros(len(slots), dtype=torch.bool, pin_memory=self.accel)
 
         d2h_ev: dict[int, Any] = {}
+        written: dict[int, Any] = {}  # slot -> the hash of what this step wrote into it, so far
+        if detect:
+            for s in slots:
+                written[id(s)] = torch.zeros((), dtype=torch.int64, device=self.device) if self.accel else HostHash()
         spans: dict[int, Any] = {}
 
         def issue_d2h(k: int) -> None:
@@ -350,6 +374,15 @@ class DevicePath:
             with self.d2h:
                 if t0 is not None:
                     t0.record(self.d2h)
+                if detect and starting[k]:
+                    for s in starting[k]:
+                        j, last = at_slot[id(s)], track.last[index[id(s)]]
+                        if self.accel:
+                            flags[j:j + 1].copy_((tensor_hash(s.data(), self._hash_index()) != last).view(1),
+                                                 non_blocking=True)
+                        else:
+                            flags[j] = host_hash(s.data()) != int(last)
+                    log("hash", "d2h", k)
                 for s, lo, hi in cut[k]:
                     at = s.offset + lo
                     if at > pos:
@@ -377,6 +410,13 @@ class DevicePath:
                     _copy(s.data()[lo:hi], o[at - a:at - a + hi - lo])
                 ev = st.event(f"h2d-{k}", timing)
                 ev.record(self.h2d)
+                if detect:  # the hash of the bits written, part by part (on CPU: the card's thread runs meanwhile)
+                    for s, lo, hi in cut[k]:
+                        at = s.offset + lo
+                        if self.accel:
+                            written[id(s)] += tensor_hash(s.data()[lo:hi], self._hash_index(), lo)
+                        else:
+                            written[id(s)].update(o[at - a:at - a + hi - lo])
             self.busy[k % RING] = ev
             if t0 is not None:
                 tl["h2d"].append((t0, ev))
@@ -387,7 +427,11 @@ class DevicePath:
         def stage(i: int, piece: Piece, own: Lent) -> None:
             pt, a, b, _ = piece
             g, o = ring[i % RING]
-            d2h_ev[i].synchronize()  # the gradient chunk is in host memory
+            d2h_ev[i].synchronize()  # the gradient chunk is in host memory, the flags of its tensors too
+            for s in starting[i] if detect else ():
+                if not known[index[id(s)]] or bool(flags[at_slot[id(s)]]):
+                    log("compare", index[id(s)])
+                    self._compare(bucket, s)  # the card's masters := the tensor, before any kernel reads them
             gh = _np(g[: b - a])
             if negate:  # maximize: the negation is exact, so it is the same update as torch's
                 g[: b - a].neg_()
@@ -425,18 +469,12 @@ class DevicePath:
         try:
             for k in range(min(RING, len(work))):
                 issue_d2h(k)
-            if flags_ev is not None:
-                flags_ev.synchronize()
-                stale = ~track.known[[index[id(s)] for s in slots]] | flags.numpy()
-                for s, bad in zip(slots, stale, strict=True):
-                    if bad:
-                        log("compare", index[id(s)])
-                        self._compare(bucket, s)
             ok = shard.run_pieces(work, stage, collect, max(s.step for s in slots) + 1, gate)
             if ok and detect:
-                with self.h2d:  # after the step's results: the hash of the bits written
-                    ids = [index[id(s)] for s in slots]
-                    track.last[ids] = self._hashes(slots)
+                ids = [index[id(s)] for s in slots]
+                with self.h2d:  # queued after the step's results and their hashes
+                    track.last[ids] = torch.stack([written[id(s)] for s in slots]) if self.accel else \
+                        torch.tensor([written[id(s)].value() for s in slots], dtype=torch.int64)
                 log("hash", "h2d", len(slots))
                 track.known[ids] = True
                 track.epoch = shard.masters_written
@@ -453,12 +491,6 @@ class DevicePath:
                 compute.wait_event(end)
             if timing:
                 self.timeline = self._times(tl, anchor)
-
-    def _hashes(self, slots: list[Any]) -> torch.Tensor:
-        """The hash of each slot's tensor, as an int64 tensor on the device (queued on the current stream)."""
-        if self.accel:
-            return torch.stack([tensor_hash(s.data(), self._hash_index()) for s in slots])
-        return torch.tensor([host_hash(s.data()) for s in slots], dtype=torch.int64)
 
     def _compare(self, bucket: Any, s: Any) -> None:
         """The direct path's bit-for-bit comparison of one tensor with the card's masters (read back
@@ -533,4 +565,4 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 __all__ = ["DATA_PATHS", "DATA_PATH_ENV", "RING", "DevicePath", "TraceEvent", "TraceStream", "data_path_option",
-           "host_hash", "overlap", "tensor_hash"]
+           "HostHash", "host_hash", "overlap", "tensor_hash"]

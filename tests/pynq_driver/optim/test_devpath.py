@@ -13,7 +13,15 @@ from hls.errors import UserError
 from optimusnic.demo.run import regression_task
 from pynq_driver.optim import NicAdam, NicAdamW
 from pynq_driver.optim import devpath as dp
-from pynq_driver.optim.devpath import RING, DevicePath, data_path_option, host_hash, overlap, tensor_hash
+from pynq_driver.optim.devpath import (
+    RING,
+    DevicePath,
+    HostHash,
+    data_path_option,
+    host_hash,
+    overlap,
+    tensor_hash,
+)
 
 CHUNK = 256  # small chunks: every bucket streams more pieces than the ring holds
 
@@ -109,6 +117,9 @@ def test_the_order_of_copies_card_work_and_events():
     assert n == 8 and RING == 3
     # The side streams start after an event on the compute stream; so does the first hash.
     assert trace[:3] == [("record", "compute", "ready"), ("wait", "d2h", "ready"), ("wait", "h2d", "ready")]
+    # The tensor is hashed on the gradient stream just before its first gradient copy (its flag
+    # comes over with that chunk); compared (first step: nothing known) before the card runs it.
+    assert at[("hash", "d2h", 0)] < at[("issue", "d2h", 0)] < at[("compare", 0)] < at[("card.stage", 0)]
     for k in range(n):
         assert at[("sync", f"d2h-{k}")] < at[("card.stage", k)]  # the card takes a chunk once it arrived
         if k + 1 < n:  # the next chunk's device-to-host copy is issued before the card's work on k ends
@@ -185,6 +196,12 @@ def test_tensor_hash_sees_every_single_element_change(monkeypatch):
     swapped[[0, 1]] = swapped[[1, 0]]
     assert not torch.equal(h0, tensor_hash(swapped))
     assert host_hash(base) == host_hash(base.clone()) != host_hash(swapped)
+    # Both are taken part by part as the results are written: the parts' hashes make the whole's.
+    assert torch.equal(tensor_hash(base[:100]) + tensor_hash(base[100:], start=100), h0)
+    inc = HostHash()
+    inc.update(base[:100])
+    inc.update(base[100:])
+    assert inc.value() == host_hash(base)
     b16 = base.to(torch.bfloat16)
     other = b16.clone()
     other.view(torch.int16)[5] ^= 1
