@@ -5,7 +5,8 @@ through the staged path (pinned ring, side streams, events), of NicAdamW through
 (blocking copies through pageable memory), and of `torch.optim.AdamW(fused=True)` on the same
 device; and, from one profiled staged step, the overlap achieved: the fraction of the card's busy
 time during which a gradient or result copy was running (copy times from the device's events,
-anchored to the host clock; the card's from the host, launch to done). Every step is timed up to
+anchored to the host clock; the card's from the host, launch to done), and the converse: the
+fraction of the copies' time hidden under the card's work. Every step is timed up to
 an accelerator synchronisation, so the copies still running when `step()` returns are counted.
 
 Without a GPU it stops with one line; `--device cpu` runs the staged path forced on CPU tensors
@@ -84,7 +85,7 @@ def measure(params: int = 10_000_000, repeats: int = 5, device: str | None = Non
     import torch
 
     from pynq_driver.optim import NicAdamW
-    from pynq_driver.optim.devpath import overlap
+    from pynq_driver.optim.devpath import copies_hidden, overlap
 
     dev = pick_device(device)
     g = torch.Generator().manual_seed(1)
@@ -109,6 +110,7 @@ def measure(params: int = 10_000_000, repeats: int = 5, device: str | None = Non
                 path.profile = False
                 tl = path.timeline
                 out["overlap"] = overlap(tl)
+                out["copies_hidden"] = copies_hidden(tl)
                 out["card_s"] = sum(b - a for a, b in tl["card"])
                 out["d2h_s"] = sum(b - a for a, b in tl["d2h"])
                 out["h2d_s"] = sum(b - a for a, b in tl["h2d"])
@@ -136,14 +138,15 @@ def report(r: dict[str, Any]) -> str:
          f"{r['direct_step_s'] / r['torch_fused_step_s']:.2f}"],
         ["torch.optim.AdamW(fused=True)", f"{r['torch_fused_step_s'] * ms:.1f}", "1.00"],
     ]
-    frac = r.get("overlap")
+    frac, hidden = r.get("overlap"), r.get("copies_hidden")
     lines = [f"bench gpu: {human_count(r['params'])} parameters, {r['backend']} card, median of {r['repeats']} steps; "
              + label,
              table(rows, ["step", "ms", "x torch fused"]),
              f"staged / direct: {r['staged_over_direct']:.2f}x",
              f"overlap: {'n/a' if frac is None else f'{100 * frac:.0f}%'} of the card's {r['card_s'] * ms:.1f} ms "
              f"under copies ({r['chunks']} chunks of {human_count(r['chunk_elems'])}; "
-             f"device->host {r['d2h_s'] * ms:.1f} ms, host->device {r['h2d_s'] * ms:.1f} ms)"]
+             f"device->host {r['d2h_s'] * ms:.1f} ms, host->device {r['h2d_s'] * ms:.1f} ms); "
+             f"{'n/a' if hidden is None else f'{100 * hidden:.0f}%'} of the copies' time under the card's work"]
     return "\n".join(lines)
 
 

@@ -541,17 +541,25 @@ class DevicePath:
 
 
 def overlap(timeline: dict[str, list[tuple[float, float]]]) -> float | None:
-    """The fraction of the card's busy time during which a copy (either direction) was running."""
-    card = _union(timeline.get("card", []))
-    busy = sum(b - a for a, b in card)
-    if busy <= 0:
+    """The fraction of the card's busy time during which a copy (either direction) was running
+    (None without card time)."""
+    return _covered(timeline.get("card", []), timeline.get("d2h", []) + timeline.get("h2d", []))
+
+
+def copies_hidden(timeline: dict[str, list[tuple[float, float]]]) -> float | None:
+    """The fraction of the copies' time (either direction) during which the card was busy: how much
+    of the transfers the card's work hides (None without copy time)."""
+    return _covered(timeline.get("d2h", []) + timeline.get("h2d", []), timeline.get("card", []))
+
+
+def _covered(spans: list[tuple[float, float]], by: list[tuple[float, float]]) -> float | None:
+    """The fraction of the union of `spans` that the union of `by` covers."""
+    mine = _union(spans)
+    total = sum(b - a for a, b in mine)
+    if total <= 0:
         return None
-    copies = _union(timeline.get("d2h", []) + timeline.get("h2d", []))
-    hidden = 0.0
-    for a, b in card:
-        for c, d in copies:
-            hidden += max(0.0, min(b, d) - max(a, c))
-    return hidden / busy
+    other = _union(by)
+    return sum(max(0.0, min(b, d) - max(a, c)) for a, b in mine for c, d in other) / total
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -564,5 +572,5 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-__all__ = ["DATA_PATHS", "DATA_PATH_ENV", "RING", "DevicePath", "TraceEvent", "TraceStream", "data_path_option",
-           "HostHash", "host_hash", "overlap", "tensor_hash"]
+__all__ = ["DATA_PATHS", "DATA_PATH_ENV", "RING", "DevicePath", "HostHash", "TraceEvent", "TraceStream",
+           "copies_hidden", "data_path_option", "host_hash", "overlap", "tensor_hash"]
