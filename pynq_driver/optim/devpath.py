@@ -372,8 +372,6 @@ class DevicePath:
             pos = a
             t0 = st.event(f"d2h-start-{k}", timing) if timing else None
             with self.d2h:
-                if t0 is not None:
-                    t0.record(self.d2h)
                 if detect and starting[k]:
                     for s in starting[k]:
                         j, last = at_slot[id(s)], track.last[index[id(s)]]
@@ -383,6 +381,8 @@ class DevicePath:
                         else:
                             flags[j] = host_hash(s.data()) != int(last)
                     log("hash", "d2h", k)
+                if t0 is not None:  # the copies' span, without the hashes
+                    t0.record(self.d2h)
                 for s, lo, hi in cut[k]:
                     at = s.offset + lo
                     if at > pos:
