@@ -90,6 +90,9 @@ class ShardState:
         self.stripes = dev.stripes
         self.n = n
         self.nonfinite = nonfinite
+        # Writes of the masters from the host (not the kernel's): a data path that remembers what it
+        # last wrote into the parameters knows the card's copy is no longer that when this moved.
+        self.masters_written = 0
         align = self.stripes.beat_align()
         if chunk_elems is None:
             chunk = default_chunk_elems(dev, n)
@@ -187,6 +190,8 @@ class ShardState:
         return (lo - part.lo) // _BEAT_ELEMS // self.stripes.state
 
     def _put_state(self, part: CuPart, array: str, lo: int, data: np.ndarray, tmp: np.ndarray | None = None) -> None:
+        if array == "p":
+            self.masters_written += 1
         write_striped(self.dev, part.state[array], data, self._state_beat(part, lo), tmp)
 
     def _get_state(self, part: CuPart, array: str, lo: int, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
@@ -486,6 +491,18 @@ class ShardState:
                 drain(a, b, o)
 
         return self._pipeline(work, stage, collect, step, "two steps", gate)
+
+    def run_pieces(self, work: list[Piece], stage: Any, collect: Any, step: int, gate: Any = None) -> bool:
+        """The launch pipeline over `work` (pieces: (part, lo, hi, register bits), one per round,
+        each inside one part) with the caller's own `stage(i, piece, own)` and `collect(i, piece,
+        own)` (`pipeline.LaunchPipeline`): for a data path that stages through host memory of its
+        own (`pynq_driver.optim.devpath`). Staging slot i % 2 is piece i's; `gate` as for `stream`."""
+        self._check_open()
+        if self.inconsistent:
+            raise StateError(f"{self.inconsistent}; load a checkpoint (load_state_dict / ShardState.load) first")
+        if not work:
+            return gate is None or bool(gate())
+        return self._pipeline([[w] for w in work], stage, collect, step, "two steps", gate)
 
     # ---- reading and restoring the state ------------------------------------------------------
     def _read_state(self, array: str) -> np.ndarray:

@@ -10,12 +10,12 @@ from optimusnic.cli.common import add_json, count_up_to, int_in
 
 # which -> module providing `run(args) -> int`; imported lazily so a missing one only affects itself.
 BENCHES = {"csim": "optimusnic.bench.csim", "rtl": "optimusnic.bench.rtl", "driver": "optimusnic.bench.driver",
-           "net": "optimusnic.bench.net"}
+           "net": "optimusnic.bench.net", "gpu": "optimusnic.bench.gpu"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmark csim (vs torch AdamW), rtl, driver, net (ring vs DDP); "
-                                     "all writes bench/results.md")
+    p = sub.add_parser("bench", help="benchmark csim (vs torch AdamW), rtl, driver, net (ring vs DDP), gpu "
+                                     "(NicAdamW's staged GPU path vs fused AdamW); all writes bench/results.md")
     p.add_argument("which", choices=[*BENCHES, "all"])
     p.add_argument("--params", type=count_up_to(1 << 30), default=16 * 1024 * 1024, help="parameters (default 16M)")
     p.add_argument("--repeats", type=int_in(1, 1000), default=5, help="timed repeats; the median is reported")
@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-ddp", action="store_true", help="net: skip the DDP + AdamW (gloo) baseline")
     p.add_argument("--rto-ms", type=int_in(1, 10_000), default=None,
                    help="net: the cards' retransmission timeout in ms (default: the ring node's, 20)")
+    p.add_argument("--device", default=None,
+                   help="gpu: torch device (default: the GPU torch finds; none: one line, exit 2); cpu runs the "
+                        "staged pipeline forced on CPU tensors")
     add_json(p)
     p.set_defaults(func=run)
 

@@ -31,6 +31,10 @@ Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
   `detect_changes=False` skips the comparison, for scripts that never touch parameters between
   steps: an edit may then be overwritten by the card's copy (not where the kernel reads the
   parameter itself);
+- parameters on a GPU (any `torch.accelerator`) take the staged data path (`devpath.py`): a
+  pinned ring, side streams and events, no host synchronisation at the end of `step()`, and
+  change detection by hashes taken on the device (only a tensor whose hash changed is read back
+  and compared). `data_path="pipeline"` forces it on CPU tensors, `"direct"` turns it off;
 - `optimizer.state[p]` has `step`, `exp_avg`, `exp_avg_sq` (and `master_param` for bf16
   parameters): each read comes from the card, each assignment goes to it, `del` resets it, and
   a parameter has state once it stepped. Tools that read it (torch.distributed.checkpoint's
@@ -75,6 +79,8 @@ from pynq_driver.optim.state import MASTER_KEY, CardState
 
 
 class _NicAdamBase(CardOptimizer):
+    _staged_step = True
+
     def __init__(self, params: Iterable[Any], lr: float, betas: tuple[float, float], eps: float,
                  weight_decay: float, *, amsgrad: bool = False, maximize: bool = False,
                  foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,

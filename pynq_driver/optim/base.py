@@ -26,6 +26,7 @@ from pynq_driver.backends import BACKENDS, open_device
 from pynq_driver.device import Device
 from pynq_driver.errors import DeviceClosed, StateError
 from pynq_driver.optim.buckets import CardBucket, Slot, is_dtensor, local_tensor, param_slot
+from pynq_driver.optim.devpath import DevicePath, data_path_option
 from pynq_driver.optim.state import MASTER_KEY, STATE_KEYS, CardState, ParamState
 from pynq_driver.shard import ShardState
 
@@ -196,6 +197,7 @@ class CardOptimizer(torch.optim.Optimizer):
 
     _adamw = True
     _who = "NicAdamW"
+    _staged_step = False  # whether this optimizer's step runs the staged data path (devpath.py)
 
     def _init_card(self, backend: str, target: str, lanes: int | None, skip_nonfinite: bool,
                    chunk_elems: int | None, device_options: dict[str, Any]) -> None:
@@ -207,6 +209,19 @@ class CardOptimizer(torch.optim.Optimizer):
         # saves that pass for scripts that never touch parameters between steps; an edit may then
         # be overwritten by the card's copy.
         self.detect_changes = bool(device_options.pop("detect_changes", True))
+        # Which data path a step takes (devpath.py): "auto" stages tensors that are not in host
+        # memory (a GPU's) through the pinned ring and side streams, "pipeline" stages CPU tensors
+        # too (the same code, tested here), "direct" never stages.
+        given = device_options.pop("data_path", None)
+        if self._staged_step:
+            self.data_path = data_path_option(given)
+        else:
+            if given not in (None, "direct"):
+                data_path_option(given)
+                raise UserError(f"{self._who}: data_path={given!r}: only NicAdamW / NicAdam stage their step "
+                                "(devpath.py); this optimizer takes the direct path")
+            self.data_path = "direct"
+        self._devpaths: dict[str, DevicePath] = {}
         self.chunk_elems = chunk_elems
         self.pool = DevicePool(backend, self.kind, target, lanes, device_options)
         self.skipped_steps = 0
@@ -327,7 +342,23 @@ class CardOptimizer(torch.optim.Optimizer):
         """Host memory this optimizer holds for its steps: the shared pair of host chunks, every
         scratch of a step included (the state itself is on the card)."""
         raw = getattr(self, "_host_raw", None) or ()
-        return sum(a.nbytes for a in raw)
+        return sum(a.nbytes for a in raw) + sum(p.host_bytes() for p in getattr(self, "_devpaths", {}).values())
+
+    def device_paths(self) -> dict[str, DevicePath]:
+        """The staged data paths this optimizer's steps used so far, by device (devpath.py)."""
+        return dict(getattr(self, "_devpaths", {}))
+
+    def _path_for(self, b: CardBucket) -> DevicePath | None:
+        """The staged data path of bucket `b`, or None for the direct one."""
+        if self.data_path == "direct" or b.shard is None or not b.slots:
+            return None
+        device = b.slots[0].data().device
+        if self.data_path == "auto" and device.type == "cpu":
+            return None
+        path = self._devpaths.get(str(device))
+        if path is None:
+            path = self._devpaths[str(device)] = DevicePath(device)
+        return path
 
     # ---- life cycle ------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -340,6 +371,8 @@ class CardOptimizer(torch.optim.Optimizer):
         if worker is not None:
             worker.shutdown(wait=True)
             self._scan_worker = None
+        for path in getattr(self, "_devpaths", {}).values():
+            path.close()
         for buckets in getattr(self, "_buckets", []):
             for b in buckets:
                 b.close()
@@ -540,9 +573,25 @@ class CardOptimizer(torch.optim.Optimizer):
             return self._skipped(loss)
         gate = verdict if callable(verdict) else None
         for i, (b, runs) in enumerate(plans):
-            if not b.run(runs, detect=self.detect_changes, gate=gate if i == 0 else None):
+            path = self._path_for(b)
+            first = gate if i == 0 else None
+            ok = b.run(runs, detect=self.detect_changes, gate=first) if path is None or not runs \
+                else self._run_staged(path, b, runs, first)
+            if not ok:
                 return self._skipped(loss)
         return loss
+
+    def _run_staged(self, path: DevicePath, b: CardBucket, runs: list[Any], gate: Callable[[], bool] | None) -> bool:
+        """`CardBucket.run` through the staged data path: the same pieces, registers and counts."""
+        if not path.run(b, runs, b._pieces_plan(runs), self.detect_changes, gate):
+            return False
+        b._count_empty()
+        for slots, *_ in runs:
+            for s in slots:
+                s.step += 1
+                s.has_state = True
+        b.shard_step_changed()
+        return True
 
     def _prefix(self, plans: list[tuple[CardBucket, list[Any]]], *, scan: bool, wait: bool | None
                 ) -> tuple[Any, set[int]]:
@@ -559,7 +608,9 @@ class CardOptimizer(torch.optim.Optimizer):
                 units += more
         compared: set[int] = set()
         if self.detect_changes:
-            todo = [(b, b.compare_slots(runs) if b.shard is not None else None) for b, runs in plans]
+            # The staged path detects changes itself, on the device (devpath.py).
+            todo = [(b, b.compare_slots(runs) if b.shard is not None and self._path_for(b) is None else None)
+                    for b, runs in plans]
             # A few small tensors (biases, norms: the large ones are read in place on the software
             # cards) are left to the stream, which compares each as it stages its piece, beside the
             # kernel on the piece before, instead of delaying the first launch.
