@@ -717,6 +717,22 @@ class CardOptimizer(torch.optim.Optimizer):
             self._replace_param(new, old)
             self._group_params[g][i] = new
 
+    def _check_layouts(self) -> None:
+        """Refuse a parameter that is no longer contiguous (`model.to(memory_format=torch.channels_last)`
+        after the optimizer was built): the card holds each parameter's elements in torch's row-major
+        order and the step writes results into the parameter's memory in that order, which a strided
+        parameter does not have. Refused before anything runs, rather than a raw view error midway."""
+        for g, group in enumerate(self.param_groups):
+            for i, p in enumerate(group["params"]):
+                t = local_tensor(p)
+                if id(p) in self._slots and not t.is_contiguous():
+                    fmt = " (channels_last)" if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) \
+                        else ""
+                    raise UserError(f"{self._who}: param_groups[{g}]['params'][{i}] is not contiguous{fmt}: strides "
+                                    f"{tuple(t.stride())} for shape {tuple(t.shape)}. The card keeps and writes each "
+                                    "parameter in row-major order; keep the parameters contiguous (channels_last "
+                                    "inputs and activations work with contiguous weights)")
+
     def _replace_param(self, new: torch.Tensor, old: torch.Tensor) -> None:
         """Point the slot of `old` at `new` and give it no state (zeros, masters := `new`)."""
         if type(self)._slots_for is not CardOptimizer._slots_for:
@@ -756,6 +772,7 @@ class CardOptimizer(torch.optim.Optimizer):
         tensors to the card; returns the step counts of the parameters whose state is held."""
         self._check_open()
         self._check_param_groups()
+        self._check_layouts()
         self._sync_state()
         return {id(s.p): self._slots[id(s.p)][1].step for s in self._state_views().held.values()
                 if id(s.p) in self._slots}
