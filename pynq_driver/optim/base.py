@@ -12,8 +12,8 @@ import math
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from itertools import chain
 from typing import Any
 
