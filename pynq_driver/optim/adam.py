@@ -35,7 +35,14 @@ Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
   parameters): each read comes from the card, each assignment goes to it, `del` resets it, and
   a parameter has state once it stepped. Tools that read it (torch.distributed.checkpoint's
   `get_optimizer_state_dict`, ZeroRedundancyOptimizer's `load_state_dict`) work; DTensor
-  parameters (FSDP2) get DTensor state placed like the parameter.
+  parameters (FSDP2) get DTensor state placed like the parameter. The tensors are host tensors
+  (for DTensors: host local tensors), read a chunk at a time: a checkpoint never brings the
+  offloaded state back to the GPU. In-place edits of them reach the card before the next step
+  or read (`state.StateViews`); an edit of one read before a step that since updated its
+  parameter raises StateError (torch's tensors are live, ours are copies);
+- a parameter replaced in `param_groups[i]["params"]` trains with fresh state from the next
+  step; `opt.step()` in `torch.compile`d code is a graph break; a parameter that stopped being
+  contiguous (channels_last) is refused at the next step.
 
 `state_dict()` returns exactly `torch.optim.AdamW`'s (or `Adam`'s) format, read from the card.
 For bf16 parameters one more entry, `master_param` (fp32), carries the card's master copy;
