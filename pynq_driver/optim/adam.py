@@ -39,7 +39,14 @@ Behaviour is torch.optim.AdamW's (or Adam's), parameter by parameter:
   parameters): each read comes from the card, each assignment goes to it, `del` resets it, and
   a parameter has state once it stepped. Tools that read it (torch.distributed.checkpoint's
   `get_optimizer_state_dict`, ZeroRedundancyOptimizer's `load_state_dict`) work; DTensor
-  parameters (FSDP2) get DTensor state placed like the parameter.
+  parameters (FSDP2) get DTensor state placed like the parameter. The tensors are host tensors
+  (for DTensors: host local tensors), read a chunk at a time: a checkpoint never brings the
+  offloaded state back to the GPU. In-place edits of them reach the card before the next step
+  or read (`state.StateViews`); an edit of one read before a step that since updated its
+  parameter raises StateError (torch's tensors are live, ours are copies);
+- a parameter replaced in `param_groups[i]["params"]` trains with fresh state from the next
+  step; `opt.step()` in `torch.compile`d code is a graph break; a parameter that stopped being
+  contiguous (channels_last) is refused at the next step.
 
 `state_dict()` returns exactly `torch.optim.AdamW`'s (or `Adam`'s) format, read from the card.
 For bf16 parameters one more entry, `master_param` (fp32), carries the card's master copy;
@@ -82,7 +89,7 @@ class _NicAdamBase(CardOptimizer):
     _staged_step = True
 
     def __init__(self, params: Iterable[Any], lr: float, betas: tuple[float, float], eps: float,
-                 weight_decay: float, *, amsgrad: bool = False, maximize: bool = False,
+                 weight_decay: float, amsgrad: bool = False, *, maximize: bool = False,
                  foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,
                  fused: bool | None = None, backend: str = DEFAULT_BACKEND, target: str = DEFAULT_TARGET,
                  lanes: int | None = None, skip_nonfinite: bool = False, chunk_elems: int | None = None,
@@ -114,23 +121,38 @@ class _NicAdamBase(CardOptimizer):
 
 
 class NicAdamW(_NicAdamBase):
-    """`torch.optim.AdamW` with its state (fp32 masters, exp_avg, exp_avg_sq) on the card."""
+    """`torch.optim.AdamW` with its state (fp32 masters, exp_avg, exp_avg_sq) on the card.
+
+    torch's keywords: `amsgrad=True`, `capturable=True` and `differentiable=True` are refused
+    (ValueError naming each and why); `maximize` is honoured; `foreach` and `fused` choose among
+    torch's host implementations, so they are kept in the param groups (state_dicts interchange)
+    and change nothing on the card. Any other keyword must be one of the backend's (TypeError
+    otherwise, as for a misspelt torch keyword)."""
 
     _adamw = True
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, **options: Any) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, **options)
+                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, **options: Any) -> None:
+        if "decoupled_weight_decay" in options:  # torch.optim.AdamW takes no such keyword either
+            raise TypeError("NicAdamW.__init__() got an unexpected keyword argument 'decoupled_weight_decay' "
+                            "(AdamW's weight decay is always decoupled, as torch.optim.AdamW's: use NicAdam for "
+                            "L2 decay)")
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, **options)
 
 
 class NicAdam(_NicAdamBase):
-    """`torch.optim.Adam` (L2 weight decay added to the gradient) with its state on the card."""
+    """`torch.optim.Adam` (L2 weight decay added to the gradient) with its state on the card;
+    `decoupled_weight_decay=True` makes it AdamW, as it makes torch.optim.Adam."""
 
     _adamw = False
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, **options: Any) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, **options)
+                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *,
+                 decoupled_weight_decay: bool = False, **options: Any) -> None:
+        if not isinstance(decoupled_weight_decay, bool):
+            raise TypeError(f"NicAdam: decoupled_weight_decay must be True or False, got {decoupled_weight_decay!r}")
+        self._adamw = decoupled_weight_decay
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, **options)
 
 
 # CardOptimizer, CardState, DevicePool, KERNEL_DTYPES and MASTER_KEY live in base.py and state.py (kept importable here)

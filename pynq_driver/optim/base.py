@@ -6,12 +6,14 @@ work before the card), the devices they open (`DevicePool`), and torch's param-g
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import math
 import threading
-from collections import defaultdict
-from collections.abc import Callable
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from itertools import chain
 from typing import Any
 
@@ -27,7 +29,7 @@ from pynq_driver.device import Device
 from pynq_driver.errors import DeviceClosed, StateError
 from pynq_driver.optim.buckets import CardBucket, Slot, is_dtensor, local_tensor, param_slot
 from pynq_driver.optim.devpath import DevicePath, data_path_option
-from pynq_driver.optim.state import MASTER_KEY, STATE_KEYS, CardState, ParamState
+from pynq_driver.optim.state import MASTER_KEY, STATE_KEYS, CardState, ParamState, StateViews
 from pynq_driver.shard import ShardState
 
 log = logging.getLogger(__name__)
@@ -147,9 +149,15 @@ def torch_defaults(lr: float, betas: tuple[float, float], eps: float, weight_dec
     meaningless for the card. `capturable` and `differentiable` have no card equivalent.
     """
     check_hyper(lr, betas, eps, weight_decay)
-    if capturable or differentiable:
-        raise UserError("capturable / differentiable: CUDA-graph capture and differentiating through the step "
-                        "do not apply to an update that runs on the card")
+    if capturable:
+        raise UserError("capturable=True: torch's capturable step keeps its step counts on the GPU so that a CUDA "
+                        "graph can capture it; the card's step is host calls and a kernel launch on another "
+                        "device, which no CUDA graph can capture. Leave capturable=False (torch's default)")
+    if differentiable:
+        raise UserError("differentiable=True: autograd cannot differentiate through an update that runs on the "
+                        "card. Leave differentiable=False (torch's default)")
+    if fused and foreach:
+        raise UserError("`fused` and `foreach` cannot be `True` together.")  # torch's own message
     return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=bool(amsgrad),
                 maximize=bool(maximize), foreach=foreach, capturable=False, differentiable=False, fused=fused,
                 decoupled_weight_decay=adamw)
@@ -178,6 +186,60 @@ def check_no_overlap(groups: list[dict[str, Any]], who: str) -> None:
                             "parameter)")
 
 
+# Keywords of `open_device` that every backend takes, and the optimizer's own device-side option.
+_COMMON_DEVICE_OPTIONS = ("project_dir", "timeout_s", "detect_changes")
+
+
+def backend_options(backend: str) -> tuple[str, ...]:
+    """The device keywords a card optimizer passes on to backend `backend`, read from the
+    backends' own signatures (so a backend's new option is accepted without a second list)."""
+    names: list[str] = list(_COMMON_DEVICE_OPTIONS)
+    if backend == "csim":
+        names += ["threads", "headers"]
+    elif backend == "rtlsim":
+        from pynq_driver.backends.rtlsim import RtlSimDevice
+
+        names += [n for n, prm in inspect.signature(RtlSimDevice.__init__).parameters.items()
+                  if prm.kind == prm.KEYWORD_ONLY and n != "timeout_s"]
+    elif backend == "alveo":
+        from pynq_driver.backends.alveo import AlveoDevice
+
+        names += [n for n, prm in inspect.signature(AlveoDevice.open).parameters.items()
+                  if prm.kind == prm.KEYWORD_ONLY and n not in names]
+    return tuple(names)
+
+
+def check_device_options(backend: str, options: dict[str, Any], who: str) -> None:
+    """TypeError, as Python raises for any function, for a keyword neither the optimizer nor the
+    backend takes (a misspelt one included): naming the optimizer, not the device class below it."""
+    if backend not in BACKENDS:
+        return  # DevicePool says which backends there are
+    known = backend_options(backend)
+    for name in options:
+        if name in known:
+            continue
+        other = [b for b in BACKENDS if b != backend and name in backend_options(b)]
+        hint = f" (an option of backend={other[0]!r}, not {backend!r})" if other else ""
+        raise TypeError(f"{who}.__init__() got an unexpected keyword argument {name!r}{hint}")
+
+
+def _local_part(p: Any, value: torch.Tensor) -> torch.Tensor:
+    """This rank's part of `value` (the full state of DTensor `p`), sliced where `value` lives: a
+    full host tensor never goes to `p.device` whole. Placements other than Shard/Replicate (a
+    strided shard) go through torch's distribute_tensor."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    if all(type(pl) in (Shard, Replicate) for pl in p.placements):
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+        return value.detach().reshape(p.shape)[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
+    from torch.distributed.tensor import distribute_tensor
+
+    return local_tensor(distribute_tensor(value.detach().reshape(p.shape).to(p.device), p.device_mesh,
+                                          p.placements))
+
+
 def map_saved_state(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Saved per-parameter state keyed by id() of our parameter (torch's id matching, no casts)."""
     saved_groups = state_dict["param_groups"]
@@ -202,6 +264,7 @@ class CardOptimizer(torch.optim.Optimizer):
     def _init_card(self, backend: str, target: str, lanes: int | None, skip_nonfinite: bool,
                    chunk_elems: int | None, device_options: dict[str, Any]) -> None:
         self.kind = "adamw" if self._adamw else "adam"
+        check_device_options(backend, device_options, self._who)
         check_no_overlap(self.param_groups, self._who)
         self.skip_nonfinite = bool(skip_nonfinite)
         # Exact change detection (the card's masters compared with the parameters before every chunk
@@ -237,7 +300,13 @@ class CardOptimizer(torch.optim.Optimizer):
             self.close()
             raise
         self._share_host_chunks()
+        self._group_params = [list(g["params"]) for g in self.param_groups]
         self.state = CardState(self)  # type: ignore[assignment]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__ and not getattr(cls.__dict__["step"], "_card_step", False):
+            cls.step = card_step(cls.__dict__["step"])  # type: ignore[method-assign]
 
     def _share_host_chunks(self) -> None:
         """One pair of host chunks for all of this optimizer's shards (they step one after another)."""
@@ -254,14 +323,17 @@ class CardOptimizer(torch.optim.Optimizer):
         return [param_slot(p) for p in params]
 
     def _wrap_state(self, p: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
-        """A state tensor of `p` from the slot's fp32 values: shaped (and for DTensors placed) as `p`."""
+        """A state tensor of `p` from the slot's fp32 values (host memory, read chunk by chunk from
+        the card): shaped as `p`, and for a DTensor placed as `p` on its mesh with a host local
+        tensor, as FSDP2's CPUOffloadPolicy keeps its sharded state. Never copied to `p.device`:
+        a checkpoint of offloaded state must not need the device memory the offload freed."""
         if is_dtensor(p):
             from torch.distributed.tensor import DTensor
 
-            loc = local.view(local_tensor(p).shape).to(p.device)
+            loc = local.view(local_tensor(p).shape)
             return DTensor.from_local(loc, p.device_mesh, p.placements, run_check=False, shape=p.shape,
                                       stride=p.stride())
-        return local.view_as(p).to(p.device)
+        return local.view(p.shape)
 
     def _local_value(self, p: torch.Tensor, value: Any, key: str) -> torch.Tensor:
         """This optimizer's part of a state value for `p` (a DTensor's local shard, else the value)."""
@@ -272,9 +344,7 @@ class CardOptimizer(torch.optim.Optimizer):
                 value = value.redistribute(p.device_mesh, p.placements)
             return local_tensor(value)
         if is_dtensor(p) and value.numel() == p.numel() != local_tensor(p).numel():
-            from torch.distributed.tensor import distribute_tensor
-
-            return local_tensor(distribute_tensor(value.to(p.device), p.device_mesh, p.placements))
+            return _local_part(p, value)
         return value
 
     def _make_buckets(self, group: dict[str, Any]) -> list[CardBucket]:
@@ -319,6 +389,7 @@ class CardOptimizer(torch.optim.Optimizer):
             try:
                 check_no_overlap(self.param_groups, self._who)
                 self._buckets.append(self._make_buckets(self.param_groups[-1]))
+                self._group_params.append(list(self.param_groups[-1]["params"]))
             except BaseException:
                 group = self.param_groups.pop()
                 for p in group["params"]:
@@ -376,6 +447,7 @@ class CardOptimizer(torch.optim.Optimizer):
         for buckets in getattr(self, "_buckets", []):
             for b in buckets:
                 b.close()
+        self._state_views().forget()
         self._buckets = []
         self._slots = {}
         if hasattr(self, "pool"):
@@ -395,17 +467,70 @@ class CardOptimizer(torch.optim.Optimizer):
         self.__reduce_ex__(4)
 
     # ---- per-parameter state (optimizer.state, state_dict) ----------------------------------------
+    def _state_views(self) -> StateViews:
+        views = self.__dict__.get("_views")
+        if views is None:
+            views = self.__dict__.setdefault("_views", StateViews())
+        return views
+
     def _read_param_state(self, p: torch.Tensor, key: str) -> torch.Tensor:
-        bucket, slot = self._slots[id(p)]
-        if key == "step":
-            return torch.tensor(float(slot.step), dtype=_get_scalar_dtype())
-        array = {"exp_avg": "m", "exp_avg_sq": "v", MASTER_KEY: "p"}[key]
-        return self._wrap_state(p, bucket.read(slot, array))
+        """A host tensor of state `key` of `p`, tracked (`StateViews`): while the copy read last is
+        current, a view of it (reads alias, as torch's); a tensor the user assigned, itself."""
+        with self._guard():
+            views = self._state_views()
+            snap = views.lookup(p, key)
+            if snap is not None and snap.obj is not None:
+                obj = snap.obj()
+                if obj is not None:
+                    return obj
+                self._sync_state()  # the assigned tensor died edited: its edit goes to the card first
+                snap = views.lookup(p, key)
+            if snap is not None:
+                keep = snap.keep
+            else:
+                bucket, slot = self._slots[id(p)]
+                if key == "step":
+                    keep = torch.tensor(float(slot.step), dtype=_get_scalar_dtype())
+                else:
+                    keep = bucket.read(slot, {"exp_avg": "m", "exp_avg_sq": "v", MASTER_KEY: "p"}[key])
+            out = keep.view(()) if key == "step" else self._wrap_state(p, keep)
+            handed = [out]
+            if is_dtensor(out):
+                handed.append(out._local_tensor)
+            views.track(p, key, keep, handed)
+            return out
 
     def _param_state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         return {k: self._read_param_state(p, k) for k in ParamState(self, p)}
 
     def _write_param_state(self, p: torch.Tensor, key: str, value: Any) -> None:
+        """`optimizer.state[p][key] = value`: written to the card; a tensor is then tracked as the
+        state (its later in-place edits reach the card, as they change torch's state)."""
+        with self._guard():
+            views = self._state_views()
+            views.forget(p, key)
+            self._store_param_state(p, key, value)
+            self._track_assigned(p, key, value)
+
+    def _track_assigned(self, p: torch.Tensor, key: str, value: Any) -> None:
+        if not isinstance(value, torch.Tensor):
+            return
+        keep = value
+        if is_dtensor(value):
+            if not is_dtensor(p) or tuple(value.placements) != tuple(p.placements):
+                return  # redistributed on its way to the card: a copy, as torch's load would make
+            keep = local_tensor(value)
+        self._state_views().track(p, key, keep, [value], assigned=value)
+
+    def _sync_state(self) -> None:
+        """Write every tracked state tensor edited in place since it was handed out to the card."""
+        views = self._state_views()
+        for snap in views.edits():
+            if id(snap.p) in self._slots:
+                self._store_param_state(snap.p, snap.key, snap.keep)
+            views.written(snap)
+
+    def _store_param_state(self, p: torch.Tensor, key: str, value: Any) -> None:
         bucket, slot = self._slots[id(p)]
         if key == "step":
             slot.step = as_step(value, self._who)
@@ -421,7 +546,13 @@ class CardOptimizer(torch.optim.Optimizer):
 
     def _set_param_state(self, p: torch.Tensor, st: dict[str, Any]) -> None:
         """Replace the whole state of `p` (torch's keys; empty: no state, as before its first step)."""
-        self._apply_param_state(p, self._check_param_state(p, st))
+        with self._guard():
+            checked = self._check_param_state(p, st)
+            self._state_views().forget(p)
+            self._apply_param_state(p, checked)
+            for key in (*STATE_KEYS, MASTER_KEY) if checked is not None else ():
+                if key in st:
+                    self._track_assigned(p, key, st[key])
 
     def _check_param_state(self, p: torch.Tensor, st: dict[str, Any]) -> tuple[Any, ...] | None:
         """Everything `_apply_param_state` needs, checked; nothing is written (None: no state)."""
@@ -473,24 +604,68 @@ class CardOptimizer(torch.optim.Optimizer):
                 raise StateError(f"{self._who}: {shard.inconsistent}: its state_dict would be half updated; "
                                  "load a saved state_dict (load_state_dict) first")
 
+    @contextmanager
+    def _hooks_off(self, *names: str) -> Iterator[None]:
+        """torch's own state_dict/load_state_dict without the hooks named (we run them ourselves, where
+        torch runs them relative to the state, which for us is on the card)."""
+        kept = {n: getattr(self, n) for n in names}
+        for n in names:
+            setattr(self, n, OrderedDict())
+        try:
+            yield
+        finally:
+            for n, hooks in kept.items():
+                setattr(self, n, hooks)
+
+    @torch.compiler.disable
     def state_dict(self) -> dict[str, Any]:
         """torch.optim.AdamW's (or Adam's) state_dict, the state read from the card (refused while a
-        step stopped halfway left it half updated)."""
+        step stopped halfway left it half updated).
+
+        The state tensors are host tensors (DTensors with host local tensors for DTensor
+        parameters), read from the card array by array, one chunk at a time: nothing of the state
+        goes to the parameters' device. Hooks run as torch runs them: pre-hooks first (they may
+        change the state, which then goes to the card), post-hooks on the finished dict (a hook's
+        returned dict replaces it)."""
         with self._guard():
             self._check_open()
+            self._check_param_groups()
+            for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+                pre_hook(self)
             self._check_consistent()
+            self._sync_state()
             kept = self.state
             self.state = {p: self._param_state(p) for p in kept}  # type: ignore[assignment]
             try:
-                return super().state_dict()
+                with self._hooks_off("_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks"):
+                    state_dict = super().state_dict()
             finally:
                 self.state = kept
+            for post_hook in self._optimizer_state_dict_post_hooks.values():
+                result = post_hook(self, state_dict)
+                if result is not None:
+                    state_dict = result
+            return state_dict
 
+    @torch.compiler.disable
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load torch.optim.AdamW's (or Adam's, or ours) format; each value goes straight to the card
-        (all of it checked first; linear in the parameters)."""
+        (all of it checked first; linear in the parameters, one chunk of host memory at a time).
+        Hooks run as torch runs them: each pre-hook gets the dict (a returned dict replaces it),
+        post-hooks once the card holds the new state."""
         with self._guard():
-            self._load_state_dict(state_dict)
+            self._check_open()
+            self._check_param_groups()
+            if isinstance(state_dict, dict):
+                state_dict = state_dict.copy()  # torch's: a hook may edit its dict, not the caller's
+            for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+                result = pre_hook(self, state_dict)
+                if result is not None:
+                    state_dict = result
+            with self._hooks_off("_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks"):
+                self._load_state_dict(state_dict)
+            for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+                post_hook(self)
 
     def _load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._check_open()
@@ -508,6 +683,7 @@ class CardOptimizer(torch.optim.Optimizer):
         checked = {id(p): (p, self._check_param_state(p, saved.get(id(p)) or {}))
                    for group in self.param_groups for p in group["params"] if id(p) in self._slots}
         # torch's load casts every state tensor (a host copy of the whole state); the card needs none.
+        self._state_views().forget()  # torch's load replaces the state: tensors read before are not it
         super().load_state_dict({**state_dict, "state": {}})
         self.state = CardState(self)  # type: ignore[assignment]
         by_bucket: dict[int, tuple[CardBucket, list[tuple[Slot, Any]]]] = {}
@@ -537,6 +713,76 @@ class CardOptimizer(torch.optim.Optimizer):
                     raise UserError(f"{where}: its gradient has {local_tensor(grad).numel()} elements, the "
                                     f"parameter {want} (torch.optim.AdamW refuses this too)")
 
+    def _check_param_groups(self) -> None:
+        """Follow edits of `param_groups[i]["params"]`: a parameter replaced by another tensor of the
+        same dtype, size and device is trained from then on, with fresh state (torch keys state by
+        the tensor object: the new one has none); any other change is refused, before anything runs."""
+        recorded = getattr(self, "_group_params", None)
+        if recorded is None:
+            return
+        if len(recorded) != len(self.param_groups):
+            raise UserError(f"{self._who}: param_groups has {len(self.param_groups)} groups, {len(recorded)} when "
+                            "last checked: add groups with add_param_group(), remove none")
+        todo = []
+        for g, (group, known) in enumerate(zip(self.param_groups, recorded, strict=True)):
+            params = group["params"]
+            if len(params) == len(known) and all(a is b for a, b in zip(params, known, strict=True)):
+                continue
+            if not isinstance(params, list) or len(params) != len(known):
+                raise UserError(f"{self._who}: param_groups[{g}]['params'] changed length ({len(known)} -> "
+                                f"{len(params)}); the card's memory is laid out per group when it is built: add "
+                                "parameters with add_param_group(), or build a new optimizer")
+            for i, (new, old) in enumerate(zip(params, known, strict=True)):
+                if new is old:
+                    continue
+                where = f"{self._who}: param_groups[{g}]['params'][{i}] was replaced by another tensor"
+                if not isinstance(new, torch.Tensor) or new.dtype != old.dtype \
+                        or local_tensor(new).numel() != local_tensor(old).numel() \
+                        or local_tensor(new).device != local_tensor(old).device or is_dtensor(new) != is_dtensor(old):
+                    raise UserError(f"{where} of another dtype, size, device or kind; the card keeps its place for "
+                                    "one of the same: build a new optimizer for a model whose parameters changed")
+                if id(new) in self._slots or any(new is q for q in todo):
+                    raise UserError(f"{where} that the optimizer already holds (a parameter twice)")
+                if not new.is_leaf and not new.retains_grad:
+                    raise UserError(f"{where} that is not a leaf (torch.optim refuses non-leaf parameters too)")
+                todo.append((g, i, new, old))
+        for g, i, new, old in todo:
+            self._replace_param(new, old)
+            self._group_params[g][i] = new
+
+    def _check_layouts(self) -> None:
+        """Refuse a parameter that is no longer contiguous (`model.to(memory_format=torch.channels_last)`
+        after the optimizer was built): the card holds each parameter's elements in torch's row-major
+        order and the step writes results into the parameter's memory in that order, which a strided
+        parameter does not have. Refused before anything runs, rather than a raw view error midway."""
+        for g, group in enumerate(self.param_groups):
+            for i, p in enumerate(group["params"]):
+                t = local_tensor(p)
+                if id(p) in self._slots and not t.is_contiguous():
+                    fmt = " (channels_last)" if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) \
+                        else ""
+                    raise UserError(f"{self._who}: param_groups[{g}]['params'][{i}] is not contiguous{fmt}: strides "
+                                    f"{tuple(t.stride())} for shape {tuple(t.shape)}. The card keeps and writes each "
+                                    "parameter in row-major order; keep the parameters contiguous (channels_last "
+                                    "inputs and activations work with contiguous weights)")
+
+    def _replace_param(self, new: torch.Tensor, old: torch.Tensor) -> None:
+        """Point the slot of `old` at `new` and give it no state (zeros, masters := `new`)."""
+        if type(self)._slots_for is not CardOptimizer._slots_for:
+            raise UserError(f"{self._who}: a parameter in param_groups was replaced; this optimizer splits each "
+                            "parameter across ranks when it is built: build a new one")
+        bucket, slot = self._slots.pop(id(old))
+        fresh = param_slot(new)
+        slot.key, slot.data, slot.grad = new, fresh.data, fresh.grad
+        self._slots[id(new)] = (bucket, slot)
+        self._numels[id(new)] = self._numels.pop(id(old))
+        self._state_views().forget(old)
+        bucket.write(slot, "m", None)
+        bucket.write(slot, "v", None)
+        bucket.reset_masters(slot)
+        slot.step, slot.has_state = 0, False
+        bucket.shard_step_changed()
+
     def _plan(self) -> list[tuple[CardBucket, list[Any]]]:
         self._check_sizes()
         plans = []
@@ -553,6 +799,23 @@ class CardOptimizer(torch.optim.Optimizer):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         with self._guard():
             return self._step(closure)
+
+    def _before_step(self) -> dict[int, int]:
+        """What every step does first (`card_step`): follow param_groups edits, write edited state
+        tensors to the card; returns the step counts of the parameters whose state is held."""
+        self._check_open()
+        self._check_param_groups()
+        self._check_layouts()
+        self._sync_state()
+        return {id(s.p): self._slots[id(s.p)][1].step for s in self._state_views().held.values()
+                if id(s.p) in self._slots}
+
+    def _after_step(self, before: dict[int, int]) -> None:
+        def moved(p: torch.Tensor) -> bool:
+            found = self._slots.get(id(p))
+            return found is None or found[1].step != before.get(id(p))
+
+        self._state_views().advance(moved)
 
     def _step(self, closure: Callable[[], Any] | None) -> Any:
         self._check_open()
@@ -637,6 +900,26 @@ class CardOptimizer(torch.optim.Optimizer):
         if pool is None:
             pool = self._scan_worker = ThreadPoolExecutor(1, thread_name_prefix="nic-scan")
         return pool
+
+
+def card_step(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A card optimizer's `step`: edited state tensors and param_groups edits reach the card first,
+    the state tensors handed out go stale after it (`StateViews`), and torch.compile leaves it out of
+    its graph (a graph break, as for any step dynamo cannot trace: the card's step is host calls)."""
+    @functools.wraps(fn)
+    def step(self: CardOptimizer, *args: Any, **kwargs: Any) -> Any:
+        with self._guard():
+            before = self._before_step()
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                self._after_step(before)
+
+    step._card_step = True  # type: ignore[attr-defined]
+    return torch.compiler.disable(step)
+
+
+CardOptimizer.step = card_step(CardOptimizer.step)  # type: ignore[method-assign]
 
 
 def as_step(value: Any, who: str) -> int:

@@ -5,12 +5,14 @@ the card.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+import weakref
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Protocol
 
 import torch
 
 from hls.errors import UserError
+from pynq_driver.errors import StateError
 
 MASTER_KEY = "master_param"
 STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
@@ -124,4 +126,114 @@ class ParamState(MutableMapping):
         return f"ParamState(keys={list(self._keys())}, on the card)"
 
 
-__all__ = ["MASTER_KEY", "STATE_KEYS", "CardState", "ParamState", "StateOwner"]
+class _Snapshot:
+    """One state tensor of one parameter in the user's hands: `keep` shares its storage and version
+    counter with every tensor handed out for it (views, the DTensor's local tensor), so an in-place
+    edit of any of them shows as `keep._version != version`."""
+
+    __slots__ = ("p", "key", "keep", "obj", "version", "alive", "stale", "__weakref__")
+
+    def __init__(self, p: torch.Tensor, key: str, keep: torch.Tensor, obj: Any = None) -> None:
+        self.p, self.key, self.keep = p, key, keep
+        self.obj = weakref.ref(obj) if obj is not None else None  # a tensor the user assigned (None: read)
+        self.version = keep._version
+        self.alive = 0  # objects handed out that are still referenced
+        self.stale = False  # the card's state moved on (a step) after it was read
+
+    def edited(self) -> bool:
+        return self.keep._version != self.version
+
+
+class StateViews:
+    """The state tensors handed out by `optimizer.state[p][key]` and `state_dict()`, and those
+    assigned to `optimizer.state[p]`, tracked so that their in-place edits reach the card.
+
+    torch's state tensors are the optimizer's state itself: `opt.state[p]["exp_avg"].zero_()`
+    zeroes it. The card's state is elsewhere, so each tensor handed out is a host copy, tracked
+    here by its version counter (bumped by every in-place op): an edited copy is written to the
+    card before the next step, state_dict() or read of the same state, whether or not the user
+    still holds it (its storage is kept until then). While a copy is current, every read of the
+    same state returns a view of it (two reads alias, as in torch). A step makes the copies of
+    the parameters it updated stale: torch would update the user's tensor in place, the card
+    cannot, so an edit of a stale copy raises at the next sync instead of landing on the newer
+    state. Copies nobody holds and nobody edited are dropped (their memory freed) as they die.
+
+    Finalizers only do bookkeeping (they run wherever the last reference dies); card I/O happens
+    in `CardOptimizer._sync_state`, under the optimizer's lock.
+    """
+
+    def __init__(self) -> None:
+        self.current: dict[tuple[int, str], _Snapshot] = {}
+        self.held: dict[int, _Snapshot] = {}  # id -> every snapshot alive or carrying an edit not yet written
+
+    def lookup(self, p: torch.Tensor, key: str) -> _Snapshot | None:
+        return self.current.get((id(p), key))
+
+    def track(self, p: torch.Tensor, key: str, keep: torch.Tensor, handed: list[Any], assigned: Any = None) -> None:
+        """Record that `handed` (tensors sharing `keep`'s version counter) went to the user, or
+        (`assigned`) that the user assigned that tensor as the state."""
+        snap = self.current.get((id(p), key))
+        if snap is None or snap.keep is not keep:
+            snap = _Snapshot(p, key, keep, assigned)
+            self.current[(id(p), key)] = snap
+            self.held[id(snap)] = snap
+        for obj in handed:
+            snap.alive += 1
+            weakref.finalize(obj, self._release, weakref.ref(snap))
+
+    def _release(self, ref: weakref.ref) -> None:
+        snap = ref()
+        if snap is None:
+            return
+        snap.alive -= 1
+        if snap.alive <= 0 and not snap.edited():
+            self._drop(snap)
+
+    def _drop(self, snap: _Snapshot) -> None:
+        self.held.pop(id(snap), None)
+        k = (id(snap.p), snap.key)
+        if self.current.get(k) is snap:
+            del self.current[k]
+
+    def forget(self, p: torch.Tensor | None = None, key: str | None = None) -> None:
+        """Stop tracking the tensors of `p` (all keys, or `key`; all parameters if None): the state
+        was replaced (assignment, `del`, load_state_dict), which in torch detaches the old tensors."""
+        for snap in list(self.held.values()):
+            if (p is None or snap.p is p) and (key is None or snap.key == key):
+                self._drop(snap)
+
+    def edits(self) -> list[_Snapshot]:
+        """Snapshots edited since they were last written; StateError for one edited after a step."""
+        out = []
+        for snap in list(self.held.values()):
+            if not snap.edited():
+                continue
+            if snap.stale:
+                self._drop(snap)  # raised once: the edit cannot be applied to the state it was meant for
+                raise StateError(
+                    f"optimizer.state[p][{snap.key!r}] (or its state_dict() entry) was read before a step and "
+                    "edited in place after it: torch's state tensors are the live state, which its step updates "
+                    "in place, but the card's are copies of the state when read, so this edit would overwrite "
+                    "the newer state with an edited old one. Read optimizer.state[p] again after the step and "
+                    "edit that")
+            out.append(snap)
+        return out
+
+    def written(self, snap: _Snapshot) -> None:
+        snap.version = snap.keep._version
+        if snap.alive <= 0:
+            self._drop(snap)
+
+    def advance(self, moved: Callable[[torch.Tensor], bool]) -> None:
+        """After a step: the snapshots of every parameter `moved` says changed on the card go stale."""
+        for snap in list(self.held.values()):
+            if not snap.stale and moved(snap.p):
+                snap.stale = True
+                k = (id(snap.p), snap.key)
+                if self.current.get(k) is snap:
+                    del self.current[k]
+                if snap.alive <= 0:
+                    self._drop(snap)
+
+
+__all__ = ["MASTER_KEY", "STATE_KEYS", "CardState", "ParamState", "StateOwner", "StateViews"]
