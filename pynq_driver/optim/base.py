@@ -28,7 +28,7 @@ from pynq_driver.backends import BACKENDS, open_device
 from pynq_driver.device import Device
 from pynq_driver.errors import DeviceClosed, StateError
 from pynq_driver.optim.buckets import CardBucket, Slot, is_dtensor, local_tensor, param_slot
-from pynq_driver.optim.devpath import DevicePath, data_path_option
+from pynq_driver.optim.devpath import DevicePath, data_path_option, stages
 from pynq_driver.optim.state import MASTER_KEY, STATE_KEYS, CardState, ParamState, StateViews
 from pynq_driver.shard import ShardState
 
@@ -186,8 +186,8 @@ def check_no_overlap(groups: list[dict[str, Any]], who: str) -> None:
                             "parameter)")
 
 
-# Keywords of `open_device` that every backend takes, and the optimizer's own device-side option.
-_COMMON_DEVICE_OPTIONS = ("project_dir", "timeout_s", "detect_changes")
+# Keywords of `open_device` that every backend takes, and the optimizer's own device-side options.
+_COMMON_DEVICE_OPTIONS = ("project_dir", "timeout_s", "detect_changes", "data_path")
 
 
 def backend_options(backend: str) -> tuple[str, ...]:
@@ -424,7 +424,7 @@ class CardOptimizer(torch.optim.Optimizer):
         if self.data_path == "direct" or b.shard is None or not b.slots:
             return None
         device = b.slots[0].data().device
-        if self.data_path == "auto" and device.type == "cpu":
+        if self.data_path == "auto" and not stages(device):
             return None
         path = self._devpaths.get(str(device))
         if path is None:

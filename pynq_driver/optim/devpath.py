@@ -78,6 +78,29 @@ def data_path_option(value: Any) -> str:
     return str(value)
 
 
+_STAGING: dict[str, bool] = {}
+
+
+def stages(device: torch.device) -> bool:
+    """Whether tensors on `device` can take the staged path with real streams: `device` is torch's
+    current accelerator and offers streams and pinned host memory (probed once per device type).
+    Host tensors, and a device type without them (a custom PrivateUse1 backend without hooks),
+    take the direct path under `data_path="auto"`."""
+    if device.type == "cpu" or not torch.accelerator.is_available():
+        return False
+    accel = torch.accelerator.current_accelerator()
+    if accel is None or accel.type != device.type:
+        return False
+    if device.type not in _STAGING:
+        try:
+            torch.accelerator.current_stream(device)
+            torch.empty(1, pin_memory=True)
+            _STAGING[device.type] = True
+        except (RuntimeError, NotImplementedError):
+            _STAGING[device.type] = False
+    return _STAGING[device.type]
+
+
 def tensor_hash(t: torch.Tensor, index: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
     """A 64-bit hash (0-d int64 tensor, on `t`'s device) of the bits of the 1-D tensor `t` (4- or
     2-byte elements), computed where `t` lives (an accelerator's tensors: no copy over the bus),

@@ -21,6 +21,7 @@ from pynq_driver.optim.devpath import (
     data_path_option,
     host_hash,
     overlap,
+    stages,
     tensor_hash,
 )
 
@@ -251,8 +252,10 @@ def test_overlap_of_intervals():
 
 
 # ---- on a GPU (any torch accelerator): skipped here, with the reason ----------------------------------
+# (`stages` also rules out the fake GPU of tests/doubles, which has no streams or pinned memory.)
 ACCEL = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
-needs_accel = pytest.mark.skipif(ACCEL is None, reason="no torch accelerator (GPU) on this machine")
+needs_accel = pytest.mark.skipif(ACCEL is None or not stages(ACCEL),
+                                 reason="no torch accelerator (GPU) with streams on this machine")
 
 
 @needs_accel
