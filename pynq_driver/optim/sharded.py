@@ -376,8 +376,10 @@ class ShardedNicOptimizer(CardOptimizer):
     def _wrap_state(self, p: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         from torch.distributed.tensor import DTensor, Shard
 
+        # The rows stay in host memory (as NicAdamW's state does): a checkpoint never brings the
+        # offloaded state back to the GPU.
         rows = _Rows(p, self.rank, self.world)
-        return DTensor.from_local(local.view(rows.local_shape).to(p.device), self.mesh(), [Shard(0)],
+        return DTensor.from_local(local.view(rows.local_shape), self.mesh(), [Shard(0)],
                                   run_check=False, shape=p.shape, stride=p.stride())
 
     def _local_value(self, p: torch.Tensor, value: Any, key: str) -> torch.Tensor:
