@@ -64,6 +64,36 @@ def test_reduce_sweep(wire: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> 
         {"ONIC_SEED": str(seed), "ONIC_BEATS": "5000", "ONIC_WIRE": wire}, wire, monkeypatch, expect=2)
 
 
+DTYPES = {"fp32": (0, 0), "bf16": (1, 1), "bf16-fp32": (1, 0)}  # wire / parameter dtype
+
+
+def ring_dp(dtypes: str, simulator: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    wire_bf16, param_bf16 = DTYPES[dtypes]
+    params = {"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
+              "MAX_BURST": 8}
+    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16)}
+    run("onic_net_ring_dp", simulator, params, env, dtypes, monkeypatch)
+
+
+@pytest.mark.parametrize("dtypes", ["fp32", "bf16"])
+def test_ring_dp(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """N = 2, 3, 4 at every rank: nine steps in one simulation."""
+    ring_dp(dtypes, "verilator", "all:2/3/4", 3, monkeypatch)
+
+
+@pytest.mark.icarus
+def test_ring_dp_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
+    ring_dp("bf16", "icarus", "3:0:80:128,2:1:48:64", 4, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [41, 42])
+@pytest.mark.parametrize("dtypes", sorted(DTYPES))
+def test_ring_dp_sweep(dtypes: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """N = 2 .. 6 at every rank, more seeds, the mixed bf16 wire / fp32 parameters."""
+    ring_dp(dtypes, "verilator", "all:2/3/4/5/6", seed, monkeypatch)
+
+
 def _shape(module: str, params: dict[str, int]) -> dict[str, object]:
     if not shutil.which("yosys"):
         pytest.skip("yosys not installed (make deps-yosys)")
