@@ -18,7 +18,7 @@ the gathered buffer holds every other owner's chunk at its address, bytes past e
 the own chunk's place untouched; rs_done, ag_done, no error bits; the AXI monitor saw no
 violation. Cases run one after another in one simulation (start restarts the datapath).
 
-Environment: ONIC_SEED, ONIC_CASES ("N:r:S:P,..." or "all:<N list>"), WIRE_BF16, PARAM_BF16,
+Environment: ONIC_SEED, ONIC_CASES (see `cases`), WIRE_BF16, PARAM_BF16,
 ONIC_IDLE, ONIC_STALL.
 """
 
@@ -227,15 +227,18 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
 
     cocotb.start_soon(release())
     limit = 40 * (len(pays) + len(param_beats) + (n + 2) * (wb + pb)) + 4000
-    for clk in range(limit):
+    finished = False
+    for _ in range(limit):
         await RisingEdge(dut.clk)
-        if int(dut.rs_done.value) and int(dut.ag_done.value) and all(
-                len(tb.sinks[k].items) >= len(want[op]) for k, op in (("rs_desc", 1), ("ag_desc", 2))) and \
-                len(tb.sinks["ag_axis"].items) >= want_beats[2]:
+        finished = bool(int(dut.rs_done.value) and int(dut.ag_done.value)
+                        and len(tb.sinks["rs_desc"].items) >= len(want[1])
+                        and len(tb.sinks["ag_desc"].items) >= len(want[2])
+                        and len(tb.sinks["ag_axis"].items) >= want_beats[2])
+        if finished:
             break
     await ClockCycles(dut.clk, 20)
     tag = f"N={n} r={r} S={size} P={payload} {wdt}/{pdt}"
-    assert clk < limit - 1, f"{tag}: not done in {limit} clocks (rs_done {dut.rs_done.value}, ag_done " \
+    assert finished, f"{tag}: not done in {limit} clocks (rs_done {dut.rs_done.value}, ag_done " \
                             f"{dut.ag_done.value}, sinks {[len(s.items) for s in tb.sinks.values()]}, " \
                             f"sent hdr {tb.hdr.sent}/{len(hdrs)} pay {tb.pay.sent}/{len(pays)})"
     await t_hdr
@@ -292,13 +295,16 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
 
 
 def cases(spec: str, rng: random.Random) -> list[tuple[int, int, int, int]]:
-    if spec.startswith("all:"):
-        out = []
-        for n in map(int, spec[4:].split("/")):
-            for r in range(n):
-                out.append((n, r, rng.choice([48, 80, 112]), rng.choice([64, 128, 192])))
-        return out
-    return [tuple(map(int, c.split(":"))) for c in spec.split(",")]  # type: ignore[misc]
+    """Comma-separated: "N:r:S:P" one case, "all:N1/N2/..." every rank of each N (S, P drawn)."""
+    out: list[tuple[int, int, int, int]] = []
+    for part in spec.split(","):
+        if part.startswith("all:"):
+            for n in map(int, part[4:].split("/")):
+                out += [(n, r, rng.choice([48, 80, 112]), rng.choice([64, 128, 192])) for r in range(n)]
+        else:
+            n, r, size, payload = map(int, part.split(":"))
+            out.append((n, r, size, payload))
+    return out
 
 
 @cocotb.test()

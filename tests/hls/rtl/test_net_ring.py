@@ -16,8 +16,6 @@ Verilator always; Icarus marked `icarus`; wider sweeps marked slow.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
-
 import pytest
 
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
@@ -48,8 +46,14 @@ def run(module: str, simulator: str, params: dict[str, int], env: dict[str, str]
 WIRES = {"fp32": 0, "bf16": 1}
 
 
-@pytest.mark.parametrize("wire", sorted(WIRES))
-@pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.icarus)])
+@pytest.mark.parametrize(("wire", "simulator"), [
+    # the bf16 lanes are the new composition (widen, add, round); the fp32 lanes are fp32_add as
+    # test_fp_units checks it: on Verilator (a ~30 s build of the 512-bit design) only with --full
+    pytest.param("bf16", "verilator", id="bf16-verilator"),
+    pytest.param("fp32", "verilator", marks=pytest.mark.slow, id="fp32-verilator"),
+    pytest.param("bf16", "icarus", marks=pytest.mark.icarus, id="bf16-icarus"),
+    pytest.param("fp32", "icarus", marks=pytest.mark.icarus, id="fp32-icarus"),
+])
 def test_reduce(wire: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
     beats = "400" if simulator == "verilator" else "120"
     run("onic_net_reduce", simulator, {"WIRE_BF16": WIRES[wire]},
@@ -75,15 +79,19 @@ def ring_dp(dtypes: str, simulator: str, cases: str, seed: int, monkeypatch: pyt
     run("onic_net_ring_dp", simulator, params, env, dtypes, monkeypatch)
 
 
-@pytest.mark.parametrize("dtypes", ["fp32", "bf16"])
+@pytest.mark.parametrize("dtypes", [
+    pytest.param("fp32", id="fp32"),
+    pytest.param("bf16", marks=pytest.mark.slow, id="bf16"),  # by default on Icarus below
+])
 def test_ring_dp(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """N = 2, 3, 4 at every rank: nine steps in one simulation."""
+    """N = 2, 3, 4 at every rank: nine steps in one simulation (Verilator)."""
     ring_dp(dtypes, "verilator", "all:2/3/4", 3, monkeypatch)
 
 
 @pytest.mark.icarus
 def test_ring_dp_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
-    ring_dp("bf16", "icarus", "3:0:80:128,2:1:48:64", 4, monkeypatch)
+    """The bf16 wire and parameters (partial last beats) at every rank of N = 3, and N = 2, rank 1."""
+    ring_dp("bf16", "icarus", "all:3,2:1:48:64", 4, monkeypatch)
 
 
 @pytest.mark.slow
@@ -104,5 +112,23 @@ def _shape(module: str, params: dict[str, int]) -> dict[str, object]:
     return run_
 
 
-def _unused(_: Path) -> None:
-    pass
+@pytest.mark.parametrize(("module", "params"), [
+    ("onic_net_chunk_walk", {}),
+    ("onic_net_packetize", {}),
+    # ~45 s to 10 min of yosys each (512-bit FIFOs, 16 or 32 adders): with --full
+    pytest.param("onic_net_grad_reader", {"FIFO_LOG2": 8}, marks=pytest.mark.slow),
+    pytest.param("onic_net_reduce", {"WIRE_BF16": 0}, marks=pytest.mark.slow),
+    pytest.param("onic_net_reduce", {"WIRE_BF16": 1}, marks=pytest.mark.slow),
+], ids=["chunk_walk", "packetize", "grad_reader", "reduce-fp32", "reduce-bf16"])
+def test_unit_timing_shape(module: str, params: dict[str, int]) -> None:
+    run_ = _shape(module, params)
+    if module == "onic_net_grad_reader":
+        assert any(c.startswith("RAMB") for c in run_["cells"]), f"prefetch FIFO not in block RAM: {run_['cells']}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtypes", ["fp32", "bf16"])
+def test_ring_dp_timing_shape(dtypes: str) -> None:
+    """onic_net_ring_dp at its defaults (a 256-beat prefetch FIFO, a 128-beat write FIFO)."""
+    wire_bf16, param_bf16 = DTYPES[dtypes]
+    _shape("onic_net_ring_dp", {"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16})
