@@ -16,6 +16,7 @@ Verilator always; Icarus marked `icarus`; wider sweeps marked slow.
 from __future__ import annotations
 
 import shutil
+
 import pytest
 
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
