@@ -72,12 +72,14 @@ def test_reduce_sweep(wire: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> 
 DTYPES = {"fp32": (0, 0), "bf16": (1, 1), "bf16-fp32": (1, 0)}  # wire / parameter dtype
 
 
-def ring_dp(dtypes: str, simulator: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def ring_dp(dtypes: str, simulator: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch,
+            extra: dict[str, str] | None = None, tag: str = "") -> None:
     wire_bf16, param_bf16 = DTYPES[dtypes]
     params = {"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
               "MAX_BURST": 8}
-    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16)}
-    run("onic_net_ring_dp", simulator, params, env, dtypes, monkeypatch)
+    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16),
+           **(extra or {})}
+    run("onic_net_ring_dp", simulator, params, env, dtypes + tag, monkeypatch)
 
 
 @pytest.mark.parametrize("dtypes", [
@@ -101,6 +103,13 @@ def test_ring_dp_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_ring_dp_sweep(dtypes: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """N = 2 .. 6 at every rank, more seeds, the mixed bf16 wire / fp32 parameters."""
     ring_dp(dtypes, "verilator", "all:2/3/4/5/6", seed, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.icarus)])
+def test_ring_dp_starved(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs idle 60 % of clocks, every output refusing 85 %: nothing lost, nothing reordered."""
+    ring_dp("fp32", simulator, "all:3,4:2:112:64", 9, monkeypatch, {"ONIC_IDLE": "0.6", "ONIC_STALL": "0.85"})
 
 
 def _shape(module: str, params: dict[str, int]) -> dict[str, object]:
