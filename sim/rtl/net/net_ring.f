@@ -2,7 +2,6 @@
 ../fp/fp_delay.v
 ../fp/fp_lzc.v
 ../fp/fp32_add.v
-../fp/bf16_to_fp32.v
 ../fp/fp32_to_bf16.v
 ../kernel/onic_fifo.v
 ../kernel/onic_axi_rd.v

@@ -8,8 +8,9 @@
 /*
  * y = a + b per element of a beat (docs/design.md 8.1): `a` is the received partial sum (the
  * left operand), `b` the card's own gradient. WIRE_BF16 = 0: 16 lanes of fp32_add (one IEEE-754
- * binary32 addition, RNE, subnormals kept). WIRE_BF16 = 1: 32 lanes of bf16_to_fp32 (exact
- * widening) -> fp32_add -> fp32_to_bf16 (RNE; every NaN leaves as 0x7FC0), which is
+ * binary32 addition, RNE, subnormals kept). WIRE_BF16 = 1: 32 lanes of an input register, exact
+ * widening (the bf16 pattern as the top half) -> fp32_add -> fp32_to_bf16 (RNE; every NaN
+ * leaves as 0x7FC0), which is
  * hls.net.ring.add_partial bit for bit. A NaN sum of the fp32 wire is the canonical 0x7FC00000
  * (the fp units' rule; numpy keeps an operand's payload: the project compares NaN as any NaN).
  *
@@ -105,23 +106,26 @@ module onic_net_reduce #(
                 end
             end
         end else begin : g_bf16
+            // the operands are registered as they come and widened by wiring (exact: the bf16
+            // pattern is the top half; fp32_add turns any NaN into the canonical one, which
+            // fp32_to_bf16 rounds to 0x7FC0), so the adder's first stage starts at plain registers
+            reg  [511:0]     a_reg, b_reg;
+            reg  [TAG_W-1:0] tag_reg;
+            reg              v_reg;
+            always @(posedge clk) begin
+                a_reg   <= s_a_tdata;
+                b_reg   <= s_b_tdata;
+                tag_reg <= in_tag;
+                v_reg   <= rst ? 1'b0 : fire;
+            end
             for (k = 0; k < 32; k = k + 1) begin : g_lane
-                wire             va, vb, vs, vy;
-                wire [31:0]      wa, wb, ws;
-                wire [TAG_W-1:0] ta, tb, ts, ty;
-                bf16_to_fp32 #(.STALL(0), .TAG_WIDTH(TAG_W)) wa_inst (
-                    .clk(clk), .rst(rst), .ce(1'b1),
-                    .in_valid(fire), .in_a(s_a_tdata[16*k +: 16]), .in_tag(k == 0 ? in_tag : {TAG_W{1'b0}}),
-                    .out_valid(va), .out_y(wa), .out_tag(ta)
-                );
-                bf16_to_fp32 #(.STALL(0), .TAG_WIDTH(TAG_W)) wb_inst (
-                    .clk(clk), .rst(rst), .ce(1'b1),
-                    .in_valid(fire), .in_a(s_b_tdata[16*k +: 16]), .in_tag({TAG_W{1'b0}}),
-                    .out_valid(vb), .out_y(wb), .out_tag(tb)
-                );
+                wire             vs, vy;
+                wire [31:0]      ws;
+                wire [TAG_W-1:0] ts, ty;
                 fp32_add #(.STALL(0), .TAG_WIDTH(TAG_W)) add_inst (
                     .clk(clk), .rst(rst), .ce(1'b1),
-                    .in_valid(va), .in_a(wa), .in_b(wb), .in_sub(1'b0), .in_tag(ta),
+                    .in_valid(v_reg), .in_a({a_reg[16*k +: 16], 16'd0}), .in_b({b_reg[16*k +: 16], 16'd0}),
+                    .in_sub(1'b0), .in_tag(k == 0 ? tag_reg : {TAG_W{1'b0}}),
                     .out_valid(vs), .out_y(ws), .out_tag(ts)
                 );
                 fp32_to_bf16 #(.STALL(0), .TAG_WIDTH(TAG_W)) round_inst (
@@ -135,7 +139,6 @@ module onic_net_reduce #(
                 end else begin : g_rest
                     wire _unused_lane = &{1'b0, vy, ty, 1'b0};
                 end
-                wire _unused_b = &{1'b0, vb, tb, 1'b0};
             end
         end
     endgenerate
