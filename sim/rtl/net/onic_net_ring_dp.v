@@ -1,0 +1,619 @@
+// OptimusNIC: the card's ring datapath (reduce-scatter adds and forwards, owner's stream, all-gather)
+// Language: Verilog 2001
+
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+/*
+ * Between onic_net_rx (delivered data headers and payload beats) and onic_net_tx (the RS and AG
+ * flows' descriptors and payloads), docs/design.md 8.1 for rank r of N, chunk size S:
+ *
+ *   card memory ─> onic_net_grad_reader: chunks r-1, r-2, ..., r+1, r
+ *                     ├ chunk r-1 ─> onic_net_packetize (RS hop 0) ───────────────> RS tx
+ *                     └ the rest ─> onic_net_reduce (b) ─┬ hops 1..N-2 (forward) ─> RS tx
+ *   rx RS payload ──────────────> onic_net_reduce (a)    └ hop N-2's sum (owner) ─> m_grad_* (Adam kernel)
+ *   s_param_* (Adam kernel out) ─> onic_net_packetize (AG hop 0, after ag_release) ─> AG tx
+ *   rx AG payload ─┬─> onic_axi_wr: chunk c at gather_addr + c x beats(S) x 64
+ *                  └─> AG tx (hop + 1), unless this rank is c - 1 (the chunk's last receiver)
+ *
+ * Received packets are taken one at a time in the order onic_net_rx delivers them (go-back-N:
+ * each flow in sequence order). A forwarded packet's descriptor is the received header with
+ * hop + 1 and seq + packets per chunk (the card's own hop-0 count); offset, length and the
+ * LAST flag are kept. Headers must be data frames (opcode 1 RS or 2 AG; the network kernel top
+ * routes ACK/NAKs to the transmit side): anything else sets err_opcode and its payload is
+ * dropped. The header fields are trusted (onic_net_rx checks step and sequence, not the chunk,
+ * hop or length a sequence number implies).
+ *
+ * Sequence order into the transmit flows: RS hop-0 packets all go before the first forwarded
+ * one (its descriptor waits for the last hop-0 descriptor; its beats come after chunk r-1's in
+ * the reader's order). The AG flow starts with the card's own chunk; a received AG packet to
+ * forward waits until that is all handed over, which cannot deadlock only because the own chunk
+ * needs nothing more from the receive stream: `ag_release` (the top drives it when the RS sender
+ * has every packet acknowledged) holds the own chunk back until then, so the predecessor's first
+ * AG frame reaches this card after every RS frame it sent. Stalls (the Adam kernel's input, a
+ * memory port, the transmit side) back up into onic_net_rx's buffer; nothing is dropped.
+ *
+ * Card memory: the local gradient is one stripe, chunk c at grad_addr + c x beats(S) x 64 (wire
+ * dtype); the gathered parameters one stripe, chunk c at gather_addr + c x beats(S) x 64 (param
+ * dtype); each chunk starts on a 64-byte beat (see onic_net_grad_reader). One onic_axi_wr run per
+ * received chunk; the last beat's bytes past the chunk are not written.
+ *
+ * Configuration is steady from `start` until the step is done (rs_done and ag_done).
+ */
+module onic_net_ring_dp #(
+    // wire dtype (the RS payload and the Adam kernel's gradient stream): 0 fp32, 1 bf16
+    parameter integer WIRE_BF16 = 0,
+    // parameter dtype (the Adam kernel's output, the AG payload, the gathered buffer): 0 fp32, 1 bf16
+    parameter integer PARAM_BF16 = 0,
+    // log2 of the gradient reader's prefetch FIFO in beats
+    parameter integer RD_FIFO_LOG2 = 8,
+    // log2 of the gather write engine's FIFO in beats (two bursts at least)
+    parameter integer WR_FIFO_LOG2 = 7,
+    // longest AXI burst in beats (both memory ports)
+    parameter integer MAX_BURST = 64
+) (
+    input  wire          clk,
+    input  wire          rst,
+
+    /* a step */
+    input  wire          start,
+    input  wire [7:0]    cfg_rank,
+    input  wire [7:0]    cfg_world,          // N, 2 .. 255
+    input  wire [31:0]   cfg_chunk_elems,    // S: a multiple of 16, > 0
+    input  wire [15:0]   cfg_pkt_beats,      // payload bytes of a full packet / 64
+    input  wire [63:0]   cfg_grad_addr,
+    input  wire [63:0]   cfg_gather_addr,
+    input  wire          ag_release,         // level: the own AG chunk may go (RS flow all ACKed)
+    output wire          rs_done,            // the owner's sum is in the Adam kernel (its TLAST taken)
+    output wire          ag_done,            // own chunk handed over, every received chunk forwarded and written
+    output wire [4:0]    errors,             // sticky per step: opcode, param length, RS gen length, RRESP, BRESP
+
+    /* from onic_net_rx: delivered headers (data frames) and payload */
+    input  wire [3:0]    s_hdr_opcode,
+    input  wire [5:0]    s_hdr_flags,
+    input  wire [7:0]    s_hdr_hop,
+    input  wire [15:0]   s_hdr_chunk,
+    input  wire [31:0]   s_hdr_seq,
+    input  wire [31:0]   s_hdr_offset,
+    input  wire [15:0]   s_hdr_length,
+    input  wire          s_hdr_valid,
+    output wire          s_hdr_ready,
+    input  wire [511:0]  s_pay_tdata,
+    input  wire [63:0]   s_pay_tkeep,
+    input  wire          s_pay_tlast,
+    input  wire          s_pay_tvalid,
+    output wire          s_pay_tready,
+
+    /* to the Adam kernel: the reduced gradient of chunk r (TLAST on the shard's last beat) */
+    output wire [511:0]  m_grad_tdata,
+    output wire [63:0]   m_grad_tkeep,
+    output wire          m_grad_tlast,
+    output wire          m_grad_tvalid,
+    input  wire          m_grad_tready,
+
+    /* from the Adam kernel: the updated parameters of chunk r (TLAST on the shard's last beat) */
+    input  wire [511:0]  s_param_tdata,
+    input  wire [63:0]   s_param_tkeep,
+    input  wire          s_param_tlast,
+    input  wire          s_param_tvalid,
+    output wire          s_param_tready,
+
+    /* to onic_net_tx: reduce-scatter descriptors and payload */
+    output wire [1:0]    m_rs_desc_dtype,
+    output wire [5:0]    m_rs_desc_flags,
+    output wire [7:0]    m_rs_desc_hop,
+    output wire [15:0]   m_rs_desc_chunk,
+    output wire [31:0]   m_rs_desc_seq,
+    output wire [31:0]   m_rs_desc_offset,
+    output wire [15:0]   m_rs_desc_len,
+    output wire          m_rs_desc_valid,
+    input  wire          m_rs_desc_ready,
+    output wire [511:0]  m_rs_axis_tdata,
+    output wire [63:0]   m_rs_axis_tkeep,
+    output wire          m_rs_axis_tlast,
+    output wire          m_rs_axis_tvalid,
+    input  wire          m_rs_axis_tready,
+
+    /* to onic_net_tx: all-gather descriptors and payload */
+    output wire [1:0]    m_ag_desc_dtype,
+    output wire [5:0]    m_ag_desc_flags,
+    output wire [7:0]    m_ag_desc_hop,
+    output wire [15:0]   m_ag_desc_chunk,
+    output wire [31:0]   m_ag_desc_seq,
+    output wire [31:0]   m_ag_desc_offset,
+    output wire [15:0]   m_ag_desc_len,
+    output wire          m_ag_desc_valid,
+    input  wire          m_ag_desc_ready,
+    output wire [511:0]  m_ag_axis_tdata,
+    output wire [63:0]   m_ag_axis_tkeep,
+    output wire          m_ag_axis_tlast,
+    output wire          m_ag_axis_tvalid,
+    input  wire          m_ag_axis_tready,
+
+    /* AXI4 master: local gradient (read) */
+    output wire [0:0]    m_axi_grad_arid,
+    output wire [63:0]   m_axi_grad_araddr,
+    output wire [7:0]    m_axi_grad_arlen,
+    output wire [2:0]    m_axi_grad_arsize,
+    output wire [1:0]    m_axi_grad_arburst,
+    output wire          m_axi_grad_arlock,
+    output wire [3:0]    m_axi_grad_arcache,
+    output wire [2:0]    m_axi_grad_arprot,
+    output wire [3:0]    m_axi_grad_arqos,
+    output wire          m_axi_grad_arvalid,
+    input  wire          m_axi_grad_arready,
+    input  wire [0:0]    m_axi_grad_rid,
+    input  wire [511:0]  m_axi_grad_rdata,
+    input  wire [1:0]    m_axi_grad_rresp,
+    input  wire          m_axi_grad_rlast,
+    input  wire          m_axi_grad_rvalid,
+    output wire          m_axi_grad_rready,
+
+    /* AXI4 master: gathered parameters (write) */
+    output wire [0:0]    m_axi_gather_awid,
+    output wire [63:0]   m_axi_gather_awaddr,
+    output wire [7:0]    m_axi_gather_awlen,
+    output wire [2:0]    m_axi_gather_awsize,
+    output wire [1:0]    m_axi_gather_awburst,
+    output wire          m_axi_gather_awlock,
+    output wire [3:0]    m_axi_gather_awcache,
+    output wire [2:0]    m_axi_gather_awprot,
+    output wire [3:0]    m_axi_gather_awqos,
+    output wire          m_axi_gather_awvalid,
+    input  wire          m_axi_gather_awready,
+    output wire [511:0]  m_axi_gather_wdata,
+    output wire [63:0]   m_axi_gather_wstrb,
+    output wire          m_axi_gather_wlast,
+    output wire          m_axi_gather_wvalid,
+    input  wire          m_axi_gather_wready,
+    input  wire [0:0]    m_axi_gather_bid,
+    input  wire [1:0]    m_axi_gather_bresp,
+    input  wire          m_axi_gather_bvalid,
+    output wire          m_axi_gather_bready
+);
+
+    localparam [3:0] OP_RS = 4'd1;
+    localparam [3:0] OP_AG = 4'd2;
+    localparam [1:0] WIRE_CODE  = (WIRE_BF16 != 0) ? 2'd1 : 2'd0;
+    localparam [1:0] PARAM_CODE = (PARAM_BF16 != 0) ? 2'd1 : 2'd0;
+
+    /* ---- configuration, derived once per clock from the steady arguments ---- */
+    reg  [31:0] rs_bytes_reg, ag_bytes_reg;     // S x element bytes
+    reg  [31:0] rs_beats_reg, ag_beats_reg;     // beats per chunk
+    reg  [31:0] rs_pelems_reg, ag_pelems_reg;   // elements per full packet
+    reg  [6:0]  ag_last_bytes_reg;
+    reg  [7:0]  owner_hop_reg;                  // N - 2: the hop whose sum is this card's
+    reg  [15:0] rs_chunk0_reg;                  // (r - 1) mod N
+    reg  [2:0]  go_sr;                          // start, delayed until the values above are current
+    reg         run_reg;                        // a step is running
+
+    wire [31:0] rs_bytes = (WIRE_BF16 != 0) ? {cfg_chunk_elems[30:0], 1'b0} : {cfg_chunk_elems[29:0], 2'b00};
+    wire [31:0] ag_bytes = (PARAM_BF16 != 0) ? {cfg_chunk_elems[30:0], 1'b0} : {cfg_chunk_elems[29:0], 2'b00};
+
+    always @(posedge clk) begin
+        rs_bytes_reg      <= rs_bytes;
+        ag_bytes_reg      <= ag_bytes;
+        rs_beats_reg      <= (rs_bytes_reg + 32'd63) >> 6;
+        ag_beats_reg      <= (ag_bytes_reg + 32'd63) >> 6;
+        rs_pelems_reg     <= (WIRE_BF16 != 0) ? {11'd0, cfg_pkt_beats, 5'd0} : {12'd0, cfg_pkt_beats, 4'd0};
+        ag_pelems_reg     <= (PARAM_BF16 != 0) ? {11'd0, cfg_pkt_beats, 5'd0} : {12'd0, cfg_pkt_beats, 4'd0};
+        ag_last_bytes_reg <= (ag_bytes_reg[5:0] == 6'd0) ? 7'd64 : {1'b0, ag_bytes_reg[5:0]};
+        owner_hop_reg     <= cfg_world - 8'd2;
+        rs_chunk0_reg     <= {8'd0, (cfg_rank == 8'd0) ? cfg_world - 8'd1 : cfg_rank - 8'd1};
+        go_sr             <= rst ? 3'd0 : {go_sr[1:0], start};
+    end
+
+    wire go = go_sr[2];
+
+    /* ---- the local gradient, in ring order ---- */
+    wire [511:0] lg_tdata;
+    wire         lg_tlast, lg_tvalid, lg_tready;
+    wire         lg_done, rd_err;
+    reg          lg_to_gen_reg;   // chunk r - 1 is still coming: it is RS hop 0
+
+    onic_net_grad_reader #(
+        .FIFO_LOG2(RD_FIFO_LOG2),
+        .MAX_BURST(MAX_BURST)
+    ) reader_inst (
+        .clk(clk), .rst(rst),
+        .start(go),
+        .cfg_grad_addr(cfg_grad_addr),
+        .cfg_rank(cfg_rank),
+        .cfg_world(cfg_world),
+        .cfg_chunk_beats(rs_beats_reg),
+        .done(lg_done),
+        .resp_err(rd_err),
+        .m_tdata(lg_tdata), .m_tlast(lg_tlast), .m_tvalid(lg_tvalid), .m_tready(lg_tready),
+        .m_axi_arid(m_axi_grad_arid), .m_axi_araddr(m_axi_grad_araddr), .m_axi_arlen(m_axi_grad_arlen),
+        .m_axi_arsize(m_axi_grad_arsize), .m_axi_arburst(m_axi_grad_arburst), .m_axi_arlock(m_axi_grad_arlock),
+        .m_axi_arcache(m_axi_grad_arcache), .m_axi_arprot(m_axi_grad_arprot), .m_axi_arqos(m_axi_grad_arqos),
+        .m_axi_arvalid(m_axi_grad_arvalid), .m_axi_arready(m_axi_grad_arready),
+        .m_axi_rid(m_axi_grad_rid), .m_axi_rdata(m_axi_grad_rdata), .m_axi_rresp(m_axi_grad_rresp),
+        .m_axi_rlast(m_axi_grad_rlast), .m_axi_rvalid(m_axi_grad_rvalid), .m_axi_rready(m_axi_grad_rready)
+    );
+
+    /* ---- RS hop 0: the own gradient of chunk r - 1 ---- */
+    wire         rg_tready;
+    wire         rg_desc_done, rg_pay_done, rg_err;
+    wire [31:0]  rs_packets;
+    wire [1:0]   rg_d_dtype;
+    wire [5:0]   rg_d_flags;
+    wire [7:0]   rg_d_hop;
+    wire [15:0]  rg_d_chunk, rg_d_len;
+    wire [31:0]  rg_d_seq, rg_d_offset;
+    wire         rg_d_valid;
+    wire [511:0] rg_tdata;
+    wire [63:0]  rg_tkeep;
+    wire         rg_tlast, rg_tvalid;
+    reg          rs_fwd_mode_reg;  // RS hop 0's payload is all out: the RS payload is forwarded sums
+
+    onic_net_packetize rs_gen_inst (
+        .clk(clk), .rst(rst),
+        .start(go),
+        .cfg_chunk_bytes(rs_bytes_reg), .cfg_pkt_beats(cfg_pkt_beats), .cfg_pkt_elems(rs_pelems_reg),
+        .cfg_dtype(WIRE_CODE), .cfg_chunk(rs_chunk0_reg), .enable(run_reg),
+        .desc_done(rg_desc_done), .pay_done(rg_pay_done), .packets(rs_packets), .err_len(rg_err),
+        .s_tdata(lg_tdata), .s_tlast(lg_tlast), .s_tvalid(lg_tvalid && lg_to_gen_reg), .s_tready(rg_tready),
+        .m_desc_dtype(rg_d_dtype), .m_desc_flags(rg_d_flags), .m_desc_hop(rg_d_hop), .m_desc_chunk(rg_d_chunk),
+        .m_desc_seq(rg_d_seq), .m_desc_offset(rg_d_offset), .m_desc_len(rg_d_len), .m_desc_valid(rg_d_valid),
+        .m_desc_ready(m_rs_desc_ready),
+        .m_tdata(rg_tdata), .m_tkeep(rg_tkeep), .m_tlast(rg_tlast), .m_tvalid(rg_tvalid),
+        .m_tready(m_rs_axis_tready && !rs_fwd_mode_reg)
+    );
+
+    /* ---- AG hop 0: the own updated chunk r, once the RS flow is acknowledged ---- */
+    wire         ag_desc_done, ag_pay_done, ag_err;
+    wire [31:0]  ag_packets;
+    wire [1:0]   ao_d_dtype;
+    wire [5:0]   ao_d_flags;
+    wire [7:0]   ao_d_hop;
+    wire [15:0]  ao_d_chunk, ao_d_len;
+    wire [31:0]  ao_d_seq, ao_d_offset;
+    wire         ao_d_valid;
+    wire [511:0] ao_tdata;
+    wire [63:0]  ao_tkeep;
+    wire         ao_tlast, ao_tvalid;
+    reg          ag_fwd_mode_reg;  // the own chunk's payload is all out
+
+    onic_net_packetize ag_gen_inst (
+        .clk(clk), .rst(rst),
+        .start(go),
+        .cfg_chunk_bytes(ag_bytes_reg), .cfg_pkt_beats(cfg_pkt_beats), .cfg_pkt_elems(ag_pelems_reg),
+        .cfg_dtype(PARAM_CODE), .cfg_chunk({8'd0, cfg_rank}), .enable(run_reg && ag_release),
+        .desc_done(ag_desc_done), .pay_done(ag_pay_done), .packets(ag_packets), .err_len(ag_err),
+        .s_tdata(s_param_tdata), .s_tlast(s_param_tlast), .s_tvalid(s_param_tvalid), .s_tready(s_param_tready),
+        .m_desc_dtype(ao_d_dtype), .m_desc_flags(ao_d_flags), .m_desc_hop(ao_d_hop), .m_desc_chunk(ao_d_chunk),
+        .m_desc_seq(ao_d_seq), .m_desc_offset(ao_d_offset), .m_desc_len(ao_d_len), .m_desc_valid(ao_d_valid),
+        .m_desc_ready(m_ag_desc_ready),
+        .m_tdata(ao_tdata), .m_tkeep(ao_tkeep), .m_tlast(ao_tlast), .m_tvalid(ao_tvalid),
+        .m_tready(m_ag_axis_tready && !ag_fwd_mode_reg)
+    );
+
+    /* ---- received packets, one at a time ---- */
+    localparam [2:0] D_IDLE = 3'd0, D_RS_WAIT = 3'd1, D_RS_PAY = 3'd2, D_AG_WAIT = 3'd3,
+                     D_AG_PAY = 3'd4, D_DROP = 3'd5;
+
+    reg  [2:0]   d_state_reg;
+    reg  [3:0]   h_opcode_reg;
+    reg  [5:0]   h_flags_reg;
+    reg  [7:0]   h_hop_reg;
+    reg  [15:0]  h_chunk_reg;
+    reg  [31:0]  h_seq_reg;
+    reg  [31:0]  h_offset_reg;
+    reg  [15:0]  h_length_reg;
+    reg          h_owner_reg;      // RS: the last hop (the sum is this card's)
+    reg          h_fwd_reg;        // AG: forward (not the chunk's last receiver)
+    reg          hdr_take_reg;     // s_hdr_ready for one clock
+
+    // forwarded descriptors, one at a time (valid until the transmit side takes it)
+    reg          rf_valid_reg, af_valid_reg;
+    reg  [5:0]   f_flags_reg;
+    reg  [7:0]   f_hop_reg;
+    reg  [15:0]  f_chunk_reg;
+    reg  [31:0]  f_seq_reg;
+    reg  [31:0]  f_offset_reg;
+    reg  [15:0]  f_len_reg;
+
+    // the gather write engine
+    reg          wr_start_reg;
+    reg          walk_adv_reg;
+    reg  [7:0]   ag_chunks_reg;    // received AG chunks completed
+    reg          err_op_reg;
+    reg          rs_done_reg;
+    wire         wr_busy, wr_err, wr_s_ready;
+    wire         walk_ready;
+    wire [63:0]  walk_addr;
+
+    // reduce
+    wire         red_a_tready, red_b_tready;
+    wire [511:0] red_tdata;
+    wire [63:0]  red_tkeep;
+    wire         red_tlast, red_tvalid;
+    wire [0:0]   red_tuser;
+
+    wire pay_fire = s_pay_tvalid && s_pay_tready;
+
+    // a new step stops the dispatcher at once; it runs again once everything is restarted
+    always @(posedge clk) begin
+        if (rst || start) begin
+            run_reg <= 1'b0;
+        end else if (go) begin
+            run_reg <= 1'b1;
+        end
+    end
+
+    always @(posedge clk) begin
+        hdr_take_reg <= 1'b0;
+        wr_start_reg <= 1'b0;
+        walk_adv_reg <= 1'b0;
+        if (rst) begin
+            d_state_reg   <= D_IDLE;
+            rf_valid_reg  <= 1'b0;
+            af_valid_reg  <= 1'b0;
+            err_op_reg    <= 1'b0;
+            rs_done_reg   <= 1'b0;
+            ag_chunks_reg <= 8'd0;
+            lg_to_gen_reg <= 1'b0;
+            rs_fwd_mode_reg <= 1'b0;
+            ag_fwd_mode_reg <= 1'b0;
+        end else if (go) begin
+            d_state_reg   <= D_IDLE;
+            rf_valid_reg  <= 1'b0;
+            af_valid_reg  <= 1'b0;
+            err_op_reg    <= 1'b0;
+            rs_done_reg   <= 1'b0;
+            ag_chunks_reg <= 8'd0;
+            lg_to_gen_reg <= 1'b1;
+            rs_fwd_mode_reg <= 1'b0;
+            ag_fwd_mode_reg <= 1'b0;
+        end else begin
+            if (lg_tvalid && lg_tready && lg_tlast && lg_to_gen_reg) begin
+                lg_to_gen_reg <= 1'b0;
+            end
+            // the packetizers' done flags are stale in the clock after go: run_reg gates them
+            if (run_reg && rg_pay_done && !lg_to_gen_reg) begin
+                rs_fwd_mode_reg <= 1'b1;
+            end
+            if (run_reg && ag_pay_done && ag_desc_done) begin
+                ag_fwd_mode_reg <= 1'b1;
+            end
+            if (rf_valid_reg && m_rs_desc_ready) begin
+                rf_valid_reg <= 1'b0;
+            end
+            if (af_valid_reg && m_ag_desc_ready) begin
+                af_valid_reg <= 1'b0;
+            end
+            if (m_grad_tvalid && m_grad_tready && m_grad_tlast) begin
+                rs_done_reg <= 1'b1;
+            end
+            case (d_state_reg)
+                D_IDLE: begin
+                    if (run_reg && s_hdr_valid && !hdr_take_reg) begin
+                        hdr_take_reg <= 1'b1;
+                        h_opcode_reg <= s_hdr_opcode;
+                        h_flags_reg  <= s_hdr_flags;
+                        h_hop_reg    <= s_hdr_hop;
+                        h_chunk_reg  <= s_hdr_chunk;
+                        h_seq_reg    <= s_hdr_seq;
+                        h_offset_reg <= s_hdr_offset;
+                        h_length_reg <= s_hdr_length;
+                        h_owner_reg  <= s_hdr_hop == owner_hop_reg;
+                        h_fwd_reg    <= s_hdr_hop != owner_hop_reg;
+                        if (s_hdr_length == 16'd0) begin
+                            // a data frame always carries payload; none follows this one
+                            err_op_reg  <= 1'b1;
+                            d_state_reg <= D_IDLE;
+                        end else if (s_hdr_opcode == OP_RS) begin
+                            d_state_reg <= D_RS_WAIT;
+                        end else if (s_hdr_opcode == OP_AG) begin
+                            d_state_reg <= D_AG_WAIT;
+                        end else begin
+                            err_op_reg  <= 1'b1;
+                            d_state_reg <= D_DROP;
+                        end
+                    end
+                end
+                D_RS_WAIT: begin
+                    if (h_owner_reg) begin
+                        d_state_reg <= D_RS_PAY;
+                    end else if (rg_desc_done && !rf_valid_reg) begin
+                        rf_valid_reg <= 1'b1;
+                        f_flags_reg  <= h_flags_reg;
+                        f_hop_reg    <= h_hop_reg + 8'd1;
+                        f_chunk_reg  <= h_chunk_reg;
+                        f_seq_reg    <= h_seq_reg + rs_packets;
+                        f_offset_reg <= h_offset_reg;
+                        f_len_reg    <= h_length_reg;
+                        d_state_reg  <= D_RS_PAY;
+                    end
+                end
+                D_RS_PAY: begin
+                    if (pay_fire && s_pay_tlast) begin
+                        d_state_reg <= D_IDLE;
+                    end
+                end
+                D_AG_WAIT: begin
+                    // a chunk's first packet starts its write run (the previous run finished)
+                    if ((h_offset_reg != 32'd0 || (walk_ready && !wr_busy && !wr_start_reg && !walk_adv_reg))
+                        && (!h_fwd_reg || (ag_fwd_mode_reg && !af_valid_reg))) begin
+                        if (h_offset_reg == 32'd0) begin
+                            wr_start_reg <= 1'b1;
+                        end
+                        if (h_fwd_reg) begin
+                            af_valid_reg <= 1'b1;
+                            f_flags_reg  <= h_flags_reg;
+                            f_hop_reg    <= h_hop_reg + 8'd1;
+                            f_chunk_reg  <= h_chunk_reg;
+                            f_seq_reg    <= h_seq_reg + ag_packets;
+                            f_offset_reg <= h_offset_reg;
+                            f_len_reg    <= h_length_reg;
+                        end
+                        d_state_reg <= D_AG_PAY;
+                    end
+                end
+                D_AG_PAY: begin
+                    if (wr_start_reg) begin
+                        walk_adv_reg <= 1'b1;  // the engine took the address with its start
+                    end
+                    if (pay_fire && s_pay_tlast) begin
+                        d_state_reg <= D_IDLE;
+                        if (h_flags_reg[0]) begin
+                            ag_chunks_reg <= ag_chunks_reg + 8'd1;
+                        end
+                    end
+                end
+                D_DROP: begin
+                    if (pay_fire && s_pay_tlast) begin
+                        d_state_reg <= D_IDLE;
+                    end
+                end
+                default: d_state_reg <= D_IDLE;
+            endcase
+        end
+    end
+
+    assign s_hdr_ready = hdr_take_reg;
+
+    /* payload routing */
+    wire in_rs  = d_state_reg == D_RS_PAY;
+    wire in_ag  = d_state_reg == D_AG_PAY && !wr_start_reg;  // the engine's FIFO clears on start
+    // AG: every beat to memory and, when forwarded, to the AG transmit side; each side takes it
+    // in its own clock (a beat already taken by one is marked), so neither TVALID ever drops
+    reg  agw_done_reg, agt_done_reg;
+    wire ag_w_valid = s_pay_tvalid && in_ag && !agw_done_reg;
+    wire ag_t_valid = s_pay_tvalid && in_ag && h_fwd_reg && !agt_done_reg;
+    wire ag_w_ok    = agw_done_reg || wr_s_ready;
+    wire ag_t_ok    = !h_fwd_reg || agt_done_reg || m_ag_axis_tready;
+    wire ag_ready   = in_ag && ag_w_ok && ag_t_ok;
+
+    always @(posedge clk) begin
+        if (rst || go || (s_pay_tvalid && ag_ready)) begin
+            agw_done_reg <= 1'b0;
+            agt_done_reg <= 1'b0;
+        end else begin
+            if (ag_w_valid && wr_s_ready) agw_done_reg <= 1'b1;
+            if (ag_t_valid && m_ag_axis_tready) agt_done_reg <= 1'b1;
+        end
+    end
+
+    assign s_pay_tready = (in_rs && red_a_tready) || ag_ready || d_state_reg == D_DROP;
+
+    /* ---- the adders ---- */
+    onic_net_reduce #(
+        .WIRE_BF16(WIRE_BF16),
+        .USER_WIDTH(1)
+    ) reduce_inst (
+        .clk(clk), .rst(rst),
+        .s_a_tdata(s_pay_tdata), .s_a_tkeep(s_pay_tkeep),
+        // the owner's stream ends at the chunk's end, a forwarded packet at its own
+        .s_a_tlast(s_pay_tlast && (!h_owner_reg || h_flags_reg[0])),
+        .s_a_tuser(h_owner_reg), .s_a_tvalid(s_pay_tvalid && in_rs), .s_a_tready(red_a_tready),
+        .s_b_tdata(lg_tdata), .s_b_tvalid(lg_tvalid && !lg_to_gen_reg && run_reg), .s_b_tready(red_b_tready),
+        .m_tdata(red_tdata), .m_tkeep(red_tkeep), .m_tlast(red_tlast), .m_tuser(red_tuser),
+        .m_tvalid(red_tvalid), .m_tready(red_tuser[0] ? m_grad_tready : (m_rs_axis_tready && rs_fwd_mode_reg))
+    );
+
+    assign lg_tready = lg_to_gen_reg ? rg_tready : (red_b_tready && in_rs);
+
+    assign m_grad_tdata  = red_tdata;
+    assign m_grad_tkeep  = red_tkeep;
+    assign m_grad_tlast  = red_tlast;
+    assign m_grad_tvalid = red_tvalid && red_tuser[0];
+
+    /* ---- transmit side: hop 0 first, then the forwarded packets ---- */
+    assign m_rs_desc_dtype  = WIRE_CODE;
+    assign m_rs_desc_flags  = rf_valid_reg ? f_flags_reg : rg_d_flags;
+    assign m_rs_desc_hop    = rf_valid_reg ? f_hop_reg : rg_d_hop;
+    assign m_rs_desc_chunk  = rf_valid_reg ? f_chunk_reg : rg_d_chunk;
+    assign m_rs_desc_seq    = rf_valid_reg ? f_seq_reg : rg_d_seq;
+    assign m_rs_desc_offset = rf_valid_reg ? f_offset_reg : rg_d_offset;
+    assign m_rs_desc_len    = rf_valid_reg ? f_len_reg : rg_d_len;
+    assign m_rs_desc_valid  = rf_valid_reg || rg_d_valid;
+
+    assign m_rs_axis_tdata  = rs_fwd_mode_reg ? red_tdata : rg_tdata;
+    assign m_rs_axis_tkeep  = rs_fwd_mode_reg ? red_tkeep : rg_tkeep;
+    assign m_rs_axis_tlast  = rs_fwd_mode_reg ? red_tlast : rg_tlast;
+    assign m_rs_axis_tvalid = rs_fwd_mode_reg ? (red_tvalid && !red_tuser[0]) : rg_tvalid;
+
+    assign m_ag_desc_dtype  = PARAM_CODE;
+    assign m_ag_desc_flags  = af_valid_reg ? f_flags_reg : ao_d_flags;
+    assign m_ag_desc_hop    = af_valid_reg ? f_hop_reg : ao_d_hop;
+    assign m_ag_desc_chunk  = af_valid_reg ? f_chunk_reg : ao_d_chunk;
+    assign m_ag_desc_seq    = af_valid_reg ? f_seq_reg : ao_d_seq;
+    assign m_ag_desc_offset = af_valid_reg ? f_offset_reg : ao_d_offset;
+    assign m_ag_desc_len    = af_valid_reg ? f_len_reg : ao_d_len;
+    assign m_ag_desc_valid  = af_valid_reg || ao_d_valid;
+
+    assign m_ag_axis_tdata  = ag_fwd_mode_reg ? s_pay_tdata : ao_tdata;
+    assign m_ag_axis_tkeep  = ag_fwd_mode_reg ? s_pay_tkeep : ao_tkeep;
+    assign m_ag_axis_tlast  = ag_fwd_mode_reg ? s_pay_tlast : ao_tlast;
+    assign m_ag_axis_tvalid = ag_fwd_mode_reg ? ag_t_valid : ao_tvalid;
+
+    /* ---- received AG chunks into card memory ---- */
+    onic_net_chunk_walk ag_walk_inst (
+        .clk(clk), .rst(rst),
+        .start(go),
+        .base(cfg_gather_addr),
+        .rank(cfg_rank),
+        .world(cfg_world),
+        .chunk_beats(ag_beats_reg),
+        .advance(walk_adv_reg),
+        .ready(walk_ready),
+        .addr(walk_addr)
+    );
+
+    onic_axi_wr #(
+        .FIFO_LOG2(WR_FIFO_LOG2),
+        .MAX_BURST(MAX_BURST)
+    ) wr_inst (
+        .clk(clk), .rst(rst),
+        .start(wr_start_reg),
+        .addr(walk_addr),
+        .beats(ag_beats_reg),
+        .last_bytes(ag_last_bytes_reg),
+        .busy(wr_busy),
+        .suppress(1'b0),
+        .resp_err(wr_err),
+        .s_data(s_pay_tdata),
+        .s_valid(ag_w_valid),
+        .s_ready(wr_s_ready),
+        .m_axi_awid(m_axi_gather_awid), .m_axi_awaddr(m_axi_gather_awaddr), .m_axi_awlen(m_axi_gather_awlen),
+        .m_axi_awsize(m_axi_gather_awsize), .m_axi_awburst(m_axi_gather_awburst),
+        .m_axi_awlock(m_axi_gather_awlock), .m_axi_awcache(m_axi_gather_awcache),
+        .m_axi_awprot(m_axi_gather_awprot), .m_axi_awqos(m_axi_gather_awqos),
+        .m_axi_awvalid(m_axi_gather_awvalid), .m_axi_awready(m_axi_gather_awready),
+        .m_axi_wdata(m_axi_gather_wdata), .m_axi_wstrb(m_axi_gather_wstrb), .m_axi_wlast(m_axi_gather_wlast),
+        .m_axi_wvalid(m_axi_gather_wvalid), .m_axi_wready(m_axi_gather_wready),
+        .m_axi_bid(m_axi_gather_bid), .m_axi_bresp(m_axi_gather_bresp), .m_axi_bvalid(m_axi_gather_bvalid),
+        .m_axi_bready(m_axi_gather_bready)
+    );
+
+    /* ---- status ---- */
+    reg rd_err_reg, wr_err_reg;
+    always @(posedge clk) begin
+        if (rst || go) begin
+            rd_err_reg <= 1'b0;
+            wr_err_reg <= 1'b0;
+        end else begin
+            if (rd_err) rd_err_reg <= 1'b1;
+            if (wr_err) wr_err_reg <= 1'b1;
+        end
+    end
+
+    reg ag_done_reg;
+    always @(posedge clk) begin
+        ag_done_reg <= run_reg && !go && ag_fwd_mode_reg && ag_chunks_reg == owner_hop_reg + 8'd1
+                       && !wr_busy && !wr_start_reg && !af_valid_reg && d_state_reg == D_IDLE;
+    end
+
+    assign rs_done = rs_done_reg && run_reg;
+    assign ag_done = ag_done_reg;
+    assign errors  = {wr_err_reg, rd_err_reg, rg_err, ag_err, err_op_reg};
+
+    wire _unused_ok = &{1'b0, lg_done, s_param_tkeep, cfg_chunk_elems[31:30], rg_d_dtype, ao_d_dtype, h_opcode_reg, h_length_reg,
+                       1'b0};
+
+endmodule
+
+`resetall

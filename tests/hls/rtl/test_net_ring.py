@@ -1,0 +1,146 @@
+"""The card's ring datapath (sim/rtl/net/onic_net_reduce.v .. onic_net_ring_dp.v, README.md
+"Ring datapath") against hls.net.ring, in cocotb benches (sim/tb/net/).
+
+- onic_net_reduce: every lane of every beat against hls.net.ring.add_partial (fp32 and bf16
+  wires; class values, ties, subnormals, NaN/inf/-0), random idle and back-pressure; one beat
+  per clock when nothing stalls.
+- onic_net_ring_dp: one card of a ring of N = 2, 3, 4 at every rank r, fp32 and bf16 wires,
+  small chunks of a few short packets; received RS and AG packets with random gaps, random
+  back-pressure on every output, card memory behind cocotbext-axi RAM models with latency and
+  the AXI protocol monitor: every RS and AG descriptor and payload beat sent, the Adam kernel's
+  gradient stream and the gathered chunks in memory against the reference.
+- yosys synth_xilinx (UltraScale+): <= 6 LUT levels, no non-clock net above 1,000 loads (slow).
+Verilator always; Icarus marked `icarus`; wider sweeps, the fp32 adder lanes (fp32_add as
+test_fp_units checks it) and the bf16 datapath on Verilator marked slow.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
+from hls.rtl import netlist as timing
+from hls.rtl import simulators, synth, timing_report
+from hls.rtl_sources import read_filelist
+
+NET_RTL = RTL_DIR / "net"
+NET_TB = TB_DIR / "net"
+SOURCES = read_filelist(NET_RTL / "net_ring.f")
+
+
+def run(module: str, simulator: str, params: dict[str, int], env: dict[str, str], tag: str,
+        monkeypatch: pytest.MonkeyPatch, expect: int = 1) -> None:
+    if not simulators.available(simulator):
+        pytest.skip(f"{simulator} not installed")
+    if simulator == "verilator":
+        monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+    xml = simulators.run_cocotb(
+        sources=SOURCES, toplevel=module, test_module=f"test_{module}", test_dir=NET_TB,
+        build_dir=BUILD_DIR / "sim" / "net" / f"{module}-{tag}-{simulator}", simulator=simulator,
+        parameters=params, extra_env=env,
+    )
+    ran, failed = simulators.check_results(xml)
+    assert ran == expect and failed == 0, f"{module} ({tag}, {simulator}): see {xml}"
+
+
+WIRES = {"fp32": 0, "bf16": 1}
+
+
+@pytest.mark.parametrize(("wire", "simulator"), [
+    # the bf16 lanes are the new composition (widen, add, round); the fp32 lanes are fp32_add as
+    # test_fp_units checks it: on Verilator (a ~30 s build of the 512-bit design) only with --full
+    pytest.param("bf16", "verilator", id="bf16-verilator"),
+    pytest.param("fp32", "verilator", marks=pytest.mark.slow, id="fp32-verilator"),
+    pytest.param("bf16", "icarus", marks=pytest.mark.icarus, id="bf16-icarus"),
+    pytest.param("fp32", "icarus", marks=(pytest.mark.icarus, pytest.mark.slow), id="fp32-icarus"),
+])
+def test_reduce(wire: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    beats = "400" if simulator == "verilator" else "120"
+    run("onic_net_reduce", simulator, {"WIRE_BF16": WIRES[wire]},
+        {"ONIC_SEED": "7", "ONIC_BEATS": beats, "ONIC_WIRE": wire}, wire, monkeypatch, expect=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [31, 32])
+@pytest.mark.parametrize("wire", sorted(WIRES))
+def test_reduce_sweep(wire: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    run("onic_net_reduce", "verilator", {"WIRE_BF16": WIRES[wire]},
+        {"ONIC_SEED": str(seed), "ONIC_BEATS": "5000", "ONIC_WIRE": wire}, wire, monkeypatch, expect=2)
+
+
+DTYPES = {"fp32": (0, 0), "bf16": (1, 1), "bf16-fp32": (1, 0)}  # wire / parameter dtype
+
+
+def ring_dp(dtypes: str, simulator: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch,
+            extra: dict[str, str] | None = None, tag: str = "") -> None:
+    wire_bf16, param_bf16 = DTYPES[dtypes]
+    params = {"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
+              "MAX_BURST": 8}
+    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16),
+           **(extra or {})}
+    run("onic_net_ring_dp", simulator, params, env, dtypes + tag, monkeypatch)
+
+
+@pytest.mark.parametrize("dtypes", [
+    pytest.param("fp32", id="fp32"),
+    pytest.param("bf16", marks=pytest.mark.slow, id="bf16"),  # by default on Icarus below
+])
+def test_ring_dp(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """N = 2, 3, 4 at every rank: nine steps in one simulation (Verilator)."""
+    ring_dp(dtypes, "verilator", "all:2/3/4", 3, monkeypatch)
+
+
+@pytest.mark.icarus
+def test_ring_dp_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bf16 wire and parameters (partial last beats) at every rank of N = 3, and N = 2, rank 1."""
+    ring_dp("bf16", "icarus", "all:3,2:1:48:64", 4, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [41, 42])
+@pytest.mark.parametrize("dtypes", sorted(DTYPES))
+def test_ring_dp_sweep(dtypes: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """N = 2 .. 6 at every rank, more seeds, the mixed bf16 wire / fp32 parameters."""
+    ring_dp(dtypes, "verilator", "all:2/3/4/5/6", seed, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.icarus)])
+def test_ring_dp_starved(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs idle 60 % of clocks, every output refusing 85 %: nothing lost, nothing reordered."""
+    ring_dp("fp32", simulator, "all:3,4:2:112:64", 9, monkeypatch, {"ONIC_IDLE": "0.6", "ONIC_STALL": "0.85"})
+
+
+def _shape(module: str, params: dict[str, int]) -> dict[str, object]:
+    if not shutil.which("yosys"):
+        pytest.skip("yosys not installed (make deps-yosys)")
+    run_ = synth.synth_module(SOURCES, module, params)  # cached in build/synth by the sources' hashes
+    report = timing_report.row(run_)
+    assert report["lut_levels"] <= timing.GOAL_LUT_LEVELS, report
+    assert report["max_fanout"] <= timing.GOAL_MAX_FANOUT, report
+    return run_
+
+
+# 30 s (the small blocks) to 10 min (32 adders) of yosys each: with --full
+@pytest.mark.slow
+@pytest.mark.parametrize(("module", "params"), [
+    ("onic_net_chunk_walk", {}),
+    ("onic_net_packetize", {}),
+    ("onic_net_grad_reader", {"FIFO_LOG2": 8}),
+    ("onic_net_reduce", {"WIRE_BF16": 0}),
+    ("onic_net_reduce", {"WIRE_BF16": 1}),
+], ids=["chunk_walk", "packetize", "grad_reader", "reduce-fp32", "reduce-bf16"])
+def test_unit_timing_shape(module: str, params: dict[str, int]) -> None:
+    run_ = _shape(module, params)
+    if module == "onic_net_grad_reader":
+        assert any(c.startswith("RAMB") for c in run_["cells"]), f"prefetch FIFO not in block RAM: {run_['cells']}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtypes", ["fp32", "bf16"])
+def test_ring_dp_timing_shape(dtypes: str) -> None:
+    """onic_net_ring_dp at its defaults (a 256-beat prefetch FIFO, a 128-beat write FIFO)."""
+    wire_bf16, param_bf16 = DTYPES[dtypes]
+    _shape("onic_net_ring_dp", {"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16})
