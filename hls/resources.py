@@ -215,7 +215,8 @@ def plan_resources(target: Target, spec: KernelSpec, counts: Any, assignments: l
     )
 
 
-def max_ports_per_cu(target: Target, cus: int) -> int | None:
-    """The most m_axi ports one of `cus` CUs may have on the card's memory AXI interfaces (None: no limit)."""
+def max_ports_per_cu(target: Target, cus: int, other_ports: int = 0) -> int | None:
+    """The most m_axi ports one of `cus` CUs may have on the card's memory AXI interfaces, beside
+    `other_ports` (the ring engine's); None: no limit."""
     ports = target.memory.axi_ports
-    return None if ports is None else ports // cus
+    return None if ports is None else max(0, ports - other_ports) // cus

@@ -45,6 +45,7 @@ from hls.ring_plan import (  # noqa: F401  (re-exported: the rail figures are re
     net_goodput_bytes_per_s,
     network_plan,
     rail_cu_limit,
+    ring_stream_stripes,
     ring_streams,
 )
 from hls.bursts import BurstPlan, burst_plan
@@ -186,6 +187,8 @@ def size(
         raise SizingError(f"{cus} compute units exceed the {target.memory.channels} memory channels")
     shard = math.ceil(params / cards) if params is not None else None
     bursts = burst_plan(clock)
+    # The ring engine's lgrad and gather stripes are m_axi ports on card memory too.
+    ring_ports_extra = 2 * ring_stream_stripes(target, DTYPE_BYTES[grad_dtype], demand) if rail else 0
     while True:
         # The spec validates dtypes, lanes, CUs, stripes and clock: the one place that knows them.
         spec = KernelSpec(target=target.key, optimizer=optimizer, grad_dtype=grad_dtype, out_dtype=out_dtype,
@@ -195,19 +198,19 @@ def size(
         kernel_cu = lanes * clock * 1e6
         cu_demand = min(demand / cus, kernel_cu)
         counts = choose_stripes(target, spec, cu_demand, clock, math.ceil(shard / cus) if shard else None,
-                                max_ports_per_cu(target, cus))
+                                max_ports_per_cu(target, cus, ring_ports_extra))
         if 3 * counts.state + counts.grad + counts.out > per_cu and stripes is not None and target.memory.is_hbm:
             raise SizingError(
                 f"stripes: {stripes} state stripes x 3 arrays + {counts.grad + counts.out} staging stripes need "
                 f"{3 * stripes + counts.grad + counts.out} channels; {target.name} has {per_cu} per compute unit"
             )
         assignments = [place(target, cu, per_cu, counts, spec) for cu in range(cus)]
-        resources = plan_resources(target, spec, counts, assignments, bursts)
+        resources = plan_resources(target, spec, counts, assignments, bursts, ring_ports_extra)
         # Sizing's own choices give way to the budgets: fewer state stripes, then fewer CUs.
         while not resources.fits and stripes is None and counts.state > 1:
             counts = StripeCounts(grad=counts.grad, state=counts.state - 1, out=counts.out)
             assignments = [place(target, cu, per_cu, counts, spec) for cu in range(cus)]
-            resources = plan_resources(target, spec, counts, assignments, bursts)
+            resources = plan_resources(target, spec, counts, assignments, bursts, ring_ports_extra)
         if resources.fits or compute_units is not None or cus == 1:
             break
         cus -= 1
