@@ -144,8 +144,6 @@ class NetworkPlan:
 def ring_streams(target: Target, assignments: list[CuAssignment], wire_bytes: int, out_bytes: int,
                   demand: float) -> list[NetStream]:
     """Place the ring engine's lgrad and gather stripes: free channels first, else the least used."""
-    # Both streams are read and written (the ring one way, the host's DMA the other).
-    usable = channel_usable(target, mixed=True)
     used: dict[int, int] = {}
     for a in assignments:
         for st in a.stripes:
@@ -179,7 +177,8 @@ def ring_streams(target: Target, assignments: list[CuAssignment], wire_bytes: in
 
 
 def ring_stream_stripes(target: Target, wire_bytes: int, demand: float) -> int:
-    """Stripes of one ring stream (lgrad or gather): 2 x the goodput, read and written, over usable channels."""
+    """Stripes of one ring stream (lgrad or gather): 2 x the goodput over usable channels, read and written
+    (the ring one way, the host's DMA the other)."""
     return max(1, math.ceil(2.0 * wire_bytes * demand / channel_usable(target, mixed=True) - 1e-9))
 
 

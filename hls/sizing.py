@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from hls.bursts import BurstPlan, burst_plan
 from hls.errors import UserError
 from hls.memory_plan import (  # noqa: F401  (re-exported: the plan's types are read from here)
     CHUNK_ELEMS,
@@ -28,6 +29,7 @@ from hls.memory_plan import (  # noqa: F401  (re-exported: the plan's types are 
     place,
     port_limit,
 )
+from hls.resources import ResourcePlan, max_ports_per_cu, plan_resources
 from hls.ring_plan import (  # noqa: F401  (re-exported: the rail figures are read from here)
     FRAME_OVERHEAD_BYTES,
     MAX_WINDOW_PACKETS,
@@ -48,8 +50,6 @@ from hls.ring_plan import (  # noqa: F401  (re-exported: the rail figures are re
     ring_stream_stripes,
     ring_streams,
 )
-from hls.bursts import BurstPlan, burst_plan
-from hls.resources import ResourcePlan, max_ports_per_cu, plan_resources
 from hls.spec import DTYPE_BYTES, MAX_COMPUTE_UNITS, MAX_LANES, KernelSpec
 from hls.targets import Target
 

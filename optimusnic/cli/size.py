@@ -169,8 +169,8 @@ def format_resources(r: SizingReport) -> list[str]:
     ]
     for kind in ("hls", "rtl"):
         c = res.per_cu[kind]
-        lines.append(f"  per CU, {kind.upper()} kernel         {c['dsp']:,.0f} DSP, {c['lut']:,.0f} LUT, {c['ff']:,.0f} FF, "
-                     f"{c['bram36']:,.1f} BRAM36")
+        lines.append(f"  per CU, {kind.upper()} kernel         {c['dsp']:,.0f} DSP, {c['lut']:,.0f} LUT, "
+                     f"{c['ff']:,.0f} FF, {c['bram36']:,.1f} BRAM36")
     for u in res.slrs:
         where = "device" if u.slr is None else f"SLR{u.slr}"
         use = ", ".join(f"{k} {u.utilization[k]:.0%}" for k in ("dsp", "lut", "ff", "bram36") if u.budget[k])

@@ -48,9 +48,12 @@ from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
 from cocotbext.axi.constants import AxiBurstType, AxiResp
 from cocotbext.axi.memory import Memory
 
+from hls.bursts import HBM_LATENCY_NS
+
 MODES = ("hbm", "ideal")
-HBM_READ_LATENCY_NS = (100.0, 250.0)
-HBM_WRITE_LATENCY_NS = (100.0, 250.0)
+# The latency the kernels' outstanding bursts are sized for (hls.bursts): one figure for both.
+HBM_READ_LATENCY_NS = HBM_LATENCY_NS
+HBM_WRITE_LATENCY_NS = HBM_LATENCY_NS
 BURST_SLACK_BEATS = 2.0
 # Beats one port can still complete after its channel pauses it (see the module docstring).
 R_INFLIGHT_BEATS = 1
