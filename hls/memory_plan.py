@@ -11,8 +11,10 @@ The memory model (design.md section 3b), per compute unit (CU):
     450 MHz, reads and writes together).
   - State stripes (p, m, v) have a read port and a write port on separate bundles, both on the
     stripe's channel; staging stripes (grad, out) have one port each.
-  - Usable bandwidth of a channel = its bandwidth x efficiency (catalog: ~0.9 for HBM, measured
-    by AMD with one port on one pseudo-channel; ~0.8 for DDR), shared by every port on it.
+  - Usable bandwidth of a channel = its bandwidth x efficiency, shared by every port on it
+    (catalog: ~0.9 for an HBM channel only read or only written, measured by AMD with one port
+    reading one pseudo-channel; 0.8 assumed for one both read and written, i.e. a state stripe's;
+    DDR ~0.8, the U250 0.68, both read-and-write measurements).
     A port also moves at most one 512-bit beat per kernel clock per direction.
 
 Formulas (per element of the CU's shard, per step):
@@ -28,7 +30,9 @@ Formulas (per element of the CU's shard, per step):
                      gradient shard arrives on one network port at line rate)
   stripes          the fewest that carry the CU's share of the demand (capped at the kernel
                      rate): S = ceil(traffic x rate / usable bandwidth of one channel); state
-                     stripes may be raised to hold a given shard (capacity) or fixed by the spec
+                     stripes may be raised to hold a given shard (capacity) or fixed by the spec,
+                     and sizing keeps its own choice within the memory's AXI ports
+                     (hls.resources: 6 S + grad + out per CU)
   capacity         a state stripe holds ceil(n / (16 S)) beats; a channel holds its stripes and
                      the double-buffered staging chunks placed on it; nothing else
 Each stripe gets a channel of its own while there are channels; past that (DDR cards) stripes
