@@ -139,7 +139,7 @@ def format_report(r: SizingReport) -> str:
     lines += format_resources(r)
     cu_rate = gps(min(r.achieved_params_per_s, r.demand_params_per_s) / r.compute_units)
     for a in r.assignments:
-        lines.append(f"  CU {a.cu} (SLR {a.slr}):")
+        lines.append(f"  CU {a.cu} (SLR {a.slr}):" if a.slr is not None else f"  CU {a.cu}:")
         for c in a.loads:
             where = c.bank or f"channel {c.channel}"
             ports = ", ".join(p for s in a.stripes if s.channel == c.channel for p in s.ports)
