@@ -156,13 +156,7 @@ def _plot_csim(ax: Any, c: dict[str, Any]) -> None:
 def markdown(r: dict[str, Any]) -> str:
     m, c, d, rt = r["machine"], r["csim"], r["driver"], r["rtl"]
     from optimusnic.bench import csim as bench_csim
-    from optimusnic.bench.rtl import table
 
-    ic = rt.get("icarus")
-    icarus = (f"{ic['sim_clocks_per_s']:,.0f} simulated clocks/s ({ic['elements']:,} elements, ideal memory)" if ic
-              else "not installed (make deps-icarus)")
-    speeds = [row["sim_clocks_per_s"] for row in rt["rows"]]
-    default = rt.get("default")
     lines = [
         "# OptimusNIC benchmark results",
         "",
@@ -215,7 +209,32 @@ def markdown(r: dict[str, Any]) -> str:
         f"{d['peak_extra_chunks']:.3f} chunks | <= {d['peak_goal_chunks']:.0f} chunks |",
         "",
         *_optimizer_rows(d.get("optimizer") or []),
-        "## RTL kernel in simulation",
+        *rtl_section(rt),
+        *_net_section(r.get("net")),
+        *synth_section(r.get("synth")),
+        "![benchmark chart](results.png)",
+        "",
+        "The RTL kernel's ideal-memory efficiency (elements per clock / lanes) is also written to "
+        "`build/bench/rtl.json`, which `optimusnic plan` reads.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+RTL_HEADING = "## RTL kernel in simulation"
+
+
+def rtl_section(rt: dict[str, Any]) -> list[str]:
+    """The RTL kernel's section of results.md (`optimusnic bench rtl`)."""
+    from optimusnic.bench.rtl import table
+
+    ic = rt.get("icarus")
+    icarus = (f"{ic['sim_clocks_per_s']:,.0f} simulated clocks/s ({ic['elements']:,} elements, ideal memory)" if ic
+              else "not installed (make deps-icarus)" if not rt.get("icarus_skipped") else "not measured in this run")
+    speeds = [row["sim_clocks_per_s"] for row in rt["rows"]]
+    default = rt.get("default")
+    return [
+        RTL_HEADING,
         "",
         f"`{rt['command']}`: one compute unit, 16 lanes, AdamW, gradients from memory, fp32 out, "
         f"{rt['elements']:,} elements per run, no stalls, Verilator; clocks from the ap_start write to ap_done. "
@@ -226,6 +245,7 @@ def markdown(r: dict[str, Any]) -> str:
         "bandwidth x efficiency (reads and writes together), 100-250 ns per burst;",
         "- ideal memory: no bandwidth limit, 64-clock read latency (the kernel's own efficiency).",
         "",
+        *([rt["measured_note"], ""] if rt.get("measured_note") else []),
         *table(rt),
         "",
         f"Goal: HBM model within {1 - rt['goal_ratio']:.0%} of predicted, and the default U55C fp32 kernel at "
@@ -238,15 +258,29 @@ def markdown(r: dict[str, Any]) -> str:
         f"| Verilator (HBM model) | {min(speeds):,.0f} to {max(speeds):,.0f} simulated clocks/s |",
         f"| Icarus | {icarus} |",
         "",
-        *_net_section(r.get("net")),
-        *synth_section(r.get("synth")),
-        "![benchmark chart](results.png)",
-        "",
-        "The RTL kernel's ideal-memory efficiency (elements per clock / lanes) is also written to "
-        "`build/bench/rtl.json`, which `optimusnic plan` reads.",
-        "",
     ]
-    return "\n".join(lines)
+
+
+def write_rtl_section(rt: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
+    """Replace the RTL section of an existing bench/results.md (and results.json's `rtl`) only."""
+    path = out_dir / "results.md"
+    lines = path.read_text().splitlines() if path.is_file() else ["# OptimusNIC benchmark results", ""]
+    section = rtl_section(rt)
+    if RTL_HEADING in lines:
+        start = lines.index(RTL_HEADING)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "![benchmark"))),
+                   len(lines))
+        lines[start:end] = section
+    else:
+        at = next((i for i, ln in enumerate(lines) if ln.startswith("![benchmark")), len(lines))
+        lines[at:at] = section
+    safe_io.atomic_write(path, "\n".join(lines) + "\n")
+    js = out_dir / "results.json"
+    if js.is_file():
+        data = json.loads(js.read_text())
+        data["rtl"] = rt
+        safe_io.atomic_write(js, json.dumps(data, indent=2, default=str) + "\n")
+    return path
 
 
 def _net_section(rep: dict[str, Any] | None) -> list[str]:
