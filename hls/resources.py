@@ -10,7 +10,8 @@ chose it. Every figure comes from the catalog (`hls/targets/catalog.json`, each 
   per CU         lanes x lane + ports x adapter. A lane is the update's fp32 operators: for the HLS
                  kernel AMD's floating-point cores (`kernel_costs.hls_fp32`, assumed figures), for
                  the RTL kernel the yosys estimate of onic_adam_lane (`kernel_costs.rtl_lane`,
-                 measured). An adapter buffers outstanding x burst beats of 512 bits per direction
+                 measured), and the RTL kernel's control and datapath plumbing once per CU
+                 (`rtl_cu`, measured). An adapter buffers outstanding x burst beats of 512 bits per direction
                  (UG1399), in block RAM by `fifo_bram36` (UG573 shapes), plus its control logic
                  (`hls_port` assumed, `rtl_port` measured). The budget takes, per resource, the
                  larger of the two kernels: generate writes both, either may be built.
@@ -84,6 +85,8 @@ def cu_cost(spec: KernelSpec, counts: Any, bursts: BurstPlan, costs: dict[str, A
     rtl = _zero()
     for r, v in costs["rtl_lane"][spec.optimizer].items():
         rtl[r] += spec.lanes * v
+    for r in RESOURCES:  # control, merge/split, pack/unpack, the core's FIFOs: once per CU
+        rtl[r] += costs.get("rtl_cu", {}).get(r, 0)
     for r in ("lut", "ff"):
         rtl[r] += reads * costs["rtl_port"]["read"][r] + writes * costs["rtl_port"]["write"][r]
     # The read engine's FIFO is the outstanding limit; the write engine holds two bursts.
@@ -205,6 +208,7 @@ def plan_resources(target: Target, spec: KernelSpec, counts: Any, assignments: l
         "hls_port": costs["hls_port"]["source"],
         "rtl_lane": costs["rtl_lane"]["source"],
         "rtl_port": costs["rtl_port"]["source"],
+        "rtl_cu": costs.get("rtl_cu", {}).get("source", ""),
     }
     return ResourcePlan(
         per_cu={k: {r: round(v, 1) for r, v in d.items()} for k, d in cost.items()},

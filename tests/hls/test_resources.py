@@ -92,31 +92,45 @@ def test_sizing_narrows_its_own_plan_to_the_budget() -> None:
     # capacity alone would take 8 state stripes (50 ports): sizing stops at the 5 the ports allow
     r = size(u55c, 1_000_000_000)
     assert r.stripes.state == 5 and r.resources.memory_ports == 32 and not r.fits
-    # 40 G elements/s wants 9 CUs; 4 CUs of 8 ports take all 32 HBM AXI ports, and nothing proposed exceeds it
+    # 40 G elements/s wants 9 CUs; a 16-lane RTL CU takes over half an SLR's LUTs (yosys), so 3 fit, one per
+    # SLR, and nothing proposed exceeds the budgets
     fast = size(u55c, None, rate=40e9)
-    assert fast.compute_units == 4 and fast.resources.memory_ports == 32 and not fast.keeps_up
+    assert fast.compute_units == 3 and fast.resources.cu_slr == [0, 1, 2] and not fast.keeps_up
+    assert fast.resources.memory_ports <= 32
     for alt in fast.alternatives:
-        assert "compute units" not in alt
+        assert "compute units" not in alt and "lanes" not in alt
 
 
 def test_compute_units_spread_over_slrs_with_crossings_and_link_cfg() -> None:
     u55c = get_target("u55c")
-    r = size(u55c, None, compute_units=4, lanes=16)
-    res = r.resources
     budget = slr_budget(u55c)
+    # 8 lanes: 3 CUs per SLR (the RTL kernel's LUTs bind); HBM sits at SLR0, so the CUs fill it first, then
+    # the nearest SLR, and each port of a CU in SLR1 crosses one boundary
+    r = size(u55c, None, compute_units=4, lanes=8)
+    res = r.resources
     per_cu = res.per_cu["budgeted"]
-    per_slr = min(int(budget[k] // per_cu[k]) for k in per_cu if per_cu[k])
-    assert per_slr == 2  # the RTL lanes' LUTs (yosys) bind: 2 CUs of 16 lanes per SLR
-    # HBM sits at SLR0: the CUs fill it first, then the nearest SLR; each port of a CU in SLR1 crosses once
-    assert res.cu_slr == [0, 0, 1, 1] == [a.slr for a in r.assignments]
-    assert [u.cus for u in res.slrs] == [[0, 1], [2, 3], []]
-    assert res.crossings_per_cu == [0, 0, 8, 8] and res.crossings == 16
-    files, manifest = render(KernelSpec(target="u55c", compute_units=4), u55c)
+    assert min(int(budget[k] // per_cu[k]) for k in per_cu if per_cu[k]) == 3
+    assert res.cu_slr == [0, 0, 0, 1] == [a.slr for a in r.assignments]
+    assert [u.cus for u in res.slrs] == [[0, 1, 2], [3], []]
+    assert res.crossings_per_cu == [0, 0, 0, 8] and res.crossings == 8
+    # 16 lanes: one CU per SLR, SLR2's ports cross two boundaries; a fourth CU has no SLR to go to
+    wide = size(u55c, None, compute_units=3, lanes=16)
+    assert wide.resources.cu_slr == [0, 1, 2] and wide.resources.crossings_per_cu == [0, 8, 16]
+    files, manifest = render(KernelSpec(target="u55c", compute_units=3), u55c)
     cfg = files["hls/link.cfg"].decode()
     assert [ln for ln in cfg.splitlines() if ln.startswith("slr=")] == [
-        "slr=optimusnic_adamw_1:SLR0", "slr=optimusnic_adamw_2:SLR0",
-        "slr=optimusnic_adamw_3:SLR1", "slr=optimusnic_adamw_4:SLR1"]
-    assert [b["slr"] for b in manifest["banks"]] == [0, 0, 1, 1]
+        "slr=optimusnic_adamw_1:SLR0", "slr=optimusnic_adamw_2:SLR1", "slr=optimusnic_adamw_3:SLR2"]
+    assert [b["slr"] for b in manifest["banks"]] == [0, 1, 2]
+    per_cu_16 = wide.resources.per_cu["budgeted"]["lut"]
+    assert per_cu_16 > budget["lut"] / 2
+    lut = _fmt_int(per_cu_16)
+    with pytest.raises(SizingError, match=rf"^over budget on Alveo U55C: lut for CU 3: {lut} per CU \(16 lanes, "
+                                          rf"8 m_axi ports\) does not fit any SLR .* {_fmt_int(budget['lut'])} usable"):
+        size(u55c, None, compute_units=4, lanes=16)
+
+
+def _fmt_int(x: float) -> str:
+    return f"{x:,.0f}"
 
 
 def test_ddr_crossings_follow_the_banks() -> None:
