@@ -242,7 +242,9 @@ def rtl_section(rt: dict[str, Any]) -> list[str]:
         "",
         "- predicted: sizing's `elements_per_clock_predicted` for the memory plan it chose (stripes grad/state/out);",
         "- HBM model: every m_axi port on the channel of the manifest's memory plan, each channel limited to "
-        "bandwidth x efficiency (reads and writes together), 100-250 ns per burst;",
+        "its usable bandwidth in sizing (reads and writes together; a channel both read and written at the mixed "
+        "figure), 100-250 ns per burst; every read engine keeps the outstanding bursts `hls.bursts` sizes "
+        "(4 x 64 beats at 300 MHz) in flight;",
         "- ideal memory: no bandwidth limit, 64-clock read latency (the kernel's own efficiency).",
         "",
         *([rt["measured_note"], ""] if rt.get("measured_note") else []),
