@@ -445,3 +445,35 @@ def _optimizer_rows(rows: list[dict[str, Any]]) -> list[str]:
             f"| <= {r['goal_extra_chunks']:.0f} chunks"
             + (f", <= {r['goal_step_over_bare']}x" if r.get("goal_step_over_bare") else "") + " |")
     return [*out, ""]
+
+
+def rtl_main(argv: list[str] | None = None) -> int:
+    """`python -m optimusnic.bench.report rtl [bench rtl options]`: run the RTL benchmark and replace only
+    its section of bench/results.md (the other sections stay as the full run wrote them)."""
+    import argparse
+
+    from optimusnic.bench import rtl as bench_rtl
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m optimusnic.bench.report rtl", description=rtl_main.__doc__)
+    parser.add_argument("which", choices=["rtl"])
+    parser.add_argument("--elements", type=int, default=bench_rtl.BENCH_ELEMENTS)
+    parser.add_argument("--targets", nargs="+", choices=bench_rtl.TARGETS, default=list(bench_rtl.TARGETS))
+    parser.add_argument("--grad-dtypes", nargs="+", choices=bench_rtl.GRAD_DTYPES, default=list(bench_rtl.GRAD_DTYPES))
+    parser.add_argument("--no-icarus", action="store_true")
+    args = parser.parse_args(argv)
+    report = bench_rtl.collect(elements=args.elements, targets=tuple(args.targets), grad_dtypes=tuple(args.grad_dtypes),
+                               with_icarus=not args.no_icarus, log=lambda s: print(s, file=sys.stderr, flush=True))
+    report["command"] = "python -m optimusnic.bench.report " + " ".join(argv)
+    report["icarus_skipped"] = args.no_icarus
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    report["measured_note"] = (f"This section alone was measured again ({', '.join(args.targets)}; load average "
+                               f"{load} at the end on 2 shared cores: clock counts do not depend on load, "
+                               "simulator speeds do); the other sections are from the run named at the top.")
+    print(write_rtl_section(report))
+    print(bench_rtl.format_report(report))
+    return 0 if report["meets_goal"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(rtl_main())

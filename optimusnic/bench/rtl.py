@@ -176,27 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grad-dtypes", nargs="+", choices=GRAD_DTYPES, default=list(GRAD_DTYPES))
     parser.add_argument("--no-icarus", action="store_true")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--write-results", action="store_true",
-                        help="replace only the RTL section of bench/results.md with this run's rows")
-    args = parser.parse_args(argv)
-    if not args.write_results:
-        return run(args)
-    import os
-
-    from optimusnic.bench.report import write_rtl_section
-
-    report = collect(elements=args.elements, lanes=args.lanes, targets=tuple(args.targets),
-                     grad_dtypes=tuple(args.grad_dtypes), with_icarus=not args.no_icarus,
-                     log=lambda s: print(s, file=sys.stderr, flush=True))
-    report["command"] = "python -m optimusnic.bench.rtl " + " ".join(argv if argv is not None else sys.argv[1:])
-    report["icarus_skipped"] = args.no_icarus
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    report["measured_note"] = (f"This section alone was measured again ({', '.join(args.targets)}; load average "
-                               f"{load} at the end on 2 shared cores: clock counts do not depend on load, "
-                               "simulator speeds do); the other sections are from the run named at the top.")
-    print(write_rtl_section(report))
-    print(format_report(report))
-    return 0 if report["meets_goal"] else 1
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
