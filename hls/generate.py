@@ -57,6 +57,7 @@ def context(spec: KernelSpec, target: Target, sizing: SizingReport) -> dict[str,
         "regmap": regs,
         "address_bits": regs["address_bits"],
         "clock_mhz": sizing.clock_mhz,
+        "bursts": sizing.bursts,  # outstanding bursts: the HLS pragmas and the RTL read engines alike
         "grad_fmt": GRAD_FMT[spec.grad_dtype],  # the RTL top's GRAD_FMT parameter (hls.spec owns the codes)
         "version": __version__,
     }
@@ -117,7 +118,8 @@ def render(spec: KernelSpec, target: Target | None = None) -> tuple[dict[str, by
         ],
         "files": {path: hashlib.sha256(data).hexdigest() for path, data in sorted(files.items())},
         # What the project was generated for, so it can be checked whole without the targets file.
-        "target_facts": {"definition": target.raw, "memory_efficiency": target.memory_efficiency},
+        "target_facts": {"definition": target.raw, "memory_efficiency": target.memory_efficiency,
+                         "mixed_efficiency": target.efficiency_mixed},
     }
     return files, manifest
 

@@ -11,8 +11,10 @@ The memory model (design.md section 3b), per compute unit (CU):
     450 MHz, reads and writes together).
   - State stripes (p, m, v) have a read port and a write port on separate bundles, both on the
     stripe's channel; staging stripes (grad, out) have one port each.
-  - Usable bandwidth of a channel = its bandwidth x efficiency (catalog: ~0.9 for HBM, measured
-    by AMD with one port on one pseudo-channel; ~0.8 for DDR), shared by every port on it.
+  - Usable bandwidth of a channel = its bandwidth x efficiency, shared by every port on it
+    (catalog: ~0.9 for an HBM channel only read or only written, measured by AMD with one port
+    reading one pseudo-channel; 0.8 assumed for one both read and written, i.e. a state stripe's;
+    DDR ~0.8, the U250 0.68, both read-and-write measurements).
     A port also moves at most one 512-bit beat per kernel clock per direction.
 
 Formulas (per element of the CU's shard, per step):
@@ -28,7 +30,9 @@ Formulas (per element of the CU's shard, per step):
                      gradient shard arrives on one network port at line rate)
   stripes          the fewest that carry the CU's share of the demand (capped at the kernel
                      rate): S = ceil(traffic x rate / usable bandwidth of one channel); state
-                     stripes may be raised to hold a given shard (capacity) or fixed by the spec
+                     stripes may be raised to hold a given shard (capacity) or fixed by the spec,
+                     and sizing keeps its own choice within the memory's AXI ports
+                     (hls.resources: 6 S + grad + out per CU)
   capacity         a state stripe holds ceil(n / (16 S)) beats; a channel holds its stripes and
                      the double-buffered staging chunks placed on it; nothing else
 Each stripe gets a channel of its own while there are channels; past that (DDR cards) stripes
@@ -131,8 +135,15 @@ def bank_expr(target: Target, channels: list[int]) -> str | None:
     return f"{prefix}[{lo}]" if lo == hi else f"{prefix}[{lo}:{hi}]"
 
 
-def channel_usable(target: Target) -> float:
-    return target.memory.channel_bandwidth_bytes_per_s * target.memory_efficiency
+def channel_usable(target: Target, mixed: bool = False) -> float:
+    """Usable bytes/s of one channel: `mixed` when it carries reads and writes together (a state stripe)."""
+    eff = target.efficiency_mixed if mixed else target.memory_efficiency
+    return target.memory.channel_bandwidth_bytes_per_s * eff
+
+
+def cu_ports(spec: KernelSpec, grad: int, state: int, out: int) -> int:
+    """m_axi ports of one CU: a read and a write port per state stripe, one per grad and out stripe."""
+    return 2 * 3 * state + (grad if spec.grad_source == "memory" else 0) + out
 
 
 def port_limit(clock_mhz: float) -> float:
@@ -141,15 +152,17 @@ def port_limit(clock_mhz: float) -> float:
 
 
 def choose_stripes(target: Target, spec: KernelSpec, cu_rate: float, clock_mhz: float,
-                   shard_per_cu: int | None = None) -> StripeCounts:
-    """The fewest stripes per array that carry `cu_rate` elements/s (and hold the shard, if given)."""
+                   shard_per_cu: int | None = None, max_ports: int | None = None) -> StripeCounts:
+    """The fewest stripes per array that carry `cu_rate` elements/s (and hold the shard, if given),
+    with at most `max_ports` m_axi ports when sizing chooses them (the memory's AXI port budget)."""
     usable = min(channel_usable(target), 2 * port_limit(clock_mhz))
+    mixed = min(channel_usable(target, mixed=True), 2 * port_limit(clock_mhz))
     gb = spec.grad_bytes if spec.grad_source == "memory" else 0
 
-    def need(traffic: int) -> int:
+    def need(traffic: int, usable: float = usable) -> int:
         return max(1, math.ceil(traffic * cu_rate / usable - 1e-9)) if traffic else 0
 
-    grad, state, out = need(gb), need(8), need(spec.out_bytes)
+    grad, state, out = need(gb), need(8, mixed), need(spec.out_bytes)
     # A port moves one beat per clock per direction: 4 B/element one way on a state stripe.
     state = max(state, math.ceil(4 * cu_rate / port_limit(clock_mhz) - 1e-9))
     if spec.stripes is not None:
@@ -162,7 +175,12 @@ def choose_stripes(target: Target, spec: KernelSpec, cu_rate: float, clock_mhz: 
         # same answer, in constant time; a shard of 1e15 elements asks for millions of stripes).
         state = min(state, max(1, per_cu, grad, out))
     # Without enough channels (DDR cards) more stripes than channels only add ports: share instead.
-    while spec.stripes is None and 3 * state + grad + out > per_cu and max(grad, state, out) > 1:
+    cap = max_ports if max_ports is not None else 1 << 30
+
+    def over() -> bool:
+        return 3 * state + grad + out > per_cu or cu_ports(spec, grad, state, out) > cap
+
+    while spec.stripes is None and over() and max(grad, state, out) > 1:
         if state >= max(grad, out) and state > 1:
             state -= 1
         elif grad >= out and grad > 1:
@@ -198,7 +216,9 @@ def place(target: Target, cu: int, per_cu: int, counts: StripeCounts, spec: Kern
     stripes.sort(key=lambda s: (ARRAYS.index(s.array), s.index))
     mem = target.memory
     first_p = next(s for s in stripes if s.array == "p")
-    slr = 0 if mem.is_hbm else (mem.bank_slr[first_p.channel] if mem.bank_slr else None)
+    # HBM: the SLR the stacks attach to; DDR: the bank of the first p stripe (hls.resources may move
+    # a CU to the nearest SLR with room and counts the crossings).
+    slr = mem.slr if mem.is_hbm else (mem.bank_slr[first_p.channel] if mem.bank_slr else None)
     ports = {p: s for s in stripes for p in s.ports}
     return CuAssignment(
         cu=cu, slr=slr,
@@ -212,10 +232,12 @@ def channel_loads(target: Target, a: CuAssignment, cu_rate: float) -> list[Chann
     by_chan: dict[int, list[Stripe]] = {}
     for s in a.stripes:
         by_chan.setdefault(s.channel, []).append(s)
-    usable = channel_usable(target)
     out = []
     for chan, ss in sorted(by_chan.items()):
         load = sum(s.traffic_bytes_per_elem for s in ss)
+        reads = any(s.array in STATE_ARRAYS or s.array == "grad" for s in ss)
+        writes = any(s.array in STATE_ARRAYS or s.array == "out" for s in ss)
+        usable = channel_usable(target, mixed=reads and writes)
         out.append(ChannelLoad(
             channel=chan, bank=ss[0].bank, stripes=[f"{s.array}{s.index}" for s in ss],
             load_bytes_per_elem=load, usable_bytes_per_s=usable, utilization=load * cu_rate / usable,

@@ -144,7 +144,6 @@ class NetworkPlan:
 def ring_streams(target: Target, assignments: list[CuAssignment], wire_bytes: int, out_bytes: int,
                   demand: float) -> list[NetStream]:
     """Place the ring engine's lgrad and gather stripes: free channels first, else the least used."""
-    usable = channel_usable(target)
     used: dict[int, int] = {}
     for a in assignments:
         for st in a.stripes:
@@ -158,7 +157,7 @@ def ring_streams(target: Target, assignments: list[CuAssignment], wire_bytes: in
          "every all-gather hop", out_bytes),
     ):
         traffic = 2.0 * wire_bytes  # bytes per demand element: the goodput, twice (ring and host)
-        n = max(1, math.ceil(traffic * demand / usable - 1e-9))
+        n = ring_stream_stripes(target, wire_bytes, demand)
         chans, shared = [], False
         for _ in range(n):
             if free:
@@ -177,12 +176,20 @@ def ring_streams(target: Target, assignments: list[CuAssignment], wire_bytes: in
     return streams
 
 
+def ring_stream_stripes(target: Target, wire_bytes: int, demand: float) -> int:
+    """Stripes of one ring stream (lgrad or gather): 2 x the goodput over usable channels, read and written
+    (the ring one way, the host's DMA the other)."""
+    return max(1, math.ceil(2.0 * wire_bytes * demand / channel_usable(target, mixed=True) - 1e-9))
+
+
 def rail_cu_limit(target: Target, a0: CuAssignment, streams: list[NetStream], cus: int) -> float:
     """CU elements/s the channels allow with the ring streams, each stream in its phase.
 
     Update hop: kernel stripes and lgrad together; all-gather hops: gather alone."""
-    usable = channel_usable(target)
-    kernel = {c.channel: c.load_bytes_per_elem for c in channel_loads(target, a0, 1.0)}
+    usable = channel_usable(target, mixed=True)  # a ring stream's channel is read and written
+    loads = channel_loads(target, a0, 1.0)
+    kernel = {c.channel: c.load_bytes_per_elem for c in loads}
+    own = {c.channel: c.usable_bytes_per_s for c in loads}
     lgrad: dict[int, float] = {}
     gather: dict[int, float] = {}
     for st in streams:
@@ -191,7 +198,8 @@ def rail_cu_limit(target: Target, a0: CuAssignment, streams: list[NetStream], cu
             into[c] = into.get(c, 0.0) + st.traffic_bytes_per_elem / st.stripes * cus
     limit = math.inf
     for c in set(kernel) | set(lgrad):
-        limit = min(limit, usable / (kernel.get(c, 0.0) + lgrad.get(c, 0.0)))
+        limit = min(limit, min(own.get(c, usable), usable if c in lgrad else own.get(c, usable))
+                    / (kernel.get(c, 0.0) + lgrad.get(c, 0.0)))
     for load in gather.values():
         limit = min(limit, usable / load)
     return limit
@@ -200,7 +208,7 @@ def rail_cu_limit(target: Target, a0: CuAssignment, streams: list[NetStream], cu
 def annotate_rail(target: Target, assignments: list[CuAssignment], streams: list[NetStream], cus: int,
                    cu_rate: float) -> list[ChannelLoad]:
     """Add the ring stripes to the channel loads they share; return the loads of ring-only channels."""
-    usable = channel_usable(target)
+    usable = channel_usable(target, mixed=True)  # a ring stream's channel is read and written
     by_chan = {c.channel: c for a in assignments for c in a.loads}
     own: dict[int, ChannelLoad] = {}
     for st in streams:
@@ -217,7 +225,8 @@ def annotate_rail(target: Target, assignments: list[CuAssignment], streams: list
                 add = load
             cl.stripes.append(f"{st.name}{i}")
             cl.load_bytes_per_elem += add
-            cl.utilization = cl.load_bytes_per_elem * cu_rate / usable
+            cl.usable_bytes_per_s = min(cl.usable_bytes_per_s, usable)
+            cl.utilization = cl.load_bytes_per_elem * cu_rate / cl.usable_bytes_per_s
             cl.staging_bytes += staging
     return [own[c] for c in sorted(own)]
 

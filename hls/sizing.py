@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from hls.bursts import BurstPlan, burst_plan
 from hls.errors import UserError
 from hls.memory_plan import (  # noqa: F401  (re-exported: the plan's types are read from here)
     CHUNK_ELEMS,
@@ -28,6 +29,7 @@ from hls.memory_plan import (  # noqa: F401  (re-exported: the plan's types are 
     place,
     port_limit,
 )
+from hls.resources import ResourcePlan, max_ports_per_cu, plan_resources
 from hls.ring_plan import (  # noqa: F401  (re-exported: the rail figures are read from here)
     FRAME_OVERHEAD_BYTES,
     MAX_WINDOW_PACKETS,
@@ -45,9 +47,10 @@ from hls.ring_plan import (  # noqa: F401  (re-exported: the rail figures are re
     net_goodput_bytes_per_s,
     network_plan,
     rail_cu_limit,
+    ring_stream_stripes,
     ring_streams,
 )
-from hls.spec import DTYPE_BYTES, MAX_LANES, KernelSpec
+from hls.spec import DTYPE_BYTES, MAX_COMPUTE_UNITS, MAX_LANES, KernelSpec
 from hls.targets import Target
 
 
@@ -73,8 +76,10 @@ class SizingReport:
     line_rate_params_per_s: float
     demand_params_per_s: float  # what the plan was sized for (line rate unless `rate` was given)
     memory_params_per_s: float
-    memory_efficiency: float
+    memory_efficiency: float  # read-only and write-only channels
+    memory_mixed_efficiency: float  # channels that carry reads and writes together (state stripes)
     channel_usable_bytes_per_s: float
+    channel_mixed_usable_bytes_per_s: float
     channel_capacity_bytes: int
     kernel_params_per_s: float
     achieved_params_per_s: float
@@ -93,6 +98,8 @@ class SizingReport:
     alternatives: list[str]
     notes: list[str]
     network: NetworkPlan | None = None  # rail placement only (sidecar reports stay as they were)
+    resources: ResourcePlan | None = None  # ports, per-SLR use, CU placement, SLR crossings
+    bursts: BurstPlan | None = None  # outstanding bursts of every port (HLS pragmas, RTL read FIFO)
 
     @property
     def verdict(self) -> str:
@@ -172,31 +179,52 @@ def size(
     per_clock = demand / (clock * 1e6)
     lanes_needed, cus_needed = recommend_width(per_clock)
     lanes = lanes or lanes_needed
-    cus = compute_units or cus_needed
+    if compute_units is None:  # sizing chooses: the widest plan that the memory and the budgets allow
+        cus = min(cus_needed, target.memory.channels, MAX_COMPUTE_UNITS)
+    else:
+        cus = compute_units
     if cus > target.memory.channels:
         raise SizingError(f"{cus} compute units exceed the {target.memory.channels} memory channels")
-    # The spec validates dtypes, lanes, CUs, stripes and clock: the one place that knows them.
-    spec = KernelSpec(target=target.key, optimizer=optimizer, grad_dtype=grad_dtype, out_dtype=out_dtype,
-                      grad_source=grad_source, lanes=lanes, compute_units=cus, clock_mhz=clock_mhz,
-                      stripes=stripes)
-    per_cu = target.memory.channels // cus
-    kernel_cu = lanes * clock * 1e6
-    cu_demand = min(demand / cus, kernel_cu)
     shard = math.ceil(params / cards) if params is not None else None
-    counts = choose_stripes(target, spec, cu_demand, clock, math.ceil(shard / cus) if shard else None)
-    if 3 * counts.state + counts.grad + counts.out > per_cu and stripes is not None and target.memory.is_hbm:
-        raise SizingError(
-            f"stripes: {stripes} state stripes x 3 arrays + {counts.grad + counts.out} staging stripes need "
-            f"{3 * stripes + counts.grad + counts.out} channels; {target.name} has {per_cu} per compute unit"
-        )
+    bursts = burst_plan(clock)
+    # The ring engine's lgrad and gather stripes are m_axi ports on card memory too.
+    ring_ports_extra = 2 * ring_stream_stripes(target, DTYPE_BYTES[grad_dtype], demand) if rail else 0
+    while True:
+        # The spec validates dtypes, lanes, CUs, stripes and clock: the one place that knows them.
+        spec = KernelSpec(target=target.key, optimizer=optimizer, grad_dtype=grad_dtype, out_dtype=out_dtype,
+                          grad_source=grad_source, lanes=lanes, compute_units=cus, clock_mhz=clock_mhz,
+                          stripes=stripes)
+        per_cu = target.memory.channels // cus
+        kernel_cu = lanes * clock * 1e6
+        cu_demand = min(demand / cus, kernel_cu)
+        counts = choose_stripes(target, spec, cu_demand, clock, math.ceil(shard / cus) if shard else None,
+                                max_ports_per_cu(target, cus, ring_ports_extra))
+        if 3 * counts.state + counts.grad + counts.out > per_cu and stripes is not None and target.memory.is_hbm:
+            raise SizingError(
+                f"stripes: {stripes} state stripes x 3 arrays + {counts.grad + counts.out} staging stripes need "
+                f"{3 * stripes + counts.grad + counts.out} channels; {target.name} has {per_cu} per compute unit"
+            )
+        assignments = [place(target, cu, per_cu, counts, spec) for cu in range(cus)]
+        resources = plan_resources(target, spec, counts, assignments, bursts, ring_ports_extra)
+        # Sizing's own choices give way to the budgets: fewer state stripes, then fewer CUs.
+        while not resources.fits and stripes is None and counts.state > 1:
+            counts = StripeCounts(grad=counts.grad, state=counts.state - 1, out=counts.out)
+            assignments = [place(target, cu, per_cu, counts, spec) for cu in range(cus)]
+            resources = plan_resources(target, spec, counts, assignments, bursts, ring_ports_extra)
+        if resources.fits or compute_units is not None or cus == 1:
+            break
+        cus -= 1
+    if not resources.fits:
+        raise SizingError(str(resources.overrun))
+    for a, slr in zip(assignments, resources.cu_slr, strict=True):
+        a.slr = slr
     gb = DTYPE_BYTES[grad_dtype] if grad_source == "memory" else 0
     ob = DTYPE_BYTES[out_dtype]
     usable = channel_usable(target)
-    assignments = [place(target, cu, per_cu, counts, spec) for cu in range(cus)]
     a0 = assignments[0]
     # Memory-bound rate of one CU: the busiest channel, or one port's beat per clock.
     chan_loads = channel_loads(target, a0, 1.0)
-    mem_cu = min(usable / c.load_bytes_per_elem for c in chan_loads)
+    mem_cu = min(c.usable_bytes_per_s / c.load_bytes_per_elem for c in chan_loads)
     port_cu = port_limit(clock) * counts.state / 4
     if counts.grad:
         port_cu = min(port_cu, port_limit(clock) * counts.grad / gb)
@@ -228,11 +256,11 @@ def size(
     if mem_cu < kernel_cu:
         bottleneck = "memory"
         binding = (f"memory: channel {busiest.bank or busiest.channel} ({', '.join(busiest.stripes)}) at "
-                   f"{usable / 1e9:.2f} GB/s usable" if mem_cu < port_cu else
+                   f"{busiest.usable_bytes_per_s / 1e9:.2f} GB/s usable" if mem_cu < port_cu else
                    f"memory: one 512-bit port per direction at {clock:g} MHz")
         if rail and mem_cu < kernel_mem_cu:
             binding = (f"memory with the ring streams: channel {busiest.bank or busiest.channel} "
-                       f"({', '.join(busiest.stripes)}) at {usable / 1e9:.2f} GB/s usable")
+                       f"({', '.join(busiest.stripes)}) at {busiest.usable_bytes_per_s / 1e9:.2f} GB/s usable")
     else:
         bottleneck = "kernel"
         binding = f"kernel: {lanes} lanes x {cus} CU x {clock:g} MHz"
@@ -274,7 +302,9 @@ def size(
         demand_params_per_s=demand,
         memory_params_per_s=mem_rate,
         memory_efficiency=target.memory_efficiency,
+        memory_mixed_efficiency=target.efficiency_mixed,
         channel_usable_bytes_per_s=usable,
+        channel_mixed_usable_bytes_per_s=channel_usable(target, mixed=True),
         channel_capacity_bytes=target.memory.channel_capacity_bytes,
         kernel_params_per_s=kernel_rate,
         achieved_params_per_s=achieved,
@@ -293,6 +323,8 @@ def size(
         alternatives=[],
         notes=notes,
         network=network,
+        resources=resources,
+        bursts=bursts,
     )
     if _alternatives and not (keeps_up and fits):
         ring = {} if not rail else {"placement": placement, "payload_bytes": payload_bytes,

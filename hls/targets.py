@@ -37,6 +37,10 @@ class Memory:
     channel_bandwidth_bytes_per_s: int
     bank_prefix: str
     bank_slr: tuple[int, ...] | None
+    # Kernel m_axi ports the memory accepts in all (HBM: the HBM AXI interfaces) and per channel (DDR).
+    axi_ports: int | None = None
+    ports_per_channel: int | None = None
+    slr: int | None = None  # the SLR the HBM stacks attach to (None: not modelled, e.g. through a NoC)
 
     @property
     def is_hbm(self) -> bool:
@@ -64,6 +68,13 @@ class Target:
     unconfirmed: tuple[str, ...]
     memory_efficiency: float
     raw: dict[str, Any]
+    # Usable fraction of a channel that carries reads and writes together (state stripes); read-only
+    # and write-only channels get memory_efficiency.
+    mixed_efficiency: float | None = None
+
+    @property
+    def efficiency_mixed(self) -> float:
+        return self.memory_efficiency if self.mixed_efficiency is None else self.mixed_efficiency
 
     @property
     def has_xrt_flow(self) -> bool:
@@ -125,8 +136,14 @@ def _build(key: str, data: dict[str, Any], efficiencies: dict[str, float], origi
         channel_bandwidth_bytes_per_s=mem["channel_bandwidth_bytes_per_s"],
         bank_prefix=mem["bank_prefix"],
         bank_slr=tuple(mem["bank_slr"]) if mem.get("bank_slr") else None,
+        axi_ports=mem.get("axi_ports"),
+        ports_per_channel=mem.get("ports_per_channel"),
+        slr=mem.get("slr"),
     )
-    eff = efficiencies["hbm" if memory.is_hbm else "ddr"]
+    kind = "hbm" if memory.is_hbm else "ddr"
+    eff, mixed = efficiencies[kind], efficiencies[f"{kind}_mixed"]
+    if "memory_efficiency" in data:  # the card's own measurement, for its pattern: reads and writes alike
+        eff = mixed = float(data["memory_efficiency"]["value"])
     return Target(
         key=key,
         name=data["name"],
@@ -147,6 +164,7 @@ def _build(key: str, data: dict[str, Any], efficiencies: dict[str, float], origi
         unconfirmed=tuple(data.get("unconfirmed", ())),
         memory_efficiency=eff,
         raw=data,
+        mixed_efficiency=mixed,
     )
 
 
@@ -154,8 +172,11 @@ def target_from_facts(key: str, facts: dict[str, Any], origin: str) -> Target:
     """The Target a manifest recorded (`target_facts`: its definition and memory efficiency), re-validated."""
     eff = validate.Num(0, 1, lo_open=True).check(facts.get("memory_efficiency"),
                                                  validate.Where(origin, ("target_facts", "memory_efficiency")))
+    mixed = facts.get("mixed_efficiency", eff)  # manifests from before the mixed figure: as they were sized
+    mixed = validate.Num(0, 1, lo_open=True).check(mixed, validate.Where(origin, ("target_facts", "mixed_efficiency")))
     definition = facts.get("definition")
-    return _build(key, definition if isinstance(definition, dict) else {}, {"hbm": eff, "ddr": eff}, origin)
+    effs = {"hbm": eff, "ddr": eff, "hbm_mixed": mixed, "ddr_mixed": mixed}
+    return _build(key, definition if isinstance(definition, dict) else {}, effs, origin)
 
 
 def _stamp(path: str) -> tuple[int, ...]:
@@ -175,6 +196,9 @@ def _catalog(extra: tuple[str, ...], _stamps: tuple[tuple[int, ...], ...] = ()) 
         "hbm": float(base.get("hbm_efficiency", {}).get("value", 0.9)),
         "ddr": float(base.get("ddr_efficiency", {}).get("value", 0.8)),
     }
+    # HBM's figure is read-only; DDR's is a concurrent read and write measurement already.
+    effs["hbm_mixed"] = float(base.get("hbm_mixed_efficiency", {}).get("value", effs["hbm"]))
+    effs["ddr_mixed"] = effs["ddr"]
     origins = {k: str(CATALOG_PATH.name) for k in targets}
     for path in extra:
         try:
@@ -192,6 +216,15 @@ def _catalog(extra: tuple[str, ...], _stamps: tuple[tuple[int, ...], ...] = ()) 
             targets[key] = _merge(targets.get(key, {}), data)
             origins[key] = str(path)
     return {key: _build(key, data, effs, origins[key]) for key, data in sorted(targets.items())}
+
+
+def kernel_costs() -> dict[str, Any]:
+    """The catalog's `kernel_costs`: what a lane and an m_axi port cost, each figure with its source."""
+    base = validate.targets_file(_load_file(CATALOG_PATH), str(CATALOG_PATH.name), builtin=True)
+    costs = base.get("kernel_costs")
+    if not isinstance(costs, dict):
+        raise CatalogError(f"{CATALOG_PATH.name}: kernel_costs missing")
+    return copy.deepcopy(costs)
 
 
 def load_catalog(extra_files: list[str] | tuple[str, ...] = ()) -> dict[str, Target]:

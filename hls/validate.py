@@ -311,7 +311,8 @@ MEMORY = Obj(
         "channel_bandwidth_bytes_per_s": Int(1, 10**14),
         "bank_prefix": Enum(*BANK_PREFIXES),
     },
-    optional={"bank_slr": Opt(List(Int(0, 7), 128))},
+    optional={"bank_slr": Opt(List(Int(0, 7), 128)), "axi_ports": Int(1, 1024), "ports_per_channel": Int(1, 1024),
+              "slr": Opt(Int(0, 7))},
     extra=_memory_extra,
 )
 
@@ -321,10 +322,14 @@ def _target_extra(t: dict[str, Any], where: Where) -> None:
     for i, s in enumerate(t["memory"].get("bank_slr") or ()):
         if s >= slrs:
             raise where.at("memory").at("bank_slr").at(i).fail(f"SLR {s}, but the card has slrs = {slrs}")
+    mem_slr = t["memory"].get("slr")
+    if mem_slr is not None and mem_slr >= slrs:
+        raise where.at("memory").at("slr").fail(f"SLR {mem_slr}, but the card has slrs = {slrs}")
     if t["flow"] == "xrt" and not t.get("platform"):
         raise where.at("platform").fail("an xrt-flow target needs its XRT platform name")
 
 
+EFFICIENCY = Obj(required={"value": Num(0, 1, lo_open=True)}, optional={"source": Text(4000)})
 TARGET = Obj(
     required={
         "name": TARGET_NAME,
@@ -347,14 +352,15 @@ TARGET = Obj(
         "usable_fraction": Num(0, 1, lo_open=True),
         "sources": Map(FIELD_KEY, Text(4000), 64),
         "unconfirmed": List(Text(4000), 64),
+        "memory_efficiency": EFFICIENCY,
     },
     extra=_target_extra,
 )
 TARGET_KEY = Str(IDENT_RE, "a target key: an identifier like u55c or my_card")
-EFFICIENCY = Obj(required={"value": Num(0, 1, lo_open=True)}, optional={"source": Text(4000)})
 CATALOG_FILE = Obj(
     required={"targets": Map(TARGET_KEY, Json(), 256, min_items=1)},
-    optional={"schema": Int(1, 1), "hbm_efficiency": EFFICIENCY, "ddr_efficiency": EFFICIENCY},
+    optional={"schema": Int(1, 1), "hbm_efficiency": EFFICIENCY, "ddr_efficiency": EFFICIENCY,
+              "hbm_mixed_efficiency": EFFICIENCY, "kernel_costs": Json()},
 )
 USER_TARGETS_FILE = Obj(
     required={"targets": Map(TARGET_KEY, Json(), 256, min_items=1)},
@@ -415,7 +421,8 @@ BANKS = List(Obj(required={"cu": Int(0, 15), "slr": Opt(Int(0, 7)), "banks": Map
 MEMORY_PLAN = List(Obj(required={"cu": Int(0, 15), "stripes": List(Obj(required={
     "array": Enum("grad", "p", "m", "v", "out"), "index": Int(0, 31), "ports": List(PORT, 2, min_items=1),
     "bank": Opt(BANK_EXPR), "channel": Opt(Int(0, 127))}), 512, min_items=1)}), 16, min_items=1)
-TARGET_FACTS = Obj(required={"definition": Json(), "memory_efficiency": Num(0, 1, lo_open=True)})
+TARGET_FACTS = Obj(required={"definition": Json(), "memory_efficiency": Num(0, 1, lo_open=True)},
+                   optional={"mixed_efficiency": Num(0, 1, lo_open=True)})
 PROJECT_MANIFEST = Obj(
     required={"toolkit": Enum("optimusnic"), "version": VERSION, "spec": SPEC, "target": MANIFEST_TARGET,
               "sizing": Json(), "register_map": REGISTER_MAP, "banks": BANKS, "files": Map(REL_FILE, HEX64, 64,

@@ -125,8 +125,9 @@ def format_report(r: SizingReport) -> str:
         f"  sized for                   {gps(r.demand_params_per_s)} ({demand})",
         f"  memory plan per CU          {st.state} stripe(s) each of p, m, v; {st.grad} of grad; {st.out} of out;"
         f" {r.channels_used} channel(s) in all",
-        f"  one channel                 {r.channel_usable_bytes_per_s / 1e9:.2f} GB/s usable "
-        f"({r.memory_efficiency:.0%} of peak, reads and writes together, shared by the ports on it)",
+        f"  one channel                 {r.channel_usable_bytes_per_s / 1e9:.2f} GB/s usable read-only or write-only "
+        f"({r.memory_efficiency:.0%} of peak), {r.channel_mixed_usable_bytes_per_s / 1e9:.2f} GB/s reading and "
+        f"writing ({r.memory_mixed_efficiency:.0%}); shared by the ports on it",
         f"  memory allows               {gps(r.memory_params_per_s)}",
         f"  kernel computes             {gps(r.kernel_params_per_s)} "
         f"({r.lanes} lanes x {r.compute_units} CU x {r.clock_mhz:g} MHz)",
@@ -135,9 +136,10 @@ def format_report(r: SizingReport) -> str:
         f"  max params per card         {human_count(r.max_params_per_card)} with this plan",
         f"  optimizer step on the shard {r.step_time_s * 1e3:.1f} ms",
     ]
+    lines += format_resources(r)
     cu_rate = gps(min(r.achieved_params_per_s, r.demand_params_per_s) / r.compute_units)
     for a in r.assignments:
-        lines.append(f"  CU {a.cu} (SLR {a.slr}):")
+        lines.append(f"  CU {a.cu} (SLR {a.slr}):" if a.slr is not None else f"  CU {a.cu}:")
         for c in a.loads:
             where = c.bank or f"channel {c.channel}"
             ports = ", ".join(p for s in a.stripes if s.channel == c.channel for p in s.ports)
@@ -153,6 +155,30 @@ def format_report(r: SizingReport) -> str:
     if not r.keeps_up:
         lines.append(f"no plan on one {r.target_name} with these options reaches {demand}")
     return "\n".join(lines)
+
+
+def format_resources(r: SizingReport) -> list[str]:
+    """Ports, outstanding bursts, per-CU cost and per-SLR use against the budgets (hls.resources)."""
+    res, b = r.resources, r.bursts
+    if res is None or b is None:
+        return []
+    avail = f" of {res.memory_ports_available}" if res.memory_ports_available else ""
+    lines = [
+        f"  memory ports                {res.memory_ports}{avail} kernel m_axi ports; {b.outstanding} bursts x "
+        f"{b.burst_beats} beats outstanding each (covers {b.latency_ns:g} ns = {b.latency_clocks} clocks)",
+    ]
+    for kind in ("hls", "rtl"):
+        c = res.per_cu[kind]
+        lines.append(f"  per CU, {kind.upper()} kernel         {c['dsp']:,.0f} DSP, {c['lut']:,.0f} LUT, "
+                     f"{c['ff']:,.0f} FF, {c['bram36']:,.1f} BRAM36")
+    for u in res.slrs:
+        where = "device" if u.slr is None else f"SLR{u.slr}"
+        use = ", ".join(f"{k} {u.utilization[k]:.0%}" for k in ("dsp", "lut", "ff", "bram36") if u.budget[k])
+        cus = ", ".join(str(c) for c in u.cus) or "none"
+        lines.append(f"  {where:<27} CU {cus}: {use} of usable")
+    lines.append(f"  SLR crossings               {res.crossings} (port x SLR boundary between a CU and its memory)")
+    lines.append(f"  closest to its budget       {res.binding}")
+    return lines
 
 
 def format_network(r: SizingReport) -> list[str]:

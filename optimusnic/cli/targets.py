@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.targets_file)
     if args.json:
-        emit_json({key: t.raw | {"key": key, "memory_efficiency": t.memory_efficiency} for key, t in catalog.items()})
+        emit_json({key: t.raw | {"key": key, "memory_efficiency": t.memory_efficiency,
+                                 "mixed_efficiency": t.efficiency_mixed} for key, t in catalog.items()})
         return 0
     rows = []
     for key, t in catalog.items():

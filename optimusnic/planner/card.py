@@ -8,7 +8,7 @@ Card capacity and rate come from `hls.sizing.size` for the gradient path the dri
 (`grad_source="memory"` for staged, "stream" for the stream path). Sizing plans for line rate
 first (the fewest stripes that carry the demand, with as many CUs as it needs); when that plan does
 not hold the shard the planner also asks for the capacity-first plan (one CU, as many state stripes
-as the card's channels take) and reports both: the rate of the one, the capacity of the other.
+as the card's channels and memory AXI ports take) and reports both: the rate of the one, the capacity of the other.
 `compute_units` and `stripes` pass through to sizing when given.
 
 Rail placement: sizing runs with `placement="rail"` (the ring's payload goodput as the demand, the
@@ -154,8 +154,8 @@ def _summary(report: Any) -> dict[str, float]:
 
 
 def capacity_first(target: Target, params: int, kw: dict[str, Any]) -> Any:
-    """Sizing's plan with one CU and as many state stripes as the card's channels take (the most
-    parameters a card can hold), or None where no such plan exists."""
+    """Sizing's plan with one CU and as many state stripes as the card's channels and resource budget
+    take (the most parameters a card can hold), or None where no such plan exists."""
     stripes = max(1, (target.memory.channels - 2) // 3)  # three state arrays, grad and out staging
     while stripes >= 1:
         try:

@@ -36,10 +36,12 @@ def project_for(spec: KernelSpec, project_dir: str | Path | None) -> tuple[Path,
         key = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
         project_dir = BUILD_DIR / "driver" / f"{spec.name}-{key}"
         try:
-            current = read_manifest(project_dir / MANIFEST).get("files")
+            current = read_manifest(project_dir / MANIFEST)
         except UserError:  # missing, unreadable or malformed: the cache is rewritten whole
             current = None
-        if current != _rendered(spec)["files"]:
+        # The whole manifest, not only the files: a toolkit whose sizing changed (same templates, new
+        # figures) must not keep a project that its own verification then rejects.
+        if current != _rendered(spec):
             write_project(spec, project_dir)
     project_dir = Path(project_dir)
     manifest = load_manifest(project_dir)  # trusted only when whole: every sha256, spec -> files (hls/manifest.py)

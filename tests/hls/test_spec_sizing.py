@@ -83,61 +83,71 @@ def test_user_override_file(tmp_path) -> None:
         load_catalog([str(tmp_path / "nope.json")])
 
 
-USABLE = 14.375e9 * 0.9  # one U55C pseudo-channel: 14.375 GB/s (UG1393) x 0.9 measured efficiency
+USABLE = 14.375e9 * 0.9  # one U55C pseudo-channel: 14.375 GB/s (UG1393) x 0.9 measured efficiency (read-only)
+MIXED = 14.375e9 * 0.8  # a pseudo-channel read and written (state stripes): the catalog's assumed 0.8
 
 
 def test_size_u55c_1b_fp32_hand_computed() -> None:
     """One port reaches one pseudo-channel, so arrays are striped over channels."""
     r = size(get_target("u55c"), 1_000_000_000)
     assert r.line_rate_params_per_s == 100e9 / 8 / 4 == 3.125e9
-    # Line rate: p moves 8 B/element -> 25 GB/s -> ceil(25 / 12.94) = 2 stripes; grad and out 12.5 GB/s
-    # -> 1 each. Capacity: 4 B x 1e9 / 512 MiB = 7.45 -> 8 stripes of each state array.
-    assert (r.stripes.grad, r.stripes.state, r.stripes.out) == (1, 8, 1)
-    assert r.channels_used == 3 * 8 + 2 and r.fits
-    # 8 stripes x 512 MiB / 4 B each (staging lives on the grad and out channels)
-    assert r.max_params_per_card == 8 * 512 * 2**20 // 4 == 1_073_741_824
+    # Line rate: p moves 8 B/element -> 25 GB/s -> ceil(25 / 11.5) = 3 stripes; grad and out 12.5 GB/s
+    # -> 1 each. Capacity: 4 B x 1e9 / 512 MiB = 7.45 -> 8 stripes wanted, but a read and a write port
+    # per state stripe: 6 x 8 + 2 = 50 ports > the 32 HBM AXI ports; 6 x 5 + 2 = 32 is the most.
+    assert (r.stripes.grad, r.stripes.state, r.stripes.out) == (1, 5, 1)
+    assert r.channels_used == 3 * 5 + 2 and r.resources.memory_ports == 32
+    # 5 stripes x 512 MiB / 4 B each (staging lives on the grad and out channels): the shard needs 2 cards
+    assert r.max_params_per_card == 5 * 512 * 2**20 // 4 == 671_088_640
+    assert not r.fits and r.cards_needed == 2 and r.alternatives == ["2 cards: the shard of each then fits"]
     # grad (4 B/element) alone on its channel binds: 12.9375 GB/s / 4 B = 3.234 G/s >= 3.125 G/s
     assert r.memory_params_per_s == pytest.approx(USABLE / 4) and r.keeps_up
     assert r.achieved_params_per_s == pytest.approx(USABLE / 4)
     assert r.elements_per_clock_predicted == pytest.approx(USABLE / 4 / 300e6)  # 10.78
     banks = r.assignments[0].banks
     assert banks["grad0"] == "HBM[0]" and banks["out0"] == "HBM[1]"
-    assert banks["p0_rd"] == banks["p0_wr"] == "HBM[2]" and banks["v7_wr"] == "HBM[25]"
-    assert len(set(banks.values())) == 26  # every stripe on a pseudo-channel of its own
+    assert banks["p0_rd"] == banks["p0_wr"] == "HBM[2]" and banks["v4_wr"] == "HBM[16]"
+    assert len(set(banks.values())) == 17  # every stripe on a pseudo-channel of its own
 
 
 def test_size_u55c_7b_fp32_hand_computed() -> None:
     r = size(get_target("u55c"), 7_000_000_000)
-    # Capacity would want ceil(28e9 / 512 MiB) = 53 stripes; 32 channels hold 3 x 10 + grad + out.
-    assert r.stripes.state == 10 and r.channels_used == 32
-    assert r.max_params_per_card == 10 * 512 * 2**20 // 4 == 1_342_177_280
+    # Capacity would want ceil(28e9 / 512 MiB) = 53 stripes; 32 channels would hold 3 x 10 + grad + out,
+    # but 32 HBM AXI ports take 6 x 5 + grad + out.
+    assert r.stripes.state == 5 and r.channels_used == 17
+    assert r.max_params_per_card == 5 * 512 * 2**20 // 4 == 671_088_640
     assert r.state_bytes_per_param == 12 and r.moved_bytes_per_param == 4 + 24 + 4
     assert r.memory_params_per_s == pytest.approx(USABLE / 4)
     assert r.kernel_params_per_s == 16 * 300e6 and (r.lanes, r.compute_units) == (16, 1)
-    assert not r.fits and r.cards_needed == 6 and r.keeps_up
-    assert r.binding.startswith("capacity") and any("6 cards" in a for a in r.alternatives)
+    assert not r.fits and r.cards_needed == 11 and r.keeps_up
+    assert r.binding.startswith("capacity") and any("11 cards" in a for a in r.alternatives)
 
 
 def test_size_kernel_alone_is_sized_for_line_rate() -> None:
     """Without --params (what `generate` sizes): the fewest stripes that carry the line rate."""
     r = size(get_target("u55c"), None)
-    assert (r.stripes.grad, r.stripes.state, r.stripes.out) == (1, 2, 1) and r.channels_used == 8
-    # p stripe: 8 B / 2 = 4 B per element on its channel, like grad and out: every channel at
-    # 3.125e9 x 4 / 12.9375e9 = 96.6% of usable at line rate
-    assert r.max_params_per_card == 2 * 512 * 2**20 // 4
-    assert all(c.load_bytes_per_elem == 4 for c in r.assignments[0].loads)
+    # p: 8 B/element x 3.125e9 = 25 GB/s on channels read and written (11.5 GB/s usable): 3 stripes
+    assert (r.stripes.grad, r.stripes.state, r.stripes.out) == (1, 3, 1) and r.channels_used == 11
+    assert r.max_params_per_card == 3 * 512 * 2**20 // 4
+    loads = r.assignments[0].loads
+    # grad and out (4 B/element, one direction) at 3.125e9 x 4 / 12.9375e9 = 96.6%; state 8/3 B at 72.5%
+    assert [round(c.utilization, 3) for c in loads] == [0.966, 0.966] + [0.725] * 9
+    assert [c.usable_bytes_per_s for c in loads] == [USABLE] * 2 + [MIXED] * 9
     assert r.keeps_up and r.elements_per_clock_predicted == pytest.approx(10.78, abs=0.01)
 
 
 def test_size_rate_option_and_kernel_bound() -> None:
-    # 16 lanes at 300 MHz = 4.8 G/s: asking for 4.8 needs 3 stripes of p (38.4 GB/s), 2 of grad and out
+    # 16 lanes at 300 MHz = 4.8 G/s: asking for 4.8 needs 4 stripes of p (38.4 GB/s / 11.5), 2 of grad and out
     r = size(get_target("u55c"), None, rate=4.8e9)
-    assert (r.stripes.grad, r.stripes.state, r.stripes.out) == (2, 3, 2)
+    assert (r.stripes.grad, r.stripes.state, r.stripes.out) == (2, 4, 2)
     assert r.bottleneck == "kernel" and r.binding.startswith("kernel") and r.keeps_up
     # asking for more than the lanes compute: the plan stops at the kernel rate and says so
     r = size(get_target("u55c"), None, rate=6e9, lanes=16, compute_units=1)
     assert not r.keeps_up and r.achieved_params_per_s == 4.8e9
-    assert any(a.startswith("2 compute units") for a in r.alternatives)
+    # 2 CUs would need 3 state stripes each (3 G/s x 8 B / 11.5 GB/s): 2 x 20 ports > 32, and with 2
+    # stripes they reach 5.75 G/s; so only a plan that can be built is offered
+    assert r.alternatives == ["2 cards per network port: each card updates 1/2 of the stream"]
+    two = size(get_target("u55c"), None, rate=6e9, lanes=16, compute_units=2)
+    assert two.stripes.state == 2 and two.achieved_params_per_s == pytest.approx(2 * 2 * MIXED / 8)
 
 
 def test_size_u250_ddr_hand_computed() -> None:
@@ -147,8 +157,8 @@ def test_size_u250_ddr_hand_computed() -> None:
     banks = r.assignments[0].banks
     assert (banks["p0_rd"], banks["m0_rd"], banks["v0_rd"], banks["grad0"], banks["out0"]) == \
         ("DDR[0]", "DDR[1]", "DDR[2]", "DDR[3]", "DDR[3]")
-    # every bank carries 8 B per element: 19.2 GB/s * 0.8 / 8 B
-    assert r.memory_params_per_s == pytest.approx(19.2e9 * 0.8 / 8)
+    # every bank carries 8 B per element: 19.2 GB/s * 0.68 (U250's own read-and-write measurement) / 8 B
+    assert r.memory_params_per_s == pytest.approx(19.2e9 * 0.68 / 8)
     assert r.max_params_per_card == 16 * 2**30 // 4
     assert r.fits and not r.keeps_up and r.bottleneck == "memory"
     assert any("2 cards per network port" in a for a in r.alternatives)
@@ -159,11 +169,14 @@ def test_size_bf16_needs_two_cus_and_sharding() -> None:
     assert r.line_rate_params_per_s == 100e9 / 8 / 2
     assert (r.lanes_needed, r.compute_units_needed) == (16, 2)
     assert r.shard_params == 70_000_000_000 // 64
-    # per CU: 16 channels; capacity wants ceil(4 x 546.9M / 512 MiB) = 5 stripes, 3 x 4 + 2 fit
-    assert (r.stripes.grad, r.stripes.state, r.stripes.out) == (1, 4, 1)
+    # per CU: 16 channels and 16 of the 32 HBM AXI ports; capacity wants ceil(4 x 546.9M / 512 MiB) = 5
+    # stripes, 6 x 2 + 2 = 14 ports fit, 6 x 3 + 2 = 20 do not
+    assert (r.stripes.grad, r.stripes.state, r.stripes.out) == (1, 2, 1) and r.resources.memory_ports == 28
     banks = r.assignments[1].banks
-    assert banks["out0"] == "HBM[16]" and banks["grad0"] == "HBM[17]" and banks["p0_rd"] == "HBM[18]"
-    assert r.max_params_per_card == 2 * 4 * 512 * 2**20 // 4 and not r.fits and r.cards_needed == 66
+    assert banks["p0_rd"] == "HBM[16]" and banks["out0"] == "HBM[22]" and banks["grad0"] == "HBM[23]"
+    assert r.max_params_per_card == 2 * 2 * 512 * 2**20 // 4 and not r.fits and r.cards_needed == 131
+    # 2 state stripes read and written carry 2 x 11.5 GB/s / 8 B = 2.875 G/s per CU < 3.125: behind line rate
+    assert not r.keeps_up and r.memory_params_per_s == pytest.approx(2 * 2 * MIXED / 8)
 
 
 def test_stripe_and_plan_validation() -> None:
@@ -173,8 +186,8 @@ def test_stripe_and_plan_validation() -> None:
         KernelSpec(rate_gps=float("nan"))
     with pytest.raises(SizingError, match="channels"):
         size(get_target("u55c"), None, stripes=11)  # 3 x 11 + 2 > 32
-    r = size(get_target("u55c"), None, stripes=10)
-    assert r.channels_used == 32 and r.max_params_per_card == 1_342_177_280
+    with pytest.raises(SizingError, match=r"memory AXI ports: the plan needs 62 .* the card has 32"):
+        size(get_target("u55c"), None, stripes=10)  # 3 x 10 + 2 channels fit; 6 x 10 + 2 ports do not
 
 
 @pytest.mark.parametrize("kw", [dict(params=0), dict(params=10, cards=0), dict(params=10, lanes=5)])
@@ -199,17 +212,19 @@ def test_cli_targets_and_size_json() -> None:
                 "memory_params_per_s", "lanes_needed", "compute_units_needed", "assignments", "fits", "cards_needed",
                 "verdict"):
         assert key in r
-    assert r["cards_needed"] == 6
-    assert r["stripes"] == {"grad": 1, "state": 10, "out": 1} and r["binding"].startswith("capacity")
+    assert r["cards_needed"] == 11
+    assert r["stripes"] == {"grad": 1, "state": 5, "out": 1} and r["binding"].startswith("capacity")
     plan = r["assignments"][0]["stripes"]
-    assert {s["array"] for s in plan} == {"grad", "p", "m", "v", "out"} and len(plan) == 32
+    assert {s["array"] for s in plan} == {"grad", "p", "m", "v", "out"} and len(plan) == 17
 
 
 def test_cli_size_prints_plan_and_says_when_nothing_keeps_up() -> None:
     out = _cli("size", "--target", "u55c", "--params", "1e9")
     assert out.returncode == 0, out.stderr
-    assert "8 stripe(s) each of p, m, v" in out.stdout and "HBM[25]" in out.stdout
-    assert "verdict: fits; keeps up with line rate" in out.stdout
+    assert "5 stripe(s) each of p, m, v" in out.stdout and "HBM[16]" in out.stdout
+    assert "verdict: does NOT fit (needs 2 cards); keeps up with line rate" in out.stdout
+    assert "memory ports                32 of 32 kernel m_axi ports; 4 bursts x 64 beats outstanding" in out.stdout
+    assert "closest to its budget       memory AXI ports 32 of 32" in out.stdout
     out = _cli("size", "--target", "u200", "--params", "1e9")
     assert out.returncode == 0, out.stderr
     assert "no plan on one Alveo U200 with these options reaches line rate" in out.stdout

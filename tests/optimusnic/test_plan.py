@@ -272,13 +272,14 @@ def test_case2_eight_nodes_llama70b_headline() -> None:
     chain = sum(sec for _, sec in p.chain["optimusnic"])
     assert chain == pytest.approx(3 * 2 * shard / 52.8e9 + 2 * cp / U55C_H2C + 6 * cp / U55C_C2H)
     assert 0.80 <= chain <= 0.92
-    # Card plans: sizing's line-rate plan (2 CUs) holds 1.07 G < the 1.10 G shard, so the capacity-first plan
-    # (1 CU x 10 state stripes over the U55C's 32 channels: 1.34 G) is used, at its (lower) rate; both reported
-    assert p.nic.grad_source == "memory" and p.nic.plan_kind == "capacity-first" and p.nic.fits
-    assert p.nic.line_rate_plan["max_params_per_card"] == 1_073_741_824
-    assert p.nic.max_params_per_card == 1_342_177_280 and p.nic.compute_units == 1 and p.nic.stripes == 10
+    # Card plans: sizing's line-rate plan (2 CUs x 2 state stripes: 2 x 14 of the 32 HBM AXI ports) holds
+    # 0.54 G < the 1.10 G shard, so the capacity-first plan (1 CU x 5 state stripes: 6 x 5 + 2 = 32 ports,
+    # 0.67 G) is used, at its (lower) rate; both reported. Neither holds the shard: 2 cards per GPU.
+    assert p.nic.grad_source == "memory" and p.nic.plan_kind == "capacity-first" and not p.nic.fits
+    assert p.nic.line_rate_plan["max_params_per_card"] == 536_870_912
+    assert p.nic.max_params_per_card == 671_088_640 and p.nic.compute_units == 1 and p.nic.stripes == 5
     assert any("capacity-first" in w for w in p.warnings)
-    assert p.nic.cards_per_gpu_needed == 1
+    assert p.nic.cards_per_gpu_needed == 2
 
 
 def test_case3_sixty_four_nodes_exposure_and_scale_efficiency() -> None:
@@ -362,8 +363,9 @@ def test_clip_norm_dependency_and_stream_path() -> None:
     clip = clip_plan.scheme("optimusnic")
     noclip = _plan(assumptions={"nic_overlap": True, "clip": False}).scheme("optimusnic")
     # the longest of the pipelined stages shows: the masters read back 5e8 B / 12.2 GB/s = 41.0 ms (change
-    # detection), or the update: 1.25e8 params at sizing's 2 CUs x 12.94 GB/s / 4 B (one p stripe's channel)
-    update_s = 1.25e8 / (2 * 14.375e9 * 0.9 / 4)  # memory-bound: the RTL efficiency derates the kernel only
+    # detection), or the update: 1.25e8 params at sizing's 2 CUs x 2 state stripes x 11.5 GB/s / 8 B (a state
+    # stripe's channel, read and written: the catalog's assumed 0.8 of 14.375 GB/s)
+    update_s = 1.25e8 / (2 * 2 * 14.375e9 * 0.8 / 8)  # memory-bound: the RTL efficiency derates the kernel only
     assert clip_plan.nic.update_time_s == pytest.approx(update_s, rel=1e-3)
     assert clip.optimizer_exposed_s + clip.transfer_exposed_s == pytest.approx(max(5e8 / U55C_C2H, update_s))
     assert noclip.optimizer_exposed_s + noclip.transfer_exposed_s == 0 and noclip.comm_exposed_s == 0
@@ -390,9 +392,9 @@ def test_questions_llama70b_on_64_h100() -> None:
     # DDP (16 bytes x 70.6e9) never fits on 80 GB: past the search limit the answer is "> limit", not "never"
     assert q["fewest_gpus"]["ddp"]["gpus"] is None and q["fewest_gpus"]["ddp"]["limit"] == 65_536
     # OptimusNIC+Z3 on whole DGX H100 nodes with their 2 PCIe slots: 2 cards per node at the capacity-first
-    # plan's 1.34 G params each need ceil(70.55 / 1.342) = 53 cards -> 27 nodes = 216 GPUs (it said 72,
-    # with 8 cards per node that do not fit in the slots)
-    assert q["fewest_gpus"]["optimusnic_z3"] == {"gpus": 216, "nodes": 27, "limit": 65_536, "cards": 54}
+    # plan's 0.67 G params each (5 state stripes: all 32 HBM AXI ports) need ceil(70.55 / 0.671) = 106 cards
+    # -> 53 nodes = 424 GPUs
+    assert q["fewest_gpus"]["optimusnic_z3"] == {"gpus": 424, "nodes": 53, "limit": 65_536, "cards": 106}
     # largest micro-batch for ZeRO-3 on 64: (80 - 17.64 - 5.13) / (10.74 + 2.28 + 4.20) = 3.3 -> 3 (was 4)
     assert q["max_micro_batch"]["zero3"] == 3
     # largest sequence: 22.77 GB fixed + 17.22 GB per 8192 tokens -> 27,221 (34,194 before)

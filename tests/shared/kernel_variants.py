@@ -9,8 +9,8 @@ from hls.spec import KernelSpec
 # Memory plans (design.md section 3b): stripes of grad / each of p, m, v / out on the U55C.
 PLANS = {
     "s1": {"stripes": 1},  # 1 / 1 / 1
-    "auto": {},  # sizing's choice for the line rate: 1 / 2 / 1 at 16 lanes
-    "s3": {"stripes": 3},  # 1 / 3 / 1
+    "auto": {},  # sizing's choice for the line rate: 1 / 3 / 1 at 16 lanes
+    "s2": {"stripes": 2},  # 1 / 2 / 1
     "wide": {"stripes": 3, "rate_gps": 9.0, "clock_mhz": 600.0},  # 16 lanes: 2 / 3 / 2 (3 for fp32 out)
 }
 # (optimizer, grad dtype, out dtype, lanes, grad source, plan): every grad dtype twice, both
@@ -18,11 +18,11 @@ PLANS = {
 # output stripes > 1 with 16-bit and fp32 data. The full cross product is `slow`.
 DEFAULT_VARIANTS = [
     ("adamw", "fp32", "fp32", 16, "memory", "auto"),
-    ("adam", "bf16", "bf16", 4, "memory", "s3"),
+    ("adam", "bf16", "bf16", 4, "memory", "s2"),
     ("adamw", "fp16", "bf16", 1, "memory", "s1"),
     ("adam", "fp16", "fp32", 16, "memory", "wide"),
     ("adam", "fp32", "bf16", 16, "stream", "auto"),
-    ("adamw", "bf16", "fp32", 4, "stream", "s3"),
+    ("adamw", "bf16", "fp32", 4, "stream", "s2"),
     ("adamw", "fp32", "bf16", 16, "memory", "wide"),
 ]
 _CROSS = list(itertools.product(("adamw", "adam"), ("fp32", "bf16", "fp16"), ("fp32", "bf16"), (1, 4, 16),

@@ -13,7 +13,9 @@
  * high and memory latency is hidden. A read-only AXI4 master: AR and R channels only.
  */
 module onic_axi_rd #(
-    // log2 of the read FIFO depth in beats (covers latency x bandwidth)
+    // log2 of the read FIFO depth in beats; the FIFO depth is the outstanding limit (a burst is
+    // requested only when the FIFO has room for it and for everything in flight), so the kernel
+    // top sets it to outstanding bursts x MAX_BURST from hls.bursts (latency x bandwidth)
     parameter integer FIFO_LOG2 = 8,
     // longest burst in beats (at most 64 beats = one 4 KiB page of 512-bit beats)
     parameter integer MAX_BURST = 64

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,9 +48,12 @@ from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
 from cocotbext.axi.constants import AxiBurstType, AxiResp
 from cocotbext.axi.memory import Memory
 
+from hls.bursts import HBM_LATENCY_NS
+
 MODES = ("hbm", "ideal")
-HBM_READ_LATENCY_NS = (100.0, 250.0)
-HBM_WRITE_LATENCY_NS = (100.0, 250.0)
+# The latency the kernels' outstanding bursts are sized for (hls.bursts): one figure for both.
+HBM_READ_LATENCY_NS = HBM_LATENCY_NS
+HBM_WRITE_LATENCY_NS = HBM_LATENCY_NS
 BURST_SLACK_BEATS = 2.0
 # Beats one port can still complete after its channel pauses it (see the module docstring).
 R_INFLIGHT_BEATS = 1
@@ -425,7 +428,7 @@ def card_memory(
     reset: Any = None,
     reset_active_level: bool = False,
     mode: str = "hbm",
-    beats_per_clock: float | None = None,
+    beats_per_clock: float | Mapping[int, float] | None = None,
     mem: Memory | None = None,
     mem_size: int | None = None,
     clock_mhz: float = 300.0,
@@ -442,7 +445,8 @@ def card_memory(
 
     mode "hbm": each distinct channel index is one channel with `beats_per_clock` (512-bit beats
     per kernel clock, reads and writes together; the caller computes it from the target, e.g.
-    U55C 14.4 GB/s x 0.9 / (64 B x 300 MHz) = 0.675); read and write latencies are drawn per burst
+    U55C 14.4 GB/s x 0.9 / (64 B x 300 MHz) = 0.675), one figure for every channel or one per
+    channel index (a channel read and written is usable at less); read and write latencies are drawn per burst
     from the ns ranges, converted at `clock_mhz` (the kernel clock the figures are for).
     mode "ideal": no bandwidth limit, a fixed `ideal_latency` in clocks for reads and immediate
     write responses (the bench as it was before this model).
@@ -452,7 +456,9 @@ def card_memory(
     """
     if mode not in MODES:
         raise ValueError(f"memory mode {mode!r}; choose one of {', '.join(MODES)}")
-    if mode == "hbm" and (beats_per_clock is None or beats_per_clock <= 0):
+    budgets = (dict(beats_per_clock) if isinstance(beats_per_clock, Mapping)
+               else {i: beats_per_clock for _, i in ports})
+    if mode == "hbm" and any(budgets.get(i) is None or budgets[i] <= 0 for _, i in ports):
         raise ValueError("hbm memory needs beats_per_clock > 0 (512-bit beats per kernel clock per channel)")
     if mem is None:
         if mem_size is None:
@@ -474,7 +480,7 @@ def card_memory(
     for name, index in ports:
         channel = card.channels.get(index)
         if channel is None:
-            channel = MemoryChannel(index, beats_per_clock if mode == "hbm" else None, burst_slack)
+            channel = MemoryChannel(index, budgets[index] if mode == "hbm" else None, burst_slack)
             card.channels[index] = channel
         bus_prefix = f"{prefix}_{name}"
         rd = wr = None

@@ -52,11 +52,14 @@ MEMORY_MODES = ("hbm", "ideal")
 BEAT_BYTES = 64
 
 
-def channel_beats_per_clock(manifest: Mapping[str, Any]) -> float:
-    """512-bit beats per kernel clock one memory channel moves (reads and writes together):
-    channel bandwidth x memory efficiency / (64 B x kernel clock), from the manifest's sizing."""
+def channel_beats_per_clock(manifest: Mapping[str, Any], cu: int = 0) -> dict[int, float]:
+    """512-bit beats per kernel clock each memory channel of compute unit `cu` moves (reads and writes
+    together): its usable bandwidth in the manifest's sizing (channel bandwidth x the efficiency for
+    what it carries: read-only, write-only, or read and written) / (64 B x kernel clock)."""
     sizing = manifest["sizing"]
-    return float(sizing["channel_usable_bytes_per_s"]) / (BEAT_BYTES * float(sizing["clock_mhz"]) * 1e6)
+    beat_rate = BEAT_BYTES * float(sizing["clock_mhz"]) * 1e6
+    loads = next(a["loads"] for a in sizing["assignments"] if a["cu"] == cu)
+    return {int(c["channel"]): float(c["usable_bytes_per_s"]) / beat_rate for c in loads}
 
 
 def port_channels(manifest: Mapping[str, Any], cu: int = 0) -> list[tuple[str, int]]:

@@ -30,9 +30,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 XRT_TARGETS = [k for k, t in load_catalog().items() if t.has_xrt_flow]
 REQUIRED = {"hls": ("hls/run_hls.tcl", "hls/link.cfg"), "rtl": ("rtl/kernel.xml", "rtl/package_xo.tcl", "hls/link.cfg")}
 
-# The default u55c kernel's m_axi ports: 2 stripes of p, m, v (read and write port each), grad and out.
-DEFAULT_PORTS = ("grad0", "p0_rd", "p0_wr", "p1_rd", "p1_wr", "m0_rd", "m0_wr", "m1_rd", "m1_wr",
-                 "v0_rd", "v0_wr", "v1_rd", "v1_wr", "out0")
+# The default u55c kernel's m_axi ports: 3 stripes of p, m, v (read and write port each), grad and out.
+DEFAULT_PORTS = ("grad0", *(f"{a}{i}_{d}" for a in "pmv" for i in range(3) for d in ("rd", "wr")), "out0")
 
 
 

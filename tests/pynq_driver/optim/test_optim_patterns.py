@@ -387,7 +387,7 @@ def test_masters_read_in_place_take_every_edit(backend, monkeypatch, small_compa
     torch.manual_seed(3)
 
     def params():
-        w1, w2 = torch.randn(40, 128) * 0.1, torch.randn(16, 40) * 0.1  # 5 pieces of 1024; one of 640
+        w1, w2 = torch.randn(40, 128) * 0.1, torch.randn(16, 40) * 0.1  # pieces of a chunk each; one of 640
         odd = torch.randn(2049)[1:]  # 4 bytes past an aligned start: not lent, compared
         return [torch.nn.Parameter(t) for t in (w1, torch.zeros(40), w2, torch.zeros(16), odd)]
 
@@ -419,6 +419,11 @@ def test_masters_read_in_place_take_every_edit(backend, monkeypatch, small_compa
 
     monkeypatch.setattr(ShardState, "state_equals", equals)
     stripes = nic.shards()[0].stripes.state
+    chunk = nic.shards()[0].chunk_elems  # 1024 rounded down to whole beats of every stripe (960 at 3 stripes)
+
+    def pieces(n: int) -> list[int]:
+        return [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+
     for step in range(6):
         g = [torch.randn_like(p) for p in mine]
         for p, q, gg in zip(mine, ref, g, strict=True):
@@ -430,7 +435,7 @@ def test_masters_read_in_place_take_every_edit(backend, monkeypatch, small_compa
         for p, q in zip(mine, ref, strict=True):
             assert torch.equal(p.detach().view(torch.int32), q.detach().view(torch.int32)), step
         # the weights' pieces lent, every stripe; only the biases and the misaligned tensor compared
-        assert sorted(lent_stripes) == sorted([1024] * 5 * stripes + [640] * stripes), step
+        assert sorted(lent_stripes) == sorted((pieces(40 * 128) + pieces(16 * 40)) * stripes), step
         assert sum(n for _, n in compared) == 40 + 16 + 2048, (step, compared)
         for ps in (mine, ref):  # edits between steps, through .data (no version bump)
             ps[0].data.clamp_(-0.15, 0.15)
