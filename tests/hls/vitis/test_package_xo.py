@@ -21,9 +21,9 @@ from hls.paths import RTL_DIR
 from hls.spec import KernelSpec
 
 SPECS = [
-    KernelSpec(),  # u55c: 1 grad, 2 state, 1 out stripes
+    KernelSpec(),  # u55c: the default plan
     KernelSpec(grad_source="stream", grad_dtype="bf16", out_dtype="bf16"),  # STATUS with the stream bits
-    KernelSpec(target="u50", grad_dtype="bf16", out_dtype="bf16", stripes=5),  # 2 grad, 5 state, 3 out: 35 ports
+    KernelSpec(target="u50", grad_dtype="bf16", out_dtype="bf16", stripes=4),  # many ports, within the 32 of the card
 ]
 
 # AMD's lines (package_kernel.tcl of the rtl_kernels examples), whitespace as AMD writes them.
