@@ -73,6 +73,7 @@ gradients in its own order and the kernel computes `sqrt(v) * f32(1/sqrt(bc2)) +
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -85,9 +86,10 @@ from hls.errors import UserError
 from hls.golden import Hyper
 from hls.net import ring as ring_ref
 from hls.spec import KernelSpec
+from pynq_driver.backends import BACKENDS
 from pynq_driver.errors import DeviceClosed
 from pynq_driver.net.node import RingNode
-from pynq_driver.optim.base import torch_defaults
+from pynq_driver.optim.base import backend_options, torch_defaults
 
 _WIRE_TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _HYPER_KEYS = ("lr", "betas", "eps", "weight_decay")
@@ -122,6 +124,7 @@ class _RingNicAdamBase(torch.optim.Optimizer):
                  skip_nonfinite: bool = False, broadcast_params: bool = True, detect_changes: bool = True,
                  comm: int = 0, **node_options: Any) -> None:
         who = type(self).__name__
+        _check_node_options(backend, node_options, who)
         if wire_dtype not in _WIRE_TORCH:
             raise UserError(f"{who}: wire_dtype {wire_dtype!r}; choose one of {', '.join(_WIRE_TORCH)}")
         if max_norm is not None and not (isinstance(max_norm, (int, float)) and max_norm > 0):
@@ -369,6 +372,21 @@ class RingNicAdam(_RingNicAdamBase):
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, **options: Any) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, **options)
+
+
+def _check_node_options(backend: str, options: dict[str, Any], who: str) -> None:
+    """TypeError naming the optimizer (as Python raises for any function) for a keyword neither the
+    ring's node nor the card's backend takes: a misspelt one fails here, not deep inside the join."""
+    params = inspect.signature(RingNode.__init__).parameters
+    known = {n for n, prm in params.items() if prm.kind == prm.KEYWORD_ONLY}
+    known |= {n for n, prm in inspect.signature(RingNode.join).parameters.items() if prm.kind == prm.KEYWORD_ONLY}
+    known -= {"store", "rank", "world", "params", "transport", "peers", "comm", "payload_bytes",
+              "peer_timeout_s", "rendezvous_timeout_s", "wire_dtype"}  # the optimizer sets these
+    if backend in BACKENDS:
+        known |= set(backend_options(backend)) - {"detect_changes", "data_path"}
+    for name in options:
+        if name not in known:
+            raise TypeError(f"{who}.__init__() got an unexpected keyword argument {name!r}")
 
 
 def chunk_of(length: int, world: int, rank: int) -> tuple[int, int]:

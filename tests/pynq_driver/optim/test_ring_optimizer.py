@@ -215,6 +215,9 @@ def test_refusals_before_any_card_opens(tmp_path, monkeypatch):
 
     with pytest.raises(UserError, match=r"call dist.init_process_group\(...\) first"):
         RingNicAdamW([torch.nn.Parameter(torch.ones(3))])
+    # a misspelt keyword is a TypeError naming the optimizer, as torch's optimizers raise it
+    with pytest.raises(TypeError, match=r"RingNicAdamW.__init__\(\) got an unexpected keyword argument 'lrr'"):
+        RingNicAdamW([torch.nn.Parameter(torch.ones(3))], lrr=1e-3)
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     with pytest.raises(UserError, match="pass store=dist.TCPStore"):
         default_store(1.0)
