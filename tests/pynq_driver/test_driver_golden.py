@@ -143,7 +143,7 @@ def test_every_status_bit_is_named_and_marks_the_shard_inconsistent() -> None:
         with open_device("golden", spec) as dev, ShardState(dev, p0, chunk_elems=CHUNK) as shard:
             offset = dev.manifest["register_map"]["status"]["offset"]
             plain = dev.read_reg
-            dev.read_reg = lambda o, cu=0, plain=plain, bit=bit: plain(o, cu) | (1 << bit if o == offset else 0)
+            dev.read_reg = lambda o, cu=0, plain=plain, bit=bit, at=offset: plain(o, cu) | (1 << bit if o == at else 0)
             with pytest.raises(KernelStatusError, match=name) as err:
                 shard.step(make_grad(rng, N, spec.grad_dtype), Hyper(step=1, lr=1e-2))
             assert err.value.causes == (name,) and STATUS_CAUSES[name] in str(err.value)

@@ -452,7 +452,7 @@ async def test_reset_interconnect(dut: Any) -> None:
             if case == "read bursts":
                 hazard = any(sum(b[1] for b in port.r_bursts) for port in readers)
             else:
-                hazard = any(sum(port.b_wait.values()) for port in writers)
+                hazard = any(port.b_wait for port in writers)
             if hazard and all(_w_settled(port) for port in writers):
                 if skip == 0:
                     break
@@ -460,7 +460,7 @@ async def test_reset_interconnect(dut: Any) -> None:
         else:
             raise AssertionError(f"{case}: no clock with them in flight and no W burst part-sent")
         owed_r = sum(b[1] for port in readers for b in port.r_bursts)
-        owed_b = sum(sum(port.b_wait.values()) for port in writers)
+        owed_b = sum(len(port.b_wait) for port in writers)
         stale_r, stale_b = mon.stale_r_beats, mon.stale_b
         await FallingEdge(dut.ap_clk)
         low = pick.randrange(2, 9)

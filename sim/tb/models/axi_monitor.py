@@ -9,9 +9,9 @@ bounded, nothing valid while ap_rst_n is low, and nothing in flight at ap_done (
 Violations are kept in `errors` (the test asserts it is empty); the monitor never drives a signal.
 
 With `interconnect_reset` False (the memory side is not reset with the kernel) the bursts in
-flight outlive a reset: their R beats and B responses are still expected, matched by ID, and
-counted in `stale_r_beats` / `stale_b` when their ID is not the port's latest; `check_idle`
-then only asks the bursts of the latest ID to be complete.
+flight outlive a reset: they are marked stale, their R beats and B responses are still expected
+(matched by ID, in order per ID) and counted in `stale_r_beats` / `stale_b`, and `check_idle`
+only asks the bursts issued since the last reset to be complete.
 """
 
 from __future__ import annotations
@@ -56,12 +56,17 @@ class _Port:
     def reset(self) -> None:
         """Forget the handshakes in progress and every burst in flight."""
         self.hold_reset()
-        self.r_bursts: deque[list[int]] = deque()  # [ID, beats still to come] per read burst
-        self.aw_lens: deque[tuple[int, int]] = deque()  # (ID, AWLEN + 1) of bursts whose W beats are not all seen
+        # [ID, beats, stale]: a burst issued before the last reset of the kernel alone is stale
+        self.r_bursts: deque[list[Any]] = deque()  # read bursts, beats still to come
+        self.aw_lens: deque[list[Any]] = deque()  # AWLEN + 1 of bursts whose W beats are not all seen
         self.w_lens: deque[int] = deque()  # beats of W bursts (to WLAST) not yet matched to an AW
         self.w_beats = 0  # beats of the W burst in progress
-        self.b_wait: dict[int, int] = {}  # per ID: bursts with address and data done, response not yet back
-        self.last_id: int | None = None  # ID of the latest AR / AW burst
+        self.b_wait: list[list[Any]] = []  # [ID, stale] of bursts with address and data done, no response yet
+
+    def mark_stale(self) -> None:
+        """A reset of the kernel alone: every burst in flight now answers a run that is gone."""
+        for burst in (*self.r_bursts, *self.aw_lens, *self.b_wait):
+            burst[-1] = True
 
     def hold_reset(self) -> None:
         """A reset of the master: VALIDs drop, a payload waiting for READY was never handed over."""
@@ -126,6 +131,7 @@ class AxiMonitor:
                         port.reset()  # the memory model flushes on reset too
                     else:
                         port.hold_reset()
+                        port.mark_stale()
                     valids = []
                     if port.has_ar:
                         valids += [("ARVALID", port.arvalid)]
@@ -160,14 +166,13 @@ class AxiMonitor:
         if valid == 1 and ready == 1:
             addr, alen, size, burst, ident = now
             self._burst(port, addr, alen + 1, size, burst, chan)
-            port.last_id = ident
             return hold, (ident, alen + 1)
         return hold, None
 
     def _read_side(self, port: _Port) -> None:
         port.ar_hold, beats = self._address(port, "AR", port.ar_hold, port.ar, _v(port.arvalid), _v(port.arready))
         if beats is not None:
-            port.r_bursts.append(list(beats))
+            port.r_bursts.append([*beats, False])
             if len(port.r_bursts) > MAX_OUTSTANDING:
                 self._fail(port, f"{len(port.r_bursts)} read bursts outstanding")
         if _v(port.rvalid) == 1 and _v(port.rready) == 1:
@@ -176,7 +181,7 @@ class AxiMonitor:
             if burst is None:
                 self._fail(port, f"R beat with RID {rid} and no read burst of that ID outstanding")
                 return
-            self.stale_r_beats += rid != port.last_id
+            self.stale_r_beats += burst[2]
             burst[1] -= 1
             if (burst[1] == 0) != (_v(port.rlast) == 1):
                 self._fail(port, "RLAST disagrees with ARLEN")
@@ -186,9 +191,9 @@ class AxiMonitor:
     def _write_side(self, port: _Port) -> None:
         port.aw_hold, beats = self._address(port, "AW", port.aw_hold, port.aw, _v(port.awvalid), _v(port.awready))
         if beats is not None:
-            port.aw_lens.append(beats)
-            if len(port.aw_lens) + sum(port.b_wait.values()) > MAX_OUTSTANDING:
-                self._fail(port, f"{len(port.aw_lens) + sum(port.b_wait.values())} write bursts outstanding")
+            port.aw_lens.append([*beats, False])
+            if len(port.aw_lens) + len(port.b_wait) > MAX_OUTSTANDING:
+                self._fail(port, f"{len(port.aw_lens) + len(port.b_wait)} write bursts outstanding")
         wvalid, wready = _v(port.wvalid), _v(port.wready)
         if wvalid == 1 or port.w_hold is not None:
             now = [_v(s) for s in port.w]
@@ -201,29 +206,30 @@ class AxiMonitor:
                 elif port.w_beats >= MAX_BURST:
                     self._fail(port, f"{port.w_beats} W beats without WLAST")
         while port.aw_lens and port.w_lens:
-            (ident, want), got = port.aw_lens.popleft(), port.w_lens.popleft()
+            (ident, want, stale), got = port.aw_lens.popleft(), port.w_lens.popleft()
             if want != got:
                 self._fail(port, f"WLAST after {got} beats of a burst with AWLEN {want - 1}")
-            port.b_wait[ident] = port.b_wait.get(ident, 0) + 1
+            port.b_wait.append([ident, stale])
         if _v(port.bvalid) == 1 and _v(port.bready) == 1:
             bid = _v(port.bid)
-            if not port.b_wait.get(bid):
+            waiting = next((b for b in port.b_wait if b[0] == bid), None)
+            if waiting is None:
                 self._fail(port, f"B response with BID {bid} and no write burst of that ID outstanding")
             else:
-                port.b_wait[bid] -= 1
-                self.stale_b += bid != port.last_id
+                port.b_wait.remove(waiting)
+                self.stale_b += waiting[1]
 
     def check_idle(self) -> None:
         """After ap_done: every burst asked for has all its beats and its response."""
         for port in self.ports:
             left = []
-            r_bursts = [b for b in port.r_bursts if b[0] == port.last_id or self.interconnect_reset]
+            r_bursts = [b for b in port.r_bursts if not b[2]]
             if r_bursts:
                 left.append(f"{len(r_bursts)} read bursts short of beats")
             if port.aw_lens or port.w_lens or port.w_beats:
                 left.append(f"AW {len(port.aw_lens)} / W {len(port.w_lens)} bursts unmatched, {port.w_beats} W beats "
                             "past the last WLAST")
-            b_wait = sum(n for ident, n in port.b_wait.items() if ident == port.last_id or self.interconnect_reset)
+            b_wait = sum(not stale for _ident, stale in port.b_wait)
             if b_wait:
                 left.append(f"{b_wait} write responses outstanding")
             if left:
