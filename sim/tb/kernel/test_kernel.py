@@ -421,9 +421,11 @@ def _w_settled(port: Any) -> bool:
 async def test_reset_interconnect(dut: Any) -> None:
     """A reset of the kernel alone while card memory (the interconnect) is not reset and keeps
     answering: once with read bursts in flight, once with write responses in flight (never with a
-    W burst part-sent: AXI4 gives W no ID, design.md 3b). Their beats and responses come back
-    after the reset with the old epoch's ID and must be dropped: the next run is bit-exact with
-    STATUS 0, and the stale beats and responses were really seen on the ports."""
+    W burst part-sent: AXI4 gives W no ID, design.md 3b). The interrupted run works on a copy of
+    the buffers filled with junk, and its bursts answer 1,500-2,000 clocks late, so their beats
+    and responses arrive, with the old epoch's ID, while the next run has its own bursts out; they
+    must be dropped: the next run is bit-exact with STATUS 0 and ends with its own responses, and
+    the stale ones were really seen on the ports."""
     cfg = load_config()
     spec = cfg["spec"]
     seed = cfg["seed"]
@@ -431,10 +433,10 @@ async def test_reset_interconnect(dut: Any) -> None:
     pick = random.Random(seed + 13)
     n = 256 * spec["lanes"] + 5
     lay = Layout(spec, stripe_counts(cfg), n, skew=60 * 64)
-    tb = KernelTB(dut, manifest=cfg["manifest"], mem_size=lay.size, memory=cfg["memory"],
+    tb = KernelTB(dut, manifest=cfg["manifest"], mem_size=2 * lay.size, memory=cfg["memory"],
                   read_latency=cfg["latency"], stall_probability=cfg["stalls"], seed=seed, memory_reset=False)
     await tb.reset()
-    tb.card.set_latency(read=(100, 300), write=(100, 300))
+    normal, late = (100, 300), (1500, 2000)
     mon = tb.monitor
     readers = [p for p in mon.ports if p.has_ar]
     writers = [p for p in mon.ports if p.has_aw]
@@ -443,7 +445,14 @@ async def test_reset_interconnect(dut: Any) -> None:
         write_state(tb, lay, p, m, v)
         feed_grad(tb, lay, spec, make_grad(rng, n, spec["grad_dtype"], 0))
         scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
-        await tb.write_args(kernel_regs(tb, lay, n, scalars, spec["optimizer"]))
+        # the interrupted run on junk in a copy of the buffers (lay.size further on): a stale beat
+        # taken as the next run's data would show
+        tb.mem.write(lay.size, rng.integers(0, 256, lay.size, dtype=np.uint8).tobytes())
+        regs = kernel_regs(tb, lay, n, scalars, spec["optimizer"])
+        await tb.write_args({name: value + lay.size if tb.args[name]["kind"] == "pointer" else value
+                             for name, value in regs.items()})
+        tb.card.set_latency(read=late if case == "read bursts" else normal,
+                            write=late if case == "write responses" else normal)
         await tb.write_reg(CTRL, AP_START)
         skip = pick.randrange(0, 40)  # not always the first such clock
         for _ in range(50_000):
@@ -467,6 +476,7 @@ async def test_reset_interconnect(dut: Any) -> None:
         dut.ap_rst_n.value = 0
         await ClockCycles(dut.ap_clk, low)
         dut.ap_rst_n.value = 1
+        tb.card.set_latency(read=normal, write=normal)
         await ClockCycles(dut.ap_clk, 4)
         if tb.stream is not None:
             tb.stream.clear()
