@@ -30,8 +30,9 @@ test_reset       ap_rst_n pulsed low mid-run at a random clock (seed printed; ON
                  STATUS 0 (the protocol monitor checks nothing is valid during reset)
 test_reset_interconnect  ap_rst_n pulsed low with card memory not reset (an interconnect on a reset
                  of its own) while read bursts, then write responses are in flight (no W burst
-                 part-sent): their beats come back after the reset with the old ID and are
-                 dropped; the next run is bit-exact with STATUS 0 (seed printed)
+                 part-sent), the interrupted run on junk buffers answered 1,500+ clocks late: its
+                 beats come back during the next run with the old ID and are dropped; the next
+                 run is bit-exact with STATUS 0 (seed printed)
 test_lite_restart  AXI4-Lite writes with random partial WSTRB merge bytes; auto_restart reruns
                  until cleared (n = 0, then three runs on data in place, bit-exact against three
                  golden steps), then the next run is bit-exact with STATUS 0

@@ -13,13 +13,16 @@ Default run (one Verilator build per spec, shared by its tests):
   memory (64-clock read latency)
 each: 3 consecutive bit-exact runs per element count (0, not and exactly a multiple of the
 lanes), random ready/valid stalls on every AXI channel, the ap_ctrl_hs control test, STATUS and
-PORT_ERR (error responses, misaligned pointers, stream framing), reset mid-run, partial-WSTRB
+PORT_ERR (error responses, misaligned pointers, stream framing), reset mid-run (and a reset of
+the kernel alone with card memory still answering the bursts from before it), stream TKEEP
+(null beats skipped, missing bytes flagged with write-back suppressed), partial-WSTRB
 AXI4-Lite writes and auto_restart, no write-back after a read error or a short shard
 (test_suppress), and constrained-random runs (test_random: random bases including 4 KiB - 64,
 per-run random per-burst latency, multi-burst transfers, back-to-back stream shards). The bench
 seed is printed; ONIC_RTL_SEED=<n> replays it, ONIC_RTL_SEED=random draws a fresh one. Plus
 lint (verilator -Wall) and an Icarus compile of several specs, and onic_stripe_beats on its own
-(beat counts of 1 to 32 stripes for n up to 2^32 - 1 against hls/layout.py).
+(beat counts of 1 to 32 stripes for n up to 2^32 - 1, and of 1 to 8 stripes for every n from 0 to
+4097, against hls/layout.py, at the module's latency, which the run controller's PREP_CLOCKS covers).
 `--full` (marker slow): a covering set of every optimizer x gradient dtype x output dtype x
 source x lanes (1, 4, 16) x stripes (1, 2, 3, 5 state; 1, 2 grad and out) value, longer shards,
 both memory models, a 200-clock latency, and one variant on Icarus.
