@@ -48,6 +48,7 @@ STATUS_BITS = {
     "stream_short": 2,  # TLAST came before the shard's n elements (the rest read as zero gradients)
     "stream_long": 3,  # the shard's last beat had no TLAST (beats dropped up to TLAST)
     "misaligned": 4,  # a pointer not 64-byte aligned (nothing read or written)
+    "stream_keep": 5,  # a stream beat's TKEEP did not cover the shard's bytes (partial beat)
 }
 STATUS_CAUSES = {
     "read_response": "a memory read returned an error response (RRESP): wrong bank or address",
@@ -55,11 +56,15 @@ STATUS_CAUSES = {
     "stream_short": "the gradient stream shard ended (TLAST) before n elements",
     "stream_long": "the gradient stream shard was longer than n elements (dropped up to TLAST)",
     "misaligned": "a buffer pointer is not 64-byte aligned (the kernel read and wrote nothing)",
+    "stream_keep": "a gradient stream beat's TKEEP was neither all ones nor, on the shard's last beat, the bytes"
+                   " of its last elements: bytes of the shard are missing",
 }
-# After a read response error or a short stream shard the rest of the run's results are wrong:
-# the kernel finishes every burst it started but with WSTRB = 0, so memory keeps the values it
-# had from the beat where the error entered the datapath on (earlier beats may be kept too).
-SUPPRESSING = ("read_response", "stream_short")
+# After a read response error, a short stream shard or a stream beat with missing bytes (TKEEP) the
+# rest of the run's results are wrong: the kernel finishes every burst it started but with
+# WSTRB = 0, so memory keeps the values it had from the beat where the error entered the datapath
+# on (earlier beats may be kept too). Memory then holds p, m, v of two steps mixed element by
+# element: only a checkpoint restores a consistent state (design.md section 4).
+SUPPRESSING = ("read_response", "stream_short", "stream_keep")
 PORTS_PER_WORD = 32
 
 

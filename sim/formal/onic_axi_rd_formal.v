@@ -9,7 +9,7 @@
  * The read engine with a small FIFO and short bursts, so a bounded check reaches page ends,
  * full FIFOs and several bursts in flight. Assumed: reset first, `start` only while the engine
  * is idle (onic_run_ctrl's run_start), memory answers only bursts it was asked for, with RLAST
- * on their last beat. Asserted: ARVALID and the AR payload hold until ARREADY, no burst crosses
+ * on their last beat and the engine's ARID (the reset epoch) as RID. Asserted: ARVALID and the AR payload hold until ARREADY, no burst crosses
  * 4 KiB, ARLEN below MAX_BURST, beats outstanding never above the FIFO depth, the beats
  * requested never above `beats` and equal to it when the engine goes idle, and every beat
  * received delivered in order (the FIFO never overflows).
@@ -48,7 +48,7 @@ module onic_axi_rd_formal #(
         .resp_err(resp_err), .m_data(m_data), .m_valid(m_valid), .m_ready(m_ready),
         .m_axi_arid(arid), .m_axi_araddr(araddr), .m_axi_arlen(arlen), .m_axi_arsize(arsize),
         .m_axi_arburst(arburst), .m_axi_arlock(arlock), .m_axi_arcache(arcache), .m_axi_arprot(arprot),
-        .m_axi_arqos(arqos), .m_axi_arvalid(arvalid), .m_axi_arready(m_axi_arready), .m_axi_rid(1'b0),
+        .m_axi_arqos(arqos), .m_axi_arvalid(arvalid), .m_axi_arready(m_axi_arready), .m_axi_rid(arid),
         .m_axi_rdata(m_axi_rdata), .m_axi_rresp(m_axi_rresp), .m_axi_rlast(m_axi_rlast),
         .m_axi_rvalid(m_axi_rvalid), .m_axi_rready(rready)
     );

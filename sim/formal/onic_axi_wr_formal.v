@@ -7,7 +7,7 @@
 
 /*
  * The write engine with a small FIFO and short bursts (its 512-bit storage cut to free values). Assumed: reset first, `start` only while
- * idle, B only for bursts whose address and data went out. Asserted: AWVALID/AW payload and
+ * idle, B only for bursts whose address and data went out, with the AWID as BID. Asserted: AWVALID/AW payload and
  * WVALID/WLAST/WSTRB held until READY, no burst crosses 4 KiB, AWLEN below MAX_BURST, WLAST on the
  * beat the burst's AWLEN says (bursts in issue order; up to 8 tracked), beats written never
  * above `beats` and equal to it (with every response back) when the engine goes idle. `suppress`
@@ -53,7 +53,7 @@ module onic_axi_wr_formal #(
         .m_axi_awburst(awburst), .m_axi_awlock(awlock), .m_axi_awcache(awcache), .m_axi_awprot(awprot),
         .m_axi_awqos(awqos), .m_axi_awvalid(awvalid), .m_axi_awready(m_axi_awready), .m_axi_wdata(wdata),
         .m_axi_wstrb(wstrb), .m_axi_wlast(wlast), .m_axi_wvalid(wvalid), .m_axi_wready(m_axi_wready),
-        .m_axi_bid(1'b0), .m_axi_bresp(m_axi_bresp), .m_axi_bvalid(m_axi_bvalid), .m_axi_bready(bready)
+        .m_axi_bid(awid), .m_axi_bresp(m_axi_bresp), .m_axi_bvalid(m_axi_bvalid), .m_axi_bready(bready)
     );
 
     reg        f_past_valid = 1'b0;

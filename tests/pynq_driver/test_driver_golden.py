@@ -129,6 +129,29 @@ def test_status_error_names_the_cause_and_marks_the_shard_inconsistent() -> None
             shard.step(make_grad(rng, N, spec.grad_dtype), Hyper(step=2, lr=1e-2))
 
 
+def test_every_status_bit_is_named_and_marks_the_shard_inconsistent() -> None:
+    """Each STATUS bit of the register map (stream_keep included) raises KernelStatusError with its name and
+    cause; whatever the bit, the shard then refuses to step: memory may hold p, m, v of two steps."""
+    from hls.regmap import STATUS_BITS, STATUS_CAUSES
+    from pynq_driver.errors import KernelStatusError, StateError
+
+    spec = KernelSpec()
+    rng = np.random.default_rng(4)
+    p0 = rng.standard_normal(N).astype(np.float32)
+    assert set(STATUS_CAUSES) == set(STATUS_BITS)
+    for name, bit in STATUS_BITS.items():
+        with open_device("golden", spec) as dev, ShardState(dev, p0, chunk_elems=CHUNK) as shard:
+            offset = dev.manifest["register_map"]["status"]["offset"]
+            plain = dev.read_reg
+            dev.read_reg = lambda o, cu=0, plain=plain, bit=bit, at=offset: plain(o, cu) | (1 << bit if o == at else 0)
+            with pytest.raises(KernelStatusError, match=name) as err:
+                shard.step(make_grad(rng, N, spec.grad_dtype), Hyper(step=1, lr=1e-2))
+            assert err.value.causes == (name,) and STATUS_CAUSES[name] in str(err.value)
+            dev.read_reg = plain
+            with pytest.raises(StateError, match="checkpoint"):
+                shard.step(make_grad(rng, N, spec.grad_dtype), Hyper(step=1, lr=1e-2))
+
+
 def test_status_error_names_the_port() -> None:
     """A response error names the m_axi port(s) from the PORT_ERR words after STATUS (bit k of
     word k // 32 is the k-th pointer argument): "RRESP error on port p1_rd"."""

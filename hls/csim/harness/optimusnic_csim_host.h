@@ -344,8 +344,11 @@ void call_kernel(void (*kernel)(A...), const Ports& p, std::uint8_t* const* base
       std::memcpy(&word, raw + 8 * w, 8);
       beat.data.range(64 * w + 63, 64 * w) = word;
     }
-    beat.keep = -1;
-    beat.strb = -1;
+    // TKEEP on the shard's bytes: all 64 but on the last beat, as a right sender (design.md section 4)
+    const std::uint64_t in_beat = std::min<std::uint64_t>(64, bytes - 64 * i);
+    const std::uint64_t keep = in_beat == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << in_beat) - 1;
+    beat.keep = static_cast<unsigned long long>(keep);
+    beat.strb = static_cast<unsigned long long>(keep);
     beat.last = i + 1 == beats;
     in.write(beat);
   }

@@ -11,6 +11,16 @@
  * delivers them in order on m_*. Several bursts are in flight at once: a burst is requested as
  * soon as the FIFO has room for it and for everything already requested, so RREADY can stay
  * high and memory latency is hidden. A read-only AXI4 master: AR and R channels only.
+ *
+ * Responses are matched by count, in order: one ARID per run, RLAST is not looked at (the beats
+ * of a burst are counted against ARLEN). The ARID is the reset epoch, a counter that only
+ * configuration initialises and that every reset advances by one; an R beat whose RID is not
+ * the current epoch answers a burst from before a reset and is taken and dropped. So after a
+ * reset of the kernel alone, an interconnect (or memory controller) that was not reset and
+ * still returns the bursts it was asked for earlier does not feed them into the next run: it
+ * tells apart the beats of the last 2^ID_BITS - 1 resets. Waiting for the bus to go quiet after
+ * a reset would not do: the kernel forgot how many beats are owed, and memory may pause longer
+ * than any timeout.
  */
 module onic_axi_rd #(
     // log2 of the read FIFO depth in beats; the FIFO depth is the outstanding limit (a burst is
@@ -18,7 +28,9 @@ module onic_axi_rd #(
     // top sets it to outstanding bursts x MAX_BURST from hls.bursts (latency x bandwidth)
     parameter integer FIFO_LOG2 = 8,
     // longest burst in beats (at most 64 beats = one 4 KiB page of 512-bit beats)
-    parameter integer MAX_BURST = 64
+    parameter integer MAX_BURST = 64,
+    // AXI ID width: the ID is the reset epoch (see above), 1 to 8 bits
+    parameter integer ID_BITS = 1
 ) (
     input  wire          clk,
     input  wire          rst,
@@ -37,7 +49,7 @@ module onic_axi_rd #(
     input  wire          m_ready,
 
     /* AXI4 master (read channels) */
-    output wire [0:0]    m_axi_arid,
+    output wire [ID_BITS-1:0] m_axi_arid,
     output wire [63:0]   m_axi_araddr,
     output wire [7:0]    m_axi_arlen,
     output wire [2:0]    m_axi_arsize,
@@ -48,7 +60,7 @@ module onic_axi_rd #(
     output wire [3:0]    m_axi_arqos,
     output wire          m_axi_arvalid,
     input  wire          m_axi_arready,
-    input  wire [0:0]    m_axi_rid,
+    input  wire [ID_BITS-1:0] m_axi_rid,
     input  wire [511:0]  m_axi_rdata,
     input  wire [1:0]    m_axi_rresp,
     input  wire          m_axi_rlast,
@@ -61,6 +73,10 @@ module onic_axi_rd #(
     initial begin
         if (MAX_BURST < 1 || MAX_BURST > 64 || MAX_BURST > DEPTH) begin
             $error("MAX_BURST must be 1..64 and fit the FIFO (instance %m)");
+            $finish;
+        end
+        if (ID_BITS < 1 || ID_BITS > 8) begin
+            $error("ID_BITS must be 1..8 (instance %m)");
             $finish;
         end
     end
@@ -108,9 +124,23 @@ module onic_axi_rd #(
     wire        issue      = !ar_valid_reg && len_ok_reg && len_reg != 7'd0 &&
                              len_w <= {7'd0, free_reg};
     wire        ar_hs      = ar_valid_reg && m_axi_arready;
-    // a beat with nothing outstanding (an interconnect that was not reset with the kernel still
+    // a beat of an earlier epoch (an interconnect that was not reset with the kernel still
     // answering a burst from before the reset) is dropped, and the count never goes below zero
-    wire        r_beat     = m_axi_rvalid && m_axi_rready && outstanding_reg != 0;
+    wire        r_beat     = m_axi_rvalid && m_axi_rready && m_axi_rid == epoch_reg && outstanding_reg != 0;
+
+    // The reset epoch: no reset of its own (it counts resets), so its initial value is the
+    // configuration's; advanced on the first clock of each reset.
+    localparam [ID_BITS-1:0] EPOCH_ONE = 1;
+    /* verilator lint_off PROCASSINIT */
+    reg  [ID_BITS-1:0] epoch_reg = {ID_BITS{1'b0}};
+    reg                rst_q = 1'b0;
+    /* verilator lint_on PROCASSINIT */
+    always @(posedge clk) begin
+        rst_q <= rst;
+        if (rst && !rst_q) begin
+            epoch_reg <= epoch_reg + EPOCH_ONE;
+        end
+    end
 
     always @(posedge clk) begin
         // !ar_valid_reg: always true at a start (engines are idle then); it makes each engine's
@@ -188,7 +218,7 @@ module onic_axi_rd #(
         .count(fifo_count)
     );
 
-    assign m_axi_arid    = 1'b0;
+    assign m_axi_arid    = epoch_reg;
     assign m_axi_araddr  = ar_addr_reg;
     assign m_axi_arlen   = ar_len_reg;
     assign m_axi_arsize  = 3'd6;
@@ -202,7 +232,7 @@ module onic_axi_rd #(
     assign m_axi_rready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_rid, m_axi_rresp[0], m_axi_rlast, fifo_s_ready, fifo_count, addr[5:0], len_w[FIFO_LOG2+7:FIFO_LOG2+1],
+    wire _unused_ok = &{1'b0, m_axi_rresp[0], m_axi_rlast, fifo_s_ready, fifo_count, addr[5:0], len_w[FIFO_LOG2+7:FIFO_LOG2+1],
                        ar_n_w[FIFO_LOG2+7:FIFO_LOG2+1], 1'b0};
 
 endmodule

@@ -19,12 +19,24 @@
  * for WREADY keeps its WSTRB, as AXI requires; the datapath from an R beat to W is far longer
  * than that clock). Bursts, beat counts, WLAST and responses stay as they were, so the run still
  * ends with ap_done, but memory keeps its old values from there on.
+ *
+ * Responses are counted, one AWID per run. The AWID is the reset epoch, a counter that only
+ * configuration initialises and that every reset advances by one; a B response whose BID is not
+ * the current epoch answers a burst from before a reset and is dropped, so after a reset of the
+ * kernel alone a response still coming from an interconnect that was not reset cannot end the
+ * next run early or flag an error in it (the last 2^ID_BITS - 1 resets are told apart). W beats
+ * carry no ID in AXI4: a reset while a burst's W beats are partly sent (or its AW was taken
+ * before all of them) leaves that interconnect waiting for beats the kernel no longer knows of,
+ * and the next run's beats would complete that burst. Only a reset of the interconnect with the
+ * kernel recovers from that (design.md 3b).
  */
 module onic_axi_wr #(
     // log2 of the write FIFO depth in beats (at least two bursts)
     parameter integer FIFO_LOG2 = 7,
     // longest burst in beats (at most 64 beats = one 4 KiB page of 512-bit beats)
-    parameter integer MAX_BURST = 64
+    parameter integer MAX_BURST = 64,
+    // AXI ID width: the ID is the reset epoch (see above), 1 to 8 bits
+    parameter integer ID_BITS = 1
 ) (
     input  wire          clk,
     input  wire          rst,
@@ -46,7 +58,7 @@ module onic_axi_wr #(
     output wire          s_ready,
 
     /* AXI4 master (write channels) */
-    output wire [0:0]    m_axi_awid,
+    output wire [ID_BITS-1:0] m_axi_awid,
     output wire [63:0]   m_axi_awaddr,
     output wire [7:0]    m_axi_awlen,
     output wire [2:0]    m_axi_awsize,
@@ -62,7 +74,7 @@ module onic_axi_wr #(
     output wire          m_axi_wlast,
     output wire          m_axi_wvalid,
     input  wire          m_axi_wready,
-    input  wire [0:0]    m_axi_bid,
+    input  wire [ID_BITS-1:0] m_axi_bid,
     input  wire [1:0]    m_axi_bresp,
     input  wire          m_axi_bvalid,
     output wire          m_axi_bready
@@ -73,6 +85,10 @@ module onic_axi_wr #(
     initial begin
         if (MAX_BURST < 1 || MAX_BURST > 64 || 2 * MAX_BURST > (1 << FIFO_LOG2)) begin
             $error("MAX_BURST must be 1..64 and two bursts must fit the FIFO (instance %m)");
+            $finish;
+        end
+        if (ID_BITS < 1 || ID_BITS > 8) begin
+            $error("ID_BITS must be 1..8 (instance %m)");
             $finish;
         end
     end
@@ -134,8 +150,22 @@ module onic_axi_wr #(
 
     wire        w_fire = fifo_valid && lenq_valid && m_axi_wready;
     wire        w_last = w_beat_reg == lenq_head;
-    // a response with no burst waiting (from before a reset) is ignored
-    wire        b_fire = m_axi_bvalid && b_wait_reg != 0;
+    // a response of an earlier epoch (from before a reset) is ignored
+    wire        b_fire = m_axi_bvalid && m_axi_bid == epoch_reg && b_wait_reg != 0;
+
+    // The reset epoch: no reset of its own (it counts resets), so its initial value is the
+    // configuration's; advanced on the first clock of each reset.
+    localparam [ID_BITS-1:0] EPOCH_ONE = 1;
+    /* verilator lint_off PROCASSINIT */
+    reg  [ID_BITS-1:0] epoch_reg = {ID_BITS{1'b0}};
+    reg                rst_q = 1'b0;
+    /* verilator lint_on PROCASSINIT */
+    always @(posedge clk) begin
+        rst_q <= rst;
+        if (rst && !rst_q) begin
+            epoch_reg <= epoch_reg + EPOCH_ONE;
+        end
+    end
 
     always @(posedge clk) begin
         // !aw_valid_reg: always true at a start (engines are idle then); it makes each engine's
@@ -257,7 +287,7 @@ module onic_axi_wr #(
         .count(lenq_count)
     );
 
-    assign m_axi_awid    = 1'b0;
+    assign m_axi_awid    = epoch_reg;
     assign m_axi_awaddr  = aw_addr_reg;
     assign m_axi_awlen   = aw_len_reg;
     assign m_axi_awsize  = 3'd6;
@@ -275,7 +305,7 @@ module onic_axi_wr #(
     assign m_axi_bready  = 1'b1;
 
 
-    wire _unused_ok = &{1'b0, m_axi_bid, m_axi_bresp[0], lenq_s_ready, lenq_count, fifo_count, addr[5:0],
+    wire _unused_ok = &{1'b0, m_axi_bresp[0], lenq_s_ready, lenq_count, fifo_count, addr[5:0],
                        len_w[FIFO_LOG2+7:FIFO_LOG2+1], 1'b0};
 
 endmodule

@@ -28,6 +28,11 @@ test_status      the sticky STATUS word: a misaligned pointer (nothing read or w
 test_reset       ap_rst_n pulsed low mid-run at a random clock (seed printed; ONIC_SEED replays it)
                  while bursts are in flight: ap_idle after it, and the next run is bit-exact with
                  STATUS 0 (the protocol monitor checks nothing is valid during reset)
+test_reset_interconnect  ap_rst_n pulsed low with card memory not reset (an interconnect on a reset
+                 of its own) while read bursts, then write responses are in flight (no W burst
+                 part-sent), the interrupted run on junk buffers answered 1,500+ clocks late: its
+                 beats come back during the next run with the old ID and are dropped; the next
+                 run is bit-exact with STATUS 0 (seed printed)
 test_lite_restart  AXI4-Lite writes with random partial WSTRB merge bytes; auto_restart reruns
                  until cleared (n = 0, then three runs on data in place, bit-exact against three
                  golden steps), then the next run is bit-exact with STATUS 0
@@ -35,6 +40,9 @@ test_suppress    no write-back of wrong beats: an RRESP error on a random beat o
                  read port (or, on the stream, a shard one beat short): STATUS and PORT_ERR name
                  it, every element of p, m, v and out is its old value or the golden one, and
                  every element from the failing beat on keeps its old value (seed printed)
+test_stream_keep on the stream: TKEEP checked on every beat; null beats mid-shard and a null beat
+                 with TLAST are skipped (bit-exact, STATUS 0), a shard one byte short or a mid beat
+                 with a byte not kept give stream_keep with write-back suppressed (seed printed)
 test_random      constrained-random runs (seed printed; ONIC_SEED replays): per run a random n,
                  per stripe a random 64-byte-aligned base (0, 4 KiB - 64 or any step), random
                  per-burst read and write latency ranges and stall rates; every run bit-exact
@@ -55,7 +63,7 @@ from typing import Any
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 from kernel_tb import AP_DONE, AP_IDLE, AP_READY, AP_START, CTRL, GIE, IER, ISR, KernelTB, run_kernel
 
 from hls import golden, layout
@@ -405,6 +413,85 @@ async def test_reset(dut: Any) -> None:
         assert status == 0, f"attempt {attempt}: STATUS {status:#x} on the run after a reset"
 
 
+def _w_settled(port: Any) -> bool:
+    """No write burst of this monitored port is part-sent: every W beat matched to an AW and back."""
+    return not port.aw_lens and not port.w_lens and port.w_beats == 0
+
+
+@cocotb.test()
+async def test_reset_interconnect(dut: Any) -> None:
+    """A reset of the kernel alone while card memory (the interconnect) is not reset and keeps
+    answering: once with read bursts in flight, once with write responses in flight (never with a
+    W burst part-sent: AXI4 gives W no ID, design.md 3b). The interrupted run works on a copy of
+    the buffers filled with junk, and its bursts answer 1,500-2,000 clocks late, so their beats
+    and responses arrive, with the old epoch's ID, while the next run has its own bursts out; they
+    must be dropped: the next run is bit-exact with STATUS 0 and ends with its own responses, and
+    the stale ones were really seen on the ports."""
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    rng = np.random.default_rng(seed + 13)
+    pick = random.Random(seed + 13)
+    n = 256 * spec["lanes"] + 5
+    lay = Layout(spec, stripe_counts(cfg), n, skew=60 * 64)
+    tb = KernelTB(dut, manifest=cfg["manifest"], mem_size=2 * lay.size, memory=cfg["memory"],
+                  read_latency=cfg["latency"], stall_probability=cfg["stalls"], seed=seed, memory_reset=False)
+    await tb.reset()
+    normal, late = (100, 300), (1500, 2000)
+    mon = tb.monitor
+    readers = [p for p in mon.ports if p.has_ar]
+    writers = [p for p in mon.ports if p.has_aw]
+    for case in ("read bursts", "write responses"):
+        p, m, v = make_state(rng, n)
+        write_state(tb, lay, p, m, v)
+        feed_grad(tb, lay, spec, make_grad(rng, n, spec["grad_dtype"], 0))
+        scalars = golden.prepare_scalars(golden.Hyper(), spec["optimizer"])
+        # the interrupted run on junk in a copy of the buffers (lay.size further on): a stale beat
+        # taken as the next run's data would show
+        tb.mem.write(lay.size, rng.integers(0, 256, lay.size, dtype=np.uint8).tobytes())
+        regs = kernel_regs(tb, lay, n, scalars, spec["optimizer"])
+        await tb.write_args({name: value + lay.size if tb.args[name]["kind"] == "pointer" else value
+                             for name, value in regs.items()})
+        tb.card.set_latency(read=late if case == "read bursts" else normal,
+                            write=late if case == "write responses" else normal)
+        await tb.write_reg(CTRL, AP_START)
+        skip = pick.randrange(0, 40)  # not always the first such clock
+        for _ in range(50_000):
+            await RisingEdge(dut.ap_clk)
+            await ReadOnly()
+            if case == "read bursts":
+                hazard = any(sum(b[1] for b in port.r_bursts) for port in readers)
+            else:
+                hazard = any(port.b_wait for port in writers)
+            if hazard and all(_w_settled(port) for port in writers):
+                if skip == 0:
+                    break
+                skip -= 1
+        else:
+            raise AssertionError(f"{case}: no clock with them in flight and no W burst part-sent")
+        owed_r = sum(b[1] for port in readers for b in port.r_bursts)
+        owed_b = sum(len(port.b_wait) for port in writers)
+        stale_r, stale_b = mon.stale_r_beats, mon.stale_b
+        await FallingEdge(dut.ap_clk)
+        low = pick.randrange(2, 9)
+        dut.ap_rst_n.value = 0
+        await ClockCycles(dut.ap_clk, low)
+        dut.ap_rst_n.value = 1
+        tb.card.set_latency(read=normal, write=normal)
+        await ClockCycles(dut.ap_clk, 4)
+        if tb.stream is not None:
+            tb.stream.clear()
+        assert await tb.read_reg(CTRL) & AP_IDLE, f"{case}: not idle after the reset"
+        status, _ = await status_run(tb, cfg, lay, rng, check=True)
+        seen_r, seen_b = mon.stale_r_beats - stale_r, mon.stale_b - stale_b
+        dut._log.info("test_reset_interconnect: seed %d, %s: reset for %d clocks with %d R beats and %d B responses "
+                      "owed; %d stale R beats and %d stale B responses came after it", seed, case, low, owed_r, owed_b,
+                      seen_r, seen_b)
+        assert status == 0, f"{case}: STATUS {status:#x} on the run after a reset"
+        assert not mon.errors, "AXI4 protocol monitor: " + "; ".join(mon.errors)
+        assert (seen_r if case == "read bursts" else seen_b) > 0, f"{case}: none came back after the reset"
+
+
 @cocotb.test()
 async def test_lite_restart(dut: Any) -> None:
     """AXI4-Lite writes with partial WSTRB merge bytes; auto_restart reruns until cleared; the run
@@ -680,12 +767,16 @@ def kept_or_golden(before: dict[str, np.ndarray], got: dict[str, np.ndarray], wa
 
 
 async def suppress_run(tb: KernelTB, cfg: dict[str, Any], lay: Layout, rng: np.random.Generator, *,
-                       grad_cut: int = 0) -> tuple[int, dict[str, np.ndarray], dict[str, np.ndarray],
-                                                   dict[str, np.ndarray]]:
-    """One run on fresh state whose error the caller armed: (STATUS, arrays before, after, golden)."""
+                       grad_cut: int = 0, beats: Any = None) -> tuple[int, dict[str, np.ndarray],
+                                                                 dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One run on fresh state whose error the caller armed: (STATUS, arrays before, after, golden).
+    On the stream, `beats` (a function of the shard's bytes giving (bytes, TKEEP) beats) sends the
+    shard beat by beat, else it goes whole less its last `grad_cut` bytes."""
     spec, n = cfg["spec"], lay.n
     p, m, v, grad, scalars = fresh_state(tb, spec, lay, rng)
-    if spec["grad_source"] == "stream":
+    if spec["grad_source"] == "stream" and beats is not None:
+        tb.send_stream_beats(beats(grad.tobytes()))
+    elif spec["grad_source"] == "stream":
         data = grad.tobytes()
         tb.send_stream(data[: len(data) - grad_cut])
     else:
@@ -752,6 +843,65 @@ async def test_suppress(dut: Any) -> None:
         assert not errors, "shard one beat short: " + "; ".join(errors)
     status, _ = await status_run(tb, cfg, lays[0], rng, check=True)
     assert status == 0 and await tb.read_port_errors() == [], f"clean run after: STATUS {status:#x}"
+
+
+def shard_beats(data: bytes) -> list[tuple[bytes, int]]:
+    """A shard as a right sender cuts it: 64-byte beats, TKEEP all ones but on the last beat, which
+    keeps exactly its bytes."""
+    beats = [data[i:i + 64] for i in range(0, len(data), 64)]
+    return [(b, (1 << len(b)) - 1) for b in beats]
+
+
+@cocotb.test()
+async def test_stream_keep(dut: Any) -> None:
+    """TKEEP on the stream (seed printed): an exact shard beat by beat and one with null beats (TKEEP
+    0, junk data) mid-shard and a null beat carrying TLAST after the last data beat are bit-exact
+    with STATUS 0; a shard one byte short and one with a byte of a mid beat not kept give
+    stream_keep, every element its old or golden value and none from the failing beat on written."""
+    cfg = load_config()
+    spec = cfg["spec"]
+    if spec["grad_source"] != "stream":
+        return
+    seed = cfg["seed"]
+    pick = random.Random(seed + 47)
+    rng = np.random.default_rng(seed + 47)
+    n = 20 * spec["lanes"] + 3
+    lay = Layout(spec, stripe_counts(cfg), n, skew=0, skews=pick)
+    tb = make_tb(dut, cfg, lay.size, cfg["stalls"], seed)
+    await tb.reset()
+    bit = 1 << status_bit(cfg, "stream_keep")
+    per_beat = 64 // lay.elem["grad"]
+    nb = -(-n // per_beat)
+
+    def exact_with_nulls(data: bytes) -> list[tuple[bytes, int]]:
+        beats = shard_beats(data)
+        for at in sorted(pick.sample(range(len(beats)), min(3, len(beats))), reverse=True):
+            beats.insert(at, (rng.integers(0, 256, 64, dtype=np.uint8).tobytes(), 0))
+        return [*beats, (bytes(64), 0)]  # the last data beat without TLAST, a null beat with it
+
+    for name, make in (("exact shard", shard_beats), ("null beats", exact_with_nulls)):
+        status, _before, got, want = await suppress_run(tb, cfg, lay, rng, beats=make)
+        assert status == 0, f"{name}: STATUS {status:#x}"
+        errors = [describe_mismatch(k, got[k], want[k]) for k in ("p", "m", "v", "out")]
+        assert not any(errors), f"{name}: " + "; ".join(e for e in errors if e)
+
+    mid = pick.randrange(nb - 1)
+    lane = pick.randrange(64)
+    dut._log.info("test_stream_keep: seed %d, n=%d, TKEEP byte %d of beat %d cleared", seed, n, lane, mid)
+
+    def hole(data: bytes) -> list[tuple[bytes, int]]:
+        beats = shard_beats(data)
+        beats[mid] = (beats[mid][0], beats[mid][1] & ~(1 << lane))
+        return beats
+
+    for name, kwargs, first_bad in (("one byte short", {"grad_cut": 1}, (nb - 1) * per_beat),
+                                    (f"byte {lane} of beat {mid} not kept", {"beats": hole}, mid * per_beat)):
+        status, before, got, want = await suppress_run(tb, cfg, lay, rng, **kwargs)
+        assert status == bit, f"{name}: STATUS {status:#x}, want stream_keep {bit:#x}"
+        errors = kept_or_golden(before, got, want, first_bad)
+        assert not errors, f"{name}: " + "; ".join(errors)
+    status, _ = await status_run(tb, cfg, lay, rng, check=True)
+    assert status == 0, f"clean run after TKEEP errors: STATUS {status:#x}"
 
 
 @cocotb.test()

@@ -4,9 +4,14 @@ Checks, per port, every clock on the rising edge: VALID held and payload stable 
 (AR, AW, W; R and B are the memory model's), no burst crossing 4 KiB, AxLEN within MAX_BURST,
 AxSIZE a full beat and INCR bursts, W beats per burst equal AWLEN + 1 with WLAST on the last,
 W bursts (counted to WLAST, which AXI4 lets come before their AW) matching the AWLENs in
-order, every R/B for a burst that was asked for, outstanding bursts bounded, nothing valid
-while ap_rst_n is low, and nothing in flight at ap_done (`check_idle`). Violations are kept in
-`errors` (the test asserts it is empty); the monitor never drives a signal.
+order, every R/B for a burst that was asked for with its ID (RID/BID), outstanding bursts
+bounded, nothing valid while ap_rst_n is low, and nothing in flight at ap_done (`check_idle`).
+Violations are kept in `errors` (the test asserts it is empty); the monitor never drives a signal.
+
+With `interconnect_reset` False (the memory side is not reset with the kernel) the bursts in
+flight outlive a reset: they are marked stale, their R beats and B responses are still expected
+(matched by ID, in order per ID) and counted in `stale_r_beats` / `stale_b`, and `check_idle`
+only asks the bursts issued since the last reset to be complete.
 """
 
 from __future__ import annotations
@@ -37,33 +42,48 @@ class _Port:
         self.has_aw = hasattr(dut, p + "awvalid")
         g = lambda s: getattr(dut, p + s)  # noqa: E731
         if self.has_ar:
-            self.ar = [g(s) for s in ("araddr", "arlen", "arsize", "arburst")]
+            self.ar = [g(s) for s in ("araddr", "arlen", "arsize", "arburst", "arid")]
             self.arvalid, self.arready = g("arvalid"), g("arready")
-            self.rvalid, self.rready, self.rlast = g("rvalid"), g("rready"), g("rlast")
+            self.rvalid, self.rready, self.rlast, self.rid = g("rvalid"), g("rready"), g("rlast"), g("rid")
         if self.has_aw:
-            self.aw = [g(s) for s in ("awaddr", "awlen", "awsize", "awburst")]
+            self.aw = [g(s) for s in ("awaddr", "awlen", "awsize", "awburst", "awid")]
             self.awvalid, self.awready = g("awvalid"), g("awready")
             self.w = [g(s) for s in ("wdata", "wstrb", "wlast")]
             self.wvalid, self.wready = g("wvalid"), g("wready")
-            self.bvalid, self.bready = g("bvalid"), g("bready")
+            self.bvalid, self.bready, self.bid = g("bvalid"), g("bready"), g("bid")
         self.reset()
 
     def reset(self) -> None:
+        """Forget the handshakes in progress and every burst in flight."""
+        self.hold_reset()
+        # [ID, beats, stale]: a burst issued before the last reset of the kernel alone is stale
+        self.r_bursts: deque[list[Any]] = deque()  # read bursts, beats still to come
+        self.aw_lens: deque[list[Any]] = deque()  # AWLEN + 1 of bursts whose W beats are not all seen
+        self.w_lens: deque[int] = deque()  # beats of W bursts (to WLAST) not yet matched to an AW
+        self.w_beats = 0  # beats of the W burst in progress
+        self.b_wait: list[list[Any]] = []  # [ID, stale] of bursts with address and data done, no response yet
+
+    def mark_stale(self) -> None:
+        """A reset of the kernel alone: every burst in flight now answers a run that is gone."""
+        for burst in (*self.r_bursts, *self.aw_lens, *self.b_wait):
+            burst[-1] = True
+
+    def hold_reset(self) -> None:
+        """A reset of the master: VALIDs drop, a payload waiting for READY was never handed over."""
         self.ar_hold: list[int] | None = None
         self.aw_hold: list[int] | None = None
         self.w_hold: list[int] | None = None
-        self.r_bursts: deque[int] = deque()  # beats still to come per read burst
-        self.aw_lens: deque[int] = deque()  # AWLEN + 1 of bursts whose W beats are not all seen
-        self.w_lens: deque[int] = deque()  # beats of W bursts (to WLAST) not yet matched to an AW
-        self.w_beats = 0  # beats of the W burst in progress
-        self.b_wait = 0  # bursts with address and data done, response not yet back
 
 
 class AxiMonitor:
-    def __init__(self, dut: Any, ports: list[str], clock: Any, reset_n: Any) -> None:
+    def __init__(self, dut: Any, ports: list[str], clock: Any, reset_n: Any, *,
+                 interconnect_reset: bool = True) -> None:
         self.ports = [_Port(dut, name) for name in ports]
         self.clock = clock
         self.reset_n = reset_n
+        self.interconnect_reset = interconnect_reset
+        self.stale_r_beats = 0
+        self.stale_b = 0
         self.errors: list[str] = []
         self.bursts = 0
         # ports with more than one burst over the monitor's life (any runs): see burst_counts
@@ -107,7 +127,11 @@ class AxiMonitor:
                 continue
             if _v(self.reset_n) != 1:
                 for port in self.ports:
-                    port.reset()  # the memory model flushes on reset too
+                    if self.interconnect_reset:
+                        port.reset()  # the memory model flushes on reset too
+                    else:
+                        port.hold_reset()
+                        port.mark_stale()
                     valids = []
                     if port.has_ar:
                         valids += [("ARVALID", port.arvalid)]
@@ -133,40 +157,43 @@ class AxiMonitor:
         return now if valid == 1 and ready != 1 else None
 
     def _address(self, port: _Port, chan: str, hold: Any, signals: Any, valid: Any,
-                 ready: Any) -> tuple[Any, int | None]:
-        """One clock of an AR or AW channel: its stability and bounds; the beats of a burst it hands over."""
+                 ready: Any) -> tuple[Any, tuple[int, int] | None]:
+        """One clock of an AR or AW channel: its stability and bounds; (ID, beats) of a burst it hands over."""
         if valid != 1 and hold is None:
             return None, None
         now = [_v(s) for s in signals]
         hold = self._stable(port, hold, now, valid, ready, chan)
         if valid == 1 and ready == 1:
-            addr, alen, size, burst = now
+            addr, alen, size, burst, ident = now
             self._burst(port, addr, alen + 1, size, burst, chan)
-            return hold, alen + 1
+            return hold, (ident, alen + 1)
         return hold, None
 
     def _read_side(self, port: _Port) -> None:
         port.ar_hold, beats = self._address(port, "AR", port.ar_hold, port.ar, _v(port.arvalid), _v(port.arready))
         if beats is not None:
-            port.r_bursts.append(beats)
+            port.r_bursts.append([*beats, False])
             if len(port.r_bursts) > MAX_OUTSTANDING:
                 self._fail(port, f"{len(port.r_bursts)} read bursts outstanding")
         if _v(port.rvalid) == 1 and _v(port.rready) == 1:
-            if not port.r_bursts:
-                self._fail(port, "R beat with no read burst outstanding")
+            rid = _v(port.rid)
+            burst = next((b for b in port.r_bursts if b[0] == rid), None)
+            if burst is None:
+                self._fail(port, f"R beat with RID {rid} and no read burst of that ID outstanding")
                 return
-            port.r_bursts[0] -= 1
-            if (port.r_bursts[0] == 0) != (_v(port.rlast) == 1):
+            self.stale_r_beats += burst[2]
+            burst[1] -= 1
+            if (burst[1] == 0) != (_v(port.rlast) == 1):
                 self._fail(port, "RLAST disagrees with ARLEN")
-            if port.r_bursts[0] == 0:
-                port.r_bursts.popleft()
+            if burst[1] == 0:
+                port.r_bursts.remove(burst)
 
     def _write_side(self, port: _Port) -> None:
         port.aw_hold, beats = self._address(port, "AW", port.aw_hold, port.aw, _v(port.awvalid), _v(port.awready))
         if beats is not None:
-            port.aw_lens.append(beats)
-            if len(port.aw_lens) + port.b_wait > MAX_OUTSTANDING:
-                self._fail(port, f"{len(port.aw_lens) + port.b_wait} write bursts outstanding")
+            port.aw_lens.append([*beats, False])
+            if len(port.aw_lens) + len(port.b_wait) > MAX_OUTSTANDING:
+                self._fail(port, f"{len(port.aw_lens) + len(port.b_wait)} write bursts outstanding")
         wvalid, wready = _v(port.wvalid), _v(port.wready)
         if wvalid == 1 or port.w_hold is not None:
             now = [_v(s) for s in port.w]
@@ -179,26 +206,31 @@ class AxiMonitor:
                 elif port.w_beats >= MAX_BURST:
                     self._fail(port, f"{port.w_beats} W beats without WLAST")
         while port.aw_lens and port.w_lens:
-            want, got = port.aw_lens.popleft(), port.w_lens.popleft()
+            (ident, want, stale), got = port.aw_lens.popleft(), port.w_lens.popleft()
             if want != got:
                 self._fail(port, f"WLAST after {got} beats of a burst with AWLEN {want - 1}")
-            port.b_wait += 1
+            port.b_wait.append([ident, stale])
         if _v(port.bvalid) == 1 and _v(port.bready) == 1:
-            if port.b_wait == 0:
-                self._fail(port, "B response with no write burst outstanding")
+            bid = _v(port.bid)
+            waiting = next((b for b in port.b_wait if b[0] == bid), None)
+            if waiting is None:
+                self._fail(port, f"B response with BID {bid} and no write burst of that ID outstanding")
             else:
-                port.b_wait -= 1
+                port.b_wait.remove(waiting)
+                self.stale_b += waiting[1]
 
     def check_idle(self) -> None:
         """After ap_done: every burst asked for has all its beats and its response."""
         for port in self.ports:
             left = []
-            if port.r_bursts:
-                left.append(f"{len(port.r_bursts)} read bursts short of beats")
+            r_bursts = [b for b in port.r_bursts if not b[2]]
+            if r_bursts:
+                left.append(f"{len(r_bursts)} read bursts short of beats")
             if port.aw_lens or port.w_lens or port.w_beats:
                 left.append(f"AW {len(port.aw_lens)} / W {len(port.w_lens)} bursts unmatched, {port.w_beats} W beats "
                             "past the last WLAST")
-            if port.b_wait:
-                left.append(f"{port.b_wait} write responses outstanding")
+            b_wait = sum(not stale for _ident, stale in port.b_wait)
+            if b_wait:
+                left.append(f"{b_wait} write responses outstanding")
             if left:
                 self._fail(port, "at ap_done: " + "; ".join(left))

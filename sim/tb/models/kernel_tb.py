@@ -14,6 +14,10 @@ Memory modes (design.md 3b):
 - "ideal": no bandwidth limit, a fixed pipelined read latency (`read_latency` clocks): what the
   kernel itself can do.
 
+`memory_reset=False` leaves card memory (and what the protocol monitor expects of it) out of the
+kernel's reset, as an interconnect on a reset of its own: bursts asked for before a reset of the
+kernel alone are still answered after it.
+
 Usage from any cocotb test (the driver's `rtlsim` backend does the same)::
 
     tb = KernelTB(dut, manifest=manifest, mem_size=1 << 24, memory="hbm")
@@ -70,12 +74,15 @@ def port_channels(manifest: Mapping[str, Any], cu: int = 0) -> list[tuple[str, i
 
 
 def card_memory(dut: Any, manifest: Mapping[str, Any], *, mode: str, mem: Memory, read_latency: int,
-                seed: int = 1) -> hbm_memory.CardMemory:
-    """The card memory around `dut`: one model per m_axi port, each on its memory-plan channel."""
+                seed: int = 1, reset: bool = True) -> hbm_memory.CardMemory:
+    """The card memory around `dut`: one model per m_axi port, each on its memory-plan channel.
+    With `reset` False it is not reset with the kernel (an interconnect on a reset of its own):
+    bursts it was asked for before a kernel reset are still answered after it."""
     if mode not in MEMORY_MODES:
         raise ValueError(f"memory mode {mode!r}; choose one of {', '.join(MEMORY_MODES)}")
     return hbm_memory.card_memory(
-        dut, port_channels(manifest), clock=dut.ap_clk, reset=dut.ap_rst_n, reset_active_level=False, mode=mode,
+        dut, port_channels(manifest), clock=dut.ap_clk, reset=dut.ap_rst_n if reset else None,
+        reset_active_level=False, mode=mode,
         beats_per_clock=channel_beats_per_clock(manifest) if mode == "hbm" else None, mem=mem,
         clock_mhz=float(manifest["sizing"]["clock_mhz"]), sim_clock_ns=CLOCK_NS, ideal_latency=read_latency,
         seed=seed,
@@ -95,6 +102,7 @@ class KernelTB:
         read_latency: int = 0,
         stall_probability: float = 0.0,
         seed: int = 1,
+        memory_reset: bool = True,
     ) -> None:
         self.dut = dut
         self.manifest = manifest
@@ -107,9 +115,10 @@ class KernelTB:
         self.host = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi_control"), dut.ap_clk, dut.ap_rst_n,
                                   reset_active_level=False)
         self.memory = memory
-        self.card = card_memory(dut, manifest, mode=memory, mem=self.mem, read_latency=read_latency, seed=seed)
+        self.card = card_memory(dut, manifest, mode=memory, mem=self.mem, read_latency=read_latency, seed=seed,
+                                reset=memory_reset)
         self.ports = self.card.ports
-        self.monitor = AxiMonitor(dut, list(self.ports), dut.ap_clk, dut.ap_rst_n)
+        self.monitor = AxiMonitor(dut, list(self.ports), dut.ap_clk, dut.ap_rst_n, interconnect_reset=memory_reset)
         self.stream = None
         if "grad" in self.args and self.args["grad"]["kind"] == "stream":
             self.stream = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_grad"), dut.ap_clk, dut.ap_rst_n,
@@ -188,6 +197,18 @@ class KernelTB:
             raise RuntimeError("this kernel reads gradients from memory, not from a stream")
         if data:
             self.stream.send_nowait(AxiStreamFrame(data))
+
+    def send_stream_beats(self, beats: list[tuple[bytes, int]]) -> None:
+        """Queue one shard beat by beat: each (up to 64 data bytes, TKEEP as a 64-bit mask), TLAST
+        on the last; a mask of 0 is a null beat."""
+        if self.stream is None:
+            raise RuntimeError("this kernel reads gradients from memory, not from a stream")
+        data, keep = bytearray(), []
+        for raw, mask in beats:
+            data += raw.ljust(BEAT_BYTES, b"\0")[:BEAT_BYTES]
+            keep += [mask >> lane & 1 for lane in range(BEAT_BYTES)]
+        if data:
+            self.stream.send_nowait(AxiStreamFrame(bytes(data), tkeep=keep))
 
 
 async def wait_done(tb: KernelTB, *, timeout_cycles: int, use_interrupt: bool = False) -> None:

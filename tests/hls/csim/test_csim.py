@@ -376,14 +376,18 @@ STREAM_VARIANTS = [v for v in DEFAULT_VARIANTS if v[4] == "stream"]
 
 @pytest.mark.parametrize("variant", STREAM_VARIANTS, ids=_ids)
 def test_stream_shards_short_and_long_reach_done(variant: tuple, tmp_path: Path) -> None:
-    """A stream kernel reads to TLAST with a count guard: a short shard (TLAST early) returns with STATUS
-    stream_short and p, m, v unchanged past it (write-back suppressed), a long one (no TLAST on the last beat)
-    with stream_long and the stream drained to TLAST; a right shard gives STATUS 0 (the testbench checks each)."""
+    """A stream kernel reads to TLAST with a count guard and checks TKEEP as the RTL kernel: a short shard (TLAST
+    early) returns with STATUS stream_short and p, m, v unchanged past it (write-back suppressed), a long one (no
+    TLAST on the last beat) with stream_long and the stream drained to TLAST, a shard one byte short and one with a
+    byte of a mid beat not kept with stream_keep and p, m, v unchanged from that beat on; right shards give STATUS 0
+    and are bit-exact, one of them with null beats mid-shard and TLAST on a null beat (the testbench checks each)."""
     bits = regmap.STATUS_BITS
     out = _run_testbench(variant, "own", tmp_path)
-    short, long_ = 1 << bits["stream_short"], 1 << bits["stream_long"]
-    assert f"short shard: STATUS 0x{short:X} (want 0x{short:X}), 0 elements past the shard written, stream empty" in out
-    assert f"long shard: STATUS 0x{long_:X} (want 0x{long_:X}), 0 elements past the shard written, stream empty" in out
+    want = {"short": "stream_short", "long": "stream_long", "byte-short": "stream_keep", "holed": "stream_keep"}
+    for shard, name in want.items():
+        bit = 1 << bits[name]
+        line = f"{shard} shard: STATUS 0x{bit:X} (want 0x{bit:X}), 0 elements past the shard written, stream empty"
+        assert line in out.splitlines(), out
 
 
 def test_stream_kernel_reports_status_at_the_manifest_offset(tmp_path: Path) -> None:

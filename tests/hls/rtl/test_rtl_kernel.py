@@ -13,13 +13,16 @@ Default run (one Verilator build per spec, shared by its tests):
   memory (64-clock read latency)
 each: 3 consecutive bit-exact runs per element count (0, not and exactly a multiple of the
 lanes), random ready/valid stalls on every AXI channel, the ap_ctrl_hs control test, STATUS and
-PORT_ERR (error responses, misaligned pointers, stream framing), reset mid-run, partial-WSTRB
+PORT_ERR (error responses, misaligned pointers, stream framing), reset mid-run (and a reset of
+the kernel alone with card memory still answering the bursts from before it), stream TKEEP
+(null beats skipped, missing bytes flagged with write-back suppressed), partial-WSTRB
 AXI4-Lite writes and auto_restart, no write-back after a read error or a short shard
 (test_suppress), and constrained-random runs (test_random: random bases including 4 KiB - 64,
 per-run random per-burst latency, multi-burst transfers, back-to-back stream shards). The bench
 seed is printed; ONIC_RTL_SEED=<n> replays it, ONIC_RTL_SEED=random draws a fresh one. Plus
 lint (verilator -Wall) and an Icarus compile of several specs, and onic_stripe_beats on its own
-(beat counts of 1 to 32 stripes for n up to 2^32 - 1 against hls/layout.py).
+(beat counts of 1 to 32 stripes for n up to 2^32 - 1, and of 1 to 8 stripes for every n from 0 to
+4097, against hls/layout.py, at the module's latency, which the run controller's PREP_CLOCKS covers).
 `--full` (marker slow): a covering set of every optimizer x gradient dtype x output dtype x
 source x lanes (1, 4, 16) x stripes (1, 2, 3, 5 state; 1, 2 grad and out) value, longer shards,
 both memory models, a 200-clock latency, and one variant on Icarus.
@@ -29,9 +32,11 @@ from __future__ import annotations
 
 import os
 import random
+import re
 
 import pytest
 
+from hls.generate import render
 from hls.paths import BUILD_DIR
 from hls.rtl import bench_runner as rtlsim
 from hls.rtl import simulators
@@ -114,8 +119,8 @@ def bench_seed() -> int:
     return seed
 
 
-CHECKS = ("test_update", "test_control", "test_status", "test_reset", "test_lite_restart", "test_suppress",
-          "test_random")
+CHECKS = ("test_update", "test_control", "test_status", "test_reset", "test_reset_interconnect", "test_lite_restart",
+          "test_suppress", "test_stream_keep", "test_random")
 
 
 @pytest.mark.parametrize(("spec", "memory"), list(zip(DEFAULT, DEFAULT_MEMORY, strict=True)),
@@ -173,7 +178,32 @@ def test_stripe_beats(stripes: int, elem_bytes: int) -> None:
         test_module="test_onic_stripe_beats", test_dir=rtlsim.KERNEL_TB,
         build_dir=BUILD_DIR / "sim" / "kernel" / f"stripe_beats-{stripes}-{elem_bytes}-{simulator}",
         simulator=simulator, parameters={"STRIPES": stripes, "ELEM_BYTES": elem_bytes},
-        extra_env={"STRIPES": str(stripes), "ELEM_BYTES": str(elem_bytes)},
+        extra_env={"STRIPES": str(stripes), "ELEM_BYTES": str(elem_bytes)}, testcase="test_counts",
     )
     ran, failed = simulators.check_results(xml)
     assert ran == 1 and failed == 0, f"onic_stripe_beats STRIPES={stripes} ELEM_BYTES={elem_bytes}: see {xml}"
+
+
+def test_stripe_beats_every_small_count() -> None:
+    """onic_stripe_beats for 1 to 8 stripes (every stripe count a target's sizing gives) of 4- and
+    2-byte elements equals hls/layout.py for every element count 0 to 4097 and large ones, each
+    exactly at the module's latency (which onic_run_ctrl's PREP_CLOCKS covers)."""
+    simulator = "verilator"
+    xml = simulators.run_cocotb(
+        sources=[KERNEL_RTL / "onic_stripe_beats.v", rtlsim.KERNEL_TB / "onic_stripe_beats_all.v"],
+        toplevel="onic_stripe_beats_all", test_module="test_onic_stripe_beats", test_dir=rtlsim.KERNEL_TB,
+        build_dir=BUILD_DIR / "sim" / "kernel" / f"stripe_beats_all-{simulator}", simulator=simulator,
+        testcase="test_all",
+    )
+    ran, failed = simulators.check_results(xml)
+    assert ran == 1 and failed == 0, f"onic_stripe_beats 1 to 8 stripes: see {xml}"
+
+
+def test_prep_clocks_cover_the_stripe_beats_latency() -> None:
+    """The run controller waits at least as long as onic_stripe_beats takes to follow `n`."""
+    files, _ = render(DEFAULT[0])
+    top = next(v.decode() for name, v in files.items() if name.endswith(f"{DEFAULT[0].name}.v"))
+    prep = int(re.search(r"\.PREP_CLOCKS\((\d+)\)", top).group(1))
+    latency = int(re.search(r"^LATENCY = (\d+)$", (rtlsim.KERNEL_TB / "test_onic_stripe_beats.py").read_text(),
+                            re.M).group(1))
+    assert prep >= latency, f"PREP_CLOCKS {prep} < onic_stripe_beats latency {latency}"
