@@ -6,9 +6,11 @@ do not).
   `_tlast`, `_tuser` 1; no tready: the MAC never waits). For each frame the switch delivers it
   checks and strips the FCS and sends the beats back to back, TKEEP on the last beat, TUSER = 1 on
   the last beat when the FCS failed: the CMAC's `rx_axis_tuser` (it delivers a damaged frame with
-  the flag rather than dropping it). Built on cocotbext-axi's `AxiStreamSource`.
+  the flag rather than dropping it). Frames under 64 bytes with FCS are discarded (`runts`), as the
+  CMAC's minimum length check does. Built on cocotbext-axi's `AxiStreamSource`.
 - `TxAdapter` takes the card's transmit stream (`_tdata`, `_tkeep`, `_tvalid`, `_tready` driven
-  here, `_tlast`), a beat whenever TVALID and TREADY are high at a rising edge, appends the FCS and
+  here, `_tlast`), a beat whenever TVALID and TREADY are high at a rising edge, pads a frame under
+  60 bytes with zeros (as the CMAC does), appends the FCS and
   serializes the frame at the line rate onto the switch (the switch has it when its last bit is
   in). TREADY falls while more than `fifo_bytes` wait for the line (the MAC's back-pressure).
   Checked every clock (`errors`, counted in `counters`): a TVALID gap inside a frame (the CMAC's
@@ -39,6 +41,7 @@ from eth_switch import EthSwitch, last_bit_ps, wire_ps
 
 BEAT_BYTES = 64
 FULL_KEEP = (1 << BEAT_BYTES) - 1
+MIN_FRAME = 60  # without FCS: the MAC pads shorter frames on transmit and drops them on receive
 
 
 def fcs(frame: bytes) -> bytes:
@@ -66,7 +69,7 @@ class RxAdapter:
 
     def deliver(self, frame: bytes) -> None:
         """One frame off the wire (FCS included): its beats, FCS stripped, TUSER on the last if it failed."""
-        if len(frame) <= 4:  # nothing left once the FCS is stripped: the MAC discards it
+        if len(frame) < MIN_FRAME + 4:  # undersize: the MAC discards it (counted, never delivered)
             self.counters["runts"] += 1
             return
         bad = not fcs_ok(frame)
@@ -155,6 +158,7 @@ class TxAdapter:
             self.tready.value = ready
 
     def _send(self, frame: bytes, aborted: bool) -> None:
+        frame = frame.ljust(MIN_FRAME, b"\0")
         check = fcs(frame)
         if aborted:  # the MAC aborts the frame on the line: the receiver's frame check fails
             check = bytes(b ^ 0xFF for b in check)

@@ -19,8 +19,9 @@ A frame's path::
   `flooded`: the extra copies) or, with `flood=False`, dropped (`dropped_no_route`).
 - Faults (`PortFaults`, per egress port or one for all) mirror `pynq_driver.net.faults.Faults`
   where they overlap, so figures compare: one `random.Random(seed x 1009 + port)` per egress port
-  (as `Faults.for_rank`), and per frame the same draws in the same order (drop, duplicate,
-  reorder, bit flip, then the bit's index over the whole frame). A drop is a frame lost on the
+  (as `Faults.for_rank` per sending rank), and per frame the same draws in the same order, so a
+  frame sequence meets the same faults as through `FaultLayer` with that seed (reorder depth 1,
+  no delay fault, holds not expiring). A drop is a frame lost on the
   link; a flip inverts one bit anywhere (headers, payload or FCS), so the receiver's FCS check
   fails (CRC-32 catches every single-bit error); a duplicate is queued twice (both copies flipped
   if the frame is); a reordered frame is held back until `reorder_depth` later frames to the same
@@ -118,7 +119,7 @@ class PortCounters:
     bytes_out: int = 0
     duplicated: int = 0
     reordered: int = 0
-    bitflipped: int = 0
+    bitflipped: int = 0  # damaged frames delivered (a flipped frame tail-dropped is not counted)
     flooded: int = 0
     dropped_fault: int = 0
     dropped_buffer: int = 0
@@ -183,11 +184,11 @@ class SwitchConfig:
 class _Egress:
     faults: PortFaults
     rng: random.Random
-    queue: deque[bytes] = field(default_factory=deque)
+    queue: deque[tuple[bytes, bool]] = field(default_factory=deque)  # (frame, damaged by a flip)
     queued_bytes: int = 0  # waiting and on the wire
     busy: bool = False
     free_ps: int = 0  # when the last frame's last bit and its gap left
-    held: bytes | None = None  # a reordered frame
+    held: tuple[bytes, bool] | None = None  # a reordered frame
     held_behind: int = 0  # frames still to overtake it
     held_token: int = 0
 
@@ -210,7 +211,8 @@ class SwitchCore:
         for p in range(config.ports):
             f = config.port_faults(p)
             self._egress.append(_Egress(f, random.Random(f.seed)))
-        self._events: list[tuple[int, int, str, int, bytes, int]] = []  # (time, order, kind, port, frame, token)
+        # (time, order, kind, port, frame, token: a hold's number or 1 for a flipped frame on the wire)
+        self._events: list[tuple[int, int, str, int, bytes, int]] = []
         self._order = 0
         self._latency_ps = round(config.latency_s / PS)
         self.log: list[tuple[int, str, int, int, str]] = []  # (time ps, event, port, bytes, detail)
@@ -242,7 +244,7 @@ class SwitchCore:
             if kind == "forward":
                 self._forward(t, port, frame)
             elif kind == "done":
-                self._done(t, port, frame, out)
+                self._done(t, port, frame, bool(token), out)
             elif kind == "release":
                 e = self._egress[port]
                 if e.held is not None and e.held_token == token:
@@ -319,33 +321,35 @@ class SwitchCore:
         e, c = self._egress[port], self.ports[port]
         f = e.faults
         if not f.any:
-            self._enqueue(t, port, frame)
+            self._enqueue(t, port, frame, False)
             return
-        # Every decision drawn each time, in pynq_driver.net.faults' order: one fault's probability
-        # never shifts another's stream.
-        r_drop, r_dup, r_reorder, r_flip = (e.rng.random() for _ in range(4))
+        # Every decision drawn each time, exactly as pynq_driver.net.faults.FaultLayer draws them (its
+        # delay draws included, unused here): the same seed and frames get the same drops, flips,
+        # duplicates and reorders, and one fault's probability never shifts another's stream.
+        r_drop, r_dup, r_reorder, r_flip, _ = (e.rng.random() for _ in range(5))
         bit = e.rng.randrange(8 * len(frame))
+        e.rng.random()  # FaultLayer's delay time: one uniform draw
         if r_drop < f.drop:
             c.dropped_fault += 1
             self._log(t, "drop", port, frame, "fault")
             return
-        if r_flip < f.bitflip:
+        flipped = r_flip < f.bitflip
+        if flipped:
             raw = bytearray(frame)
             raw[bit // 8] ^= 1 << (bit % 8)
             frame = bytes(raw)
             self._log(t, "flip", port, frame, f"bit {bit}")
         copies = 2 if r_dup < f.duplicate else 1
         c.duplicated += copies - 1
-        c.bitflipped += copies if r_flip < f.bitflip else 0
         for _ in range(copies):
             if r_reorder < f.reorder and e.held is None:
                 c.reordered += 1
-                e.held, e.held_behind = frame, f.reorder_depth
+                e.held, e.held_behind = (frame, flipped), f.reorder_depth
                 e.held_token += 1
                 self._push(t + round(f.hold_s / PS), "release", port, b"", e.held_token)
                 self._log(t, "hold", port, frame, f"behind {f.reorder_depth}")
             else:
-                self._enqueue(t, port, frame)
+                self._enqueue(t, port, frame, flipped)
                 if e.held is not None:
                     e.held_behind -= 1
                     if e.held_behind == 0:
@@ -354,17 +358,17 @@ class SwitchCore:
     def _release_held(self, t: int, port: int) -> None:
         e = self._egress[port]
         assert e.held is not None
-        frame, e.held = e.held, None
-        self._enqueue(t, port, frame)
+        (frame, flipped), e.held = e.held, None
+        self._enqueue(t, port, frame, flipped)
 
-    def _enqueue(self, t: int, port: int, frame: bytes) -> None:
+    def _enqueue(self, t: int, port: int, frame: bytes, flipped: bool) -> None:
         e, c = self._egress[port], self.ports[port]
         limit = self.config.buffer_bytes
         if limit is not None and e.queued_bytes + len(frame) > limit:
             c.dropped_buffer += 1
             self._log(t, "drop", port, frame, f"buffer {e.queued_bytes} bytes queued")
             return
-        e.queue.append(frame)
+        e.queue.append((frame, flipped))
         e.queued_bytes += len(frame)
         c.max_buffer_bytes = max(c.max_buffer_bytes, e.queued_bytes)
         self._log(t, "queue", port, frame, f"{e.queued_bytes} bytes queued")
@@ -373,16 +377,17 @@ class SwitchCore:
 
     def _start(self, t: int, port: int) -> None:
         e = self._egress[port]
-        frame = e.queue.popleft()
+        frame, flipped = e.queue.popleft()
         e.busy = True
         start = max(t, e.free_ps)
         e.free_ps = start + wire_ps(len(frame), self.config.line_rate)
         # The last bit is in before the inter-frame gap ends: deliver then, keep the port busy to free_ps.
-        self._push(start + last_bit_ps(len(frame), self.config.line_rate), "done", port, frame)
+        self._push(start + last_bit_ps(len(frame), self.config.line_rate), "done", port, frame, int(flipped))
 
-    def _done(self, t: int, port: int, frame: bytes, out: list[Delivery]) -> None:
+    def _done(self, t: int, port: int, frame: bytes, flipped: bool, out: list[Delivery]) -> None:
         e, c = self._egress[port], self.ports[port]
         e.busy = False
+        c.bitflipped += flipped
         e.queued_bytes -= len(frame)
         c.frames_out += 1
         c.bytes_out += len(frame)

@@ -162,6 +162,8 @@ class LoopTB:
 
     def __init__(self, dut: Any, faults: dict[int, PortFaults] | None = None, strict: bool = True) -> None:
         self.dut = dut
+        dut.rst.value = 1
+        dut.gen_tvalid.value = 0
         cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
         self.switch = EthSwitch(SwitchConfig(ports=2, table={MAC_A: 0, MAC_B: 1}, learn=False, flood=False,
                                              faults=faults or {}, frame_log=True, latency_s=100e-9))
@@ -171,7 +173,6 @@ class LoopTB:
         self.tx = TxAdapter(dut, "tx", dut.clk, self.switch, 0, strict=strict)
         self.rx = RxAdapter(dut, "rx", dut.clk, self.switch, 1, reset=dut.rst)
         self.beats: list[list[tuple[bytes, int, int]]] = [[]]  # per frame: (data, keep, tuser) per beat
-        cocotb.start_soon(self._monitor())
 
     async def _monitor(self) -> None:
         d = self.dut
@@ -188,6 +189,7 @@ class LoopTB:
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
+        cocotb.start_soon(self._monitor())  # mon_* are X until the reset has reached them
 
     async def drain(self) -> None:
         for _ in range(20000):
