@@ -7,7 +7,9 @@ do not).
   checks and strips the FCS and sends the beats back to back, TKEEP on the last beat, TUSER = 1 on
   the last beat when the FCS failed: the CMAC's `rx_axis_tuser` (it delivers a damaged frame with
   the flag rather than dropping it). Frames under 64 bytes with FCS are discarded (`runts`), as the
-  CMAC's minimum length check does. Built on cocotbext-axi's `AxiStreamSource`.
+  CMAC's minimum length check does. More than `overrun_bytes` waiting (a kernel clock too slow for
+  the line rate: the real MAC would lose frames) is recorded in `errors`. Built on cocotbext-axi's
+  `AxiStreamSource`.
 - `TxAdapter` takes the card's transmit stream (`_tdata`, `_tkeep`, `_tvalid`, `_tready` driven
   here, `_tlast`), a beat whenever TVALID and TREADY are high at a rising edge, pads a frame under
   60 bytes with zeros (as the CMAC does), appends the FCS and
@@ -57,14 +59,17 @@ def fcs_ok(frame: bytes) -> bool:
 class RxAdapter:
     """Switch port `port` -> the card's MAC receive stream `prefix`; see the module docstring."""
 
-    def __init__(self, dut: Any, prefix: str, clock: Any, switch: EthSwitch, port: int, reset: Any = None) -> None:
+    def __init__(self, dut: Any, prefix: str, clock: Any, switch: EthSwitch, port: int, reset: Any = None,
+                 overrun_bytes: int = 64 * 1024) -> None:
+        self.overrun_bytes = overrun_bytes
+        self.errors: list[str] = []
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, prefix), clock, reset)
         if hasattr(self.source.bus, "tready"):
             raise ValueError(f"{prefix}: the MAC receive stream has no tready (the MAC never waits)")
         if len(self.source.bus.tdata) != 8 * BEAT_BYTES or len(self.source.bus.tuser) != 1:
             raise ValueError(f"{prefix}: expected tdata 512 and tuser 1 bits")
         self.source.log.setLevel("WARNING")
-        self.counters = {"frames": 0, "bytes": 0, "fcs_failed": 0, "runts": 0}
+        self.counters = {"frames": 0, "bytes": 0, "fcs_failed": 0, "runts": 0, "max_queued_bytes": 0}
         switch.attach(port, self.deliver)
 
     def deliver(self, frame: bytes) -> None:
@@ -78,6 +83,10 @@ class RxAdapter:
         self.counters["bytes"] += len(data)
         self.counters["fcs_failed"] += bad
         self.source.send_nowait(AxiStreamFrame(data, tuser=[0] * (len(data) - 1) + [int(bad)]))
+        queued = self.source.queue_occupancy_bytes
+        self.counters["max_queued_bytes"] = max(self.counters["max_queued_bytes"], queued)
+        if queued > self.overrun_bytes:  # the clock x 64 bytes is below the line rate: a CMAC would lose frames
+            self.errors.append(f"{get_sim_time('ns'):.1f} ns: {queued} bytes wait for the receive stream")
 
     @property
     def idle(self) -> bool:

@@ -455,8 +455,10 @@ class EthSwitch:
             due = self.core.next_time()
             if due is None:
                 await self._wake.wait()
+            elif due <= now:  # a receiver sent a frame and the latency is 0: forward it now
+                continue
             else:
-                await First(Timer(max(due - now, 1), "ps"), self._wake.wait())
+                await First(Timer(due - now, "ps"), self._wake.wait())
 
 
 __all__ = ["BROADCAST", "DROP_CAUSES", "LINE_RATE_100G", "Delivery", "EthSwitch", "PortCounters", "PortFaults",

@@ -239,6 +239,7 @@ async def port_loopback(dut: Any) -> None:
         assert check_beats(f, beats) == 0
     assert tb.tx.frames == [f + fcs(f) for f in frames]
     assert not tb.tx.errors and tb.tx.counters["backpressure_clocks"] > 0, tb.tx.counters
+    assert not tb.rx.errors and tb.rx.counters["max_queued_bytes"] <= 2 * 1518, tb.rx.counters
     # when each frame's first bit went out: its arrival (its last bit) less its own time on the line
     starts = [(t - last_bit_ps(n), n) for t, ev, port, n, _ in tb.switch.core.log if ev == "in"]
     for (t1, n1), (t2, _) in itertools.pairwise(starts):
