@@ -218,7 +218,10 @@ def report(spec: Any, target: Any, *, units: bool = True, kernel: bool = True, m
         for i, (module, src) in enumerate(mods, 1):
             params = _unit_params(module, src, spec)
             say(f"[synth] unit {i}/{len(mods)}: {module} {params or ''}".rstrip())
-            run = synth.synth_module(sources, module, params, cache_dir=cache, use_cache=use_cache)
+            if module == LANE_MODULE:  # the same run as the kernel rows' lane alone (one cache entry)
+                run = synth.synth_lane(spec, cache_dir=cache, use_cache=use_cache) | {"unit": module}
+            else:
+                run = synth.synth_module(sources, module, params, cache_dir=cache, use_cache=use_cache)
             unit_rows.append(row(run))
             say(f"[synth]   {_progress(unit_rows[-1])}")
     configs = [(target, spec)]

@@ -47,6 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
+    timing_only = [f for f, on in (("--matrix", args.matrix), ("--no-units", args.no_units),
+                                   ("--no-kernel", args.no_kernel), ("--write-results", args.write_results)) if on]
+    if timing_only and not args.timing:
+        raise UserError(f"{', '.join(timing_only)} only go with --timing")
     if args.timing:
         if args.cached:
             raise UserError("--timing has no --cached form: it reads the cached yosys runs by itself")

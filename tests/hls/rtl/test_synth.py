@@ -371,3 +371,8 @@ def test_16_lane_kernel_meets_the_timing_goal(grad: str, out: str) -> None:
     r = timing_report.kernel_row(spec, get_target("u55c"))
     assert r["met"], {k: r[k] for k in ("lut_levels", "levels_parts", "max_fanout_net", "max_fanout",
                                         "nets_over_goal", "carry_bits", "dsp_cascade")}
+
+
+def test_timing_flags_without_timing_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["synth", "--target", "u55c", "--matrix"]) == 2
+    assert "--matrix only go with --timing" in capsys.readouterr().err
