@@ -20,6 +20,14 @@ The analysis keeps register-to-register paths apart from those that start at an 
 end at an output port: a unit synthesized alone has ports its neighbours register (or not), so
 those are reported as `io` and not judged.
 
+Also measured: the longest carry chain in bits on a path between sequential cells (CARRY4 = 4,
+CARRY8 = 8), the most combinational DSP48 on one path, and the longest chain of DSP48 joined by
+cascade ports (`_dsp_cascade`). A module synthesis kept as a cell (keep_hierarchy, `onic_dup_reg`) is
+one register when its outputs come straight from registers. With `box_src`, the cells from that
+source file (the lane stub) are a box: paths into, out of and around it are reported apart and the
+nets crossing its boundary are listed with the box's share of their loads, for
+`hls.rtl.timing_report.compose`.
+
 `hls.rtl.timing_report` runs this analysis over every RTL module and the kernel top and tabulates it.
 """
 

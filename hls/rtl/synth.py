@@ -60,6 +60,10 @@ _LUT_MEMORY = {"SRL16E", "SRLC16E", "SRLC32E"} | {c for c in _CELL_COST if c.sta
 _IGNORED = {"BUFG", "IBUF", "OBUF", "IOBUF", "INV", "MUXF7", "MUXF8", "MUXF9", "CARRY4", "CARRY8", "GND", "VCC"}
 
 
+class NotCached(UserError):
+    """`cached_only` asked for a run that is not in the cache (nothing was started)."""
+
+
 def yosys_bin() -> str:
     path = shutil.which("yosys")
     if path is None:
@@ -122,6 +126,7 @@ def synth_module(
     use_cache: bool = True,
     defines: tuple[str, ...] = (),
     box_src: str | None = None,
+    cached_only: bool = False,
 ) -> dict[str, Any]:
     """Synthesize `top` from `sources` for UltraScale+; returns cell counts and resources (cached).
 
@@ -145,6 +150,8 @@ def synth_module(
             result["timing"] = timing.analyze(work / "netlist.json", top, box_src=box_src)
             safe_io.atomic_write(cache, json.dumps(result, indent=2, sort_keys=True) + "\n")
             return result | {"cached": True}
+    if cached_only:
+        raise NotCached(f"{top}: no cached yosys run for these sources and parameters")
     work.mkdir(parents=True, exist_ok=True)
     chparam = " ".join(f"-chparam {k} {v}" for k, v in params.items())
     script = "\n".join([

@@ -148,6 +148,9 @@ def compose(kernel: dict[str, Any], lane: dict[str, Any], spec: Any, target_key:
     if internal:
         nets[f"(each lane) {_net_label(internal)}"] = internal["loads"]
     worst_net, worst = max(nets.items(), key=lambda t: (t[1], t[0])) if nets else (None, 0)
+    named = {n["net"]: n for n in kt["fanout_top"]}
+    if worst_net in named:  # a yosys-made name says nothing: show what drives it
+        worst_net = _net_label(named[worst_net])
     carry = max(kt["carry_bits"], lt["carry_bits"])
     dsp_cascade = max(kt["dsp_cascade"], lt["dsp_cascade"])
     dsp_path = max(kt["dsp_on_path"], lt["dsp_on_path"])
@@ -187,16 +190,18 @@ def compose(kernel: dict[str, Any], lane: dict[str, Any], spec: Any, target_key:
 
 
 def kernel_row(spec: Any, target: Any, *, use_cache: bool = True, cache_dir: Path | None = None,
-               log: Any = None) -> dict[str, Any]:
-    """The kernel of `spec` (its lanes, one CU) on `target`: stubbed-lane top and lane alone, composed."""
+               log: Any = None, cached_only: bool = False) -> dict[str, Any]:
+    """The kernel of `spec` (its lanes, one CU) on `target`: stubbed-lane top and lane alone, composed
+    (`cached_only`: synth.NotCached instead of starting yosys)."""
     cache = Path(cache_dir or synth.SYNTH_DIR)
     say = log or (lambda _msg: None)
     spec = spec.with_(compute_units=1)
     say(f"[synth] lane alone, {spec.optimizer} {spec.grad_dtype}->{spec.out_dtype} (full detail)")
-    lane = synth.synth_lane(spec, cache_dir=cache, use_cache=use_cache)
+    lane = synth.synth_lane(spec, cache_dir=cache, use_cache=use_cache, cached_only=cached_only)
     say(f"[synth]   {'cached' if lane['cached'] else 'yosys ' + str(lane['seconds']) + ' s'}")
     say(f"[synth] {target.key} kernel top, {spec.lanes} lanes stubbed (yosys takes minutes; cached afterwards)")
-    top = synth.synth_top(spec, target, cache_dir=cache, use_cache=use_cache, lane_stub=True)
+    top = synth.synth_top(spec, target, cache_dir=cache, use_cache=use_cache, lane_stub=True,
+                          cached_only=cached_only)
     r = compose(top, lane, spec, target.key)
     say(f"[synth]   {_progress(r)}")
     return r

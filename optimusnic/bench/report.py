@@ -6,8 +6,9 @@ machine, the date, the exact commands and every figure, plus a bar chart; the RT
 also goes to build/bench/rtl.json, where `optimusnic plan` reads it, and the ring's protocol
 efficiency on software cards (goodput fraction, retransmission overhead) to build/bench/net.json
 (beside results.json's `net.protocol_efficiency`). The last step is the yosys
-timing evidence (`hls.rtl.timing_report.report`: LUT levels and fan-out per RTL module and for the kernel),
-reused from build/synth/ when the RTL has not changed.
+timing evidence (`hls.rtl.timing_report.report`: LUT levels, carry, DSP depth and fan-out per RTL module, and
+of the 16-lane kernel per default target and dtype, synthesized with stubbed lanes and composed with the
+lane alone), reused from build/synth/ when the RTL has not changed.
 """
 
 from __future__ import annotations
@@ -314,6 +315,7 @@ def synth_section(rep: dict[str, Any] | None) -> list[str]:
         *timing.markdown(rep),
         "",
         *notes,
+        *([f"- Not synthesized yet (no row): {', '.join(rep['not_run'])}."] if rep.get("not_run") else []),
         f"- Goal ({rep['goal']}): every row {verdict[rep['met']]}; kernel rows {verdict[rep['kernel_met']]}.",
         f"- {rep['caveat']}.",
         "",
