@@ -259,6 +259,8 @@ def _net_section(rep: dict[str, Any] | None) -> list[str]:
 
 
 SYNTH_HEADING = "## Timing evidence from yosys (LUT levels, carry, DSP, fan-out)"
+# Headings earlier versions wrote: replaced, never kept beside the new section.
+_OLD_SYNTH_HEADINGS = ("## Timing evidence from yosys (LUT levels, fan-out)",)
 
 
 def synth_timing(log=print) -> dict[str, Any]:  # noqa: ANN001
@@ -288,7 +290,7 @@ def synth_section(rep: dict[str, Any] | None) -> list[str]:
         return [SYNTH_HEADING, "", f"Not measured: {rep['skipped']}.", ""]
     s = rep["spec"]
     wall = f", {rep['wall_s']:.0f} s with the yosys cache as it was" if "wall_s" in rep else ""
-    load = f" Load average at the start: {rep['load_average']}." if rep.get("load_average") else ""
+    load = f" Load average: {rep['load_average']}." if rep.get("load_average") else ""
     notes = [f"- {r['unit']}, nets above {timing.GOAL_MAX_FANOUT:,} loads: "
              + ", ".join(f"`{n}` {k:,}" for n, k in r["nets_over_goal"].items())
              for r in rep["kernel"] if r.get("nets_over_goal")]
@@ -328,6 +330,12 @@ def write_synth_section(rep: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Pat
     text = path.read_text() if path.is_file() else "# OptimusNIC benchmark results\n\n"
     lines = text.splitlines()
     section = synth_section(rep)
+    for heading in _OLD_SYNTH_HEADINGS:
+        if heading in lines:
+            start = lines.index(heading)
+            end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "![benchmark"))),
+                       len(lines))
+            del lines[start:end]
     if SYNTH_HEADING in lines:
         start = lines.index(SYNTH_HEADING)
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "![benchmark"))),
