@@ -58,6 +58,8 @@ fuzz: deps
 		tests/hostile/test_fuzz.py tests/hostile/test_hostile_inputs.py tests/pynq_driver/optim/test_all_or_nothing.py $(PYTEST_ARGS)
 
 # Resource estimate of the RTL kernel with yosys: make synth SYNTH_ARGS="--target u55c --lanes 16"
+# The 16-lane timing rows of every default target and dtype (about an hour uncached on 2 cores):
+#   make synth SYNTH_ARGS="--target u55c --timing --matrix --write-results"
 SYNTH_ARGS ?= --target u55c
 synth: deps deps-yosys
 	$(BIN)/optimusnic synth $(SYNTH_ARGS)

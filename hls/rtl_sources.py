@@ -21,6 +21,11 @@ KERNEL_RTL = RTL_DIR / "kernel"
 FP_UNITS_LIST = FP_RTL / "fp_units.f"
 KERNEL_LIST = KERNEL_RTL / "kernel.f"
 FILELISTS = (FP_UNITS_LIST, KERNEL_LIST)  # in compile order: the units, then the kernel's modules
+# The lane's stand-in for synthesizing the whole kernel at 16 lanes (hls.rtl.synth, timing only):
+# in no file list, so no simulation can pick it up; onic_adam_core instantiates it under the define.
+SYNTH_RTL = RTL_DIR / "synth"
+LANE_STUB = SYNTH_RTL / "onic_adam_lane_stub.v"
+LANE_STUB_DEFINE = "ONIC_LANE_STUB"
 
 # Module names the toolkit refers to (the generated top instantiates them).
 LANE_MODULE = "onic_adam_lane"  # one update lane: what a kernel of L lanes has L of
@@ -57,4 +62,4 @@ def lane_params(spec: KernelSpec) -> dict[str, int]:
 
 
 __all__ = ["CORE_MODULE", "FILELISTS", "FP_RTL", "FP_UNITS_LIST", "KERNEL_LIST", "KERNEL_RTL", "LANE_MODULE",
-           "lane_params", "read_filelist", "static_sources"]
+           "LANE_STUB", "LANE_STUB_DEFINE", "SYNTH_RTL", "lane_params", "read_filelist", "static_sources"]

@@ -60,6 +60,10 @@ _LUT_MEMORY = {"SRL16E", "SRLC16E", "SRLC32E"} | {c for c in _CELL_COST if c.sta
 _IGNORED = {"BUFG", "IBUF", "OBUF", "IOBUF", "INV", "MUXF7", "MUXF8", "MUXF9", "CARRY4", "CARRY8", "GND", "VCC"}
 
 
+class NotCached(UserError):
+    """`cached_only` asked for a run that is not in the cache (nothing was started)."""
+
+
 def yosys_bin() -> str:
     path = shutil.which("yosys")
     if path is None:
@@ -120,28 +124,40 @@ def synth_module(
     label: str | None = None,
     cache_dir: Path = SYNTH_DIR,
     use_cache: bool = True,
+    defines: tuple[str, ...] = (),
+    box_src: str | None = None,
+    cached_only: bool = False,
 ) -> dict[str, Any]:
-    """Synthesize `top` from `sources` for UltraScale+; returns cell counts and resources (cached)."""
+    """Synthesize `top` from `sources` for UltraScale+; returns cell counts and resources (cached).
+
+    `defines` are Verilog macros set for every source (`read_verilog -D`), e.g. ONIC_LANE_STUB."""
     params = dict(params or {})
+    defines = tuple(sorted(defines))
+    for d in defines:
+        if not d.isidentifier():
+            raise UserError(f"Verilog define {d!r} is not an identifier")
     version = yosys_version()
     key = _key({"top": top, "params": params, "sources": _file_hashes(sources), "yosys": version,
-                "script": SCRIPT_VERSION})
+                "script": SCRIPT_VERSION} | ({"defines": list(defines)} if defines else {}))
     cache = Path(cache_dir) / "units" / f"{top}-{key}.json"
     work = Path(cache_dir) / "work" / f"{top}-{key}"
     if use_cache and cache.is_file():
         result = json.loads(cache.read_text())
-        if result.get("timing", {}).get("analysis_version") == timing.ANALYSIS_VERSION:
+        if (result.get("timing", {}).get("analysis_version") == timing.ANALYSIS_VERSION
+                and result["timing"].get("box_src") == box_src):
             return result | {"cached": True}
         if (work / "netlist.json").is_file():  # only the analysis changed: no new yosys run
-            result["timing"] = timing.analyze(work / "netlist.json", top)
+            result["timing"] = timing.analyze(work / "netlist.json", top, box_src=box_src)
             safe_io.atomic_write(cache, json.dumps(result, indent=2, sort_keys=True) + "\n")
             return result | {"cached": True}
+    if cached_only:
+        raise NotCached(f"{top}: no cached yosys run for these sources and parameters")
     work.mkdir(parents=True, exist_ok=True)
     chparam = " ".join(f"-chparam {k} {v}" for k, v in params.items())
     script = "\n".join([
         # The primitive library first, so sources may instantiate LUT6, FDRE, ... (hierarchy -check).
         "read_verilog -lib +/xilinx/cells_sim.v",
-        "read_verilog -defer " + " ".join(str(s) for s in sources),
+        "read_verilog -defer " + "".join(f"-D{d} " for d in defines) + " ".join(str(s) for s in sources),
         f"hierarchy -check -top {top} {chparam}".rstrip(),
         "synth_xilinx -family xcup -flatten -noiopad",
         "tee -q -o stat.json stat -json",
@@ -165,9 +181,10 @@ def synth_module(
         "unit": label or top,
         "top": top,
         "params": params,
+        "defines": list(defines),
         "cells": cells,
         "resources": cell_resources(cells),
-        "timing": timing.analyze(work / "netlist.json", top),
+        "timing": timing.analyze(work / "netlist.json", top, box_src=box_src),
         "yosys": version,
         "command": "synth_xilinx -family xcup -flatten -noiopad",
         "seconds": seconds,
@@ -184,8 +201,13 @@ def synth_lane(spec: KernelSpec, **kw: Any) -> dict[str, Any]:
     return synth_module(sources, LANE_MODULE, lane_params(spec), label="lane", **kw)
 
 
-def synth_top(spec: KernelSpec, target: Target, cache_dir: Path = SYNTH_DIR, **kw: Any) -> dict[str, Any]:
-    """The generated RTL kernel top for `spec` (all lanes), rendered from the templates."""
+def synth_top(spec: KernelSpec, target: Target, cache_dir: Path = SYNTH_DIR, *, lane_stub: bool = False,
+              **kw: Any) -> dict[str, Any]:
+    """The generated RTL kernel top for `spec` (all lanes), rendered from the templates.
+
+    `lane_stub`: every lane replaced by `rtl_sources.LANE_STUB` (one register per input bit), so the
+    rest of the kernel synthesizes at 16 lanes in minutes; its cells are marked as the lane's box in
+    the timing analysis (`hls.rtl.netlist.analyze`, `box_src`), to be composed with the lane alone."""
     from hls.generate import render
 
     files, _ = render(spec, target)
@@ -200,8 +222,12 @@ def synth_top(spec: KernelSpec, target: Target, cache_dir: Path = SYNTH_DIR, **k
         dest = gen_dir / Path(path).name
         safe_io.atomic_write(dest, data)
         generated.append(dest)
-    return synth_module([*rtl_sources.static_sources(), *generated], spec.name,
-                        label=f"kernel top, {spec.lanes} lane(s)", cache_dir=cache_dir, **kw)
+    sources = rtl_sources.static_sources()
+    if lane_stub:
+        sources = [f for f in sources if f.stem != LANE_MODULE] + [rtl_sources.LANE_STUB]
+        kw |= {"defines": (rtl_sources.LANE_STUB_DEFINE,), "box_src": rtl_sources.LANE_STUB.name}
+    label = f"kernel top, {spec.lanes} lane(s)" + (", lanes stubbed" if lane_stub else "")
+    return synth_module([*sources, *generated], spec.name, label=label, cache_dir=cache_dir, **kw)
 
 
 def _sub(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:

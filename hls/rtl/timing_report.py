@@ -1,14 +1,16 @@
-"""The timing report: LUT levels and fan-out (hls.rtl.netlist) of every RTL unit and of the kernel.
+"""The timing report: LUT levels, carry and DSP depth and fan-out (hls.rtl.netlist) of every RTL unit and
+of the real kernel at its full width.
 
-`report()` runs the netlist analysis over every module of the RTL file lists synthesized alone and
-over the generated kernel top synthesized at a few lane counts (1 and 4 by default), scaling the
-other rows of 1, 4 and 16 lanes from them (`scale_row`, marked `scaled`). `optimusnic synth
+`report()` runs the netlist analysis over every module of the RTL file lists synthesized alone, then,
+per target and dtype, synthesizes the generated kernel top at its lanes (16 by default) with every
+lane replaced by `rtl_sources.LANE_STUB` (one register per input bit) and the lane alone at full
+detail, and composes the two (`compose`): nothing is scaled from smaller builds. `optimusnic synth
 --timing` prints it (`table_rows`); `make bench` writes it to bench/results.md (`markdown`).
 """
 
 from __future__ import annotations
 
-import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -18,8 +20,10 @@ from hls.rtl import synth
 from hls.rtl.netlist import GOAL_MAX_FANOUT, judge
 from hls.rtl_sources import CORE_MODULE, LANE_MODULE, lane_params
 
-KERNEL_LANES = (1, 4, 16)
-FULL_LANES = (1, 4)  # synthesized by default; 16 is scaled (yosys at 16 lanes takes hours on 2 shared cores)
+# The default targets and dtypes the kernel's timing evidence covers (`--matrix`, `make bench`):
+# fp32 everywhere, bf16 gradients and parameters, fp16 gradients with fp32 parameters.
+MATRIX_TARGETS = ("u55c", "u50", "u280")
+MATRIX_DTYPES = (("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp32"))
 # Parameters a unit is synthesized with when its defaults would make it the whole kernel (applied
 # only when the module declares the parameter, so the list survives RTL rewrites).
 UNIT_PARAMS: dict[str, dict[str, int]] = {CORE_MODULE: {"LANES": 1}}
@@ -64,10 +68,12 @@ def row(run: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "max_fanout_pins": worst["pins"],
         "io_lut_levels": {k: (v["lut_levels"] if v else None) for k, v in t["io_paths"].items()},
         "nets_over_goal": _over_goal(t.get("large_nets", {})),
-        "scaled": False,
+        "carry_bits": t.get("carry_bits", 0),
+        "dsp_on_path": t.get("dsp_on_path", 0),
+        "dsp_cascade": t.get("dsp_cascade", 0),
         "seconds": run["seconds"],
         "cached": run["cached"],
-    } | judge(t["lut_levels"], worst["loads"]) | extra
+    } | judge(t["lut_levels"], worst["loads"], t.get("carry_bits", 0), t.get("dsp_cascade", 0)) | extra
 
 
 def _over_goal(nets: dict[str, int]) -> dict[str, int]:
@@ -93,56 +99,123 @@ def _where(ref: dict[str, Any] | None) -> str | None:
     return f"{ref['type']} {net}" + (f" ({ref['pin']})" if "pin" in ref else "")
 
 
-def scale_row(small: dict[str, Any], big: dict[str, Any], small_t: dict[str, Any], big_t: dict[str, Any],
-              lanes: int) -> dict[str, Any]:
-    """The kernel at `lanes` from synthesized runs at a small and a big lane count.
+def compose(kernel: dict[str, Any], lane: dict[str, Any], spec: Any, target_key: str) -> dict[str, Any]:
+    """One kernel row from the kernel top synthesized with stubbed lanes and the lane synthesized alone.
 
-    Fan-out: each large net found by name in both runs grows linearly with lanes (a net shared by
-    every lane gains the same loads per lane); a net found only in the big run belongs to one lane
-    and keeps its loads. A net yosys named differently in the two runs (`$abc$...`) is not matched
-    and keeps its loads: an under-estimate if it is shared. LUT levels: the same depth if it did not
-    grow from small to big, else it grows by the same step per the same lane ratio (depth that grows
-    with lanes is a reduction tree: logarithmic in lanes).
+    LUT levels: the longest of the kernel's own register-to-register paths, the lane's, and every path
+    that crosses a lane's boundary, counted as the kernel's logic up to the lane's input (into the
+    stub's registers) plus the lane's longest input-to-register path, or the lane's longest
+    register-to-output path plus the kernel's logic after the lane's output (from the stub's
+    registers): a bound (the longest halves need not be on one path), never an under-count.
+    Fan-out: each net that reaches a lane port has its stub loads (one register pin per input bit)
+    replaced by the real lane's loads on that port bit, once per lane it reaches; nets inside a lane
+    are the lane's own; the rest are the kernel's. Carry bits and DSP depth: the larger of the two
+    runs (the lane's inputs and outputs are registered on the kernel side, so no chain crosses it).
     """
-    ls, lb = small["lanes"], big["lanes"]
-    grown = {}
-    for net, n in big_t["large_nets"].items():
-        if net in small_t["large_nets"]:
-            grown[net] = max(0, round(n + (n - small_t["large_nets"][net]) * (lanes - lb) / (lb - ls)))
-        else:
-            grown[net] = n
-    net, loads = max(grown.items(), key=lambda t: (t[1], t[0])) if grown else (None, 0)
-    step = big["lut_levels"] - small["lut_levels"]
-    levels = big["lut_levels"] + max(0, math.ceil(step * math.log(lanes / lb) / math.log(lb / ls)))
-    return big | {
-        "unit": f"kernel, {lanes} lanes (scaled)",
-        "lanes": lanes,
-        "lut_levels": levels,
-        "max_fanout_net": net,
-        "max_fanout": loads,
+    kt, lt = kernel["timing"], lane["timing"]
+    box = kt["box"]
+    lane_loads = {p: v for p, v in lt["port_loads"].items() if p != "clk"}
+
+    def levels(path: dict[str, Any] | None) -> int | None:
+        return path["lut_levels"] if path else None
+
+    parts = {"kernel": kt["lut_levels"], "into_lane": levels(box["into_box"]),
+             "lane_in": levels(lt["io_paths"]["in_to_reg"]), "lane": lt["lut_levels"],
+             "lane_out": levels(lt["io_paths"]["reg_to_out"]), "from_lane": levels(box["from_box"]),
+             "lane_through": levels(lt["io_paths"]["in_to_out"]), "lane_to_lane": levels(box["box_to_box"])}
+    p = {k: v for k, v in parts.items()}
+
+    def add(*keys: str) -> int:
+        vals = [p[k] for k in keys]
+        return -1 if any(v is None for v in vals) else sum(vals)
+
+    crossing = [add("into_lane", "lane_in"), add("lane_out", "from_lane"),
+                add("lane_out", "lane_to_lane", "lane_in"), add("into_lane", "lane_through", "from_lane")]
+    lut_levels = max([p["kernel"], p["lane"], *crossing])
+    nets: dict[str, int] = {}
+    for net in box["nets"]:
+        extra = 0
+        for pin, count in net["ports"].items():
+            port, _, bit = pin.rstrip("]").partition("[")
+            if port in lane_loads:
+                extra += count * lane_loads[port][int(bit)]
+        nets[net["net"]] = net["loads"] - net["box_loads"] + extra
+    crossing_names = set(nets)
+    for name, n in kt["large_nets"].items():
+        if name not in crossing_names:
+            nets[name] = n
+    internal = lt.get("max_internal_fanout")
+    if internal:
+        nets[f"(each lane) {_net_label(internal)}"] = internal["loads"]
+    worst_net, worst = max(nets.items(), key=lambda t: (t[1], t[0])) if nets else (None, 0)
+    named = {n["net"]: n for n in kt["fanout_top"]}
+    if worst_net in named:  # a yosys-made name says nothing: show what drives it
+        worst_net = _net_label(named[worst_net])
+    carry = max(kt["carry_bits"], lt["carry_bits"])
+    dsp_cascade = max(kt["dsp_cascade"], lt["dsp_cascade"])
+    dsp_path = max(kt["dsp_on_path"], lt["dsp_on_path"])
+    kpath = kt["path"] or {}
+    s = spec
+    return {
+        "unit": f"{target_key} {s.grad_dtype}->{s.out_dtype}, {s.lanes} lanes",
+        "top": kernel["top"],
+        "target": target_key,
+        "grad_dtype": s.grad_dtype,
+        "out_dtype": s.out_dtype,
+        "lanes": s.lanes,
+        "params": {},
+        "lut_levels": lut_levels,
+        "levels_parts": parts,
+        "carry": kpath.get("carry", 0),
+        "muxf": kpath.get("muxf", 0),
+        "dsp": kpath.get("dsp", 0),
+        "carry_bits": carry,
+        "dsp_on_path": dsp_path,
+        "dsp_cascade": dsp_cascade,
+        "path_start": _where(kpath.get("start")),
+        "path_end": _where(kpath.get("end")),
+        "max_fanout_net": worst_net,
+        "max_fanout": worst,
         "max_fanout_pins": {},
-        "nets_over_goal": _over_goal(grown),
-        "scaled": True,
-        "method": f"scaled from the {ls}- and {lb}-lane runs: nets named in both grow linearly with lanes, "
-                  f"LUT levels {'as the larger run' if step <= 0 else f'grow by {step} per {lb // ls}x lanes'}",
-        "seconds": 0,
-        "cached": True,
-    } | judge(levels, loads)
+        "io_lut_levels": None,
+        "nets_over_goal": _over_goal(nets),
+        "runs": [{"unit": r["unit"], "seconds": r["seconds"], "cached": r["cached"], "key": r["key"]}
+                 for r in (kernel, lane)],
+        "seconds": round(kernel["seconds"] + lane["seconds"], 1),
+        "cached": kernel["cached"] and lane["cached"],
+        "method": "kernel top with every lane stubbed (one register per input bit) composed with the lane "
+                  "alone: levels across a lane's ports add the kernel's and the lane's sides; a net at a lane "
+                  "port carries the real lane's loads on that port",
+    } | judge(lut_levels, worst, carry, dsp_cascade)
 
 
-def report(spec: Any, target: Any, *, full_lanes: tuple[int, ...] = FULL_LANES, units: bool = True,
-           kernel: bool = True, use_cache: bool = True, cache_dir: Path | None = None,
-           log: Any = None) -> dict[str, Any]:
-    """Timing rows for every RTL unit alone and the kernel top at 1, 4 and 16 lanes.
-
-    The kernel is synthesized at `full_lanes` (at least two counts); the other rows of 1, 4, 16 are
-    scaled from the smallest and largest of them (scale_row) and marked so.
-    """
-    full = tuple(sorted(set(full_lanes)))
-    if len(full) < 2 and any(n not in full for n in KERNEL_LANES):
-        raise ValueError("scaling needs the kernel synthesized at two lane counts at least")
+def kernel_row(spec: Any, target: Any, *, use_cache: bool = True, cache_dir: Path | None = None,
+               log: Any = None, cached_only: bool = False) -> dict[str, Any]:
+    """The kernel of `spec` (its lanes, one CU) on `target`: stubbed-lane top and lane alone, composed
+    (`cached_only`: synth.NotCached instead of starting yosys)."""
     cache = Path(cache_dir or synth.SYNTH_DIR)
     say = log or (lambda _msg: None)
+    spec = spec.with_(compute_units=1)
+    say(f"[synth] lane alone, {spec.optimizer} {spec.grad_dtype}->{spec.out_dtype} (full detail)")
+    lane = synth.synth_lane(spec, cache_dir=cache, use_cache=use_cache, cached_only=cached_only)
+    say(f"[synth]   {'cached' if lane['cached'] else 'yosys ' + str(lane['seconds']) + ' s'}")
+    say(f"[synth] {target.key} kernel top, {spec.lanes} lanes stubbed (yosys takes minutes; cached afterwards)")
+    top = synth.synth_top(spec, target, cache_dir=cache, use_cache=use_cache, lane_stub=True,
+                          cached_only=cached_only)
+    r = compose(top, lane, spec, target.key)
+    say(f"[synth]   {_progress(r)}")
+    return r
+
+
+def report(spec: Any, target: Any, *, units: bool = True, kernel: bool = True, matrix: bool = False,
+           use_cache: bool = True, cache_dir: Path | None = None, log: Any = None,
+           targets: Any = None) -> dict[str, Any]:
+    """Timing rows for every RTL unit alone and the kernel at `spec.lanes` lanes on `target`; with `matrix`
+    the kernel on every target of MATRIX_TARGETS in every dtype pair of MATRIX_DTYPES (`spec`'s
+    optimizer, source and lanes), `targets` resolving a key to a Target."""
+    cache = Path(cache_dir or synth.SYNTH_DIR)
+    say = log or (lambda _msg: None)
+    load_start = os.getloadavg()[0]
     sources = rtl_sources.static_sources()
     unit_rows = []
     if units:
@@ -150,30 +223,27 @@ def report(spec: Any, target: Any, *, full_lanes: tuple[int, ...] = FULL_LANES, 
         for i, (module, src) in enumerate(mods, 1):
             params = _unit_params(module, src, spec)
             say(f"[synth] unit {i}/{len(mods)}: {module} {params or ''}".rstrip())
-            run = synth.synth_module(sources, module, params, cache_dir=cache, use_cache=use_cache)
+            if module == LANE_MODULE:  # the same run as the kernel rows' lane alone (one cache entry)
+                run = synth.synth_lane(spec, cache_dir=cache, use_cache=use_cache) | {"unit": module}
+            else:
+                run = synth.synth_module(sources, module, params, cache_dir=cache, use_cache=use_cache)
             unit_rows.append(row(run))
             say(f"[synth]   {_progress(unit_rows[-1])}")
-    runs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-    for lanes in full if kernel else ():
-        say(f"[synth] kernel top, {lanes} lane(s) (yosys takes minutes; cached afterwards)")
-        run = synth.synth_top(spec.with_(lanes=lanes, compute_units=1), target, cache_dir=cache, use_cache=use_cache)
-        runs[lanes] = (row(run, unit=f"kernel, {lanes} lane{'s' if lanes > 1 else ''}", lanes=lanes), run["timing"])
-        say(f"[synth]   {_progress(runs[lanes][0])}")
-    kernel_rows = []
-    for lanes in sorted(set(KERNEL_LANES) | set(full)) if kernel else ():
-        if lanes in runs:
-            kernel_rows.append(runs[lanes][0])
-            continue
-        (small, small_t), (big, big_t) = runs[full[0]], runs[full[-1]]
-        say(f"[synth] kernel, {lanes} lanes: scaled from the {full[0]}- and {full[-1]}-lane runs")
-        kernel_rows.append(scale_row(small, big, small_t, big_t, lanes))
+    configs = [(target, spec)]
+    if matrix:
+        configs = [(targets(t), spec.with_(target=t, grad_dtype=g, out_dtype=o))
+                   for t in MATRIX_TARGETS for g, o in MATRIX_DTYPES]
+    kernel_rows = [kernel_row(s, t, use_cache=use_cache, cache_dir=cache, log=log)
+                   for t, s in (configs if kernel else ())]
     rows = unit_rows + kernel_rows
     return {
         "spec": spec.to_dict(),
         "yosys": synth.yosys_version(),
         "command": "synth_xilinx -family xcup -flatten -noiopad; write_json (hls.rtl.netlist over the netlist)",
         "goal": judge(0, 0)["goal"],
-        "full_lanes": list(full),
+        "lanes": spec.lanes,
+        "matrix": matrix,
+        "load_average": f"{load_start:.1f} (1 min) at the start, {os.getloadavg()[0]:.1f} at the end",
         "units": unit_rows,
         "kernel": kernel_rows,
         "met": all(r["met"] for r in rows),
@@ -189,40 +259,67 @@ def _progress(r: dict[str, Any]) -> str:
 
 
 def table_rows(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the timing table (text and markdown share them)."""
-    header = ["unit", "LUT levels", "carry/muxf/DSP", "longest path (start -> end)", "I/O levels",
+    """Header and rows of the per-module timing table (text and markdown share them)."""
+    header = ["unit", "LUT levels", "carry bits/DSP cascade", "longest path (start -> end)", "I/O levels",
               "max fan-out net", "loads", "nets > 1,000", "goal"]
     rows = []
-    for r in rep["units"] + rep["kernel"]:
+    for r in rep["units"]:
         params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
         name = r["unit"] if r["unit"] != r["top"] or not params else f"{r['unit']} ({params})"
         rows.append([
             name,
             str(r["lut_levels"]),
-            f"{r['carry']}/{r['muxf']}/{r['dsp']}",
+            f"{r.get('carry_bits', 0)}/{r.get('dsp_cascade', 0)}",
             f"{r['path_start']} -> {r['path_end']}" if r["path_start"] else "-",
             "/".join("-" if r["io_lut_levels"].get(k) is None else str(r["io_lut_levels"][k])
                      for k in ("in_to_reg", "reg_to_out", "in_to_out")) if r.get("io_lut_levels") else "-",
             r["max_fanout_net"] or "-",
-            f"{r['max_fanout']:,}" + (" (scaled)" if r["scaled"] else ""),
+            f"{r['max_fanout']:,}",
             str(len(r.get("nets_over_goal", {}))),
-            ("met" if r["met"] else "NOT met" + _why(r)),
+            _verdict(r),
         ])
     return header, rows
 
 
-def _why(r: dict[str, Any]) -> str:
-    parts = []
-    if not r["lut_levels_met"]:
-        parts.append("levels")
-    if not r["fanout_met"]:
-        parts.append("fan-out")
-    return f" ({', '.join(parts)})"
+def kernel_table_rows(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the kernel table: one row per target and dtype, composed (see `compose`)."""
+    header = ["target", "grad -> param", "lanes", "LUT levels", "kernel / into lane + lane in / lane / "
+              "lane out + from lane", "carry bits", "DSP cascade (on a path)", "max fan-out net", "loads",
+              "nets > 1,000", "yosys s (kernel + lane)", "goal"]
+    rows = []
+    for r in rep["kernel"]:
+        p = r["levels_parts"]
+        took = " + ".join(f"{run['seconds']:g}" + (" (cached)" if run["cached"] else "") for run in r["runs"])
+        rows.append([
+            r["target"], f"{r['grad_dtype']} -> {r['out_dtype']}", str(r["lanes"]), str(r["lut_levels"]),
+            f"{p['kernel']} / {_sum_text(p, 'into_lane', 'lane_in')} / {p['lane']} / "
+            f"{_sum_text(p, 'lane_out', 'from_lane')}",
+            str(r["carry_bits"]), f"{r['dsp_cascade']} ({r['dsp_on_path']})", r["max_fanout_net"] or "-",
+            f"{r['max_fanout']:,}", str(len(r["nets_over_goal"])), took, _verdict(r),
+        ])
+    return header, rows
+
+
+def _sum_text(parts: dict[str, int | None], *keys: str) -> str:
+    vals = [parts[k] for k in keys]
+    return "-" if any(v is None for v in vals) else "+".join(map(str, vals))
+
+
+def _verdict(r: dict[str, Any]) -> str:
+    if r["met"]:
+        return "met"
+    parts = [name for key, name in (("lut_levels_met", "levels"), ("fanout_met", "fan-out"),
+                                    ("carry_met", "carry"), ("dsp_met", "DSP")) if not r.get(key, True)]
+    return f"NOT met ({', '.join(parts)})"
 
 
 def markdown(rep: dict[str, Any]) -> list[str]:
-    """The timing table as markdown lines (bench/results.md)."""
-    header, rows = table_rows(rep)
-    esc = [[c.replace("|", "\\|").replace("$", "\\$") for c in r] for r in rows]
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *["| " + " | ".join(r) + " |" for r in esc]]
+    """The timing tables (modules, then the kernel per target and dtype) as markdown lines."""
+    out: list[str] = []
+    for header, rows in (table_rows(rep), kernel_table_rows(rep)):
+        if not rows:
+            continue
+        esc = [[c.replace("|", "\\|").replace("$", "\\$") for c in r] for r in rows]
+        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                *["| " + " | ".join(r) + " |" for r in esc], ""]
+    return out[:-1]

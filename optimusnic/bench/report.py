@@ -6,8 +6,9 @@ machine, the date, the exact commands and every figure, plus a bar chart; the RT
 also goes to build/bench/rtl.json, where `optimusnic plan` reads it, and the ring's protocol
 efficiency on software cards (goodput fraction, retransmission overhead) to build/bench/net.json
 (beside results.json's `net.protocol_efficiency`). The last step is the yosys
-timing evidence (`hls.rtl.timing_report.report`: LUT levels and fan-out per RTL module and for the kernel),
-reused from build/synth/ when the RTL has not changed.
+timing evidence (`hls.rtl.timing_report.report`: LUT levels, carry, DSP depth and fan-out per RTL module, and
+of the 16-lane kernel per default target and dtype, synthesized with stubbed lanes and composed with the
+lane alone), reused from build/synth/ when the RTL has not changed.
 """
 
 from __future__ import annotations
@@ -88,8 +89,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
         ("rtl", "optimusnic bench rtl", lambda: bench_rtl.collect(log=log)),
         ("net", f"optimusnic bench net --repeats {repeats}", lambda: bench_net.measure(repeats=repeats, log=log)),
     )
-    steps += (("synth", f"optimusnic synth --target u55c --timing --full-lanes {','.join(map(str, BENCH_FULL_LANES))}",
-               lambda: synth_timing(log=log)),)
+    steps += (("synth", "optimusnic synth --target u55c --timing --matrix", lambda: synth_timing(log=log)),)
     for key, command, fn in steps:
         log(f"[bench] {key}: {command} ...")
         t = time.perf_counter()
@@ -300,15 +300,14 @@ def _net_section(rep: dict[str, Any] | None) -> list[str]:
     return bench_net.markdown(rep)
 
 
-SYNTH_HEADING = "## Timing evidence from yosys (LUT levels, fan-out)"
-# The kernel is synthesized at 1 and 2 lanes in `make bench` (4 and 16 scaled): yosys took 15 min at 2
-# lanes and 40 min at 4 on this 2-core machine under load, and the scaled 4-lane row matched the
-# synthesized one within 1% (largest net) and one LUT level (scaled is the higher).
-BENCH_FULL_LANES = (1, 2)
+SYNTH_HEADING = "## Timing evidence from yosys (LUT levels, carry, DSP, fan-out)"
+# Headings earlier versions wrote: replaced, never kept beside the new section.
+_OLD_SYNTH_HEADINGS = ("## Timing evidence from yosys (LUT levels, fan-out)",)
 
 
 def synth_timing(log=print) -> dict[str, Any]:  # noqa: ANN001
-    """`optimusnic synth --timing` for the default U55C AdamW fp32 kernel (cached yosys runs are reused)."""
+    """`optimusnic synth --timing --matrix`: every module alone, then the 16-lane AdamW kernel on every default
+    target and dtype, synthesized for real (lanes stubbed, the lane alone; cached yosys runs are reused)."""
     from hls.errors import ToolMissing
     from hls.rtl import synth
     from hls.rtl import timing_report as timing
@@ -320,11 +319,11 @@ def synth_timing(log=print) -> dict[str, Any]:  # noqa: ANN001
     except ToolMissing as exc:
         return {"skipped": str(exc)}
     spec = KernelSpec(target="u55c")
-    return timing.report(spec, get_target("u55c"), full_lanes=BENCH_FULL_LANES, log=log)
+    return timing.report(spec, get_target("u55c"), matrix=True, targets=get_target, log=log)
 
 
 def synth_section(rep: dict[str, Any] | None) -> list[str]:
-    """The timing table of bench/results.md (nothing when the bench ran without it)."""
+    """The timing tables of bench/results.md (nothing when the bench ran without them)."""
     from hls.rtl import timing_report as timing
 
     if not rep:
@@ -333,38 +332,38 @@ def synth_section(rep: dict[str, Any] | None) -> list[str]:
         return [SYNTH_HEADING, "", f"Not measured: {rep['skipped']}.", ""]
     s = rep["spec"]
     wall = f", {rep['wall_s']:.0f} s with the yosys cache as it was" if "wall_s" in rep else ""
-    notes = [f"- {r['unit']}: {r['method']}" for r in rep["kernel"] if r.get("method")]
-    notes += [f"- {r['unit']}, nets above {timing.GOAL_MAX_FANOUT:,} loads: "
-              + ", ".join(f"`{n}` {k:,}" for n, k in r["nets_over_goal"].items())
-              for r in rep["kernel"] if r.get("nets_over_goal")]
+    load = f" Load average: {rep['load_average']}." if rep.get("load_average") else ""
+    notes = [f"- {r['unit']}, nets above {timing.GOAL_MAX_FANOUT:,} loads: "
+             + ", ".join(f"`{n}` {k:,}" for n, k in r["nets_over_goal"].items())
+             for r in rep["kernel"] if r.get("nets_over_goal")]
+    verdict = {True: "met", False: "NOT met", None: "not run"}
     return [
         SYNTH_HEADING,
         "",
         f"`{rep.get('command', 'optimusnic synth --timing --json')}`{wall}: {rep['yosys']}, "
-        f"`synth_xilinx -family xcup -flatten -noiopad`, then `hls.rtl.netlist` over the netlist JSON. "
-        f"Every RTL module "
-        f"synthesized alone (default parameters; the lane as {s['optimizer']} {s['grad_dtype']}->{s['out_dtype']}, "
-        f"the core at 1 lane), then the generated kernel top, synthesized at {_lanes(rep)} lanes, "
-        "other rows of 1, 4 and 16 lanes scaled from those runs and marked. LUT levels: LUTs on the longest "
-        "path between two sequential cells (FD*, SRL/LUT-RAM, BRAM, registered DSP); CARRY and MUXF cells on that "
-        "path are counted apart (carry/muxf/DSP; yosys 0.23 leaves the multipliers' pipeline registers in fabric, "
-        "so a DSP48E2 is crossed combinationally where Vivado would absorb its registers). I/O levels "
-        "(in->reg / reg->out / in->out) are paths through a module's ports, not judged. Loads: pins on the "
-        "highest fan-out net other than the clock.",
+        f"`synth_xilinx -family xcup -flatten -noiopad`, then `hls.rtl.netlist` over the netlist JSON.{load} "
+        f"Every RTL module synthesized alone (default parameters; the lane as {s['optimizer']} "
+        f"{s['grad_dtype']}->{s['out_dtype']}, the core at 1 lane). Then the {s['optimizer']} kernel at "
+        f"{rep.get('lanes', s['lanes'])} lanes per target and dtype, synthesized for real, nothing scaled: the "
+        "generated top with every lane replaced by a stub (one register per input bit, `sim/rtl/synth`), and the "
+        "lane alone at full detail, composed (docs/design.md, timing evidence): levels across a lane's ports add "
+        "the kernel's side and the lane's side, and a net at a lane port carries the real lane's loads on that "
+        "port once per lane. LUT levels: LUTs on the longest path between two sequential cells (FD*, SRL/LUT-RAM "
+        "read, BRAM, registered DSP). Carry bits: the longest carry chain on any such path (CARRY4 = 4 bits, "
+        "CARRY8 = 8). DSP cascade: the longest chain of DSP48E2 joined by cascade ports, and in brackets the most "
+        "DSP48E2 crossed combinationally on one path (yosys 0.23 leaves the multipliers' pipeline registers in "
+        "fabric). I/O levels (in->reg / reg->out / in->out) are paths through a module's ports, not judged. "
+        "Loads: pins on the highest fan-out net other than the clock. Yosys seconds per row: the two runs, "
+        "`(cached)` when reused.",
         "",
         *timing.markdown(rep),
         "",
         *notes,
-        f"- Goal ({rep['goal']}): every row {'met' if rep['met'] else 'NOT met'}; kernel rows "
-        f"{ {True: 'met', False: 'NOT met', None: 'not run'}[rep['kernel_met']]}.",
+        *([f"- Not synthesized yet (no row): {', '.join(rep['not_run'])}."] if rep.get("not_run") else []),
+        f"- Goal ({rep['goal']}): every row {verdict[rep['met']]}; kernel rows {verdict[rep['kernel_met']]}.",
         f"- {rep['caveat']}.",
         "",
     ]
-
-
-def _lanes(rep: dict[str, Any]) -> str:
-    full = [str(n) for n in rep.get("full_lanes", [])]
-    return ", ".join(full[:-1]) + " and " + full[-1] if len(full) > 1 else "".join(full)
 
 
 def write_synth_section(rep: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
@@ -373,6 +372,12 @@ def write_synth_section(rep: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Pat
     text = path.read_text() if path.is_file() else "# OptimusNIC benchmark results\n\n"
     lines = text.splitlines()
     section = synth_section(rep)
+    for heading in _OLD_SYNTH_HEADINGS:
+        if heading in lines:
+            start = lines.index(heading)
+            end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "![benchmark"))),
+                       len(lines))
+            del lines[start:end]
     if SYNTH_HEADING in lines:
         start = lines.index(SYNTH_HEADING)
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "![benchmark"))),

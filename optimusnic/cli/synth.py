@@ -29,12 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="do not run yosys: scale the last saved lane and infrastructure figures for this "
                    "optimizer/dtypes to the lanes and CUs asked (fails if there are none)")
     p.add_argument("--timing", action="store_true",
-                   help="report LUT levels between registers and the highest fan-out net instead of resources: "
-                   "every RTL module alone, then the kernel at 1, 4 and 16 lanes (progress on stderr)")
-    p.add_argument("--full-lanes", type=_lane_list, default=timing.FULL_LANES,
-                   help="--timing: lane counts at which the kernel is synthesized, comma-separated (default 1,4); "
-                   "rows of 1, 4, 16 not in the list are scaled from the smallest and largest (1,4,16: no "
-                   "scaling, hours of yosys)")
+                   help="report LUT levels, carry and DSP depth and the highest fan-out net instead of resources: "
+                   "every RTL module alone, then the kernel at --lanes (16 by default) synthesized with its lanes "
+                   "stubbed and composed with the lane alone (progress on stderr)")
+    p.add_argument("--matrix", action="store_true",
+                   help="--timing: the kernel on every default target (u55c, u50, u280) in fp32, bf16 and fp16->fp32 "
+                   "(--target and the dtypes are ignored for the kernel rows; minutes of yosys per row, cached)")
     p.add_argument("--no-units", action="store_true", help="--timing: the kernel rows only")
     p.add_argument("--no-kernel", action="store_true", help="--timing: the per-module rows only")
     p.add_argument("--write-results", action="store_true",
@@ -44,30 +44,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _lane_list(text: str) -> tuple[int, ...]:
-    try:
-        lanes = tuple(sorted({int(t) for t in text.split(",")}))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: lane counts separated by commas, e.g. 1,4") from None
-    if len(lanes) < 2 or any(n not in (1, 2, 4, 8, 16) for n in lanes):
-        raise argparse.ArgumentTypeError(f"{text!r}: two or more of 1, 2, 4, 8, 16")
-    return lanes
-
-
 def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
+    timing_only = [f for f, on in (("--matrix", args.matrix), ("--no-units", args.no_units),
+                                   ("--no-kernel", args.no_kernel), ("--write-results", args.write_results)) if on]
+    if timing_only and not args.timing:
+        raise UserError(f"{', '.join(timing_only)} only go with --timing")
     if args.timing:
         if args.cached:
             raise UserError("--timing has no --cached form: it reads the cached yosys runs by itself")
-        rep = timing.report(spec, target, full_lanes=args.full_lanes, units=not args.no_units,
-                            kernel=not args.no_kernel, use_cache=not args.no_cache,
-                            log=lambda m: print(m, file=sys.stderr, flush=True))
+        rep = timing.report(spec, target, units=not args.no_units, kernel=not args.no_kernel, matrix=args.matrix,
+                            use_cache=not args.no_cache, log=lambda m: print(m, file=sys.stderr, flush=True),
+                            targets=lambda key: get_target(key, args.targets_file))
         if args.write_results:
             from optimusnic.bench.report import write_synth_section
 
-            rep["command"] = (f"optimusnic synth --target {spec.target} --timing --full-lanes "
-                              f"{','.join(map(str, args.full_lanes))} --write-results")
+            rep["command"] = (f"optimusnic synth --target {spec.target} --lanes {spec.lanes} --timing"
+                              f"{' --matrix' if args.matrix else ''} --write-results")
             print(f"written: {write_synth_section(rep)}", file=sys.stderr)
         if args.json:
             emit_json(rep)
@@ -129,11 +123,12 @@ def format_estimate(r: dict, target_name: str) -> str:
 
 
 def format_timing(rep: dict) -> str:
-    header, rows = timing.table_rows(rep)
-    lines = [f"{rep['yosys']}: {rep['command']}", f"goal: {rep['goal']}", "", table(rows, header), ""]
-    for r in rep["kernel"]:
-        if r.get("method"):
-            lines.append(f"{r['unit']}: {r['method']}")
+    lines = [f"{rep['yosys']}: {rep['command']}", f"goal: {rep['goal']}", ""]
+    for header, rows in (timing.table_rows(rep), timing.kernel_table_rows(rep)):
+        if rows:
+            lines += [table(rows, header), ""]
+    if rep["kernel"]:
+        lines.append(f"kernel rows: {rep['kernel'][0]['method']}")
     verdict = {True: "met", False: "NOT met", None: "not run"}
     lines += [f"note: {rep['caveat']}", "I/O levels: in->reg / reg->out / in->out, not judged (a module's "
               "ports are registered, or not, by its neighbours)",

@@ -110,6 +110,8 @@ async def test_backpressure(dut: Any) -> None:
                 assert int(getattr(dut, f"s_{name}_valid").value), f"{name} taken while not valid"
                 nxt[name] += 1
             admitted += 1
+        valids = {r: int(getattr(dut, f"m_{r}_valid").value) for r in ("p", "m", "v", "y")}
+        assert len(set(valids.values())) == 1 and valids["p"] == int(dut.m_valid.value), f"path valids {valids}"
         if int(dut.m_valid.value) and all(readys.values()):
             for r in ("p", "m", "v", "y"):
                 got[r].append(_unpack(int(getattr(dut, f"m_{r}_data").value), lanes))

@@ -2,14 +2,17 @@
 and fan-out, real synthesis runs.
 
 The default run synthesizes one small FP unit and a small fixture (tests/fixtures/synth/lut_chain.v,
-a known LUT depth and fan-out) in seconds each; the kernel at 1 lane (one lane plus the top, about
-4 minutes) and the full 4- and 16-lane tops are behind the `slow` marker.
+a known LUT depth and fan-out) in seconds each, and the kernel top at 2 lanes with its lanes stubbed
+(about a minute) to check the 16-lane method; the kernel at 1 lane (one lane plus the top, about
+4 minutes), the full 4- and 16-lane tops and the real 16-lane timing rows are behind the `slow` marker
+(and in `make bench`).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -213,25 +216,115 @@ def test_timing_survives_a_combinational_loop() -> None:
     assert t["combinational_loops"] == 2
 
 
-def _row(lanes: int, levels: int, nets: dict[str, int]) -> tuple[dict, dict]:
-    worst = max(nets.items(), key=lambda t: t[1])
-    run = {"unit": f"k{lanes}", "top": "k", "params": {}, "seconds": 1, "cached": False,
-           "timing": {"lut_levels": levels, "path": None, "io_paths": {}, "large_nets": nets,
-                      "max_fanout": {"net": worst[0], "loads": worst[1], "pins": {}}}}
-    return timing_report.row(run, lanes=lanes), run["timing"]
+def _ports(sources: list[Path], top: str, params: dict[str, int], tmp_path: Path) -> dict[str, tuple[str, int]]:
+    """A module's ports (direction, width) as yosys elaborates them: no synthesis, seconds."""
+    out = tmp_path / f"{top}.json"
+    chparam = " ".join(f"-chparam {k} {v}" for k, v in params.items())
+    script = f"read_verilog -defer {' '.join(map(str, sources))}; hierarchy -top {top} {chparam}; proc; " \
+             f"write_json {out}"
+    subprocess.run([synth.yosys_bin(), "-q", "-p", script], check=True, capture_output=True, timeout=300)
+    mods = json.loads(out.read_text())["modules"].values()
+    mod = next(m for m in mods if int(str(m.get("attributes", {}).get("top", "0")), 2))
+    return {n: (p["direction"], len(p["bits"])) for n, p in mod["ports"].items()}
 
 
-def test_scaled_16_lanes_grow_shared_nets_linearly_and_keep_per_lane_nets() -> None:
-    r1, t1 = _row(1, 4, {"ce": 300, "rst": 900, "lane0.x": 200})
-    r4, t4 = _row(4, 4, {"ce": 1200, "rst": 960, "lane0.x": 200, "lane3.x": 200})
-    r16 = timing_report.scale_row(r1, r4, t1, t4, 16)
-    assert r16["scaled"] and r16["max_fanout_net"] == "ce" and r16["max_fanout"] == 1200 + 4 * 900
-    assert r16["lut_levels"] == 4 and r16["lut_levels_met"] and not r16["fanout_met"] and "scaled" in r16["unit"]
-    assert r16["nets_over_goal"] == {"ce": 4800, "rst": 1200} and r4["nets_over_goal"] == {"ce": 1200}
-    # Depth that grows with lanes (a reduction over lanes) grows again by the same step.
-    r4b, t4b = _row(4, 6, {"ce": 90})
-    r1b, t1b = _row(1, 5, {"ce": 60})
-    assert timing_report.scale_row(r1b, r4b, t1b, t4b, 16)["lut_levels"] == 7
+@needs_yosys
+@pytest.mark.parametrize("grad_fmt", [0, 1, 2])
+def test_lane_stub_has_the_lanes_ports(grad_fmt: int, tmp_path: Path) -> None:
+    # The stub stands in for the lane in the 16-lane synthesis: same ports, directions and widths.
+    fp = [f for f in rtl_sources.static_sources() if f.parent.name == "fp"]
+    lane = RTL_DIR / "kernel" / "onic_adam_lane.v"
+    params = {"ADAMW": 1, "GRAD_FMT": grad_fmt, "OUT_BF16": int(grad_fmt == 1), "TAG_WIDTH": 1}
+    want = _ports([*fp, lane], "onic_adam_lane", params, tmp_path)
+    assert _ports([rtl_sources.LANE_STUB], "onic_adam_lane_stub", params, tmp_path) == want
+    assert {"clk", "rst", "gs", "in_grad", "out_y", "out_tag"} <= set(want)
+
+
+def test_lane_stub_is_in_no_simulation_file_list() -> None:
+    listed = {f.resolve() for flist in rtl_sources.FILELISTS for f in rtl_sources.read_filelist(flist)}
+    assert rtl_sources.LANE_STUB.is_file() and rtl_sources.LANE_STUB.resolve() not in listed
+    assert rtl_sources.LANE_STUB.parent != rtl_sources.KERNEL_RTL
+    core = (rtl_sources.KERNEL_RTL / "onic_adam_core.v").read_text()
+    assert f"`ifdef {rtl_sources.LANE_STUB_DEFINE}" in core and "onic_adam_lane_stub" in core
+
+
+def _stub_lane_as_lane(kernel: dict, lanes: int) -> dict:
+    """The stub's own figures as if it were the lane alone: one load per input bit, none inside, all
+    paths zero levels (what the stub is by construction)."""
+    box_ports = {"clk": 1, "rst": 1, **{n: 32 for n in ("gs", "wd", "b1", "omb1", "b2", "omb2", "rbc2", "eps",
+                                                          "step_size", "in_grad", "in_p", "in_m", "in_v",
+                                                          "out_p", "out_m", "out_v", "out_y")},
+                 "in_valid": 1, "in_tag": 1, "out_valid": 1, "out_tag": 1}
+    loads = {p: [0 if p.startswith("out") else 1] * w for p, w in box_ports.items()}
+    return {"unit": "stub", "top": "onic_adam_lane_stub", "seconds": 0, "cached": True, "key": "k",
+            "timing": {"lut_levels": 0, "port_loads": loads, "max_internal_fanout": None, "carry_bits": 0,
+                       "dsp_cascade": 0, "dsp_on_path": 0,
+                       "io_paths": {"in_to_reg": {"lut_levels": 0}, "reg_to_out": {"lut_levels": 0},
+                                    "in_to_out": None}}}
+
+
+@needs_yosys
+def test_kernel_with_stubbed_lanes_composes_real_lane_loads(tmp_path: Path) -> None:
+    """The method at 2 lanes and one stripe per array (about a minute of yosys): the top with its lanes
+    stubbed, composed with a lane.
+
+    Composed with the stub's own figures (one load per input bit), every net at a lane port carries
+    one load per lane it reaches on top of the kernel's; composed with a lane that loads each bit of
+    gs 600 times, the scalar register behind gs carries 2 x 600 and fails the 1,000-load goal, named."""
+    spec = KernelSpec(target="u55c", lanes=2, stripes=1)
+    top = synth.synth_top(spec, get_target("u55c"), cache_dir=tmp_path, lane_stub=True)
+    t = top["timing"]
+    assert top["defines"] == [rtl_sources.LANE_STUB_DEFINE] and t["box_src"] == rtl_sources.LANE_STUB.name
+    box = t["box"]
+    # One register per element input bit of each stub (the two stubs' scalar registers see the same
+    # inputs and may be merged: the composition counts port pins, not stub cells).
+    assert box["cells"] >= 9 * 32 + 2 * 3 * 32
+    in_p = [n for n in box["nets"] if any(pin.startswith("in_p[") for pin in n["ports"])]
+    assert len(in_p) > 48 and all(n["box_loads"] == 1 and not n["box_driven"] for n in in_p)
+    gs0 = next(n for n in box["nets"] if n["ports"].get("gs[0]") == 2)
+    assert gs0["net"].startswith("gs_reg") and gs0["box_loads"] in (1, 2)
+    # The lanes' inputs come from registers, their outputs go to registers: no logic into a lane.
+    assert box["into_box"]["lut_levels"] == 0 and box["from_box"] is not None and box["box_to_box"] is None
+    stub = _stub_lane_as_lane(top, 2)
+    same = timing_report.compose(top, stub, spec, "u55c")
+    kernel_loads = {n["net"]: n["loads"] - n["box_loads"] for n in box["nets"]}
+    lane_pins = {n["net"]: sum(c for pin, c in n["ports"].items() if pin.split("[")[0] in stub["timing"]["port_loads"]
+                               and not pin.startswith(("out", "clk"))) for n in box["nets"]}
+    expect = {net: kernel_loads[net] + lane_pins[net] for net in kernel_loads}
+    assert same["max_fanout"] == max([*expect.values(), *(n for k, n in t["large_nets"].items() if k not in expect)])
+    assert same["lut_levels"] == max(t["lut_levels"], box["from_box"]["lut_levels"])
+    heavy = _stub_lane_as_lane(top, 2)
+    heavy["timing"]["port_loads"]["gs"] = [600] * 32
+    over = timing_report.compose(top, heavy, spec, "u55c")
+    assert over["max_fanout"] == kernel_loads[gs0["net"]] + 2 * 600 and over["max_fanout_net"].startswith("gs_reg")
+    assert not over["fanout_met"] and not over["met"] and len(over["nets_over_goal"]) == 32
+    # A lane path from input to register adds to the kernel's side of the crossing.
+    deep = _stub_lane_as_lane(top, 2)
+    deep["timing"]["io_paths"]["in_to_reg"] = {"lut_levels": 7}
+    assert timing_report.compose(top, deep, spec, "u55c")["lut_levels"] == 7
+
+
+def test_limits_catch_a_1001_load_net_a_long_carry_and_a_dsp_cascade() -> None:
+    assert timing.judge(6, 1000, 64, 2)["met"]
+    assert not timing.judge(6, 1001)["fanout_met"] and not timing.judge(7, 0)["lut_levels_met"]
+    assert not timing.judge(0, 0, carry_bits=65)["carry_met"] and not timing.judge(0, 0, dsp_cascade=3)["dsp_met"]
+
+
+def test_dsp_cascade_and_carry_bits_are_counted_on_the_netlist() -> None:
+    dsp_dirs = {"A": "input", "PCIN": "input", "CLK": "input", "P": "output", "PCOUT": "output"}
+    carry_dirs = {"CI": "input", "S": "input", "DI": "input", "O": "output", "CO": "output"}
+    cells = {
+        "a_reg": _fd(3, 10),
+        "d0": _cell("DSP48E2", {"A": [10], "PCIN": ["0"], "CLK": [2], "P": [11], "PCOUT": [12]}, dsp_dirs, MREG=1),
+        "d1": _cell("DSP48E2", {"A": [10], "PCIN": [12], "CLK": [2], "P": [13], "PCOUT": [14]}, dsp_dirs, MREG=1),
+        "d2": _cell("DSP48E2", {"A": [10], "PCIN": [14], "CLK": [2], "P": [15], "PCOUT": [16]}, dsp_dirs, MREG=1),
+        "c0": _cell("CARRY8", {"CI": ["0"], "S": [10], "DI": [10], "O": [20], "CO": [21]}, carry_dirs),
+        "c1": _cell("CARRY4", {"CI": [21], "S": [10], "DI": [10], "O": [22], "CO": [23]}, carry_dirs),
+        "s_reg": _fd(22, 30),
+    }
+    t = timing.analyze(_netlist(cells, {"a": 10, "o": 22, "q": 30}))
+    assert t["dsp_cascade"] == 3 and t["carry_bits"] == 12 and t["lut_levels"] == 0
+    assert not t["dsp_met"] and t["carry_met"]
 
 
 @needs_yosys
@@ -259,7 +352,7 @@ def test_synth_cli_timing_json_and_text(tmp_path: Path, monkeypatch: pytest.Monk
     md = bench_report.write_synth_section(rep, tmp_path).read_text()
     assert md.count(bench_report.SYNTH_HEADING) == 1 and md.index("## RTL") < md.index(bench_report.SYNTH_HEADING)
     assert md.index(bench_report.SYNTH_HEADING) < md.index("![benchmark chart]")
-    assert "| lut_chain | 5 | 0/0/0 | FDRE din_q" in md and "every row met" in md
+    assert "| lut_chain | 5 | 32/0 | FDRE din_q" in md and "every row met" in md
 
 
 @needs_yosys
@@ -271,3 +364,23 @@ def test_kernel_top_1_lane_timing() -> None:
     assert t["max_fanout"]["loads"] > 100 and t["unknown_cells"] == {}
     assert t["path"]["start"]["type"] and t["path"]["end"]["pin"]
     assert not any(n["net"] in t["clock_nets"] for n in t["fanout_top"])
+
+
+@needs_yosys
+@pytest.mark.slow
+@pytest.mark.parametrize(("grad", "out"), [
+    ("fp32", "fp32"),
+    pytest.param("bf16", "bf16", marks=pytest.mark.xfail(
+        strict=True, reason="open: the bf16 lane's first fp32_mul stage (LZC + exponent sum) maps to 7 LUT levels")),
+])
+def test_16_lane_kernel_meets_the_timing_goal(grad: str, out: str) -> None:
+    """The real 16-lane U55C kernel (lanes stubbed, composed with the lane alone; minutes each, cached)."""
+    spec = KernelSpec(target="u55c", grad_dtype=grad, out_dtype=out, lanes=16)
+    r = timing_report.kernel_row(spec, get_target("u55c"))
+    assert r["met"], {k: r[k] for k in ("lut_levels", "levels_parts", "max_fanout_net", "max_fanout",
+                                        "nets_over_goal", "carry_bits", "dsp_cascade")}
+
+
+def test_timing_flags_without_timing_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["synth", "--target", "u55c", "--matrix"]) == 2
+    assert "--matrix only go with --timing" in capsys.readouterr().err
