@@ -22,6 +22,7 @@ import jinja2
 from hls import __version__, regmap, safe_io, validate
 from hls.errors import UserError
 from hls.paths import TEMPLATES_DIR
+from hls.ports import AXIS_PORTS
 from hls.sizing import SizingReport, size_spec
 from hls.spec import GRAD_FMT, KernelSpec, SpecError
 from hls.targets import Target, get_target
@@ -57,6 +58,7 @@ def context(spec: KernelSpec, target: Target, sizing: SizingReport) -> dict[str,
         "regmap": regs,
         "address_bits": regs["address_bits"],
         "clock_mhz": sizing.clock_mhz,
+        "axis_ports": AXIS_PORTS,  # the RTL kernel's AXI4-Stream interface of each stream argument
         "grad_fmt": GRAD_FMT[spec.grad_dtype],  # the RTL top's GRAD_FMT parameter (hls.spec owns the codes)
         "version": __version__,
     }
