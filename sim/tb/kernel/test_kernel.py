@@ -914,7 +914,8 @@ async def test_param_stream(dut: Any) -> None:
             nbytes = n * ob
             beats = -(-nbytes // 64)
             assert len(data) == 64 * beats, f"{where}: {len(data) // 64} beats to TLAST, want {beats}"
-            assert keep == [1] * nbytes + [0] * (64 * beats - nbytes), f"{where}: TKEEP is not all ones to byte {nbytes}"
+            want_keep = [1] * nbytes + [0] * (64 * beats - nbytes)
+            assert keep == want_keep, f"{where}: TKEEP is not all ones to byte {nbytes}"
             assert data[nbytes:] == bytes(64 * beats - nbytes), f"{where}: bytes past TKEEP are not zero"
             streamed = np.frombuffer(data[:nbytes], want.dtype)
             mismatch = describe_mismatch("stream", streamed, want) or describe_mismatch("stream vs memory", streamed,
