@@ -42,7 +42,7 @@ test_random      constrained-random runs (seed printed; ONIC_SEED replays): per 
                  the stream the next shard is queued before each run starts (back to back)
 test_param_stream  out_sink memory+stream only: each run's m_axis_param packet is the out array
                  byte for byte (bit-exact vs golden and vs memory), TKEEP/TLAST right, TREADY
-                 pauses and a 3000-clock hold lose nothing, n = 0 sends nothing
+                 pauses and a 1000-clock hold lose nothing, n = 0 sends nothing
 test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too), and
                  per memory channel the beats it moved
 """
@@ -858,7 +858,7 @@ async def test_param_stream(dut: Any) -> None:
     bit-exact against hls/golden.py and equal to what the kernel wrote to its out stripes, TKEEP all
     ones but the last beat's tail (whose other bytes are zero); ap_done only after the packet's last
     beat is taken; n = 0 sends nothing. Random TREADY pauses (ONIC_STALLS) and, in the second run
-    of each count, TREADY held low for 3000 clocks: the kernel waits and loses nothing, and the
+    of each count, TREADY held low for 1000 clocks: the kernel waits and loses nothing, and the
     memory write path keeps to AXI (the protocol monitor on every m_axi port). Seed printed."""
     cfg = load_config()
     spec = cfg["spec"]
@@ -891,7 +891,7 @@ async def test_param_stream(dut: Any) -> None:
                 tb.param.clear_pause_generator()
                 tb.param.pause = True
                 job = cocotb.start_soon(run_kernel(tb, regs, timeout_cycles=200 * n + 40_000))
-                await ClockCycles(dut.ap_clk, 3000)
+                await ClockCycles(dut.ap_clk, 1000)
                 assert n == 0 or not job.done(), f"{where}: ap_done while m_axis_param was held off"
                 tb.param.pause = False
                 if cfg["stalls"] > 0:

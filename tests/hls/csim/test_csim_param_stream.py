@@ -36,11 +36,13 @@ def kernel_for(spec: KernelSpec, headers: str = "amd") -> CsimKernel:
     return _kernels[spec.name, headers]
 
 
-@pytest.mark.parametrize("headers", ["amd", "own"])
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+# AMD's headers for both; our stand-ins for one (the harness reads the packet through both)
+@pytest.mark.parametrize(("spec", "headers"), [(SPECS[0], "amd"), (SPECS[1], "amd"), (SPECS[0], "own")],
+                         ids=lambda x: x.name if isinstance(x, KernelSpec) else x)
 def test_param_stream_bit_exact(spec: KernelSpec, headers: str) -> None:
     kernel = kernel_for(spec, headers)
-    assert kernel.stripes.out == (2 if spec.out_dtype == "bf16" else 1) or spec.out_dtype == "fp32"
+    if spec.out_dtype == "bf16":
+        assert kernel.stripes.out == 2  # the stream interleaves the out stripes back into element order
     for n in SIZES:
         bad = [r for r in check_project(kernel, n, 2, seed=n) if not r["ok"]]
         assert not bad, f"{spec.name} n={n}: {bad[:4]}"
