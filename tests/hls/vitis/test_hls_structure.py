@@ -36,6 +36,10 @@ SPECS = [spec_of(v) for v in DEFAULT_VARIANTS] + [
     KernelSpec(compute_units=2, lanes=16),
     KernelSpec(target="u250", grad_dtype="bf16", out_dtype="bf16"),
     KernelSpec(target="u280", lanes=16, stripes=2, out_dtype="bf16", grad_dtype="fp16"),
+    # the parameter stream out (store_param), with two out stripes and with one
+    KernelSpec(grad_source="stream", grad_dtype="bf16", out_dtype="bf16", stripes=3, rate_gps=9.0, clock_mhz=600.0,
+               out_sink="memory+stream"),
+    KernelSpec(lanes=4, out_sink="memory+stream"),
 ]
 OPS = {"*": "fmul", "+": "fadd", "-": "fsub", "/": "fdiv"}
 
