@@ -836,19 +836,27 @@ async def watch_axis(dut: Any, prefix: str, errors: list[str]) -> None:
     """AXI4-Stream rules on a master port, passively: once TVALID is up it stays up with TDATA,
     TKEEP and TLAST unchanged until TREADY; nothing valid while ap_rst_n is low."""
     sig = {s: getattr(dut, f"{prefix}_{s}") for s in ("tdata", "tkeep", "tlast", "tvalid", "tready")}
+    def value(handle: Any) -> int:
+        try:
+            return int(handle.value)
+        except ValueError:  # X or Z
+            return -1
+
     held: tuple[int, int, int] | None = None
     while True:
         await RisingEdge(dut.ap_clk)
-        valid, ready = int(sig["tvalid"].value), int(sig["tready"].value)
-        if not int(dut.ap_rst_n.value):
-            if valid:
+        valid, ready = value(sig["tvalid"]), value(sig["tready"])
+        if value(dut.ap_rst_n) != 1:
+            if valid == 1:
                 errors.append(f"{prefix}: TVALID high while ap_rst_n is low")
             held = None
             continue
-        payload = (int(sig["tdata"].value), int(sig["tkeep"].value), int(sig["tlast"].value))
+        if valid == -1:
+            errors.append(f"{prefix}: TVALID is X or Z out of reset")
+        payload = (value(sig["tdata"]), value(sig["tkeep"]), value(sig["tlast"]))
         if held is not None and (not valid or payload != held):
             errors.append(f"{prefix}: TVALID dropped or the beat changed before TREADY")
-        held = payload if valid and not ready else None
+        held = payload if valid == 1 and ready != 1 else None
 
 
 @cocotb.test()

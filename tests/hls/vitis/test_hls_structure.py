@@ -218,6 +218,7 @@ def test_dataflow_is_canonical_single_producer_single_consumer(kernel) -> None:
     written = [p for p in pointers if p.endswith("_wr") or p.startswith("out")]
     want = [f"load_{p}" for p in pointers if p not in written] + [f"store_{p}" for p in written]
     want += ["load_grad"] if spec.grad_source == "stream" else []
+    want += ["store_param"] if spec.param_stream else []  # the parameter stream out
     assert sorted(n for n, _ in calls if n.startswith(("load_", "store_"))) == sorted(want)
 
 
