@@ -22,8 +22,9 @@ import jinja2
 from hls import __version__, regmap, safe_io, validate
 from hls.errors import UserError
 from hls.paths import TEMPLATES_DIR
+from hls.ports import AXIS_PORTS
 from hls.sizing import SizingReport, size_spec
-from hls.spec import GRAD_FMT, KernelSpec
+from hls.spec import GRAD_FMT, KernelSpec, SpecError
 from hls.targets import Target, get_target
 
 # Which template folders a target's flow gets: V80 has no XRT/v++ link step.
@@ -58,6 +59,7 @@ def context(spec: KernelSpec, target: Target, sizing: SizingReport) -> dict[str,
         "address_bits": regs["address_bits"],
         "clock_mhz": sizing.clock_mhz,
         "bursts": sizing.bursts,  # outstanding bursts: the HLS pragmas and the RTL read engines alike
+        "axis_ports": AXIS_PORTS,  # the RTL kernel's AXI4-Stream interface of each stream argument
         "grad_fmt": GRAD_FMT[spec.grad_dtype],  # the RTL top's GRAD_FMT parameter (hls.spec owns the codes)
         "version": __version__,
     }
@@ -95,6 +97,10 @@ def render(spec: KernelSpec, target: Target | None = None) -> tuple[dict[str, by
     """Render all files for `spec` in memory: {relative path: bytes}, and the manifest dict."""
     target = target or get_target(spec.target)
     _check_target_text(target)
+    if spec.param_stream and not target.has_xrt_flow:
+        # the Versal export is an IP-catalog block with no ring to connect the stream to
+        raise SpecError(f"out_sink: {spec.out_sink!r} is for the ring on a card with a v++ link step; "
+                        f"{target.name} uses the Versal IP export: use out_sink 'memory'")
     sizing = size_spec(spec, target)
     env = environment()
     ctx = context(spec, target, sizing)

@@ -12,6 +12,12 @@ import re
 ARRAYS = ("grad", "p", "m", "v", "out")  # register-map order
 STATE_ARRAYS = ("p", "m", "v")
 READ_SUFFIX, WRITE_SUFFIX = "_rd", "_wr"
+# AXI4-Stream arguments (not m_axi ports): the gradient shard in (grad_source "stream") and the
+# updated parameters out (out_sink "memory+stream"). The HLS kernel's argument and the v++
+# stream_connect end are the name; the RTL kernel's port is the prefixed AXI4-Stream interface.
+GRAD_STREAM = "grad"
+PARAM_STREAM = "param"
+AXIS_PORTS = {GRAD_STREAM: "s_axis_grad", PARAM_STREAM: "m_axis_param"}
 # The manifest schema's pattern (hls/validate.py) for any port name (stripe index up to 2 digits).
 PORT_PATTERN = r"(grad|p|m|v|out)[0-9]{1,2}(_rd|_wr)?"
 _PORT = re.compile(r"(grad|p|m|v|out)([0-9]+)(_rd|_wr)?\Z")

@@ -301,7 +301,8 @@ def kernel_metadata_xml(manifest: dict[str, Any]) -> str:
             lines.append(f'          <port name="M_AXI_{a["name"].upper()}" mode="master" range="0xFFFFFFFFFFFFFFFF" '
                          f'dataWidth="{BEAT_BITS}" portType="addressable" base="0x0"/>')
         elif a["kind"] == "stream":
-            lines.append(f'          <port name="{a["name"]}" mode="read_only" dataWidth="{BEAT_BITS}" '
+            mode = "write_only" if a["direction"] == "out" else "read_only"
+            lines.append(f'          <port name="{a["name"]}" mode="{mode}" dataWidth="{BEAT_BITS}" '
                          'portType="stream"/>')
     for i, a in enumerate(args):
         if a["kind"] == "pointer":

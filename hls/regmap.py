@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from hls.golden import scalar_names
-from hls.ports import STATE_ARRAYS, is_read_port, port_names
+from hls.ports import PARAM_STREAM, STATE_ARRAYS, is_read_port, port_names
 from hls.sizing import StripeCounts
 from hls.spec import KernelSpec
 
@@ -123,6 +123,10 @@ def register_map(spec: KernelSpec, stripes: StripeCounts) -> list[Arg]:
     offset = ARGS_BASE
     if spec.grad_source == "stream":
         args.append(Arg("grad", "stream", None, 0, "in", "gradient AXI4-Stream (tlast ends a shard)"))
+    if spec.param_stream:
+        args.append(Arg(PARAM_STREAM, "stream", None, 0, "out",
+                        f"updated parameters ({spec.out_dtype}) as an AXI4-Stream in element order, as out is "
+                        "laid out (tlast ends the run)"))
     for array, index in stripes.stripes():
         for port in port_names(array, index):
             direction, text = _pointer(array, index, stripes.of(array), port)

@@ -20,6 +20,9 @@ OPTIMIZERS = ("adam", "adamw")
 GRAD_DTYPES = ("fp32", "bf16", "fp16")
 OUT_DTYPES = ("fp32", "bf16")
 GRAD_SOURCES = ("memory", "stream")
+# Where the updated parameters go: card memory always (the card's own copy); with "memory+stream"
+# also out on an AXI4-Stream, for the ring's all-gather (design.md sections 4 and 8.4).
+OUT_SINKS = ("memory", "memory+stream")
 STATE_DTYPE = "fp32"  # master parameters and both moments: fixed by design.md section 3
 BEAT_BITS = 512
 MAX_LANES = BEAT_BITS // 32  # 16 fp32 values per 512-bit beat
@@ -108,12 +111,16 @@ class KernelSpec:
     stripes: int | None = None
     # The rate the memory plan is sized for, in G elements/s for the card. None: the line rate.
     rate_gps: float | None = None
+    # Last, and left out of to_dict() at its default: manifests and build folders of kernels
+    # without the parameter stream stay what they were.
+    out_sink: str = "memory"
 
     def __post_init__(self) -> None:
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("grad_dtype", self.grad_dtype, GRAD_DTYPES)
         _choice("out_dtype", self.out_dtype, OUT_DTYPES)
         _choice("grad_source", self.grad_source, GRAD_SOURCES)
+        _choice("out_sink", self.out_sink, OUT_SINKS)
         validate_kernel_name(self.name, "name")
         validate_identifier(self.target, "target")
         lanes = self.lanes
@@ -137,6 +144,11 @@ class KernelSpec:
         if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
                                  or not math.isfinite(rate) or not 0 < rate <= RATE_GPS_MAX):
             raise SpecError(f"rate_gps: {rate!r} must be a number of G elements/s above 0 and at most {RATE_GPS_MAX}")
+        if self.out_sink != "memory" and cus != 1:
+            # the ring's all-gather takes one stream per card, in element order; compute units each
+            # update a slice of the shard, so their streams would need merging the kernel does not do
+            raise SpecError(f"out_sink: {self.out_sink!r} needs compute_units 1 (got {cus}): the parameter "
+                            "stream carries the card's whole shard in element order")
 
     @property
     def grad_bytes(self) -> int:
@@ -146,8 +158,16 @@ class KernelSpec:
     def out_bytes(self) -> int:
         return DTYPE_BYTES[self.out_dtype]
 
+    @property
+    def param_stream(self) -> bool:
+        """The kernel also sends its updated parameters out on an AXI4-Stream (out_sink)."""
+        return self.out_sink == "memory+stream"
+
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        data = asdict(self)
+        if data["out_sink"] == "memory":
+            del data["out_sink"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> KernelSpec:

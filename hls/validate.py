@@ -394,6 +394,7 @@ SPEC = Obj(
         "clock_mhz": Opt(Num(*CLOCK_MHZ)),
         "stripes": Opt(Int(1, MAX_STRIPES)),
         "rate_gps": Opt(Num(0, RATE_GPS_MAX, lo_open=True)),
+        "out_sink": Enum("memory", "memory+stream"),
     },
 )
 

@@ -33,6 +33,11 @@ class KernelRunner:
                 "this kernel takes gradients from its network stream (grad_source=stream); the host "
                 "driver streams shards through kernels with grad_source=memory"
             )
+        if any(a["kind"] == "stream" and a["direction"] == "out" for a in args):
+            raise DeviceError(
+                "this kernel sends its updated parameters on a network stream too (out_sink=memory+stream), "
+                "which stalls it with nothing connected; the host driver needs out_sink=memory"
+            )
         status = device.manifest["register_map"].get("status")
         self.status_offset = int(status["offset"]) if status else None
         self.status_bits = {str(k): int(b) for k, b in status["bits"].items()} if status else {}

@@ -3,6 +3,7 @@
 `check_project` runs consecutive optimizer steps on realistic inputs with every special value
 (zeros of both signs, subnormals, the largest finite values, infinities, NaNs) mixed in, on the
 library and on hls.golden, and compares every array bit for bit (`optimusnic csim` and the tests).
+A kernel with the parameter stream (out_sink "memory+stream") is checked on what it streamed too.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def check_project(kernel: CsimKernel, elements: int, steps: int, seed: int = 0) 
     p, m, v = state["p"], state["m"], state["v"]
     gp, gm, gv = p.copy(), m.copy(), v.copy()
     out = np.zeros(elements, dtype=STORAGE_DTYPES[spec.out_dtype])
+    param = np.zeros(elements, dtype=out.dtype) if spec.param_stream else None
     results: list[dict[str, object]] = []
     for step in range(1, steps + 1):
         grad = state["grad"] if step == 1 else make_inputs(spec, elements, rng)["grad"]
@@ -68,8 +70,11 @@ def check_project(kernel: CsimKernel, elements: int, steps: int, seed: int = 0) 
         scalars = prepare_scalars(hyper, spec.optimizer)
         ref = adam_update(gp, gm, gv, grad, scalars, optimizer=spec.optimizer, grad_dtype=spec.grad_dtype,
                           out_dtype=spec.out_dtype)
-        kernel.run(grad, p, m, v, out, elements, scalars.registers(spec.optimizer))
-        for name, got, want in (("p", p, gp), ("m", m, gm), ("v", v, gv), ("out", out, ref)):
+        kernel.run(grad, p, m, v, out, elements, scalars.registers(spec.optimizer), param=param)
+        arrays = [("p", p, gp), ("m", m, gm), ("v", v, gv), ("out", out, ref)]
+        if param is not None:
+            arrays.append(("param", param, ref))
+        for name, got, want in arrays:
             bad = np.flatnonzero(~bits_equal(got, want))
             results.append({"step": step, "array": name, "elements": elements, "ok": not bad.size,
                             "mismatches": int(bad.size), "first_mismatch": int(bad[0]) if bad.size else None})

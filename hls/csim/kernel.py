@@ -30,14 +30,14 @@ from hls.csim.compile import CsimError, compile_kernel, kernel_source, load_libr
 from hls.errors import UserError
 from hls.golden import scalar_names
 from hls.manifest import load_manifest, spec_from_manifest
-from hls.ports import is_written_port, port_names, read_port, write_port
+from hls.ports import PARAM_STREAM, is_written_port, port_names, read_port, write_port
 from hls.sizing import StripeCounts
 from hls.spec import BEAT_BYTES, STORAGE_DTYPES, KernelSpec
 
 # 3: per-port beat, stripe and flag words; aligned scratch copies; a shared worker pool; stream
 # warnings of the simulation model counted (any HLS headers). 4: buffer lengths, checked in C too.
 # 5: a pitch word per port (a read port's beats may lie a multiple of 64 bytes apart).
-ABI_VERSION = 5
+ABI_VERSION = 6
 # Elements per kernel call (rounded to the stripe alignment). C simulation runs the dataflow
 # processes one after another, so each call's FIFOs hold the whole chunk: for 8192 fp32 elements
 # 128 KiB of g, p, m, v beats in and 128 KiB of p, m, v, out beats out, within a core's L2; and
@@ -127,6 +127,11 @@ class CsimKernel:
     in place and the out stripes written. A stream-source kernel (spec.grad_source == "stream")
     has no grad ports; instead `buffers["grad"]` holds the gradient of the step in array order
     (at least n elements of the gradient dtype), which the harness sends as the AXI4-Stream.
+    A kernel that also sends its updated parameters on an AXI4-Stream (spec.out_sink
+    "memory+stream") takes `buffers["param"]` too: a writeable array of at least n elements of the
+    output dtype's bytes, where the harness lands that stream in array order (each kernel call of
+    a chunk is one packet; its beat count, TKEEP, TLAST and zero padding are checked, and a wrong
+    one raises CsimError like a stream underflow).
     `scalars` is the register dict of `Scalars.registers(optimizer)` or the uint32 array of
     `scalar_bits(...)`. Lanes past n in the last beat of every stripe keep their old state.
     Buffers may be larger than needed; for a chunk of a shard that starts at element c (a
@@ -174,7 +179,7 @@ class CsimKernel:
         if abi != ABI_VERSION:
             raise CsimError(f"{self.library}: harness ABI {abi}, expected {ABI_VERSION}; delete build/csim and retry")
         self._run = self._lib.optimusnic_csim_run
-        self._run.argtypes = [ptr, ptr, ptr, u64, ptr, u64, u64, u64, ptr, ctypes.c_int, u64, u64]
+        self._run.argtypes = [ptr, ptr, ptr, u64, ptr, u64, u64, ptr, u64, u64, u64, ptr, ctypes.c_int, u64, u64]
         self._run.restype = ctypes.c_long
         nports = self._lib.optimusnic_csim_ports
         nports.restype = u64
@@ -238,7 +243,8 @@ class CsimKernel:
         n = self._check_n(n)
         bits = self._bits(scalars)
         stream = self.spec.grad_source == "stream"
-        wanted = set(self.ports) | ({"grad"} if stream else set())
+        pstream = self.spec.param_stream
+        wanted = set(self.ports) | ({"grad"} if stream else set()) | ({PARAM_STREAM} if pstream else set())
         if not isinstance(buffers, dict) or set(buffers) != wanted:
             have = set(buffers) if isinstance(buffers, dict) else set()
             missing, extra = sorted(wanted - have), sorted(have - wanted)
@@ -247,6 +253,12 @@ class CsimKernel:
         need = self.port_bytes(n)
         if stream:
             need["grad"] = n * self.spec.grad_bytes
+        if pstream:
+            need[PARAM_STREAM] = n * self.spec.out_bytes
+            if not isinstance(buffers[PARAM_STREAM], np.ndarray) or not buffers[PARAM_STREAM].flags.writeable \
+                    or not buffers[PARAM_STREAM].flags.c_contiguous:
+                raise ValueError(f"buffers[{PARAM_STREAM!r}]: must be a writeable C-contiguous numpy array "
+                                 "(the parameter stream lands there)")
         info = self._info
         for name, arr in buffers.items():
             if not isinstance(arr, np.ndarray):
@@ -271,9 +283,12 @@ class CsimKernel:
         lengths = (ctypes.c_ulonglong * max(1, len(self.ports)))(*[buffers[p].nbytes for p in self.ports])
         grad = buffers["grad"].ctypes.data if stream else None
         grad_length = buffers["grad"].nbytes if stream else 0
+        param = buffers[PARAM_STREAM].ctypes.data if pstream else None
+        param_length = buffers[PARAM_STREAM].nbytes if pstream else 0
         threads = self.threads if n >= 1 << 16 else 1  # below that, handing work to threads costs more than it saves
         rc = self._run(ports, lengths, info.ctypes.data, len(self.ports), grad,
-                       self.spec.grad_bytes if stream else 0, grad_length, n, bits.ctypes.data, threads, self.chunk,
+                       self.spec.grad_bytes if stream else 0, grad_length, param,
+                       self.spec.out_bytes if pstream else 0, param_length, n, bits.ctypes.data, threads, self.chunk,
                        self.align)
         if rc == -2:
             raise CsimError(f"{self.library}: port count does not match the kernel; regenerate the project")
@@ -283,8 +298,9 @@ class CsimKernel:
             raise CsimError(f"{self.library}: the harness refused the buffers (shorter than n={n} elements take, "
                             "or a layout that is not this kernel's); nothing was read or written")
         if rc:
-            raise CsimError(f"{self.spec.name}: the C simulation model reported {rc} stream underflow(s) or "
-                            "leftover beat(s) (two dataflow processes disagree on a beat count)")
+            raise CsimError(f"{self.spec.name}: the C simulation model reported {rc} stream underflow(s), "
+                            "leftover beat(s) (two dataflow processes disagree on a beat count) or wrong "
+                            "parameter-stream packet(s) (beats, TKEEP, TLAST or padding)")
 
     def _check(self, grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray,
                n: int) -> None:
@@ -306,15 +322,25 @@ class CsimKernel:
                 raise ValueError(f"{name}: has {arr.size} elements, fewer than n={n}")
 
     def run(self, grad: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, out: np.ndarray, n: int,
-            scalars: dict[str, int]) -> None:
+            scalars: dict[str, int], param: np.ndarray | None = None) -> None:
         """One optimizer step on the first `n` elements of whole arrays, in place on `p`, `m`, `v`; writes `out`.
 
         The arrays are striped as the card holds them (hls.layout.split), run with `run_ports`, and
-        joined back; elements past n are not touched.
+        joined back; elements past n are not touched. A kernel with the parameter stream
+        (out_sink "memory+stream") writes what it sent there into `param` (the output dtype, at
+        least n elements; without it the stream is still checked, then dropped).
         """
         self._check(grad, p, m, v, out, n)
         n = int(n)
         buffers, state, outs = self.stripe_arrays(grad, p, m, v, n)
+        if self.spec.param_stream:
+            if param is None:
+                param = np.zeros(n, out.dtype)
+            elif not isinstance(param, np.ndarray) or param.dtype != out.dtype or param.size < n:
+                raise ValueError(f"param: expected a {out.dtype} array of at least n={n} elements")
+            buffers[PARAM_STREAM] = param
+        elif param is not None:
+            raise ValueError(f"param: {self.spec.name} sends no parameter stream (out_sink {self.spec.out_sink!r})")
         self.run_ports(buffers, n, scalars)
         for name, arr in (("p", p), ("m", m), ("v", v)):
             arr[:n] = layout.join(state[name], n, _F32)

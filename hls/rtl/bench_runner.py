@@ -46,7 +46,7 @@ from hls.targets import Target
 KERNEL_TB = TB_DIR / "kernel"
 TEST_MODULE = "test_kernel"
 TESTS = ("test_update", "test_control", "test_status", "test_reset", "test_reset_interconnect", "test_lite_restart",
-         "test_suppress", "test_stream_keep", "test_random", "test_throughput")
+         "test_suppress", "test_stream_keep", "test_random", "test_throughput", "test_param_stream")
 DEFAULT_LATENCY = 64
 DEFAULT_STALLS = 0.2
 MEMORY_MODES = ("hbm", "ideal")

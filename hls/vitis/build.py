@@ -35,6 +35,7 @@ from hls import generate, proc, registry, safe_io, validate
 from hls.errors import OptimusError, ToolMissing, UserError
 from hls.manifest import GENERATED_FILE_MAX, load_manifest
 from hls.paths import BITSTREAMS_DIR, RTL_DIR
+from hls.ports import PARAM_STREAM
 from hls.rtl_sources import FP_UNITS_LIST, KERNEL_LIST
 from hls.spec import KernelSpec
 from hls.targets import Target
@@ -181,11 +182,14 @@ def plan_build(
     bitstreams_dir: Path = BITSTREAMS_DIR,
     placement: str = "sidecar",
     stream_connect: list[str] | None = None,
+    param_connect: str | None = None,
 ) -> BuildPlan:
     """Every command and file of a build, decided before anything runs (the --dry-run output).
 
     `stream_connect`: for a stream-source kernel, the `<kernel>.<port>` feeding each compute unit's
     gradient stream (one per CU), written as `stream_connect` lines into the run's link.cfg.
+    `param_connect`: for a kernel with the parameter stream (out_sink memory+stream), the
+    `<kernel>.<port>` it feeds, written as a `stream_connect` line the same way.
     """
     if kernel not in KERNELS:
         raise UserError(f"--kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
@@ -218,16 +222,24 @@ def plan_build(
     elif source is not None and (source / "hls" / "link.cfg").is_file():
         link_cfg_text = (source / "hls" / "link.cfg").read_text()
 
+    if placement == "rail" and spec.param_stream:
+        raise UserError("--out-sink memory+stream: the rail placement's network kernel has no parameter-stream "
+                        "input yet (its all-gather input is not built); use --placement sidecar with "
+                        "--param-connect <kernel>.<port>")
     if placement == "rail" and stream_connect:
         raise UserError("--stream-connect: the rail placement connects the gradient stream to the network kernel "
                         "itself; leave --stream-connect out")
     if target.has_xrt_flow and link_cfg_text is not None and placement != "rail":  # rail: the network link.cfg
         connected = connect_streams(spec, link_cfg_text, stream_connect)
+        connected = connect_param_stream(spec, connected, param_connect)
         if connected != link_cfg_text:
             link_cfg_text = connected
             link_cfg = run_dir / "link" / "link.cfg"  # the project's link.cfg plus the connections
     elif stream_connect:
         raise UserError("--stream-connect: only for a stream-source kernel on a card with a v++ link step")
+    elif param_connect:
+        raise UserError("--param-connect: only for a kernel with the parameter stream (--out-sink memory+stream) "
+                        "on a card with a v++ link step")
 
     if not target.has_xrt_flow:
         if kernel != "hls":
@@ -351,6 +363,34 @@ def connect_streams(spec: KernelSpec, text: str, sources: list[str] | None) -> s
     return "\n".join([*lines[:at], note, *added, *lines[at:]]) + "\n"
 
 
+def connect_param_stream(spec: KernelSpec, text: str, sink: str | None) -> str:
+    """link.cfg `text` with the parameter stream connected: already (a `stream_connect` line from
+    `<name>_1.param`) or to `sink`. An unconnected output would stall the kernel on its first beat
+    (it waits for TREADY), so that is refused here."""
+    if not spec.param_stream:
+        if sink:
+            raise UserError(f"--param-connect: {spec.name} writes its parameters to memory only (--out-sink memory); "
+                            "it has no stream to connect")
+        return text
+    source = f"{spec.name}_1.{PARAM_STREAM}"
+    active = [ln.replace(" ", "") for ln in text.splitlines() if ln.strip().startswith("stream_connect")]
+    connected = any(ln.startswith(f"stream_connect={source}:") for ln in active)
+    if sink is None:
+        if not connected:
+            raise UserError(f"{spec.name} also sends its updated parameters on an AXI4-Stream and nothing takes "
+                            f"{source}: pass --param-connect <kernel>.<port> (the network kernel's all-gather input); "
+                            "unconnected, the kernel would stall on its first beat")
+        return text
+    if connected:
+        raise UserError(f"--param-connect: {source} is already connected in the project's link.cfg")
+    if not STREAM_SOURCE.fullmatch(sink):
+        raise UserError(f"--param-connect {sink!r}: expected <kernel>.<port>, e.g. network_1.s_axis_param")
+    lines = text.rstrip("\n").splitlines()
+    at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("nk=")), len(lines))
+    note = "# parameter stream (optimusnic build --param-connect)"
+    return "\n".join([*lines[:at], note, f"stream_connect={source}:{sink}", *lines[at:]]) + "\n"
+
+
 def versal_notes(target: Target, project: Path, files: list[str]) -> list[str]:
     versal = [f for f in files if f.startswith("versal/")]
     lines = [
@@ -405,6 +445,8 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
         f"out {s.out_dtype}, clock {s.clock_mhz or t.kernel_clock_mhz:g} MHz",
         f"run folder: {plan.run_dir}",
     ]
+    if s.param_stream:
+        lines[0] += f", out_sink {s.out_sink}"
     n = 0
     if plan.generate_project:
         lines.append(f"[{n}] generate the project (optimusnic generate) into {plan.project_dir}:")

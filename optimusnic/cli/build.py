@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stream-connect", action="append", default=None, metavar="KERNEL.PORT",
                    help="a stream-source kernel: the kernel output feeding the gradient stream, written as a "
                    "stream_connect line into the run's link.cfg (once per compute unit)")
+    p.add_argument("--param-connect", default=None, metavar="KERNEL.PORT",
+                   help="a kernel with --out-sink memory+stream: the kernel input its parameter stream feeds, "
+                   "written as a stream_connect line into the run's link.cfg")
     p.add_argument("--dry-run", action="store_true", help="print the commands and files; run nothing")
     add_json(p)
     p.set_defaults(func=run)
@@ -51,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     target = get_target(spec.target, args.targets_file)
     plan = build.plan_build(spec, target, kernel=args.kernel, run_dir=args.output, project_dir=args.project,
                             platform=args.platform, bitstreams_dir=args.registry,
-                            placement=args.placement, stream_connect=args.stream_connect)
+                            placement=args.placement, stream_connect=args.stream_connect,
+                            param_connect=args.param_connect)
     if args.dry_run:
         if args.json:
             emit_json(build.plan_to_dict(plan))

@@ -17,6 +17,7 @@ from hls.spec import (
     MAX_STRIPES,
     OPTIMIZERS,
     OUT_DTYPES,
+    OUT_SINKS,
     RATE_GPS_MAX,
     KernelSpec,
     default_name,
@@ -91,6 +92,9 @@ def add_spec_options(parser: argparse.ArgumentParser, *, target_required: bool =
     parser.add_argument("--grad-dtype", choices=GRAD_DTYPES, default="fp32")
     parser.add_argument("--out-dtype", choices=OUT_DTYPES, default="fp32")
     parser.add_argument("--grad-source", choices=GRAD_SOURCES, default="memory")
+    parser.add_argument("--out-sink", choices=OUT_SINKS, default="memory",
+                        help="where the updated parameters go: card memory, or memory and an AXI4-Stream "
+                        "(m_axis_param, for the ring's all-gather; one compute unit)")
     parser.add_argument("--name", default=None, help="kernel name (a C identifier); default optimusnic_<optimizer>")
     parser.add_argument("--clock", type=CLOCK, default=None,
                         help=f"kernel clock in MHz, {CLOCK_MHZ_RANGE[0]} to {CLOCK_MHZ_RANGE[1]} "
@@ -116,6 +120,7 @@ def spec_from_args(args: argparse.Namespace, default_lanes: int = 16) -> KernelS
         lanes=args.lanes if args.lanes is not None else default_lanes,
         compute_units=args.compute_units,
         grad_source=args.grad_source,
+        out_sink=args.out_sink,
         name=args.name or default_name(args.optimizer),
         clock_mhz=args.clock,
         stripes=args.stripes,

@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     memory = args.memory or rtlsim.default_memory(spec, target)
     rtlsim.check_memory(memory)
     tests = ("test_update",) + (() if args.no_control else ("test_control",)) + ("test_throughput",)
+    if spec.param_stream:  # the parameter stream's packets, bit-exact and framed, under back-pressure
+        tests += ("test_param_stream",)
     result = rtlsim.simulate(
         spec,
         simulator=args.simulator,

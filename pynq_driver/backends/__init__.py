@@ -71,6 +71,10 @@ def open_device(
     if spec.grad_source != "memory":
         raise UserError("grad_source=stream kernels take gradients from the network port; "
                         "the host driver needs grad_source=memory")
+    if spec.out_sink != "memory":
+        raise UserError(f"out_sink={spec.out_sink} kernels send their parameters to the network port (the ring's "
+                        "all-gather), which nothing drains on a host-driven card; the host driver needs "
+                        "out_sink=memory")
     if backend == "golden":
         from pynq_driver.backends.soft import SoftDevice, golden_executor
 

@@ -85,7 +85,8 @@ class IeeeMode {
   unsigned int saved_;
 };
 
-// --- The kernel's signature: [stream&] pointer... unsigned int n, float x 9 [, unsigned int& status] ---
+// --- The kernel's signature: [grad stream&] [param stream&] pointer... unsigned int n, float x 9
+//     [, unsigned int& status] (a gradient stream comes with STATUS; the parameter stream is an output) ---
 
 template <class T>
 struct is_stream_ref : std::false_type {};
@@ -108,10 +109,13 @@ template <class... A>
 struct Signature {
   static constexpr std::size_t kPointers = Count<A...>::pointers;
   static constexpr std::size_t kStreams = Count<A...>::streams;
-  static_assert(kStreams <= 1, "at most one AXI4-Stream argument (the gradient)");
+  static constexpr std::size_t kGrad = Count<A...>::statuses;  // a stream-source kernel reports STATUS
+  static constexpr std::size_t kParam = kStreams - kGrad;
+  static_assert(kGrad <= 1 && kStreams >= kGrad && kParam <= 1,
+                "at most two AXI4-Stream arguments: the gradient (with STATUS) and the parameters out");
   static_assert(Count<A...>::floats == kScalars, "the kernel takes the 9 scalar registers of design.md section 3");
-  static_assert(Count<A...>::statuses == kStreams, "a stream-source kernel reports STATUS (unsigned int&)");
-  static_assert(sizeof...(A) == 2 * kStreams + kPointers + 1 + kScalars, "arguments: [stream] pointers n scalars [status]");
+  static_assert(sizeof...(A) == kStreams + kGrad + kPointers + 1 + kScalars,
+                "arguments: [grad stream] [param stream] pointers n scalars [status]");
   static_assert(kPointers <= kMaxPorts, "too many m_axi ports");
 };
 
@@ -119,6 +123,8 @@ struct Signature {
 struct Call {
   std::uint8_t* const* base;  // per port: the buffer the kernel gets for this chunk
   void* stream;               // the gradient stream (stream-source kernels)
+  void* param;                // the parameter stream out (out_sink memory+stream)
+  std::size_t grad_streams;   // 1 when the first argument is the gradient stream
   unsigned int n;             // elements in this chunk
   const float* scalars;
   unsigned int* status;       // the STATUS word (stream-source kernels)
@@ -135,7 +141,7 @@ struct KindOf
 
 template <class A, std::size_t I, std::size_t S, std::size_t P>
 A argument(const Call& c, std::integral_constant<int, kStreamArg>) {
-  return *static_cast<typename std::remove_reference<A>::type*>(c.stream);
+  return *static_cast<typename std::remove_reference<A>::type*>(I < c.grad_streams ? c.stream : c.param);
 }
 template <class A, std::size_t I, std::size_t S, std::size_t P>
 A argument(const Call& c, std::integral_constant<int, kPointerArg>) {
@@ -259,6 +265,9 @@ struct Ports {
   const std::uint8_t* grad;      // stream-source kernels: the gradient array
   std::uint64_t grad_bytes;      // element bytes of that gradient
   std::uint64_t grad_length;     // bytes of that array
+  std::uint8_t* param;           // out_sink memory+stream kernels: where the parameter stream lands, array order
+  std::uint64_t param_bytes;     // element bytes of the output dtype
+  std::uint64_t param_length;    // bytes of that buffer
   std::uint64_t nports;
   bool scratch[kMaxPorts];       // the port goes through an aligned copy
   bool written[kMaxPorts];       // the kernel writes through the port
@@ -318,12 +327,70 @@ inline void prefetch(const Ports& p, std::uint64_t first, std::uint64_t n) {
   }
 }
 
+// The parameter stream of one chunk (a packet of its own here: each chunk is one kernel call) into
+// the parameter buffer at the chunk's first element: ceil(n x element bytes / 64) beats, TKEEP all
+// ones but over the last beat's tail, zero bytes past it, TLAST on the last beat only. Anything
+// else is printed as a stream warning, which the caller counts as an error.
+template <class Beat>
+void drain_param(hls::stream<Beat>& out, const Ports& p, std::uint64_t first, unsigned int n) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(n) * p.param_bytes;
+  const std::uint64_t beats = (bytes + 63) / 64;
+  std::uint8_t* dst = p.param + first * p.param_bytes;
+  long bad = 0;
+  for (std::uint64_t i = 0; i < beats; ++i) {
+    if (out.empty()) {
+      std::cout << "WARNING: Hls::stream 'param' sent " << i << " beats, want " << beats << "\n";
+      return;
+    }
+    const Beat beat = out.read();
+    const std::uint64_t used = std::min<std::uint64_t>(64, bytes - 64 * i);
+    std::uint8_t raw[64];
+    for (int w = 0; w < 8; ++w) {
+      const std::uint64_t word = beat.data.range(64 * w + 63, 64 * w).to_uint64();
+      std::memcpy(raw + 8 * w, &word, 8);
+    }
+    std::memcpy(dst + 64 * i, raw, static_cast<std::size_t>(used));
+    const std::uint64_t keep = beat.keep.range(63, 0).to_uint64(), strb = beat.strb.range(63, 0).to_uint64();
+    const std::uint64_t want = used == 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << used) - 1;
+    bad += (keep != want) + (strb != want) + (beat.last.to_uint64() != (i + 1 == beats ? 1u : 0u));
+    for (std::uint64_t k = used; k < 64; ++k) bad += raw[k] != 0;
+  }
+  if (bad) std::cout << "WARNING: Hls::stream 'param' packet framing: " << bad << " wrong TKEEP/TSTRB/TLAST/pad\n";
+  if (!out.empty()) std::cout << "WARNING: Hls::stream 'param' sent more beats than n elements take\n";
+}
+
+// The stream type at argument `I` (the parameter stream), else void.
+template <std::size_t I, class... A>
+struct StreamAt {
+  using type = void;
+};
+template <std::size_t I, class H, class... A>
+struct StreamAt<I, H, A...> : StreamAt<I - 1, A...> {};
+template <class T, class... A>
+struct StreamAt<0, hls::stream<T>&, A...> {
+  using type = T;
+};
+
+template <class... A>
+void invoke_with_param(void (*kernel)(A...), const Ports& p, Call c, std::uint64_t first, std::true_type) {
+  using Beat = typename StreamAt<Signature<A...>::kGrad, A...>::type;
+  hls::stream<Beat> out("param");
+  c.param = &out;
+  invoke(kernel, c, std::index_sequence_for<A...>{});
+  drain_param(out, p, first, c.n);
+}
+template <class... A>
+void invoke_with_param(void (*kernel)(A...), const Ports& p, Call c, std::uint64_t first, std::false_type) {
+  invoke(kernel, c, std::index_sequence_for<A...>{});
+  (void)p;
+  (void)first;
+}
+
 template <class... A>
 void call_kernel(void (*kernel)(A...), const Ports& p, std::uint8_t* const* base, std::uint64_t first, unsigned int n,
                  const float* s, std::false_type /* memory gradient */) {
-  invoke(kernel, Call{base, nullptr, n, s, nullptr}, std::index_sequence_for<A...>{});
-  (void)p;
-  (void)first;
+  invoke_with_param(kernel, p, Call{base, nullptr, nullptr, 0, n, s, nullptr}, first,
+                    std::integral_constant<bool, Signature<A...>::kParam != 0>());
 }
 
 template <class... A>
@@ -353,7 +420,8 @@ void call_kernel(void (*kernel)(A...), const Ports& p, std::uint8_t* const* base
     in.write(beat);
   }
   unsigned int status = 0;
-  invoke(kernel, Call{base, &in, n, s, &status}, std::index_sequence_for<A...>{});
+  invoke_with_param(kernel, p, Call{base, &in, nullptr, 1, n, s, &status}, first,
+                    std::integral_constant<bool, Signature<A...>::kParam != 0>());
   if (!in.empty()) std::cout << "WARNING: Hls::stream 'grad' contains leftover data (beats the kernel did not read)\n";
   // Every chunk is a whole shard here, so a STATUS bit is the kernel's error, counted as a warning.
   if (status) std::cout << "WARNING: Hls::stream 'grad' shard reported STATUS " << status << "\n";
@@ -386,7 +454,7 @@ void chunk(void (*kernel)(A...), const Ports& p, std::uint64_t first, unsigned i
       base[i] = slot;
     }
   }
-  call_kernel(kernel, p, base, first, n, s, std::integral_constant<bool, S::kStreams != 0>());
+  call_kernel(kernel, p, base, first, n, s, std::integral_constant<bool, S::kGrad != 0>());
   if (p.any_scratch) {
     for (std::size_t i = 0; i < S::kPointers; ++i) {
       if (!p.scratch[i] || !p.written[i]) continue;
@@ -518,8 +586,11 @@ bool layout_ok(void (*)(A...), const Ports& p, std::uint64_t n, std::uint64_t al
     if (align == 0 || align % (per * s) != 0) return false;
     if (n && (!p.buffers[i] || chunk_bytes(p, i, n) > p.lengths[i])) return false;
   }
-  if (S::kStreams && n) {
+  if (S::kGrad && n) {
     if ((p.grad_bytes != 2 && p.grad_bytes != 4) || !p.grad || n * p.grad_bytes > p.grad_length) return false;
+  }
+  if (S::kParam && n) {
+    if ((p.param_bytes != 2 && p.param_bytes != 4) || !p.param || n * p.param_bytes > p.param_length) return false;
   }
   return true;
 }
@@ -644,22 +715,26 @@ void operator delete(void* p, std::size_t size, std::align_val_t align) noexcept
 }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 
-// The C ABI hls/csim.py loads (ABI 5). `ports` are the stripe buffers in register-map order and
+// The C ABI hls/csim.py loads (ABI 6). `ports` are the stripe buffers in register-map order and
 // `lengths` their sizes in bytes (64 per beat, whatever their pitch); `port_info` 5 words per port:
 // elements per 64-byte beat of its array, stripes of its array, its stripe index, flags (bit 0:
 // prefetch the next chunk), the pitch of its beats in the buffer (64: back to back);
 // `grad`/`grad_bytes`/`grad_length` the gradient of a stream-source kernel, its element size and
-// its size in bytes (else null/0/0); `scalars` the 9
+// its size in bytes (else null/0/0); `param`/`param_bytes`/`param_length` where the parameter stream
+// of an out_sink memory+stream kernel lands (array order), its element size and its size in bytes
+// (else null/0/0); `scalars` the 9
 // register bit patterns in register-map order; `threads` the most worker threads this call uses;
 // `chunk` the elements per kernel call and `align` the chunk alignment in elements. Returns as
 // optimusnic_csim::run.
 #define OPTIMUSNIC_CSIM_ENTRY(KERNEL)                                                                          \
-  extern "C" int optimusnic_csim_abi(void) { return 5; }                                                       \
+  extern "C" int optimusnic_csim_abi(void) { return 6; }                                                       \
   extern "C" unsigned long long optimusnic_csim_ports(void) { return optimusnic_csim::pointer_count(&KERNEL); } \
   extern "C" long optimusnic_csim_run(void* const* ports, const unsigned long long* lengths,                   \
                                       const unsigned long long* port_info, unsigned long long nports,           \
                                       const void* grad, unsigned long long grad_bytes,                          \
-                                      unsigned long long grad_length, unsigned long long n,                     \
+                                      unsigned long long grad_length, void* param,                              \
+                                      unsigned long long param_bytes, unsigned long long param_length,          \
+                                      unsigned long long n,                                                     \
                                       const unsigned int* scalars, int threads, unsigned long long chunk,       \
                                       unsigned long long align) {                                               \
     static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t), "64-bit counts");                      \
@@ -671,6 +746,9 @@ void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
     p.grad = static_cast<const std::uint8_t*>(grad);                                                           \
     p.grad_bytes = grad_bytes;                                                                                 \
     p.grad_length = grad_length;                                                                               \
+    p.param = static_cast<std::uint8_t*>(param);                                                               \
+    p.param_bytes = param_bytes;                                                                               \
+    p.param_length = param_length;                                                                             \
     p.nports = nports;                                                                                         \
     return optimusnic_csim::run(&KERNEL, p, n, scalars, threads, chunk, align);                                \
   }

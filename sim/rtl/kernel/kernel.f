@@ -5,6 +5,7 @@ onic_stripe_beats.v
 onic_axi_rd.v
 onic_axi_wr.v
 onic_axis_rd.v
+onic_axis_wr.v
 onic_beat_merge.v
 onic_beat_split.v
 onic_unpack.v

@@ -48,6 +48,9 @@ test_random      constrained-random runs (seed printed; ONIC_SEED replays): per 
                  per-burst read and write latency ranges and stall rates; every run bit-exact
                  with STATUS 0 and at least one run with a multi-burst transfer on one port; on
                  the stream the next shard is queued before each run starts (back to back)
+test_param_stream  out_sink memory+stream only: each run's m_axis_param packet is the out array
+                 byte for byte (bit-exact vs golden and vs memory), TKEEP/TLAST right, TREADY
+                 pauses and a 1000-clock hold lose nothing, n = 0 sends nothing
 test_throughput  one run, no stalls: clocks and elements per clock (checked bit-exact too), and
                  per memory channel the beats it moved
 """
@@ -64,6 +67,7 @@ from typing import Any
 import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
+from hbm_memory import stall_generator
 from kernel_tb import AP_DONE, AP_IDLE, AP_READY, AP_START, CTRL, GIE, IER, ISR, KernelTB, run_kernel
 
 from hls import golden, layout
@@ -976,3 +980,104 @@ async def test_random(dut: Any) -> None:
         assert not tb.stream.count(), "the kernel left stream beats unread"
     assert multi, "no run made a multi-burst transfer on any port"
     dut._log.info("test_random: %d runs bit-exact; multi-burst transfers on %s", len(runs), sorted(multi))
+
+
+async def watch_axis(dut: Any, prefix: str, errors: list[str]) -> None:
+    """AXI4-Stream rules on a master port, passively: once TVALID is up it stays up with TDATA,
+    TKEEP and TLAST unchanged until TREADY; nothing valid while ap_rst_n is low."""
+    sig = {s: getattr(dut, f"{prefix}_{s}") for s in ("tdata", "tkeep", "tlast", "tvalid", "tready")}
+    def value(handle: Any) -> int:
+        try:
+            return int(handle.value)
+        except ValueError:  # X or Z
+            return -1
+
+    held: tuple[int, int, int] | None = None
+    while True:
+        await RisingEdge(dut.ap_clk)
+        valid, ready = value(sig["tvalid"]), value(sig["tready"])
+        if value(dut.ap_rst_n) != 1:
+            if valid == 1:
+                errors.append(f"{prefix}: TVALID high while ap_rst_n is low")
+            held = None
+            continue
+        if valid == -1:
+            errors.append(f"{prefix}: TVALID is X or Z out of reset")
+        payload = (value(sig["tdata"]), value(sig["tkeep"]), value(sig["tlast"]))
+        if held is not None and (not valid or payload != held):
+            errors.append(f"{prefix}: TVALID dropped or the beat changed before TREADY")
+        held = payload if valid == 1 and ready != 1 else None
+
+
+@cocotb.test()
+async def test_param_stream(dut: Any) -> None:
+    """out_sink memory+stream: every run's updated parameters leave on m_axis_param as one packet
+    (TLAST on the last beat) in element order, byte for byte the out array as it lies in memory:
+    bit-exact against hls/golden.py and equal to what the kernel wrote to its out stripes, TKEEP all
+    ones but the last beat's tail (whose other bytes are zero); ap_done only after the packet's last
+    beat is taken; n = 0 sends nothing. Random TREADY pauses (ONIC_STALLS) and, in the second run
+    of each count, TREADY held low for 1000 clocks: the kernel waits and loses nothing, and the
+    memory write path keeps to AXI (the protocol monitor on every m_axi port). Seed printed."""
+    cfg = load_config()
+    spec = cfg["spec"]
+    seed = cfg["seed"]
+    assert spec.get("out_sink") == "memory+stream", "test_param_stream needs a kernel with out_sink memory+stream"
+    rng = np.random.default_rng(seed + 31)
+    pick = random.Random(seed + 31)
+    ob = 4 if spec["out_dtype"] == "fp32" else 2
+    lays = {n: Layout(spec, stripe_counts(cfg), n, skew=pick.randrange(64) * 64) for n in cfg["elements"]}
+    tb = make_tb(dut, cfg, max(lay.size for lay in lays.values()), cfg["stalls"], seed)
+    assert tb.param is not None, "the kernel has no m_axis_param"
+    errors: list[str] = []
+    cocotb.start_soon(watch_axis(dut, "m_axis_param", errors))
+    dut._log.info("test_param_stream: seed %d", seed)
+    await tb.reset()
+    for n, lay in lays.items():
+        p, m, v = make_state(rng, n)
+        write_state(tb, lay, p, m, v)
+        for run in range(cfg["runs"]):
+            grad = make_grad(rng, n, spec["grad_dtype"], run)
+            hyper = golden.Hyper(lr=float(rng.choice([1e-3, 3e-4, 1e-2])), weight_decay=0.01, step=run + 1)
+            scalars = golden.prepare_scalars(hyper, spec["optimizer"])
+            feed_grad(tb, lay, spec, grad)
+            want = golden.adam_update(p, m, v, grad, scalars, optimizer=spec["optimizer"],
+                                      grad_dtype=spec["grad_dtype"], out_dtype=spec["out_dtype"])
+            where = f"n={n} run {run + 1}"
+            regs = kernel_regs(tb, lay, n, scalars, spec["optimizer"])
+            if run == 1:
+                # TREADY low for far longer than every FIFO on the way holds: the kernel must wait
+                tb.param.clear_pause_generator()
+                tb.param.pause = True
+                job = cocotb.start_soon(run_kernel(tb, regs, timeout_cycles=200 * n + 40_000))
+                await ClockCycles(dut.ap_clk, 1000)
+                assert n == 0 or not job.done(), f"{where}: ap_done while m_axis_param was held off"
+                tb.param.pause = False
+                if cfg["stalls"] > 0:
+                    tb.param.set_pause_generator(stall_generator(random.Random(pick.random()), cfg["stalls"]))
+                await job
+            else:
+                await run_kernel(tb, regs, timeout_cycles=200 * n + 20_000)
+            assert await tb.read_status() == 0, f"{where}: STATUS {await tb.read_status():#x}"
+            got = read_results(tb, lay, spec)
+            bad = [describe_mismatch(k, got[k], w) for k, w in (("p", p), ("m", m), ("v", v), ("out", want))]
+            assert not any(bad), f"{where}: " + "; ".join(b for b in bad if b)
+            if n == 0:
+                await ClockCycles(dut.ap_clk, 50)
+                assert tb.param.empty() and not tb.param.active, f"{where}: a zero-element run sent beats"
+                continue
+            # the packet is whole by ap_done: the kernel does not finish before its last beat is taken
+            assert tb.param.count() == 1, f"{where}: {tb.param.count()} packets at ap_done, want 1"
+            frame = tb.param.recv_nowait(compact=False)
+            data, keep = bytes(frame.tdata), list(frame.tkeep)
+            nbytes = n * ob
+            beats = -(-nbytes // 64)
+            assert len(data) == 64 * beats, f"{where}: {len(data) // 64} beats to TLAST, want {beats}"
+            want_keep = [1] * nbytes + [0] * (64 * beats - nbytes)
+            assert keep == want_keep, f"{where}: TKEEP is not all ones to byte {nbytes}"
+            assert data[nbytes:] == bytes(64 * beats - nbytes), f"{where}: bytes past TKEEP are not zero"
+            streamed = np.frombuffer(data[:nbytes], want.dtype)
+            mismatch = describe_mismatch("stream", streamed, want) or describe_mismatch("stream vs memory", streamed,
+                                                                                        got["out"])
+            assert not mismatch, f"{where}: {mismatch}"
+        assert not errors, "; ".join(errors[:5])
+    record("param_stream", {"elements": cfg["elements"], "runs": cfg["runs"]})

@@ -4,7 +4,8 @@ The kernel top (rendered from templates/rtl) is driven only through cocotbext-ax
 `AxiLiteMaster` on `s_axi_control` is the host; card memory is one swappable object built by
 `card_memory()` (one read or write model per `m_axi_<port>`, all over one flat backing
 `Memory`, as one card's memory is); an `AxiStreamSource` feeds `s_axis_grad` when gradients
-come from the network.
+come from the network, and an `AxiStreamSink` takes `m_axis_param` (`param`) when the kernel
+also sends its updated parameters out (out_sink memory+stream).
 
 Memory modes (design.md 3b):
 - "hbm" (hbm_memory.py): every port is attached to the channel of the manifest's
@@ -43,7 +44,7 @@ from axi_monitor import AxiMonitor
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSource
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 from cocotbext.axi.memory import Memory
 from hbm_memory import stall_generator
 
@@ -123,6 +124,11 @@ class KernelTB:
         if "grad" in self.args and self.args["grad"]["kind"] == "stream":
             self.stream = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_grad"), dut.ap_clk, dut.ap_rst_n,
                                           reset_active_level=False)
+        self.param = None
+        if "param" in self.args and self.args["param"]["kind"] == "stream":
+            self.param = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_param"), dut.ap_clk, dut.ap_rst_n,
+                                       reset_active_level=False)
+            self.param.log.setLevel(logging.WARNING)
         for logger in ("cocotb.tb", "cocotb.ap_clk"):
             logging.getLogger(logger).setLevel(logging.WARNING)
         for port in (self.host.write_if, self.host.read_if):
@@ -139,6 +145,8 @@ class KernelTB:
                     self.host.read_if.ar_channel, self.host.read_if.r_channel]
         if self.stream is not None:
             channels.append(self.stream)
+        if self.param is not None:
+            channels.append(self.param)
         for ch in channels:
             ch.set_pause_generator(stall_generator(random.Random(rng.random()), probability))
 

@@ -10,7 +10,9 @@ Default run (one Verilator build per spec, shared by its tests):
   on the HBM memory model (each port on its memory-plan channel with the channel's bandwidth,
   100-250 ns per burst)
 - Adam, bf16 gradients from the stream, bf16 out, 16 lanes (3 state stripes, out 1), on ideal
-  memory (64-clock read latency)
+  memory (64-clock read latency), sending its updated parameters on m_axis_param too (out_sink
+  memory+stream, the ring's kernel; test_param_stream: the packets bit-exact, random TREADY
+  pauses and a long hold)
 each: 3 consecutive bit-exact runs per element count (0, not and exactly a multiple of the
 lanes), random ready/valid stalls on every AXI channel, the ap_ctrl_hs control test, STATUS and
 PORT_ERR (error responses, misaligned pointers, stream framing), reset mid-run (and a reset of
@@ -47,7 +49,7 @@ from hls.targets import get_target
 
 
 def _id(spec: KernelSpec) -> str:
-    src = "s" if spec.grad_source == "stream" else "m"
+    src = ("s" if spec.grad_source == "stream" else "m") + ("+ps" if spec.param_stream else "")
     st = rtlsim.stripe_counts(spec)
     return (f"{spec.optimizer}-{spec.grad_dtype}-{spec.out_dtype}-{src}-l{spec.lanes}-{spec.target}"
             f"-g{st.grad}s{st.state}o{st.out}")
@@ -56,7 +58,7 @@ def _id(spec: KernelSpec) -> str:
 DEFAULT = [
     KernelSpec(optimizer="adamw", grad_dtype="bf16", out_dtype="bf16", grad_source="memory", lanes=4, stripes=3),
     KernelSpec(optimizer="adam", grad_dtype="bf16", out_dtype="bf16", grad_source="stream", lanes=16,
-               name="optimusnic_adam"),
+               name="optimusnic_adam", out_sink="memory+stream"),
 ]
 DEFAULT_MEMORY = ["hbm", "ideal"]
 
@@ -127,7 +129,8 @@ CHECKS = ("test_update", "test_control", "test_status", "test_reset", "test_rese
                          ids=[_id(s) for s in DEFAULT])
 def test_kernel_bit_exact_and_control(spec: KernelSpec, memory: str) -> None:
     seed = bench_seed()
-    result = rtlsim.simulate(spec, tests=CHECKS, elements=default_elements(spec), runs=3, stalls=0.2, latency=64,
+    tests = CHECKS + (("test_param_stream",) if spec.param_stream else ())
+    result = rtlsim.simulate(spec, tests=tests, elements=default_elements(spec), runs=3, stalls=0.2, latency=64,
                              seed=seed, memory=memory)
     check(result, seed)
     assert result.memory == memory

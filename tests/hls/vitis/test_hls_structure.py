@@ -36,6 +36,10 @@ SPECS = [spec_of(v) for v in DEFAULT_VARIANTS] + [
     KernelSpec(compute_units=2, lanes=16),
     KernelSpec(target="u250", grad_dtype="bf16", out_dtype="bf16"),
     KernelSpec(target="u280", lanes=16, stripes=2, out_dtype="bf16", grad_dtype="fp16"),
+    # the parameter stream out (store_param), with two out stripes and with one
+    KernelSpec(grad_source="stream", grad_dtype="bf16", out_dtype="bf16", stripes=3, rate_gps=9.0, clock_mhz=600.0,
+               out_sink="memory+stream"),
+    KernelSpec(lanes=4, out_sink="memory+stream"),
 ]
 OPS = {"*": "fmul", "+": "fadd", "-": "fsub", "/": "fdiv"}
 
@@ -214,6 +218,7 @@ def test_dataflow_is_canonical_single_producer_single_consumer(kernel) -> None:
     written = [p for p in pointers if p.endswith("_wr") or p.startswith("out")]
     want = [f"load_{p}" for p in pointers if p not in written] + [f"store_{p}" for p in written]
     want += ["load_grad"] if spec.grad_source == "stream" else []
+    want += ["store_param"] if spec.param_stream else []  # the parameter stream out
     assert sorted(n for n, _ in calls if n.startswith(("load_", "store_"))) == sorted(want)
 
 
