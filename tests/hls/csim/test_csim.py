@@ -557,7 +557,7 @@ def test_stream_warnings_are_counted_not_printed(headers: str, tmp_path: Path, m
     f = np.zeros(n, np.float32)
     regs = prepare_scalars(Hyper(), spec.optimizer).registers(spec.optimizer)
     capfd.readouterr()
-    with pytest.raises(csim_compile.CsimError, match=r"reported \d+ stream underflow\(s\) or leftover beat"):
+    with pytest.raises(csim_compile.CsimError, match=r"reported \d+ stream underflow\(s\), leftover beat"):
         kernel.run(np.zeros(n, np.float16), f, f.copy(), f.copy(), np.zeros(n, np.uint16), n, regs)
     assert "WARNING" not in capfd.readouterr().out
 
@@ -574,8 +574,8 @@ def test_c_abi_refuses_short_buffers_untouched() -> None:
 
     def call(lengths: list[int], info: np.ndarray, align: int) -> int:
         arr = (ctypes.c_ulonglong * len(lengths))(*lengths)
-        return kernel._run(ports, arr, info.ctypes.data, len(buffers), None, 0, 0, n, bits.ctypes.data, 1,
-                           kernel.chunk, align)
+        return kernel._run(ports, arr, info.ctypes.data, len(buffers), None, 0, 0, None, 0, 0, n, bits.ctypes.data,
+                           1, kernel.chunk, align)
 
     good = [b.nbytes for b in buffers]
     short = [*good[:-1], good[-1] - 64]  # the output stripe one beat short
