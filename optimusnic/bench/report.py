@@ -273,9 +273,16 @@ def write_rtl_section(rt: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
     """Replace the RTL section of an existing bench/results.md (and results.json's `rtl`) only."""
     path = out_dir / "results.md"
     lines = path.read_text().splitlines() if path.is_file() else ["# OptimusNIC benchmark results", ""]
-    section = rtl_section(rt)
-    if RTL_HEADING in lines:
-        start = lines.index(RTL_HEADING)
+    return _put_section(out_dir, lines, RTL_HEADING, rtl_section(rt), "rtl", rt)
+
+
+def _put_section(out_dir: Path, lines: list[str], heading: str, section: list[str], key: str,
+                 figures: dict[str, Any]) -> Path:
+    """Put `section` in place of the one under `heading` in results.md (before the chart when it is
+    new) and `figures` under `key` in results.json: one section rewritten, the others kept."""
+    path = out_dir / "results.md"
+    if heading in lines:
+        start = lines.index(heading)
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "![benchmark"))),
                    len(lines))
         lines[start:end] = section
@@ -286,7 +293,7 @@ def write_rtl_section(rt: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
     js = out_dir / "results.json"
     if js.is_file():
         data = json.loads(js.read_text())
-        data["rtl"] = rt
+        data[key] = figures
         safe_io.atomic_write(js, json.dumps(data, indent=2, default=str) + "\n")
     return path
 
@@ -378,21 +385,7 @@ def write_synth_section(rep: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Pat
             end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "![benchmark"))),
                        len(lines))
             del lines[start:end]
-    if SYNTH_HEADING in lines:
-        start = lines.index(SYNTH_HEADING)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "![benchmark"))),
-                   len(lines))
-        lines[start:end] = section
-    else:
-        at = next((i for i, ln in enumerate(lines) if ln.startswith("![benchmark")), len(lines))
-        lines[at:at] = section
-    safe_io.atomic_write(path, "\n".join(lines) + "\n")
-    js = out_dir / "results.json"
-    if js.is_file():
-        data = json.loads(js.read_text())
-        data["synth"] = rep
-        safe_io.atomic_write(js, json.dumps(data, indent=2, default=str) + "\n")
-    return path
+    return _put_section(out_dir, lines, SYNTH_HEADING, section, "synth", rep)
 
 
 def write(results: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:

@@ -123,6 +123,20 @@ def param_slot(p: torch.Tensor) -> Slot:
     return Slot(p, loc.numel(), data, grad)
 
 
+def slot_parts(slots: list[Slot], starts: np.ndarray, a: int, b: int) -> list[tuple[Slot, int, int]]:
+    """(slot, lo, hi): the part [lo, hi) of each slot (sorted by offset, `starts` their offsets)
+    inside card range [a, b), in slot coordinates."""
+    i = max(0, int(np.searchsorted(starts, a, side="right")) - 1)
+    out = []
+    while i < len(slots) and slots[i].offset < b:
+        s = slots[i]
+        lo, hi = max(a, s.offset), min(b, s.offset + s.numel)
+        if hi > lo:
+            out.append((s, lo - s.offset, hi - s.offset))
+        i += 1
+    return out
+
+
 class CardBucket:
     """Slots of one dtype laid out on one `ShardState`, each on a beat-aligned offset."""
 
@@ -334,18 +348,9 @@ class CardBucket:
         def overlapping(a: int, b: int) -> list[tuple[Slot, int, int]]:
             """(slot, lo, hi): the part [lo, hi) of each slot inside card range [a, b), in slot coordinates."""
             got = seen.get((a, b))
-            if got is not None:
-                return got
-            i = max(0, int(np.searchsorted(starts, a, side="right")) - 1)
-            out = []
-            while i < len(slots) and slots[i].offset < b:
-                s = slots[i]
-                lo, hi = max(a, s.offset), min(b, s.offset + s.numel)
-                if hi > lo:
-                    out.append((s, lo - s.offset, hi - s.offset))
-                i += 1
-            seen[(a, b)] = out
-            return out
+            if got is None:
+                got = seen[(a, b)] = slot_parts(slots, starts, a, b)
+            return got
 
         def sole(a: int, b: int, t: torch.Tensor | None) -> np.ndarray | None:
             """The numpy view of `t` (slot coordinates) when one slot covers all of [a, b) and `t` is

@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from hls.errors import UserError
+from pynq_driver.optim.buckets import slot_parts
 from pynq_driver.pipeline import Lent, Piece
 
 RING = 3  # host buffers in the ring: the chunk on the card, the one arriving, the one leaving
@@ -346,15 +347,7 @@ class DevicePath:
         tl: dict[str, list[Any]] = {"card": [], "d2h": [], "h2d": []}
 
         def parts(a: int, b: int) -> list[tuple[Any, int, int]]:
-            i = max(0, int(np.searchsorted(starts, a, side="right")) - 1)
-            out = []
-            while i < len(slots) and slots[i].offset < b:
-                s = slots[i]
-                lo, hi = max(a, s.offset), min(b, s.offset + s.numel)
-                if hi > lo:
-                    out.append((s, lo - s.offset, hi - s.offset))
-                i += 1
-            return out
+            return slot_parts(slots, starts, a, b)
 
         if self.trace is not None and len(self.trace) > 2 * TRACE_KEEP:
             del self.trace[:-TRACE_KEEP]
