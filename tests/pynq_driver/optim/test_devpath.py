@@ -25,7 +25,9 @@ from pynq_driver.optim.devpath import (
     tensor_hash,
 )
 
-CHUNK = 384  # small chunks (a whole number of stripe rounds of the fp32 and bf16 kernels: 96, 128 elements): every bucket streams more pieces than the ring holds
+# Small chunks, whole stripe rounds of the default fp32 and bf16 kernels (96 and 128 elements):
+# every bucket streams more pieces than the ring holds.
+CHUNK = 384
 
 
 @pytest.fixture(autouse=True)
