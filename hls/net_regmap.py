@@ -28,6 +28,7 @@ STATUS_BITS = {
     "write_response": 1,  # a BRESP of SLVERR/DECERR on an lgrad or gather port
     "protocol_error": 2,  # a peer sent an impossible frame (hls.net.card: card.error)
     "timeout_exhausted": 3,  # retransmissions did not get an ACK within the kernel's retry budget
+    "config_error": 4,  # ap_start with arguments the kernel cannot run (world, rank, length, payload_bytes, ...)
 }
 
 # The scalar arguments after the pointers, in declaration order, with what the host writes there.
