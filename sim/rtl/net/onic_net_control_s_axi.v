@@ -16,10 +16,10 @@
  *   0x0C ISR   bit0 done, bit1 ready (write 1 toggles)
  *   0x10 lgrad0 (low word; high word at 0x14), 0x1C gather0 (0x20)
  *   0x28 + 8k  scalar k of net_regmap.SCALARS: local_mac_lo, local_mac_hi, local_ip, local_port,
- *              succ_mac_lo, succ_mac_hi, succ_ip, succ_port, comm, rank, world, length, window,
- *              timeout, credit, payload_bytes, step
- *   0xB0 STATUS (read only, sticky for a step: cleared when a step starts)
- *   0xB8 + 8k  counter k of net_regmap.counter_names() (read only): low word, high word at + 4
+ *              succ_mac_lo, succ_mac_hi, succ_ip, succ_port, pred_mac_lo, pred_mac_hi, pred_ip,
+ *              comm, rank, world, length, window, timeout, credit, payload_bytes, step
+ *   0xC8 STATUS (read only, sticky for a step: cleared when a step starts)
+ *   0xD0 + 8k  counter k of net_regmap.counter_names() (read only): low word, high word at + 4
  * Reserved words read 0 and ignore writes. The addresses are the localparams below;
  * tests/hls/rtl/test_net_kernel.py checks them against hls/net_regmap.py register by register.
  */
@@ -29,7 +29,7 @@ module onic_net_control_s_axi #(
     // counters after STATUS (len(net_regmap.counter_names()))
     parameter integer N_COUNTERS = 33,
     // scalar arguments after the pointers (len(net_regmap.SCALARS))
-    parameter integer N_SCALARS = 17
+    parameter integer N_SCALARS = 20
 ) (
     input  wire                      clk,
     input  wire                      rst,
@@ -79,11 +79,11 @@ module onic_net_control_s_axi #(
     localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_0  = 'h1C;
     localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_1  = 'h20;
     localparam [ADDR_BITS-1:0] ADDR_SCALARS         = 'h28;   // scalar k at + 8k
-    localparam [ADDR_BITS-1:0] ADDR_STATUS          = 'hB0;
-    localparam [ADDR_BITS-1:0] ADDR_COUNTERS        = 'hB8;   // counter k at + 8k (low), + 8k + 4 (high)
+    localparam [ADDR_BITS-1:0] ADDR_STATUS          = 'hC8;
+    localparam [ADDR_BITS-1:0] ADDR_COUNTERS        = 'hD0;   // counter k at + 8k (low), + 8k + 4 (high)
 
     localparam integer ADDR_SCALARS32 = 'h28;
-    localparam integer ADDR_COUNTERS32 = 'hB8;
+    localparam integer ADDR_COUNTERS32 = 'hD0;
 
     localparam [1:0] WR_IDLE = 2'd0, WR_DATA = 2'd1, WR_RESP = 2'd2;
     localparam [0:0] RD_IDLE = 1'd0, RD_DATA = 1'd1;

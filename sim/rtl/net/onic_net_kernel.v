@@ -160,7 +160,7 @@ module onic_net_kernel #(
     input  wire          s_axis_param0_tlast
 );
 
-    localparam integer N_SCALARS  = 17;
+    localparam integer N_SCALARS  = 20;
     localparam integer N_COUNTERS = 33;
     // the largest payload (beats) both the retransmit slot (header beat + payload) and the receive buffer hold
     localparam integer TX_MAX_BEATS = (1 << TX_BEATS_LOG2) - 1;
@@ -203,8 +203,8 @@ module onic_net_kernel #(
 
     /* the arguments, latched at ap_start (the host may write the next step's while one runs) */
     reg  [63:0] cfg_lgrad_reg, cfg_gather_reg;
-    reg  [47:0] cfg_local_mac_reg, cfg_succ_mac_reg;
-    reg  [31:0] cfg_local_ip_reg, cfg_succ_ip_reg;
+    reg  [47:0] cfg_local_mac_reg, cfg_succ_mac_reg, cfg_pred_mac_reg;
+    reg  [31:0] cfg_local_ip_reg, cfg_succ_ip_reg, cfg_pred_ip_reg;
     reg  [15:0] cfg_local_port_reg, cfg_comm_reg;
     reg  [31:0] cfg_rank_reg, cfg_world_reg, cfg_length_reg, cfg_window_reg, cfg_timeout_reg;
     reg  [31:0] cfg_credit_reg, cfg_payload_reg, cfg_step_reg;
@@ -275,7 +275,7 @@ module onic_net_kernel #(
             div_start_reg   <= 1'b0;
             ap_done_reg     <= 1'b0;
             case (state_reg)
-                S_IDLE: if (ap_start) begin
+                S_IDLE: if (ap_start && !ap_done_reg) begin   // ap_start falls the clock after ap_ready
                     cfg_lgrad_reg      <= arg_lgrad0;
                     cfg_gather_reg     <= arg_gather0;
                     cfg_local_mac_reg  <= {arg[1][15:0], arg[0]};
@@ -283,15 +283,17 @@ module onic_net_kernel #(
                     cfg_local_port_reg <= arg[3][15:0];
                     cfg_succ_mac_reg   <= {arg[5][15:0], arg[4]};
                     cfg_succ_ip_reg    <= arg[6];
-                    cfg_comm_reg       <= arg[8][15:0];
-                    cfg_rank_reg       <= arg[9];
-                    cfg_world_reg      <= arg[10];
-                    cfg_length_reg     <= arg[11];
-                    cfg_window_reg     <= arg[12];
-                    cfg_timeout_reg    <= arg[13];
-                    cfg_credit_reg     <= arg[14];
-                    cfg_payload_reg    <= arg[15];
-                    cfg_step_reg       <= arg[16];
+                    cfg_pred_mac_reg   <= {arg[9][15:0], arg[8]};
+                    cfg_pred_ip_reg    <= arg[10];
+                    cfg_comm_reg       <= arg[11][15:0];
+                    cfg_rank_reg       <= arg[12];
+                    cfg_world_reg      <= arg[13];
+                    cfg_length_reg     <= arg[14];
+                    cfg_window_reg     <= arg[15];
+                    cfg_timeout_reg    <= arg[16];
+                    cfg_credit_reg     <= arg[17];
+                    cfg_payload_reg    <= arg[18];
+                    cfg_step_reg       <= arg[19];
                     status_reg         <= 32'd0;
                     ap_idle_reg        <= 1'b0;
                     ag_release_reg     <= 1'b0;
@@ -424,17 +426,80 @@ module onic_net_kernel #(
         .dropped_duplicate(rx_cnt[18]), .dropped_gap(rx_cnt[19]), .dropped_overflow(rx_cnt[20])
     );
 
-    /* header routing: ACK/NAKs to their flow's sender (a scalar flow's: dropped), data to the datapath */
+    /* header routing: ACK/NAKs to their flow's sender at once (a scalar flow's: dropped); data
+     * headers into a queue of this top's own (2^RX_SLOT_LOG2, as many as the receive buffer holds)
+     * in front of the datapath. Without it an ACK waits behind data headers the datapath cannot
+     * take yet: AG packets to forward wait for the own chunk, which waits for ag_release, which
+     * waits for that very ACK (the RS sender's last) - a deadlock. The credit advertised counts
+     * the queued headers as taken (their payload is still in the receive buffer), so a peer
+     * within its credit never overflows the buffer. */
+    localparam integer DQ_WIDTH = 4 + 6 + 8 + 16 + 32 + 32 + 16;
     wire hdr_reply = hdr_opcode == OP_ACK || hdr_opcode == OP_NAK;
     wire [1:0] hdr_flow = hdr_flags[2:1];
-    wire rs_ack_ready, ag_ack_ready, dp_hdr_ready;
+    wire rs_ack_ready, ag_ack_ready, dp_hdr_ready, dq_s_ready, dq_m_valid;
+    wire [DQ_WIDTH-1:0] dq_m_data;
+    wire [RX_SLOT_LOG2:0] dq_count;
     wire rs_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd1;
     wire ag_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd2;
-    wire dp_hdr_valid = hdr_valid && !hdr_reply;
-    assign hdr_ready = !hdr_reply ? dp_hdr_ready
+    wire dq_push = hdr_valid && !hdr_reply && dq_s_ready;
+    assign hdr_ready = !hdr_reply ? dq_s_ready
                      : hdr_flow == 2'd1 ? rs_ack_ready
                      : hdr_flow == 2'd2 ? ag_ack_ready
                      : 1'b1;
+
+    onic_fifo #(
+        .WIDTH(DQ_WIDTH),
+        .DEPTH_LOG2(RX_SLOT_LOG2)
+    ) data_hdr_queue (
+        .clk(ap_clk), .rst(rst), .clear(1'b0),
+        .s_data({hdr_opcode, hdr_flags, hdr_hop, hdr_chunk, hdr_seq, hdr_offset, hdr_length}),
+        .s_valid(hdr_valid && !hdr_reply), .s_ready(dq_s_ready),
+        .m_data(dq_m_data), .m_valid(dq_m_valid), .m_ready(dp_hdr_ready), .count(dq_count)
+    );
+
+    wire [3:0]  dq_opcode = dq_m_data[113:110];
+    wire [5:0]  dq_flags  = dq_m_data[109:104];
+    wire [7:0]  dq_hop    = dq_m_data[103:96];
+    wire [15:0] dq_chunk  = dq_m_data[95:80];
+    wire [31:0] dq_seq    = dq_m_data[79:48];
+    wire [31:0] dq_offset = dq_m_data[47:16];
+    wire [15:0] dq_length = dq_m_data[15:0];
+
+    // free slots = the receive side's free header slots less the headers queued here (and the one entering)
+    wire [31:0] queued = {{(31 - RX_SLOT_LOG2){1'b0}}, dq_count} + {31'd0, dq_push};
+    wire [31:0] ctl_credit = evt_credit > queued ? evt_credit - queued : 32'd0;
+
+    /* replies: the receive side's (evt) first; then a credit refresh: a flow whose last reply in
+     * this step advertised no free slot gets its ACK again once a slot is free (the receiver's
+     * `release` in hls.net.reliability), else its sender, with nothing in flight, waits forever */
+    reg  [1:0]  zero_reg;            // RS, AG: the last reply carried credit 0
+    reg  [31:0] last_seq_reg [0:1];
+    wire        ref_rs    = zero_reg[0] && ctl_credit != 32'd0;
+    wire        ref_ag    = zero_reg[1] && ctl_credit != 32'd0;
+    wire        ref_valid = !evt_valid && (ref_rs || ref_ag);
+    wire        ctl_valid = evt_valid || ref_valid;
+    wire        ctl_ready;
+    wire        ctl_nak   = evt_valid && evt_nak;
+    wire [1:0]  ctl_flow  = evt_valid ? evt_flow : (ref_rs ? 2'd1 : 2'd2);
+    wire [31:0] ctl_step  = evt_valid ? evt_step : cfg_step_reg;
+    wire [31:0] ctl_seq   = evt_valid ? evt_seq : last_seq_reg[ref_rs ? 0 : 1];
+    wire        ctl_take  = ctl_valid && ctl_ready;
+    assign evt_ready = ctl_ready;
+
+    always @(posedge ap_clk) begin
+        if (rst || start_pulse_reg) begin
+            zero_reg        <= 2'b00;
+            last_seq_reg[0] <= 32'd0;
+            last_seq_reg[1] <= 32'd0;
+        end else if (ctl_take) begin
+            if (evt_valid && evt_step == cfg_step_reg && (evt_flow == 2'd1 || evt_flow == 2'd2)) begin
+                last_seq_reg[evt_flow == 2'd2] <= evt_seq;
+                zero_reg[evt_flow == 2'd2]     <= ctl_credit == 32'd0;
+            end else if (!evt_valid) begin
+                zero_reg[!ref_rs] <= 1'b0;
+            end
+        end
+    end
 
     /* ---- datapath ---- */
     wire [1:0]   rs_desc_dtype, ag_desc_dtype;
@@ -459,9 +524,9 @@ module onic_net_kernel #(
         .cfg_chunk_elems(chunk_elems_reg), .cfg_pkt_beats(cfg_payload_reg[21:6]),
         .cfg_grad_addr(cfg_lgrad_reg), .cfg_gather_addr(cfg_gather_reg), .ag_release(ag_release_reg),
         .rs_done(dp_rs_done), .ag_done(dp_ag_done), .errors(dp_errors),
-        .s_hdr_opcode(hdr_opcode), .s_hdr_flags(hdr_flags), .s_hdr_hop(hdr_hop), .s_hdr_chunk(hdr_chunk),
-        .s_hdr_seq(hdr_seq), .s_hdr_offset(hdr_offset), .s_hdr_length(hdr_length),
-        .s_hdr_valid(dp_hdr_valid), .s_hdr_ready(dp_hdr_ready),
+        .s_hdr_opcode(dq_opcode), .s_hdr_flags(dq_flags), .s_hdr_hop(dq_hop), .s_hdr_chunk(dq_chunk),
+        .s_hdr_seq(dq_seq), .s_hdr_offset(dq_offset), .s_hdr_length(dq_length),
+        .s_hdr_valid(dq_m_valid), .s_hdr_ready(dp_hdr_ready),
         .s_pay_tdata(pay_tdata), .s_pay_tkeep(pay_tkeep), .s_pay_tlast(pay_tlast), .s_pay_tvalid(pay_tvalid),
         .s_pay_tready(pay_tready),
         .m_grad_tdata(m_axis_grad0_tdata), .m_grad_tkeep(m_axis_grad0_tkeep), .m_grad_tlast(m_axis_grad0_tlast),
@@ -512,7 +577,8 @@ module onic_net_kernel #(
     ) tx (
         .clk(ap_clk), .rst(rst),
         .cfg_local_mac(cfg_local_mac_reg), .cfg_peer_mac(cfg_succ_mac_reg), .cfg_local_ip(cfg_local_ip_reg),
-        .cfg_peer_ip(cfg_succ_ip_reg), .cfg_udp_sport(cfg_local_port_reg), .cfg_comm(cfg_comm_reg),
+        .cfg_peer_ip(cfg_succ_ip_reg), .cfg_pred_mac(cfg_pred_mac_reg), .cfg_pred_ip(cfg_pred_ip_reg),
+        .cfg_udp_sport(cfg_local_port_reg), .cfg_comm(cfg_comm_reg),
         .cfg_rank(cfg_rank_reg[7:0]), .cfg_step(cfg_step_reg), .cfg_rto(cfg_timeout_reg),
         .cfg_rs_window(cfg_window_reg), .cfg_rs_credit(cfg_credit_reg),
         .cfg_ag_window(cfg_window_reg), .cfg_ag_credit(cfg_credit_reg), .start(start_pulse_reg),
@@ -530,8 +596,8 @@ module onic_net_kernel #(
         .s_rs_ack_step(hdr_step), .s_rs_ack_seq(hdr_seq), .s_rs_ack_credit(hdr_offset),
         .s_ag_ack_valid(ag_ack_valid), .s_ag_ack_ready(ag_ack_ready), .s_ag_ack_nak(hdr_opcode == OP_NAK),
         .s_ag_ack_step(hdr_step), .s_ag_ack_seq(hdr_seq), .s_ag_ack_credit(hdr_offset),
-        .s_ctl_valid(evt_valid), .s_ctl_ready(evt_ready), .s_ctl_nak(evt_nak), .s_ctl_flow(evt_flow),
-        .s_ctl_step(evt_step), .s_ctl_seq(evt_seq), .s_ctl_credit(evt_credit),
+        .s_ctl_valid(ctl_valid), .s_ctl_ready(ctl_ready), .s_ctl_nak(ctl_nak), .s_ctl_flow(ctl_flow),
+        .s_ctl_step(ctl_step), .s_ctl_seq(ctl_seq), .s_ctl_credit(ctl_credit),
         .m_axis_tdata(m_axis_mac0_tdata), .m_axis_tkeep(m_axis_mac0_tkeep), .m_axis_tlast(m_axis_mac0_tlast),
         .m_axis_tvalid(m_axis_mac0_tvalid), .m_axis_tready(m_axis_mac0_tready),
         .rs_state(rs_state), .ag_state(ag_state), .errors(tx_errors),
@@ -576,8 +642,8 @@ module onic_net_kernel #(
                 bytes_out_reg <= sat_add(bytes_out_reg, {25'd0, out_bytes});
                 if (out_last_reg) frames_out_reg <= sat_add(frames_out_reg, 32'd1);
             end
-            if (evt_valid && evt_ready) begin
-                if (evt_nak) naks_sent_reg <= sat_add(naks_sent_reg, 32'd1);
+            if (ctl_take) begin
+                if (ctl_nak) naks_sent_reg <= sat_add(naks_sent_reg, 32'd1);
                 else acks_sent_reg <= sat_add(acks_sent_reg, 32'd1);
             end
         end

@@ -250,21 +250,27 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     kernel_task = cocotb.start_soon(stand_in_kernel(tb, own_kernel, wb, scale, got))
 
     # the host: arguments, interrupt on done, ap_start
-    me, succ = eps[r], eps[(r + 1) % n]
+    me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
     before = await tb.counters()
     lo, hi = mac_number(me.mac)
     slo, shi = mac_number(succ.mac)
+    plo, phi = mac_number(pred.mac)
     for name, value in (("lgrad0", lgrad_addr), ("gather0", gather_addr), ("local_mac_lo", lo), ("local_mac_hi", hi),
                         ("local_ip", int.from_bytes(me.ip_bytes, "big")), ("local_port", me.port),
                         ("succ_mac_lo", slo), ("succ_mac_hi", shi),
-                        ("succ_ip", int.from_bytes(succ.ip_bytes, "big")), ("succ_port", succ.port), ("comm", 0),
+                        ("succ_ip", int.from_bytes(succ.ip_bytes, "big")), ("succ_port", succ.port),
+                        ("pred_mac_lo", plo), ("pred_mac_hi", phi), ("pred_ip", int.from_bytes(pred.ip_bytes, "big")),
+                        ("comm", 0),
                         ("rank", r), ("world", n), ("length", length), ("window", WINDOW), ("timeout", RTO),
                         ("credit", WINDOW), ("payload_bytes", payload), ("step", step), ("gie", 1), ("ier", 1)):
         await tb.write(name, value)
+    await tb.write("ctrl", 1)
+    # the peers begin once the RTL card's step has (sizing: ~120 clocks): a frame arriving before
+    # would be dropped as another step's and only come back after a timeout (counted dropped_step)
+    await ClockCycles(dut.ap_clk, 300)
     for k, card in enumerate(cards):
         if k != r:
             card.start_step(step, grads[k])
-    await tb.write("ctrl", 1)
 
     # the switch
     carried = {"to_rtl": [], "from_rtl": []}
@@ -276,7 +282,14 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
             return []
         return [frame, frame] if dup and rng.random() < dup else [frame]
 
+    trace = int(os.environ.get("ONIC_TRACE", "0"))
+
     def route(frame: bytes, now: int) -> None:
+        if trace and len(carried["from_rtl"]) + len(carried["to_rtl"]) < trace:
+            p = wire.parse_frame(frame)
+            src = by_mac.get(frame[6:12])
+            h = p.header if not isinstance(p, wire.Drop) else p
+            dut._log.info("%d: %s -> %s %s", now, src, by_mac.get(frame[:6]), h)
         for f in faults(frame):
             dst = by_mac[f[:6]]
             if dst == r:
