@@ -5,10 +5,12 @@ on a ring of `hls.net.card.Card` software peers in cocotb (sim/tb/net/test_onic_
   register by register; in simulation every argument written and read back at net_regmap's offsets,
   the read-only words, and bad configurations refused with STATUS config_error.
 - Ring steps: the RTL card at every ring position of N = 2, 3, 4 (fp32; bf16: N = 3 and N = 2
-  rank 1; with --full every position for fp32, bf16 and bf16 wire / fp32 parameters, N up to 8); the reduced chunk handed to the (stand-in) Adam kernel, the gathered buffer
-  and every peer's gathered vector bit for bit against hls.net.ring / a reference ring; counters.
-- Seeded drops (1e-2 and more) and duplicates on every link, recovering bit-exact; a stalled Adam
-  kernel (its gradient input refusing most beats) without loss or deadlock.
+  rank 1; with --full every position for fp32, bf16 and bf16 wire / fp32 parameters, N up to 8):
+  the reduced chunk handed to the (stand-in) Adam kernel, the gathered buffer and every peer's
+  gathered vector bit for bit against hls.net.ring / a reference ring; counters.
+- Seeded drops and duplicates on every link (the bench's own switch, 5 %), and the faulty switch
+  of sim/tb/models (drop, duplicate, reorder, bit flip), recovering bit-exact; a stalled Adam
+  kernel (its gradient input refusing 90 % of clocks) without loss or deadlock.
 Verilator; the simulation sizes are small (8 receive slots, 16-beat retransmit slots).
 """
 
@@ -63,8 +65,8 @@ def test_control_addresses_match_regmap() -> None:
     assert 2 ** 12 == net_regmap.address_range(args)
     # the top's counter view names each counter of the map, in order
     top = (NET_RTL / "onic_net_kernel.v").read_text()
-    assert "localparam integer N_COUNTERS = %d;" % len(counters) in top
-    assert "localparam integer N_SCALARS  = %d;" % len(scalars) in top
+    assert f"localparam integer N_COUNTERS = {len(counters)};" in top
+    assert f"localparam integer N_SCALARS  = {len(scalars)};" in top
 
 
 def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, testcase: str = "test_ring",
@@ -101,6 +103,23 @@ def test_ring_faults(monkeypatch: pytest.MonkeyPatch) -> None:
     """Drops 5 %, duplicates 5 % on every link, a stalled Adam kernel: bit-exact, no deadlock."""
     run("fp32", "3:2,4:1", 11, monkeypatch, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_GRAD_STALL": "0.9"},
         tag="-faults")
+
+
+@pytest.mark.parametrize(("cases", "faults"), [
+    pytest.param("4:2", {"ONIC_DROP": "0.01", "ONIC_DUP": "0.01", "ONIC_REORDER": "0.01", "ONIC_BITFLIP": "0.01"},
+                 id="n4-all-faults"),
+])
+def test_ring_switch(cases: str, faults: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the seeded faulty switch of sim/tb/models (drop, duplicate, reorder, bit flips)."""
+    run("fp32", cases, 61, monkeypatch, testcase="test_ring_switch", extra=faults, tag="-switch")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("cases", "seed"), [("3:0", 71), ("5:4", 72), ("8:3", 73)])
+def test_ring_switch_sweep(cases: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    run("fp32", cases, seed, monkeypatch, testcase="test_ring_switch", tag=f"-switch{seed}",
+        extra={"ONIC_DROP": "0.03", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
+               "ONIC_GRAD_STALL": "0.8"})
 
 
 @pytest.mark.slow
