@@ -9,8 +9,12 @@ cause of DROP_CAUSES). The pointers are the ring engine's memory streams as sizi
 (`hls.ring_plan`: lgrad and gather stripes). kernel.xml and the network manifest section are
 rendered from this map only, so they cannot drift apart.
 
-Only the map exists: the network kernel's RTL top is not written yet (sim/rtl/net/ has its receive
-and transmit blocks), so nothing here claims a network bitstream.
+The RTL top `sim/rtl/net/onic_net_kernel.v` implements this map (its control block
+`onic_net_control_s_axi.v`, checked against it register by register in tests/hls/rtl/test_net_kernel.py)
+for one lgrad and one gather stripe. It is simulated, not packaged (no `<name>_net.xo`), so nothing
+here claims a network bitstream. Addresses are numbers in network order (MAC 02:00:00:00:00:05:
+mac_hi 0x0200, mac_lo 0x00000005; IPv4 10.0.0.1: 0x0A000001). The counters are 32-bit saturating
+values in 64-bit words (high word 0).
 """
 
 from __future__ import annotations
