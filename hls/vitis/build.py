@@ -439,7 +439,7 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
                  "report summary)")
     if plan.network is not None:
         net, regs = plan.network, plan.network.manifest
-        lines.append(f"network kernel {net.kernel} (rail placement; NOT BUILT: its RTL top is simulated, not packaged):")
+        lines.append(f"network kernel {net.kernel} (rail placement; NOT BUILT: RTL top simulated, not packaged):")
         lines.append(f"      {plan.run_dir / 'net'}/: " + ", ".join(net.files())
                      + " (the package: a real build writes it, then stops; no .xo)")
         lines.append("      registers: " + ", ".join(f"{a['name']}@0x{a['offset']:03X}" for a in regs["args"]))
