@@ -9,8 +9,12 @@ cause of DROP_CAUSES). The pointers are the ring engine's memory streams as sizi
 (`hls.ring_plan`: lgrad and gather stripes). kernel.xml and the network manifest section are
 rendered from this map only, so they cannot drift apart.
 
-Only the map exists: the network kernel's RTL top is not written yet (sim/rtl/net/ has its receive
-and transmit blocks), so nothing here claims a network bitstream.
+The RTL top `sim/rtl/net/onic_net_kernel.v` implements this map (its control block
+`onic_net_control_s_axi.v`, checked against it register by register in tests/hls/rtl/test_net_kernel.py)
+for one lgrad and one gather stripe. It is simulated, not packaged (no `<name>_net.xo`), so nothing
+here claims a network bitstream. Addresses are numbers in network order (MAC 02:00:00:00:00:05:
+mac_hi 0x0200, mac_lo 0x00000005; IPv4 10.0.0.1: 0x0A000001). The counters are 32-bit saturating
+values in 64-bit words (high word 0).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ STATUS_BITS = {
     "write_response": 1,  # a BRESP of SLVERR/DECERR on an lgrad or gather port
     "protocol_error": 2,  # a peer sent an impossible frame (hls.net.card: card.error)
     "timeout_exhausted": 3,  # retransmissions did not get an ACK within the kernel's retry budget
+    "config_error": 4,  # ap_start with arguments the kernel cannot run (world, rank, length, payload_bytes, ...)
 }
 
 # The scalar arguments after the pointers, in declaration order, with what the host writes there.
@@ -40,6 +45,9 @@ SCALARS = (
     ("succ_mac_hi", "successor's MAC address, high 16 bits (bits 15:0)"),
     ("succ_ip", "successor's IPv4 address"),
     ("succ_port", "successor's UDP port (bits 15:0)"),
+    ("pred_mac_lo", "predecessor's MAC address, low 32 bits (ACK/NAKs go to it)"),
+    ("pred_mac_hi", "predecessor's MAC address, high 16 bits (bits 15:0)"),
+    ("pred_ip", "predecessor's IPv4 address"),
     ("comm", "communicator id (bits 15:0): frames of another communicator are dropped"),
     ("rank", "this card's rank, 0 .. world - 1"),
     ("world", "number of cards on the ring"),

@@ -283,7 +283,13 @@ class Card:
             if reply is not None:
                 kind, expected, credit = reply
                 out.append(self._reply_frame(kind, fl.flow, self.step, expected, credit))
+        rs_acked = Flow.RS not in self._flows or self._flows[Flow.RS].sender.done
         for fl in self._flows.values():
+            if fl.flow is Flow.AG and not rs_acked:
+                # the ag_release rule (design.md 8.4): no AG frame before every RS frame is ACKed, so
+                # the successor meets this card's AG frames only after all its RS frames; an RTL card
+                # takes frames in arrival order and cannot hold AG frames while it waits for RS ones
+                continue
             for seq in fl.sender.poll(now):
                 out.append(fl.frames[seq])
                 self._totals[f"{fl.flow.name.lower()}_payload_bytes_out"] += fl.payload_bytes[seq]

@@ -481,7 +481,7 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
                  "report summary)")
     if plan.network is not None:
         net, regs = plan.network, plan.network.manifest
-        lines.append(f"network kernel {net.kernel} (rail placement; NOT BUILT: its RTL top is not written yet):")
+        lines.append(f"network kernel {net.kernel} (rail placement; NOT BUILT: RTL top simulated, not packaged):")
         lines.append(f"      {plan.run_dir / 'net'}/: " + ", ".join(net.files())
                      + " (the package: a real build writes it, then stops; no .xo)")
         lines.append("      registers: " + ", ".join(f"{a['name']}@0x{a['offset']:03X}" for a in regs["args"]))
@@ -646,7 +646,7 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     """Run the plan: generate, check tools, run each step with its log, parse reports, register.
 
     Returns the registry entry, or None for the Versal flow (IP export only, nothing to register).
-    A rail build stops here, before any tool runs: the network kernel has no RTL top yet.
+    A rail build stops here, before any tool runs: the network kernel is not packaged yet (no .xo).
     """
     if plan.network is not None:
         safe_io.check_writable_dir(plan.run_dir, "run folder")

@@ -7,9 +7,10 @@ streams M_AXIS = received frames, S_AXIS = frames to transmit, as its config_fil
 
 This module renders what packaging needs and can be decided without RTL: the network register map
 (`hls.net_regmap`) as a manifest section, the network kernel's kernel.xml, and the rail link.cfg with
-its `stream_connect` lines. The network kernel's RTL top is not written yet (sim/rtl/net/ has its
-receive and transmit blocks), so a real rail build stops before any tool runs (`MISSING`); nothing
-here claims a network bitstream.
+its `stream_connect` lines. The network kernel's RTL top (sim/rtl/net/onic_net_kernel.v) is
+simulated but not packaged (no `<name>_net.xo`; the Adam kernel's parameter stream output it reads
+is not built yet), so a real rail build stops before any tool runs (`MISSING`); nothing here claims
+a network bitstream.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ MAC_SOURCE = "github.com/Xilinx/xup_vitis_network_example (Ethernet/: make INTER
 def missing(spec: KernelSpec) -> str:
     """The one-line reason a real rail build stops."""
     name = net_regmap.kernel_name(spec.name)
-    return (f"rail placement: the network kernel {name} has no RTL top yet (sim/rtl/net/ has only its receive "
-            f"and transmit blocks), so there is no {name}.xo to link with {spec.name} and XUP VNx cmac_<i>; "
+    return (f"rail placement: the network kernel {name} is not packaged yet (its RTL top sim/rtl/net/"
+            f"onic_net_kernel.v is simulated only), so there is no {name}.xo to link with {spec.name} and XUP VNx "
+            "cmac_<i>; "
             "`optimusnic build --placement rail --dry-run` shows the link it would run")
 
 

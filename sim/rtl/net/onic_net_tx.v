@@ -18,7 +18,8 @@
  * chunk + index, so each flow's packets are numbered 0, 1, 2, ...): a descriptor (the header's
  * per-packet fields; opcode and step are set here) and the payload, LAST on its last beat. The
  * ACK/NAKs the receive side takes for this card's flows arrive on s_rs_ack_* / s_ag_ack_*;
- * the ones it wants sent arrive on s_ctl_* (flow 1 RS, 2 AG, 3 scalar; seq = the next expected,
+ * the ones it wants sent (to the predecessor, cfg_pred_*) arrive on s_ctl_* (flow 1 RS, 2 AG,
+ * 3 scalar; seq = the next expected,
  * credit = free slots; dtype, hop, chunk and length 0).
  *
  * Counter buses (32 bits each, saturating, cleared by rst), counter k at [32k +: 32]:
@@ -46,6 +47,8 @@ module onic_net_tx #(
     input  wire [47:0]   cfg_peer_mac,     // the successor's
     input  wire [31:0]   cfg_local_ip,
     input  wire [31:0]   cfg_peer_ip,
+    input  wire [47:0]   cfg_pred_mac,     // the predecessor's: ACK/NAKs answer its frames
+    input  wire [31:0]   cfg_pred_ip,
     input  wire [15:0]   cfg_udp_sport,
     input  wire [15:0]   cfg_comm,
     input  wire [7:0]    cfg_rank,
@@ -178,8 +181,8 @@ module onic_net_tx #(
 
     onic_net_tx_header ctl_header (
         .clk(clk), .rst(rst_ctl_hdr_reg),
-        .cfg_local_mac(cfg_local_mac), .cfg_peer_mac(cfg_peer_mac), .cfg_local_ip(cfg_local_ip),
-        .cfg_peer_ip(cfg_peer_ip), .cfg_udp_sport(cfg_udp_sport), .cfg_comm(cfg_comm), .cfg_rank(cfg_rank),
+        .cfg_local_mac(cfg_local_mac), .cfg_peer_mac(cfg_pred_mac), .cfg_local_ip(cfg_local_ip),
+        .cfg_peer_ip(cfg_pred_ip), .cfg_udp_sport(cfg_udp_sport), .cfg_comm(cfg_comm), .cfg_rank(cfg_rank),
         .s_hdr_opcode(s_ctl_nak ? OP_NAK : OP_ACK), .s_hdr_dtype(2'd0), .s_hdr_flags({3'd0, s_ctl_flow, 1'b0}),
         .s_hdr_hop(8'd0), .s_hdr_chunk(16'd0), .s_hdr_step(s_ctl_step),
         .s_hdr_seq(s_ctl_seq), .s_hdr_offset(s_ctl_credit), .s_hdr_len(16'd0),

@@ -116,6 +116,8 @@ async def test_transmit(dut: Any) -> None:
     for name, value in (("local_mac", int.from_bytes(local.mac, "big")), ("peer_mac", int.from_bytes(peer.mac, "big")),
                         ("local_ip", int.from_bytes(local.ip_bytes, "big")),
                         ("peer_ip", int.from_bytes(peer.ip_bytes, "big")), ("udp_sport", local.port),
+                        ("pred_mac", int.from_bytes(peer.mac, "big")),
+                        ("pred_ip", int.from_bytes(peer.ip_bytes, "big")),
                         ("comm", 0x1234), ("rank", 5), ("step", step), ("rto", RTO), ("rs_window", WINDOW),
                         ("rs_credit", CREDIT), ("ag_window", WINDOW - 3), ("ag_credit", CREDIT)):
         getattr(dut, f"cfg_{name}").value = value

@@ -134,7 +134,7 @@ def test_real_rail_build_stops_in_one_line_and_runs_no_tool(tmp_path: Path, monk
                "--registry", str(reg)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
-    assert "optimusnic_adamw_net has no RTL top yet" in err[0] and "optimusnic_adamw_net.xo" in err[0]
+    assert "optimusnic_adamw_net is not packaged yet" in err[0] and "optimusnic_adamw_net.xo" in err[0]
     assert not log.exists()  # no tool ran
     assert not reg.exists() and not (run / "link").exists()
     assert {p.name for p in (run / "net").iterdir()} == {"kernel.xml", "network.json", "link.cfg"}

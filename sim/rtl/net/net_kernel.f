@@ -1,0 +1,25 @@
+# The network kernel top (sim/rtl/net/README.md "Network kernel"): datapath, receive, transmit, control
+../fp/fp_delay.v
+../fp/fp_lzc.v
+../fp/fp32_add.v
+../fp/fp32_to_bf16.v
+../kernel/onic_fifo.v
+../kernel/onic_dup_reg.v
+../kernel/onic_axi_rd.v
+../kernel/onic_axi_wr.v
+onic_net_reduce.v
+onic_net_chunk_walk.v
+onic_net_grad_reader.v
+onic_net_packetize.v
+onic_net_ring_dp.v
+onic_net_rx_parse.v
+onic_net_rx_fifo.v
+onic_net_rx_seq.v
+onic_net_rx.v
+onic_net_tx_header.v
+onic_net_tx_retx.v
+onic_net_tx_arb.v
+onic_net_tx.v
+onic_net_div.v
+onic_net_control_s_axi.v
+onic_net_kernel.v

@@ -1,0 +1,282 @@
+// OptimusNIC: the network kernel's AXI4-Lite control block (ap_ctrl_hs, hls/net_regmap.py)
+// Language: Verilog 2001
+
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+/*
+ * The register map of hls/net_regmap.py for one lgrad and one gather stripe (the ring datapath
+ * reads the local gradient and writes the gathered parameters as one buffer each), laid out as
+ * Vitis HLS lays out ap_ctrl_hs:
+ *   0x00 CTRL  bit0 ap_start, bit1 ap_done (clear on read), bit2 ap_idle, bit3 ap_ready
+ *              (clear on read), bit7 auto_restart
+ *   0x04 GIE   bit0 global interrupt enable
+ *   0x08 IER   bit0 done, bit1 ready
+ *   0x0C ISR   bit0 done, bit1 ready (write 1 toggles)
+ *   0x10 lgrad0 (low word; high word at 0x14), 0x1C gather0 (0x20)
+ *   0x28 + 8k  scalar k of net_regmap.SCALARS: local_mac_lo, local_mac_hi, local_ip, local_port,
+ *              succ_mac_lo, succ_mac_hi, succ_ip, succ_port, pred_mac_lo, pred_mac_hi, pred_ip,
+ *              comm, rank, world, length, window, timeout, credit, payload_bytes, step
+ *   0xC8 STATUS (read only, sticky for a step: cleared when a step starts)
+ *   0xD0 + 8k  counter k of net_regmap.counter_names() (read only): low word, high word at + 4
+ * Reserved words read 0 and ignore writes. The addresses are the localparams below;
+ * tests/hls/rtl/test_net_kernel.py checks them against hls/net_regmap.py register by register.
+ */
+module onic_net_control_s_axi #(
+    // AXI4-Lite address bits (net_regmap.address_range: 0x1000 bytes)
+    parameter integer ADDR_BITS = 12,
+    // counters after STATUS (len(net_regmap.counter_names()))
+    parameter integer N_COUNTERS = 33,
+    // scalar arguments after the pointers (len(net_regmap.SCALARS))
+    parameter integer N_SCALARS = 20
+) (
+    input  wire                      clk,
+    input  wire                      rst,
+
+    /* AXI4-Lite slave */
+    input  wire [ADDR_BITS-1:0]      s_axi_control_awaddr,
+    input  wire                      s_axi_control_awvalid,
+    output wire                      s_axi_control_awready,
+    input  wire [31:0]               s_axi_control_wdata,
+    input  wire [3:0]                s_axi_control_wstrb,
+    input  wire                      s_axi_control_wvalid,
+    output wire                      s_axi_control_wready,
+    output wire [1:0]                s_axi_control_bresp,
+    output wire                      s_axi_control_bvalid,
+    input  wire                      s_axi_control_bready,
+    input  wire [ADDR_BITS-1:0]      s_axi_control_araddr,
+    input  wire                      s_axi_control_arvalid,
+    output wire                      s_axi_control_arready,
+    output wire [31:0]               s_axi_control_rdata,
+    output wire [1:0]                s_axi_control_rresp,
+    output wire                      s_axi_control_rvalid,
+    input  wire                      s_axi_control_rready,
+
+    /* kernel handshake */
+    /* verilator lint_off SYMRSVDWORD */
+    output wire                      interrupt,
+    /* verilator lint_on SYMRSVDWORD */
+    output wire                      ap_start,
+    input  wire                      ap_done,
+    input  wire                      ap_ready,
+    input  wire                      ap_idle,
+    input  wire [31:0]               status,
+    input  wire [64*N_COUNTERS-1:0]  counters,     // counter k at [64k +: 64]
+
+    /* arguments */
+    output wire [63:0]               lgrad0,
+    output wire [63:0]               gather0,
+    output wire [32*N_SCALARS-1:0]   scalars       // scalar k at [32k +: 32]
+);
+
+    localparam [ADDR_BITS-1:0] ADDR_AP_CTRL         = 'h00;
+    localparam [ADDR_BITS-1:0] ADDR_GIE             = 'h04;
+    localparam [ADDR_BITS-1:0] ADDR_IER             = 'h08;
+    localparam [ADDR_BITS-1:0] ADDR_ISR             = 'h0C;
+    localparam [ADDR_BITS-1:0] ADDR_LGRAD0_DATA_0   = 'h10;
+    localparam [ADDR_BITS-1:0] ADDR_LGRAD0_DATA_1   = 'h14;
+    localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_0  = 'h1C;
+    localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_1  = 'h20;
+    localparam [ADDR_BITS-1:0] ADDR_SCALARS         = 'h28;   // scalar k at + 8k
+    localparam [ADDR_BITS-1:0] ADDR_STATUS          = 'hC8;
+    localparam [ADDR_BITS-1:0] ADDR_COUNTERS        = 'hD0;   // counter k at + 8k (low), + 8k + 4 (high)
+
+    localparam integer ADDR_SCALARS32 = 'h28;
+    localparam integer ADDR_COUNTERS32 = 'hD0;
+
+    localparam [1:0] WR_IDLE = 2'd0, WR_DATA = 2'd1, WR_RESP = 2'd2;
+    localparam [0:0] RD_IDLE = 1'd0, RD_DATA = 1'd1;
+
+    reg  [1:0]           wstate_reg;
+    reg  [ADDR_BITS-1:0] waddr_reg;
+    reg  [0:0]           rstate_reg;
+    reg  [31:0]          rdata_reg;
+
+    reg                  int_ap_start_reg;
+    reg                  int_ap_done_reg;
+    reg                  int_ap_ready_reg;
+    reg                  int_auto_restart_reg;
+    reg                  int_gie_reg;
+    reg  [1:0]           int_ier_reg;
+    reg  [1:0]           int_isr_reg;
+    reg  [63:0]          int_lgrad0_reg;
+    reg  [63:0]          int_gather0_reg;
+    reg  [31:0]          int_scalar_reg [0:N_SCALARS-1];
+
+    wire                 aw_hs = s_axi_control_awvalid && s_axi_control_awready;
+    wire                 w_hs  = s_axi_control_wvalid && s_axi_control_wready;
+    wire                 ar_hs = s_axi_control_arvalid && s_axi_control_arready;
+    wire [ADDR_BITS-1:0] raddr = {s_axi_control_araddr[ADDR_BITS-1:2], 2'b00};
+    wire [31:0]          wmask = {{8{s_axi_control_wstrb[3]}}, {8{s_axi_control_wstrb[2]}},
+                                  {8{s_axi_control_wstrb[1]}}, {8{s_axi_control_wstrb[0]}}};
+    wire                 ctrl_read = ar_hs && raddr == ADDR_AP_CTRL;
+
+    /* the scalar and counter windows: index and word of an address inside them */
+    wire [ADDR_BITS-1:0] r_soff = raddr - ADDR_SCALARS;
+    wire [ADDR_BITS-1:0] w_soff = waddr_reg - ADDR_SCALARS;
+    wire [ADDR_BITS-1:0] r_coff = raddr - ADDR_COUNTERS;
+    wire [31:0]          raddr32 = {{(32 - ADDR_BITS){1'b0}}, raddr};
+    wire [31:0]          waddr32 = {{(32 - ADDR_BITS){1'b0}}, waddr_reg};
+    wire                 r_in_scalars = raddr32 >= ADDR_SCALARS32 && raddr32 < ADDR_SCALARS32 + 8 * N_SCALARS
+                                        && !raddr[2];
+    wire                 w_in_scalars = waddr32 >= ADDR_SCALARS32 && waddr32 < ADDR_SCALARS32 + 8 * N_SCALARS
+                                        && !waddr_reg[2];
+    wire                 r_in_counters = raddr32 >= ADDR_COUNTERS32 && raddr32 < ADDR_COUNTERS32 + 8 * N_COUNTERS;
+    wire [4:0]           r_sidx = r_soff[7:3];    // N_SCALARS <= 32
+    wire [4:0]           w_sidx = w_soff[7:3];
+    wire [ADDR_BITS-3:0] r_cword = r_coff[ADDR_BITS-1:2];    // 32-bit word of the counter bus
+
+    assign s_axi_control_awready = wstate_reg == WR_IDLE;
+    assign s_axi_control_wready  = wstate_reg == WR_DATA;
+    assign s_axi_control_bresp   = 2'b00;
+    assign s_axi_control_bvalid  = wstate_reg == WR_RESP;
+    assign s_axi_control_arready = rstate_reg == RD_IDLE;
+    assign s_axi_control_rdata   = rdata_reg;
+    assign s_axi_control_rresp   = 2'b00;
+    assign s_axi_control_rvalid  = rstate_reg == RD_DATA;
+
+    /* write channel: address, then data, then response */
+    always @(posedge clk) begin
+        if (rst) begin
+            wstate_reg <= WR_IDLE;
+            waddr_reg  <= {ADDR_BITS{1'b0}};
+        end else begin
+            case (wstate_reg)
+                WR_IDLE: if (aw_hs) begin
+                    wstate_reg <= WR_DATA;
+                    waddr_reg  <= {s_axi_control_awaddr[ADDR_BITS-1:2], 2'b00};
+                end
+                WR_DATA: if (w_hs) wstate_reg <= WR_RESP;
+                WR_RESP: if (s_axi_control_bready) wstate_reg <= WR_IDLE;
+                default: wstate_reg <= WR_IDLE;
+            endcase
+        end
+    end
+
+    /* read channel: the value is taken when the address is accepted */
+    always @(posedge clk) begin
+        if (rst) begin
+            rstate_reg <= RD_IDLE;
+            rdata_reg  <= 32'd0;
+        end else begin
+            case (rstate_reg)
+                RD_IDLE: if (ar_hs) begin
+                    rstate_reg <= RD_DATA;
+                    if (r_in_scalars) begin
+                        rdata_reg <= int_scalar_reg[r_sidx];
+                    end else if (r_in_counters) begin
+                        rdata_reg <= counters[32 * r_cword +: 32];
+                    end else begin
+                        case (raddr)
+                            ADDR_AP_CTRL: rdata_reg <= {24'd0, int_auto_restart_reg, 3'd0, int_ap_ready_reg, ap_idle,
+                                                        int_ap_done_reg, int_ap_start_reg};
+                            ADDR_GIE:     rdata_reg <= {31'd0, int_gie_reg};
+                            ADDR_IER:     rdata_reg <= {30'd0, int_ier_reg};
+                            ADDR_ISR:     rdata_reg <= {30'd0, int_isr_reg};
+                            ADDR_LGRAD0_DATA_0:  rdata_reg <= int_lgrad0_reg[31:0];
+                            ADDR_LGRAD0_DATA_1:  rdata_reg <= int_lgrad0_reg[63:32];
+                            ADDR_GATHER0_DATA_0: rdata_reg <= int_gather0_reg[31:0];
+                            ADDR_GATHER0_DATA_1: rdata_reg <= int_gather0_reg[63:32];
+                            ADDR_STATUS:  rdata_reg <= status;
+                            default:      rdata_reg <= 32'd0;
+                        endcase
+                    end
+                end
+                RD_DATA: if (s_axi_control_rready) rstate_reg <= RD_IDLE;
+                default: rstate_reg <= RD_IDLE;
+            endcase
+        end
+    end
+
+    /* control and interrupt registers */
+    wire ctrl_write = w_hs && waddr_reg == ADDR_AP_CTRL;
+
+    always @(posedge clk) begin
+        if (rst) begin
+            int_ap_start_reg     <= 1'b0;
+            int_ap_done_reg      <= 1'b0;
+            int_ap_ready_reg     <= 1'b0;
+            int_auto_restart_reg <= 1'b0;
+            int_gie_reg          <= 1'b0;
+            int_ier_reg          <= 2'b00;
+            int_isr_reg          <= 2'b00;
+        end else begin
+            // a start written while the kernel runs finds ap_start already high: no effect
+            if (ctrl_write && s_axi_control_wstrb[0] && s_axi_control_wdata[0]) begin
+                int_ap_start_reg <= 1'b1;
+            end else if (ap_ready) begin
+                int_ap_start_reg <= int_auto_restart_reg;
+            end
+            if (ap_done) begin
+                int_ap_done_reg <= 1'b1;
+            end else if (ctrl_read) begin
+                int_ap_done_reg <= 1'b0;
+            end
+            if (ap_ready) begin
+                int_ap_ready_reg <= 1'b1;
+            end else if (ctrl_read) begin
+                int_ap_ready_reg <= 1'b0;
+            end
+            if (ctrl_write && s_axi_control_wstrb[0]) begin
+                int_auto_restart_reg <= s_axi_control_wdata[7];
+            end
+            if (w_hs && waddr_reg == ADDR_GIE && s_axi_control_wstrb[0]) begin
+                int_gie_reg <= s_axi_control_wdata[0];
+            end
+            if (w_hs && waddr_reg == ADDR_IER && s_axi_control_wstrb[0]) begin
+                int_ier_reg <= s_axi_control_wdata[1:0];
+            end
+            if (int_ier_reg[0] && ap_done) begin
+                int_isr_reg[0] <= 1'b1;
+            end else if (w_hs && waddr_reg == ADDR_ISR && s_axi_control_wstrb[0]) begin
+                int_isr_reg[0] <= int_isr_reg[0] ^ s_axi_control_wdata[0];
+            end
+            if (int_ier_reg[1] && ap_ready) begin
+                int_isr_reg[1] <= 1'b1;
+            end else if (w_hs && waddr_reg == ADDR_ISR && s_axi_control_wstrb[0]) begin
+                int_isr_reg[1] <= int_isr_reg[1] ^ s_axi_control_wdata[1];
+            end
+        end
+    end
+
+    /* arguments */
+    integer k;
+    always @(posedge clk) begin
+        if (rst) begin
+            int_lgrad0_reg  <= 64'd0;
+            int_gather0_reg <= 64'd0;
+            for (k = 0; k < N_SCALARS; k = k + 1) int_scalar_reg[k] <= 32'd0;
+        end else if (w_hs) begin
+            if (waddr_reg == ADDR_LGRAD0_DATA_0)
+                int_lgrad0_reg[31:0] <= (s_axi_control_wdata & wmask) | (int_lgrad0_reg[31:0] & ~wmask);
+            if (waddr_reg == ADDR_LGRAD0_DATA_1)
+                int_lgrad0_reg[63:32] <= (s_axi_control_wdata & wmask) | (int_lgrad0_reg[63:32] & ~wmask);
+            if (waddr_reg == ADDR_GATHER0_DATA_0)
+                int_gather0_reg[31:0] <= (s_axi_control_wdata & wmask) | (int_gather0_reg[31:0] & ~wmask);
+            if (waddr_reg == ADDR_GATHER0_DATA_1)
+                int_gather0_reg[63:32] <= (s_axi_control_wdata & wmask) | (int_gather0_reg[63:32] & ~wmask);
+            if (w_in_scalars)
+                int_scalar_reg[w_sidx] <= (s_axi_control_wdata & wmask) | (int_scalar_reg[w_sidx] & ~wmask);
+        end
+    end
+
+    genvar g;
+    generate
+        for (g = 0; g < N_SCALARS; g = g + 1) begin : g_scalar
+            assign scalars[32 * g +: 32] = int_scalar_reg[g];
+        end
+    endgenerate
+
+    assign interrupt = int_gie_reg && (int_isr_reg != 2'b00);
+    assign ap_start  = int_ap_start_reg;
+    assign lgrad0    = int_lgrad0_reg;
+    assign gather0   = int_gather0_reg;
+
+    // registers are words: the byte address bits only matter through WSTRB
+    wire _unused_ok = &{1'b0, s_axi_control_awaddr[1:0], s_axi_control_araddr[1:0], r_soff[2:0], w_soff[2:0], r_soff[ADDR_BITS-1:8], w_soff[ADDR_BITS-1:8],
+                        r_coff[1:0], r_sidx, w_sidx, 1'b0};
+
+endmodule
+
+`resetall

@@ -1,0 +1,696 @@
+// OptimusNIC: the network kernel (Vitis RTL kernel): ring protocol between the MAC and the Adam kernel
+// Language: Verilog 2001
+
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+/*
+ * The network kernel <spec>_net of docs/design.md 8.4 (rail placement): one ring port.
+ *
+ *   s_axis_mac0 (MAC RX) ─> onic_net_rx ─┬ data headers + payload ─> onic_net_ring_dp ─┬ RS/AG packets ─> onic_net_tx ─> m_axis_mac0 (MAC TX)
+ *                                        ├ ACK/NAK headers (flow 1 RS, 2 AG) ─────────┼────────────────> tx senders
+ *                                        └ replies due (evt) ─────────────────────────┼────────────────> tx ACK/NAK
+ *   m_axi_lgrad0 (read) ─ local gradient ─────────────────────────────────────────────┤
+ *   m_axi_gather0 (write) ─ gathered parameters ──────────────────────────────────────┤
+ *   m_axis_grad0 ─> the Adam kernel's gradient input; s_axis_param0 <─ its parameter output
+ *
+ * ap_ctrl_hs: ap_start latches the arguments (onic_net_control_s_axi, hls/net_regmap.py), checks
+ * them (STATUS bit4 config_error: world 2..255, rank < world, length >= 1, payload_bytes a
+ * multiple of 64 between 64 and MAX_PAYLOAD_BEATS x 64, window and credit >= 1, a chunk of at
+ * most 65535 x 16 elements; a bad configuration finishes at once, nothing sent), sizes the step
+ * (S = ceil(ceil(L / N) / 16) x 16 elements per chunk, packets per hop = ceil(chunk bytes /
+ * payload_bytes) per flow: three sequential divisions, about 100 clocks), holds the configuration
+ * 8 clocks (the header builders' checksum pipeline) and starts the receive side (step_start),
+ * the transmit side and the datapath on one clock. ap_done (with ap_ready) when the datapath has
+ * handed the owner's reduced chunk to the Adam kernel (TLAST taken), the all-gather is complete
+ * (own chunk sent, every received chunk forwarded and written) and both senders have every
+ * packet acknowledged. The receive side keeps answering between steps (re-ACKs of the previous
+ * step). `ag_release` is raised once the RS sender's acknowledged base reaches its packet total.
+ *
+ * STATUS (sticky, cleared by ap_start): bit0 read_response (an RRESP error on m_axi_lgrad0),
+ * bit1 write_response (a BRESP error on m_axi_gather0), bit2 protocol_error (a non-data opcode
+ * reached the datapath, the parameter stream's TLAST misplaced, an ACK beyond the packets sent,
+ * a packet too long for a retransmit slot), bit3 timeout_exhausted (never set: the senders retry
+ * without a budget; the host's wait times out instead), bit4 config_error. Only one-phase steps
+ * exist: the map has no two-phase argument, and a scalar frame is refused (protocol_error).
+ *
+ * Counters (net_regmap.counter_names() order, 64-bit registers): 32-bit saturating values in the
+ * low word, high word 0, cleared by reset only (since the card was made, as hls.net.card).
+ * Sums of two flows (retransmissions, timeouts, ACK/NAKs received, stale replies) saturate.
+ * frames_out / bytes_out count at m_axis_mac0; bytes exclude the FCS the MAC appends (as
+ * bytes_in: the MAC strips it); scalar_payload_bytes_out is 0.
+ *
+ * The Ethernet addresses are numbers in network order: MAC 02:00:00:00:00:05 is 0x0000_0200
+ * (local_mac_hi) and 0x0000_0005 (local_mac_lo); IPv4 10.0.0.1 is 0x0A000001. succ_port is not
+ * used (every ring frame goes to UDP port 0x4F4E).
+ */
+module onic_net_kernel #(
+    // wire dtype (RS payload, the Adam kernel's gradient stream): 0 fp32, 1 bf16
+    parameter integer WIRE_BF16 = 0,
+    // parameter dtype (the Adam kernel's output, AG payload, gathered buffer): 0 fp32, 1 bf16
+    parameter integer PARAM_BF16 = 0,
+    // receive buffer: log2 payload beats, log2 frame slots (the credit), largest payload in beats
+    parameter integer RX_PAYLOAD_DEPTH_LOG2 = 10,
+    parameter integer RX_SLOT_LOG2 = 5,
+    parameter integer RX_FRAME_BEATS = 22,
+    // transmit side: log2 packets per retransmit buffer, log2 beats per slot, UltraRAM, frame FIFO
+    parameter integer TX_SLOTS_LOG2 = 7,
+    parameter integer TX_BEATS_LOG2 = 5,
+    parameter integer TX_URAM = 1,
+    parameter integer TX_FIFO_LOG2 = 9,
+    // datapath: gradient prefetch FIFO, gather write FIFO (log2 beats), longest AXI burst
+    parameter integer RD_FIFO_LOG2 = 8,
+    parameter integer WR_FIFO_LOG2 = 7,
+    parameter integer MAX_BURST = 64
+) (
+    input  wire          ap_clk,
+    input  wire          ap_rst_n,
+    // the name Vitis requires for the interrupt port (also a common C++ word)
+    /* verilator lint_off SYMRSVDWORD */
+    output wire          interrupt,
+    /* verilator lint_on SYMRSVDWORD */
+
+    /* AXI4-Lite control (hls/net_regmap.py) */
+    input  wire [11:0]   s_axi_control_awaddr,
+    input  wire          s_axi_control_awvalid,
+    output wire          s_axi_control_awready,
+    input  wire [31:0]   s_axi_control_wdata,
+    input  wire [3:0]    s_axi_control_wstrb,
+    input  wire          s_axi_control_wvalid,
+    output wire          s_axi_control_wready,
+    output wire [1:0]    s_axi_control_bresp,
+    output wire          s_axi_control_bvalid,
+    input  wire          s_axi_control_bready,
+    input  wire [11:0]   s_axi_control_araddr,
+    input  wire          s_axi_control_arvalid,
+    output wire          s_axi_control_arready,
+    output wire [31:0]   s_axi_control_rdata,
+    output wire [1:0]    s_axi_control_rresp,
+    output wire          s_axi_control_rvalid,
+    input  wire          s_axi_control_rready,
+
+    /* AXI4 master: local gradient (read only) */
+    output wire [0:0]    m_axi_lgrad0_arid,
+    output wire [63:0]   m_axi_lgrad0_araddr,
+    output wire [7:0]    m_axi_lgrad0_arlen,
+    output wire [2:0]    m_axi_lgrad0_arsize,
+    output wire [1:0]    m_axi_lgrad0_arburst,
+    output wire          m_axi_lgrad0_arlock,
+    output wire [3:0]    m_axi_lgrad0_arcache,
+    output wire [2:0]    m_axi_lgrad0_arprot,
+    output wire [3:0]    m_axi_lgrad0_arqos,
+    output wire          m_axi_lgrad0_arvalid,
+    input  wire          m_axi_lgrad0_arready,
+    input  wire [0:0]    m_axi_lgrad0_rid,
+    input  wire [511:0]  m_axi_lgrad0_rdata,
+    input  wire [1:0]    m_axi_lgrad0_rresp,
+    input  wire          m_axi_lgrad0_rlast,
+    input  wire          m_axi_lgrad0_rvalid,
+    output wire          m_axi_lgrad0_rready,
+
+    /* AXI4 master: gathered parameters (write only) */
+    output wire [0:0]    m_axi_gather0_awid,
+    output wire [63:0]   m_axi_gather0_awaddr,
+    output wire [7:0]    m_axi_gather0_awlen,
+    output wire [2:0]    m_axi_gather0_awsize,
+    output wire [1:0]    m_axi_gather0_awburst,
+    output wire          m_axi_gather0_awlock,
+    output wire [3:0]    m_axi_gather0_awcache,
+    output wire [2:0]    m_axi_gather0_awprot,
+    output wire [3:0]    m_axi_gather0_awqos,
+    output wire          m_axi_gather0_awvalid,
+    input  wire          m_axi_gather0_awready,
+    output wire [511:0]  m_axi_gather0_wdata,
+    output wire [63:0]   m_axi_gather0_wstrb,
+    output wire          m_axi_gather0_wlast,
+    output wire          m_axi_gather0_wvalid,
+    input  wire          m_axi_gather0_wready,
+    input  wire [0:0]    m_axi_gather0_bid,
+    input  wire [1:0]    m_axi_gather0_bresp,
+    input  wire          m_axi_gather0_bvalid,
+    output wire          m_axi_gather0_bready,
+
+    /* MAC receive (no TREADY; TUSER: FCS failed, on the last beat) */
+    input  wire [511:0]  s_axis_mac0_tdata,
+    input  wire [63:0]   s_axis_mac0_tkeep,
+    input  wire          s_axis_mac0_tvalid,
+    input  wire          s_axis_mac0_tlast,
+    input  wire          s_axis_mac0_tuser,
+
+    /* MAC transmit (whole frames: TVALID stays high from first to last beat) */
+    output wire [511:0]  m_axis_mac0_tdata,
+    output wire [63:0]   m_axis_mac0_tkeep,
+    output wire          m_axis_mac0_tvalid,
+    input  wire          m_axis_mac0_tready,
+    output wire          m_axis_mac0_tlast,
+
+    /* to the Adam kernel's gradient input: the owner's reduced chunk, TLAST on its last beat */
+    output wire [511:0]  m_axis_grad0_tdata,
+    output wire [63:0]   m_axis_grad0_tkeep,
+    output wire          m_axis_grad0_tvalid,
+    input  wire          m_axis_grad0_tready,
+    output wire          m_axis_grad0_tlast,
+
+    /* from the Adam kernel's parameter output: the owner's updated chunk, TLAST on its last beat */
+    input  wire [511:0]  s_axis_param0_tdata,
+    input  wire [63:0]   s_axis_param0_tkeep,
+    input  wire          s_axis_param0_tvalid,
+    output wire          s_axis_param0_tready,
+    input  wire          s_axis_param0_tlast
+);
+
+    localparam integer N_SCALARS  = 20;
+    localparam integer N_COUNTERS = 33;
+    // the largest payload (beats) both the retransmit slot (header beat + payload) and the receive buffer hold
+    localparam integer TX_MAX_BEATS = (1 << TX_BEATS_LOG2) - 1;
+    localparam integer MAX_PAYLOAD_BEATS = (TX_MAX_BEATS < RX_FRAME_BEATS) ? TX_MAX_BEATS : RX_FRAME_BEATS;
+    localparam [3:0] OP_ACK = 4'd3;
+    localparam [3:0] OP_NAK = 4'd4;
+
+    /* reset: active high, registered once here (each block registers its own copies) */
+    reg rst_reg;
+    always @(posedge ap_clk) rst_reg <= !ap_rst_n;
+    wire rst = rst_reg;
+
+    /* ---- control registers ---- */
+    wire          ap_start;
+    reg           ap_done_reg, ap_idle_reg;
+    reg  [31:0]   status_reg;
+    wire [64*N_COUNTERS-1:0] counters;
+    wire [63:0]   arg_lgrad0, arg_gather0;
+    wire [32*N_SCALARS-1:0] scalars;
+
+    onic_net_control_s_axi #(
+        .ADDR_BITS(12),
+        .N_COUNTERS(N_COUNTERS),
+        .N_SCALARS(N_SCALARS)
+    ) control (
+        .clk(ap_clk), .rst(rst),
+        .s_axi_control_awaddr(s_axi_control_awaddr), .s_axi_control_awvalid(s_axi_control_awvalid),
+        .s_axi_control_awready(s_axi_control_awready), .s_axi_control_wdata(s_axi_control_wdata),
+        .s_axi_control_wstrb(s_axi_control_wstrb), .s_axi_control_wvalid(s_axi_control_wvalid),
+        .s_axi_control_wready(s_axi_control_wready), .s_axi_control_bresp(s_axi_control_bresp),
+        .s_axi_control_bvalid(s_axi_control_bvalid), .s_axi_control_bready(s_axi_control_bready),
+        .s_axi_control_araddr(s_axi_control_araddr), .s_axi_control_arvalid(s_axi_control_arvalid),
+        .s_axi_control_arready(s_axi_control_arready), .s_axi_control_rdata(s_axi_control_rdata),
+        .s_axi_control_rresp(s_axi_control_rresp), .s_axi_control_rvalid(s_axi_control_rvalid),
+        .s_axi_control_rready(s_axi_control_rready),
+        .interrupt(interrupt), .ap_start(ap_start), .ap_done(ap_done_reg), .ap_ready(ap_done_reg),
+        .ap_idle(ap_idle_reg), .status(status_reg), .counters(counters),
+        .lgrad0(arg_lgrad0), .gather0(arg_gather0), .scalars(scalars)
+    );
+
+    /* the arguments, latched at ap_start (the host may write the next step's while one runs) */
+    reg  [63:0] cfg_lgrad_reg, cfg_gather_reg;
+    reg  [47:0] cfg_local_mac_reg, cfg_succ_mac_reg, cfg_pred_mac_reg;
+    reg  [31:0] cfg_local_ip_reg, cfg_succ_ip_reg, cfg_pred_ip_reg;
+    reg  [15:0] cfg_local_port_reg, cfg_comm_reg;
+    reg  [31:0] cfg_rank_reg, cfg_world_reg, cfg_length_reg, cfg_window_reg, cfg_timeout_reg;
+    reg  [31:0] cfg_credit_reg, cfg_payload_reg, cfg_step_reg;
+
+    wire [31:0] arg [0:N_SCALARS-1];   // net_regmap.SCALARS order
+    genvar g;
+    generate
+        for (g = 0; g < N_SCALARS; g = g + 1) begin : g_arg
+            assign arg[g] = scalars[32 * g +: 32];
+        end
+    endgenerate
+
+    /* ---- the step's state machine ---- */
+    localparam [3:0] S_IDLE = 4'd0, S_CHECK = 4'd1, S_DIV_RANK = 4'd2, S_DIV_RS = 4'd3, S_DIV_AG = 4'd4,
+                     S_TOTAL = 4'd5, S_HOLD = 4'd6, S_RUN = 4'd7, S_DONE = 4'd8;
+    reg  [3:0]  state_reg;
+    reg  [3:0]  hold_reg;           // clocks the configuration has been steady / since the start pulse
+    reg         start_pulse_reg;
+    reg  [31:0] chunk_elems_reg;    // S
+    reg  [31:0] rs_per_hop_reg, ag_per_hop_reg, rs_total_reg, ag_total_reg;
+    reg         div_start_reg;
+    reg  [31:0] div_num_reg, div_den_reg;
+    wire        div_done;
+    wire [31:0] div_quot;
+    reg         ag_release_reg;
+
+    onic_net_div div (
+        .clk(ap_clk), .rst(rst), .start(div_start_reg), .num(div_num_reg), .den(div_den_reg),
+        .done(div_done), .quot(div_quot)
+    );
+
+    wire [31:0] rs_chunk_bytes = (WIRE_BF16 != 0) ? {chunk_elems_reg[30:0], 1'b0} : {chunk_elems_reg[29:0], 2'b00};
+    wire [31:0] ag_chunk_bytes = (PARAM_BF16 != 0) ? {chunk_elems_reg[30:0], 1'b0} : {chunk_elems_reg[29:0], 2'b00};
+    wire [31:0] s_from_rank    = {div_quot[31:4] + {27'd0, div_quot[3:0] != 4'd0}, 4'd0};
+
+    wire        config_ok = cfg_world_reg >= 32'd2 && cfg_world_reg <= 32'd255 && cfg_rank_reg < cfg_world_reg
+                            && cfg_length_reg != 32'd0 && cfg_length_reg <= 32'hF000_0000
+                            && cfg_payload_reg[5:0] == 6'd0 && cfg_payload_reg >= 32'd64
+                            && {6'd0, cfg_payload_reg[31:6]} <= MAX_PAYLOAD_BEATS
+                            && cfg_window_reg != 32'd0 && cfg_credit_reg != 32'd0;
+
+    wire [127:0] rs_state, ag_state;
+    wire         dp_rs_done, dp_ag_done;
+    wire [4:0]   dp_errors;
+    wire [3:0]   tx_errors;
+    wire         step_complete = dp_rs_done && dp_ag_done && rs_state[31:0] == rs_total_reg
+                                 && ag_state[31:0] == ag_total_reg;
+
+    always @(posedge ap_clk) begin
+        if (rst) begin
+            state_reg       <= S_IDLE;
+            hold_reg        <= 4'd0;
+            start_pulse_reg <= 1'b0;
+            div_start_reg   <= 1'b0;
+            ap_done_reg     <= 1'b0;
+            ap_idle_reg     <= 1'b1;
+            status_reg      <= 32'd0;
+            ag_release_reg  <= 1'b0;
+            chunk_elems_reg <= 32'd16;
+            rs_per_hop_reg  <= 32'd1;
+            ag_per_hop_reg  <= 32'd1;
+            rs_total_reg    <= 32'd1;
+            ag_total_reg    <= 32'd1;
+            div_num_reg     <= 32'd0;
+            div_den_reg     <= 32'd1;
+        end else begin
+            start_pulse_reg <= 1'b0;
+            div_start_reg   <= 1'b0;
+            ap_done_reg     <= 1'b0;
+            case (state_reg)
+                S_IDLE: if (ap_start && !ap_done_reg) begin   // ap_start falls the clock after ap_ready
+                    cfg_lgrad_reg      <= arg_lgrad0;
+                    cfg_gather_reg     <= arg_gather0;
+                    cfg_local_mac_reg  <= {arg[1][15:0], arg[0]};
+                    cfg_local_ip_reg   <= arg[2];
+                    cfg_local_port_reg <= arg[3][15:0];
+                    cfg_succ_mac_reg   <= {arg[5][15:0], arg[4]};
+                    cfg_succ_ip_reg    <= arg[6];
+                    cfg_pred_mac_reg   <= {arg[9][15:0], arg[8]};
+                    cfg_pred_ip_reg    <= arg[10];
+                    cfg_comm_reg       <= arg[11][15:0];
+                    cfg_rank_reg       <= arg[12];
+                    cfg_world_reg      <= arg[13];
+                    cfg_length_reg     <= arg[14];
+                    cfg_window_reg     <= arg[15];
+                    cfg_timeout_reg    <= arg[16];
+                    cfg_credit_reg     <= arg[17];
+                    cfg_payload_reg    <= arg[18];
+                    cfg_step_reg       <= arg[19];
+                    status_reg         <= 32'd0;
+                    ap_idle_reg        <= 1'b0;
+                    ag_release_reg     <= 1'b0;
+                    state_reg          <= S_CHECK;
+                end
+                S_CHECK: begin
+                    if (!config_ok) begin
+                        status_reg[4] <= 1'b1;
+                        state_reg     <= S_DONE;
+                    end else begin
+                        // ceil(L / N)
+                        div_num_reg   <= cfg_length_reg + cfg_world_reg - 32'd1;
+                        div_den_reg   <= cfg_world_reg;
+                        div_start_reg <= 1'b1;
+                        state_reg     <= S_DIV_RANK;
+                    end
+                end
+                S_DIV_RANK: if (div_done) begin
+                    if (div_quot > 32'h000F_FFF0) begin   // the header's 16-bit length of a chunk's packets
+                        status_reg[4] <= 1'b1;
+                        state_reg     <= S_DONE;
+                    end else begin
+                        chunk_elems_reg <= s_from_rank;
+                        state_reg       <= S_DIV_RS;
+                    end
+                end
+                S_DIV_RS: begin
+                    if (!div_start_reg && !div_done && hold_reg == 4'd0) begin
+                        div_num_reg   <= rs_chunk_bytes + cfg_payload_reg - 32'd1;
+                        div_den_reg   <= cfg_payload_reg;
+                        div_start_reg <= 1'b1;
+                        hold_reg      <= 4'd1;
+                    end
+                    if (div_done) begin
+                        rs_per_hop_reg <= div_quot;
+                        div_num_reg    <= ag_chunk_bytes + cfg_payload_reg - 32'd1;
+                        div_start_reg  <= 1'b1;
+                        hold_reg       <= 4'd0;
+                        state_reg      <= S_DIV_AG;
+                    end
+                end
+                S_DIV_AG: if (div_done) begin
+                    ag_per_hop_reg <= div_quot;
+                    state_reg      <= S_TOTAL;
+                end
+                S_TOTAL: begin
+                    rs_total_reg <= rs_per_hop_reg * (cfg_world_reg - 32'd1);
+                    ag_total_reg <= ag_per_hop_reg * (cfg_world_reg - 32'd1);
+                    hold_reg     <= 4'd0;
+                    state_reg    <= S_HOLD;
+                end
+                S_HOLD: begin
+                    hold_reg <= hold_reg + 4'd1;
+                    if (hold_reg == 4'd8) begin
+                        start_pulse_reg <= 1'b1;
+                        hold_reg        <= 4'd0;
+                        state_reg       <= S_RUN;
+                    end
+                end
+                S_RUN: begin
+                    // the blocks' step state settles a few clocks after the pulse: done and
+                    // ag_release only count from then on
+                    if (hold_reg != 4'd15) hold_reg <= hold_reg + 4'd1;
+                    if (hold_reg == 4'd15) begin
+                        ag_release_reg <= rs_state[31:0] == rs_total_reg;
+                        if (step_complete) state_reg <= S_DONE;
+                    end
+                end
+                S_DONE: begin
+                    ap_done_reg <= 1'b1;
+                    ap_idle_reg <= 1'b1;
+                    hold_reg    <= 4'd0;
+                    state_reg   <= S_IDLE;
+                end
+                default: state_reg <= S_IDLE;
+            endcase
+            if (state_reg == S_RUN || state_reg == S_DONE) begin
+                status_reg[0] <= status_reg[0] | dp_errors[3];
+                status_reg[1] <= status_reg[1] | dp_errors[4];
+                status_reg[2] <= status_reg[2] | (|dp_errors[2:0]) | (|tx_errors);
+            end
+        end
+    end
+
+    /* ---- receive side ---- */
+    wire         hdr_valid, hdr_ready;
+    wire [47:0]  hdr_src_mac;
+    wire [31:0]  hdr_src_ip;
+    wire [15:0]  hdr_src_port;
+    wire [3:0]   hdr_version, hdr_opcode;
+    wire [1:0]   hdr_dtype;
+    wire [5:0]   hdr_flags;
+    wire [15:0]  hdr_comm, hdr_chunk, hdr_length;
+    wire [7:0]   hdr_src, hdr_hop;
+    wire [31:0]  hdr_step, hdr_seq, hdr_offset;
+    wire [511:0] pay_tdata;
+    wire [63:0]  pay_tkeep;
+    wire         pay_tlast, pay_tvalid, pay_tready;
+    wire         evt_valid, evt_ready, evt_nak;
+    wire [1:0]   evt_flow;
+    wire [31:0]  evt_step, evt_seq, evt_credit;
+    wire [31:0]  rx_cnt [0:20];     // frames_in, bytes_in, frames_accepted, then the 18 drop causes
+
+    onic_net_rx #(
+        .PAYLOAD_DEPTH_LOG2(RX_PAYLOAD_DEPTH_LOG2),
+        .SLOT_LOG2(RX_SLOT_LOG2),
+        .FRAME_BEATS(RX_FRAME_BEATS)
+    ) rx (
+        .clk(ap_clk), .rst(rst),
+        .local_mac(cfg_local_mac_reg), .local_ip(cfg_local_ip_reg), .local_comm(cfg_comm_reg),
+        .step_start(start_pulse_reg), .step_id(cfg_step_reg),
+        .s_axis_tdata(s_axis_mac0_tdata), .s_axis_tkeep(s_axis_mac0_tkeep), .s_axis_tvalid(s_axis_mac0_tvalid),
+        .s_axis_tlast(s_axis_mac0_tlast), .s_axis_tuser(s_axis_mac0_tuser),
+        .m_axis_hdr_tvalid(hdr_valid), .m_axis_hdr_tready(hdr_ready),
+        .m_axis_hdr_src_mac(hdr_src_mac), .m_axis_hdr_src_ip(hdr_src_ip), .m_axis_hdr_src_port(hdr_src_port),
+        .m_axis_hdr_version(hdr_version), .m_axis_hdr_opcode(hdr_opcode), .m_axis_hdr_dtype(hdr_dtype),
+        .m_axis_hdr_flags(hdr_flags), .m_axis_hdr_comm(hdr_comm), .m_axis_hdr_src(hdr_src),
+        .m_axis_hdr_hop(hdr_hop), .m_axis_hdr_chunk(hdr_chunk), .m_axis_hdr_step(hdr_step),
+        .m_axis_hdr_seq(hdr_seq), .m_axis_hdr_offset(hdr_offset), .m_axis_hdr_length(hdr_length),
+        .m_axis_payload_tdata(pay_tdata), .m_axis_payload_tkeep(pay_tkeep), .m_axis_payload_tlast(pay_tlast),
+        .m_axis_payload_tvalid(pay_tvalid), .m_axis_payload_tready(pay_tready),
+        .evt_valid(evt_valid), .evt_ready(evt_ready), .evt_nak(evt_nak), .evt_flow(evt_flow),
+        .evt_step(evt_step), .evt_seq(evt_seq), .evt_credit(evt_credit),
+        .frames_in(rx_cnt[0]), .bytes_in(rx_cnt[1]), .frames_accepted(rx_cnt[2]),
+        .dropped_truncated(rx_cnt[3]), .dropped_fcs(rx_cnt[4]), .dropped_mac(rx_cnt[5]),
+        .dropped_ethertype(rx_cnt[6]), .dropped_ip_header(rx_cnt[7]), .dropped_ip_checksum(rx_cnt[8]),
+        .dropped_ip_address(rx_cnt[9]), .dropped_protocol(rx_cnt[10]), .dropped_port(rx_cnt[11]),
+        .dropped_version(rx_cnt[12]), .dropped_opcode(rx_cnt[13]), .dropped_dtype(rx_cnt[14]),
+        .dropped_comm(rx_cnt[15]), .dropped_step(rx_cnt[16]), .dropped_previous_step(rx_cnt[17]),
+        .dropped_duplicate(rx_cnt[18]), .dropped_gap(rx_cnt[19]), .dropped_overflow(rx_cnt[20])
+    );
+
+    /* header routing: ACK/NAKs to their flow's sender at once (a scalar flow's: dropped); data
+     * headers into a queue of this top's own (2^RX_SLOT_LOG2, as many as the receive buffer holds)
+     * in front of the datapath. Without it an ACK waits behind data headers the datapath cannot
+     * take yet: AG packets to forward wait for the own chunk, which waits for ag_release, which
+     * waits for that very ACK (the RS sender's last) - a deadlock. The credit advertised counts
+     * the queued headers as taken (their payload is still in the receive buffer), so a peer
+     * within its credit never overflows the buffer. */
+    localparam integer DQ_WIDTH = 4 + 6 + 8 + 16 + 32 + 32 + 16;
+    wire hdr_reply = hdr_opcode == OP_ACK || hdr_opcode == OP_NAK;
+    wire [1:0] hdr_flow = hdr_flags[2:1];
+    wire rs_ack_ready, ag_ack_ready, dp_hdr_ready, dq_s_ready, dq_m_valid;
+    wire [DQ_WIDTH-1:0] dq_m_data;
+    wire [RX_SLOT_LOG2:0] dq_count;
+    wire rs_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd1;
+    wire ag_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd2;
+    wire dq_push = hdr_valid && !hdr_reply && dq_s_ready;
+    assign hdr_ready = !hdr_reply ? dq_s_ready
+                     : hdr_flow == 2'd1 ? rs_ack_ready
+                     : hdr_flow == 2'd2 ? ag_ack_ready
+                     : 1'b1;
+
+    onic_fifo #(
+        .WIDTH(DQ_WIDTH),
+        .DEPTH_LOG2(RX_SLOT_LOG2)
+    ) data_hdr_queue (
+        .clk(ap_clk), .rst(rst), .clear(1'b0),
+        .s_data({hdr_opcode, hdr_flags, hdr_hop, hdr_chunk, hdr_seq, hdr_offset, hdr_length}),
+        .s_valid(hdr_valid && !hdr_reply), .s_ready(dq_s_ready),
+        .m_data(dq_m_data), .m_valid(dq_m_valid), .m_ready(dp_hdr_ready), .count(dq_count)
+    );
+
+    wire [3:0]  dq_opcode = dq_m_data[113:110];
+    wire [5:0]  dq_flags  = dq_m_data[109:104];
+    wire [7:0]  dq_hop    = dq_m_data[103:96];
+    wire [15:0] dq_chunk  = dq_m_data[95:80];
+    wire [31:0] dq_seq    = dq_m_data[79:48];
+    wire [31:0] dq_offset = dq_m_data[47:16];
+    wire [15:0] dq_length = dq_m_data[15:0];
+
+    // free slots = the receive side's free header slots less the headers queued here (and the one entering)
+    wire [31:0] queued = {{(31 - RX_SLOT_LOG2){1'b0}}, dq_count} + {31'd0, dq_push};
+    wire [31:0] ctl_credit = evt_credit > queued ? evt_credit - queued : 32'd0;
+
+    /* replies: the receive side's (evt) first; then a credit refresh: a flow whose last reply in
+     * this step advertised no free slot gets its ACK again once a slot is free (the receiver's
+     * `release` in hls.net.reliability), else its sender, with nothing in flight, waits forever */
+    reg  [1:0]  zero_reg;            // RS, AG: the last reply carried credit 0
+    reg  [31:0] last_seq_reg [0:1];
+    wire        ref_rs    = zero_reg[0] && ctl_credit != 32'd0;
+    wire        ref_ag    = zero_reg[1] && ctl_credit != 32'd0;
+    wire        ref_valid = !evt_valid && (ref_rs || ref_ag);
+    wire        ctl_valid = evt_valid || ref_valid;
+    wire        ctl_ready;
+    wire        ctl_nak   = evt_valid && evt_nak;
+    wire [1:0]  ctl_flow  = evt_valid ? evt_flow : (ref_rs ? 2'd1 : 2'd2);
+    wire [31:0] ctl_step  = evt_valid ? evt_step : cfg_step_reg;
+    wire [31:0] ctl_seq   = evt_valid ? evt_seq : last_seq_reg[ref_rs ? 0 : 1];
+    wire        ctl_take  = ctl_valid && ctl_ready;
+    assign evt_ready = ctl_ready;
+
+    always @(posedge ap_clk) begin
+        if (rst || start_pulse_reg) begin
+            zero_reg        <= 2'b00;
+            last_seq_reg[0] <= 32'd0;
+            last_seq_reg[1] <= 32'd0;
+        end else if (ctl_take) begin
+            if (evt_valid && evt_step == cfg_step_reg && (evt_flow == 2'd1 || evt_flow == 2'd2)) begin
+                last_seq_reg[evt_flow == 2'd2] <= evt_seq;
+                zero_reg[evt_flow == 2'd2]     <= ctl_credit == 32'd0;
+            end else if (!evt_valid) begin
+                zero_reg[!ref_rs] <= 1'b0;
+            end
+        end
+    end
+
+    /* ---- datapath ---- */
+    wire [1:0]   rs_desc_dtype, ag_desc_dtype;
+    wire [5:0]   rs_desc_flags, ag_desc_flags;
+    wire [7:0]   rs_desc_hop, ag_desc_hop;
+    wire [15:0]  rs_desc_chunk, ag_desc_chunk, rs_desc_len, ag_desc_len;
+    wire [31:0]  rs_desc_seq, ag_desc_seq, rs_desc_offset, ag_desc_offset;
+    wire         rs_desc_valid, rs_desc_ready, ag_desc_valid, ag_desc_ready;
+    wire [511:0] rs_tdata, ag_tdata;
+    wire [63:0]  rs_tkeep, ag_tkeep;
+    wire         rs_tlast, rs_tvalid, rs_tready, ag_tlast, ag_tvalid, ag_tready;
+
+    onic_net_ring_dp #(
+        .WIRE_BF16(WIRE_BF16),
+        .PARAM_BF16(PARAM_BF16),
+        .RD_FIFO_LOG2(RD_FIFO_LOG2),
+        .WR_FIFO_LOG2(WR_FIFO_LOG2),
+        .MAX_BURST(MAX_BURST)
+    ) dp (
+        .clk(ap_clk), .rst(rst),
+        .start(start_pulse_reg), .cfg_rank(cfg_rank_reg[7:0]), .cfg_world(cfg_world_reg[7:0]),
+        .cfg_chunk_elems(chunk_elems_reg), .cfg_pkt_beats(cfg_payload_reg[21:6]),
+        .cfg_grad_addr(cfg_lgrad_reg), .cfg_gather_addr(cfg_gather_reg), .ag_release(ag_release_reg),
+        .rs_done(dp_rs_done), .ag_done(dp_ag_done), .errors(dp_errors),
+        .s_hdr_opcode(dq_opcode), .s_hdr_flags(dq_flags), .s_hdr_hop(dq_hop), .s_hdr_chunk(dq_chunk),
+        .s_hdr_seq(dq_seq), .s_hdr_offset(dq_offset), .s_hdr_length(dq_length),
+        .s_hdr_valid(dq_m_valid), .s_hdr_ready(dp_hdr_ready),
+        .s_pay_tdata(pay_tdata), .s_pay_tkeep(pay_tkeep), .s_pay_tlast(pay_tlast), .s_pay_tvalid(pay_tvalid),
+        .s_pay_tready(pay_tready),
+        .m_grad_tdata(m_axis_grad0_tdata), .m_grad_tkeep(m_axis_grad0_tkeep), .m_grad_tlast(m_axis_grad0_tlast),
+        .m_grad_tvalid(m_axis_grad0_tvalid), .m_grad_tready(m_axis_grad0_tready),
+        .s_param_tdata(s_axis_param0_tdata), .s_param_tkeep(s_axis_param0_tkeep),
+        .s_param_tlast(s_axis_param0_tlast), .s_param_tvalid(s_axis_param0_tvalid),
+        .s_param_tready(s_axis_param0_tready),
+        .m_rs_desc_dtype(rs_desc_dtype), .m_rs_desc_flags(rs_desc_flags), .m_rs_desc_hop(rs_desc_hop),
+        .m_rs_desc_chunk(rs_desc_chunk), .m_rs_desc_seq(rs_desc_seq), .m_rs_desc_offset(rs_desc_offset),
+        .m_rs_desc_len(rs_desc_len), .m_rs_desc_valid(rs_desc_valid), .m_rs_desc_ready(rs_desc_ready),
+        .m_rs_axis_tdata(rs_tdata), .m_rs_axis_tkeep(rs_tkeep), .m_rs_axis_tlast(rs_tlast),
+        .m_rs_axis_tvalid(rs_tvalid), .m_rs_axis_tready(rs_tready),
+        .m_ag_desc_dtype(ag_desc_dtype), .m_ag_desc_flags(ag_desc_flags), .m_ag_desc_hop(ag_desc_hop),
+        .m_ag_desc_chunk(ag_desc_chunk), .m_ag_desc_seq(ag_desc_seq), .m_ag_desc_offset(ag_desc_offset),
+        .m_ag_desc_len(ag_desc_len), .m_ag_desc_valid(ag_desc_valid), .m_ag_desc_ready(ag_desc_ready),
+        .m_ag_axis_tdata(ag_tdata), .m_ag_axis_tkeep(ag_tkeep), .m_ag_axis_tlast(ag_tlast),
+        .m_ag_axis_tvalid(ag_tvalid), .m_ag_axis_tready(ag_tready),
+        .m_axi_grad_arid(m_axi_lgrad0_arid), .m_axi_grad_araddr(m_axi_lgrad0_araddr),
+        .m_axi_grad_arlen(m_axi_lgrad0_arlen), .m_axi_grad_arsize(m_axi_lgrad0_arsize),
+        .m_axi_grad_arburst(m_axi_lgrad0_arburst), .m_axi_grad_arlock(m_axi_lgrad0_arlock),
+        .m_axi_grad_arcache(m_axi_lgrad0_arcache), .m_axi_grad_arprot(m_axi_lgrad0_arprot),
+        .m_axi_grad_arqos(m_axi_lgrad0_arqos), .m_axi_grad_arvalid(m_axi_lgrad0_arvalid),
+        .m_axi_grad_arready(m_axi_lgrad0_arready), .m_axi_grad_rid(m_axi_lgrad0_rid),
+        .m_axi_grad_rdata(m_axi_lgrad0_rdata), .m_axi_grad_rresp(m_axi_lgrad0_rresp),
+        .m_axi_grad_rlast(m_axi_lgrad0_rlast), .m_axi_grad_rvalid(m_axi_lgrad0_rvalid),
+        .m_axi_grad_rready(m_axi_lgrad0_rready),
+        .m_axi_gather_awid(m_axi_gather0_awid), .m_axi_gather_awaddr(m_axi_gather0_awaddr),
+        .m_axi_gather_awlen(m_axi_gather0_awlen), .m_axi_gather_awsize(m_axi_gather0_awsize),
+        .m_axi_gather_awburst(m_axi_gather0_awburst), .m_axi_gather_awlock(m_axi_gather0_awlock),
+        .m_axi_gather_awcache(m_axi_gather0_awcache), .m_axi_gather_awprot(m_axi_gather0_awprot),
+        .m_axi_gather_awqos(m_axi_gather0_awqos), .m_axi_gather_awvalid(m_axi_gather0_awvalid),
+        .m_axi_gather_awready(m_axi_gather0_awready), .m_axi_gather_wdata(m_axi_gather0_wdata),
+        .m_axi_gather_wstrb(m_axi_gather0_wstrb), .m_axi_gather_wlast(m_axi_gather0_wlast),
+        .m_axi_gather_wvalid(m_axi_gather0_wvalid), .m_axi_gather_wready(m_axi_gather0_wready),
+        .m_axi_gather_bid(m_axi_gather0_bid), .m_axi_gather_bresp(m_axi_gather0_bresp),
+        .m_axi_gather_bvalid(m_axi_gather0_bvalid), .m_axi_gather_bready(m_axi_gather0_bready)
+    );
+
+    /* ---- transmit side ---- */
+    wire [255:0] rs_counters, ag_counters;
+    wire [95:0]  tx_counters;
+
+    onic_net_tx #(
+        .SLOTS_LOG2(TX_SLOTS_LOG2),
+        .BEATS_LOG2(TX_BEATS_LOG2),
+        .URAM(TX_URAM),
+        .FIFO_LOG2(TX_FIFO_LOG2)
+    ) tx (
+        .clk(ap_clk), .rst(rst),
+        .cfg_local_mac(cfg_local_mac_reg), .cfg_peer_mac(cfg_succ_mac_reg), .cfg_local_ip(cfg_local_ip_reg),
+        .cfg_peer_ip(cfg_succ_ip_reg), .cfg_pred_mac(cfg_pred_mac_reg), .cfg_pred_ip(cfg_pred_ip_reg),
+        .cfg_udp_sport(cfg_local_port_reg), .cfg_comm(cfg_comm_reg),
+        .cfg_rank(cfg_rank_reg[7:0]), .cfg_step(cfg_step_reg), .cfg_rto(cfg_timeout_reg),
+        .cfg_rs_window(cfg_window_reg), .cfg_rs_credit(cfg_credit_reg),
+        .cfg_ag_window(cfg_window_reg), .cfg_ag_credit(cfg_credit_reg), .start(start_pulse_reg),
+        .s_rs_desc_dtype(rs_desc_dtype), .s_rs_desc_flags(rs_desc_flags), .s_rs_desc_hop(rs_desc_hop),
+        .s_rs_desc_chunk(rs_desc_chunk), .s_rs_desc_seq(rs_desc_seq), .s_rs_desc_offset(rs_desc_offset),
+        .s_rs_desc_len(rs_desc_len), .s_rs_desc_valid(rs_desc_valid), .s_rs_desc_ready(rs_desc_ready),
+        .s_rs_axis_tdata(rs_tdata), .s_rs_axis_tkeep(rs_tkeep), .s_rs_axis_tlast(rs_tlast),
+        .s_rs_axis_tvalid(rs_tvalid), .s_rs_axis_tready(rs_tready),
+        .s_ag_desc_dtype(ag_desc_dtype), .s_ag_desc_flags(ag_desc_flags), .s_ag_desc_hop(ag_desc_hop),
+        .s_ag_desc_chunk(ag_desc_chunk), .s_ag_desc_seq(ag_desc_seq), .s_ag_desc_offset(ag_desc_offset),
+        .s_ag_desc_len(ag_desc_len), .s_ag_desc_valid(ag_desc_valid), .s_ag_desc_ready(ag_desc_ready),
+        .s_ag_axis_tdata(ag_tdata), .s_ag_axis_tkeep(ag_tkeep), .s_ag_axis_tlast(ag_tlast),
+        .s_ag_axis_tvalid(ag_tvalid), .s_ag_axis_tready(ag_tready),
+        .s_rs_ack_valid(rs_ack_valid), .s_rs_ack_ready(rs_ack_ready), .s_rs_ack_nak(hdr_opcode == OP_NAK),
+        .s_rs_ack_step(hdr_step), .s_rs_ack_seq(hdr_seq), .s_rs_ack_credit(hdr_offset),
+        .s_ag_ack_valid(ag_ack_valid), .s_ag_ack_ready(ag_ack_ready), .s_ag_ack_nak(hdr_opcode == OP_NAK),
+        .s_ag_ack_step(hdr_step), .s_ag_ack_seq(hdr_seq), .s_ag_ack_credit(hdr_offset),
+        .s_ctl_valid(ctl_valid), .s_ctl_ready(ctl_ready), .s_ctl_nak(ctl_nak), .s_ctl_flow(ctl_flow),
+        .s_ctl_step(ctl_step), .s_ctl_seq(ctl_seq), .s_ctl_credit(ctl_credit),
+        .m_axis_tdata(m_axis_mac0_tdata), .m_axis_tkeep(m_axis_mac0_tkeep), .m_axis_tlast(m_axis_mac0_tlast),
+        .m_axis_tvalid(m_axis_mac0_tvalid), .m_axis_tready(m_axis_mac0_tready),
+        .rs_state(rs_state), .ag_state(ag_state), .errors(tx_errors),
+        .rs_counters(rs_counters), .ag_counters(ag_counters), .tx_counters(tx_counters)
+    );
+
+    /* ---- counters of this top: frames and bytes at the MAC's transmit port, ACK/NAKs sent ---- */
+    reg  [31:0] frames_out_reg, bytes_out_reg, acks_sent_reg, naks_sent_reg;
+    reg         out_beat_reg, out_last_reg;
+    reg  [63:0] out_keep_reg;
+    reg  [6:0]  out_bytes;
+    integer b;
+    always @(*) begin
+        out_bytes = 7'd0;
+        for (b = 0; b < 64; b = b + 1) out_bytes = out_bytes + {6'd0, out_keep_reg[b]};
+    end
+
+    function [31:0] sat_add;
+        input [31:0] a;
+        input [31:0] c;
+        reg   [32:0] s;
+        begin
+            s = {1'b0, a} + {1'b0, c};
+            sat_add = s[32] ? 32'hFFFF_FFFF : s[31:0];
+        end
+    endfunction
+
+    always @(posedge ap_clk) begin
+        if (rst) begin
+            frames_out_reg <= 32'd0;
+            bytes_out_reg  <= 32'd0;
+            acks_sent_reg  <= 32'd0;
+            naks_sent_reg  <= 32'd0;
+            out_beat_reg   <= 1'b0;
+            out_last_reg   <= 1'b0;
+            out_keep_reg   <= 64'd0;
+        end else begin
+            out_beat_reg <= m_axis_mac0_tvalid && m_axis_mac0_tready;
+            out_last_reg <= m_axis_mac0_tlast;
+            out_keep_reg <= m_axis_mac0_tkeep;
+            if (out_beat_reg) begin
+                bytes_out_reg <= sat_add(bytes_out_reg, {25'd0, out_bytes});
+                if (out_last_reg) frames_out_reg <= sat_add(frames_out_reg, 32'd1);
+            end
+            if (ctl_take) begin
+                if (ctl_nak) naks_sent_reg <= sat_add(naks_sent_reg, 32'd1);
+                else acks_sent_reg <= sat_add(acks_sent_reg, 32'd1);
+            end
+        end
+    end
+
+    /* the register view, net_regmap.counter_names() order; flow sums registered */
+    reg  [31:0] sum_reg [0:6];
+    always @(posedge ap_clk) begin
+        sum_reg[0] <= sat_add(rs_counters[95:64], ag_counters[95:64]);     // retransmitted_frames
+        sum_reg[1] <= sat_add(rs_counters[127:96], ag_counters[127:96]);   // retransmitted_bytes
+        sum_reg[2] <= sat_add(rs_counters[191:160], ag_counters[191:160]); // acks_received
+        sum_reg[3] <= sat_add(rs_counters[223:192], ag_counters[223:192]); // naks_received
+        sum_reg[4] <= sat_add(rs_counters[159:128], ag_counters[159:128]); // timeouts
+        sum_reg[5] <= sat_add(rs_counters[255:224], ag_counters[255:224]); // stale replies
+        sum_reg[6] <= 32'd0;
+    end
+
+    wire [31:0] view [0:N_COUNTERS-1];
+    assign view[0]  = rx_cnt[0];        // frames_in
+    assign view[1]  = rx_cnt[1];        // bytes_in
+    assign view[2]  = frames_out_reg;
+    assign view[3]  = bytes_out_reg;
+    assign view[4]  = sum_reg[0];
+    assign view[5]  = sum_reg[1];
+    assign view[6]  = acks_sent_reg;
+    assign view[7]  = sum_reg[2];
+    assign view[8]  = naks_sent_reg;
+    assign view[9]  = sum_reg[3];
+    assign view[10] = sum_reg[4];
+    assign view[11] = rs_counters[63:32];   // rs_payload_bytes_out
+    assign view[12] = ag_counters[63:32];   // ag_payload_bytes_out
+    assign view[13] = sum_reg[6];           // scalar_payload_bytes_out: no scalar flow
+    generate
+        for (g = 0; g < 18; g = g + 1) begin : g_drop
+            assign view[14 + g] = rx_cnt[3 + g];   // dropped_truncated .. dropped_overflow
+        end
+        for (g = 0; g < N_COUNTERS; g = g + 1) begin : g_view
+            assign counters[64 * g +: 64] = {32'd0, view[g]};
+        end
+    endgenerate
+    assign view[N_COUNTERS - 1] = sum_reg[5];  // dropped_stale_reply
+
+    // header fields the datapath and the senders do not use (the receive side checked them)
+    wire _unused_ok = &{1'b0, hdr_src_mac, hdr_src_ip, hdr_src_port, hdr_version, hdr_dtype, hdr_comm, hdr_src,
+                        rx_cnt[2], tx_counters, rs_counters[31:0], ag_counters[31:0], rs_state[127:32], ag_state[127:32], arg[7],
+                        cfg_world_reg[31:8], cfg_rank_reg[31:8], cfg_payload_reg[31:22], 1'b0};
+
+endmodule
+
+`resetall

@@ -1,0 +1,141 @@
+"""The network kernel top (sim/rtl/net/onic_net_kernel.v, README.md "Network kernel"): one RTL card
+on a ring of `hls.net.card.Card` software peers in cocotb (sim/tb/net/test_onic_net_kernel.py).
+
+- The control block's addresses (localparams of onic_net_control_s_axi.v) against hls/net_regmap.py,
+  register by register; in simulation every argument written and read back at net_regmap's offsets,
+  the read-only words, and bad configurations refused with STATUS config_error.
+- Ring steps: the RTL card at every ring position of N = 2, 3, 4 (fp32; bf16: N = 3 and N = 2
+  rank 1; with --full every position for fp32, bf16 and bf16 wire / fp32 parameters, N up to 8):
+  the reduced chunk handed to the (stand-in) Adam kernel, the gathered buffer and every peer's
+  gathered vector bit for bit against hls.net.ring / a reference ring; counters.
+- Seeded drops and duplicates on every link (the bench's own switch, 5 %), and the faulty switch
+  of sim/tb/models (drop, duplicate, reorder, bit flip), recovering bit-exact; a stalled Adam
+  kernel (its gradient input refusing 90 % of clocks) without loss or deadlock.
+Verilator; the simulation sizes are small (8 receive slots, 16-beat retransmit slots).
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from hls import net_regmap
+from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
+from hls.rtl import simulators
+from hls.rtl_sources import read_filelist
+
+NET_RTL = RTL_DIR / "net"
+NET_TB = TB_DIR / "net"
+SOURCES = read_filelist(NET_RTL / "net_kernel.f")
+DTYPES = {"fp32": (0, 0), "bf16": (1, 1), "bf16-fp32": (1, 0)}  # wire / parameter dtype
+# small buffers: 8 receive slots of up to 4 payload beats, 16-beat retransmit slots
+SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
+              "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
+              "MAX_BURST": 8}
+PLAN = SimpleNamespace(streams=[SimpleNamespace(name="lgrad", stripes=1, what=""),
+                                SimpleNamespace(name="gather", stripes=1, what="")])
+
+
+def test_control_addresses_match_regmap() -> None:
+    """Every address the control block decodes is the one hls/net_regmap.py gives the register."""
+    text = (NET_RTL / "onic_net_control_s_axi.v").read_text()
+    local = {m[1]: int(m[2], 16) for m in re.finditer(r"localparam \[ADDR_BITS-1:0\] (ADDR_\w+)\s*= 'h(\w+);", text)}
+    params = {m[1]: int(m[2]) for m in re.finditer(r"parameter integer (N_\w+) = (\d+)", text)}
+    args = net_regmap.register_map(PLAN)  # type: ignore[arg-type]
+    readonly = net_regmap.readonly_map(args)
+    assert local["ADDR_AP_CTRL"] == net_regmap.CTRL and local["ADDR_GIE"] == net_regmap.GIE
+    assert local["ADDR_IER"] == net_regmap.IER and local["ADDR_ISR"] == net_regmap.ISR
+    pointers = [a for a in args if a.kind == "pointer"]
+    scalars = [a for a in args if a.kind == "scalar"]
+    assert [a.name for a in pointers] == ["lgrad0", "gather0"]
+    for a in pointers:
+        assert local[f"ADDR_{a.name.upper()}_DATA_0"] == a.offset
+        assert local[f"ADDR_{a.name.upper()}_DATA_1"] == a.offset + 4
+    assert params["N_SCALARS"] == len(scalars) == len(net_regmap.SCALARS)
+    for k, a in enumerate(scalars):
+        assert a.name == net_regmap.SCALARS[k][0]
+        assert local["ADDR_SCALARS"] + 8 * k == a.offset, a.name
+    assert readonly[0]["name"] == "status" and local["ADDR_STATUS"] == readonly[0]["offset"]
+    counters = readonly[1:]
+    assert params["N_COUNTERS"] == len(counters) == len(net_regmap.counter_names())
+    for k, reg in enumerate(counters):
+        assert local["ADDR_COUNTERS"] + 8 * k == reg["offset"], reg["name"]
+    assert 2 ** 12 == net_regmap.address_range(args)
+    # the top's counter view names each counter of the map, in order
+    top = (NET_RTL / "onic_net_kernel.v").read_text()
+    assert f"localparam integer N_COUNTERS = {len(counters)};" in top
+    assert f"localparam integer N_SCALARS  = {len(scalars)};" in top
+
+
+def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, testcase: str = "test_ring",
+        extra: dict[str, str] | None = None, tag: str = "") -> None:
+    if not simulators.available("verilator"):
+        pytest.skip("verilator not installed")
+    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+    wire_bf16, param_bf16 = DTYPES[dtypes]
+    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16),
+           "PARAM_BF16": str(param_bf16), **(extra or {})}
+    xml = simulators.run_cocotb(
+        sources=SOURCES, toplevel="onic_net_kernel", test_module="test_onic_net_kernel", test_dir=NET_TB,
+        build_dir=BUILD_DIR / "sim" / "net" / f"onic_net_kernel-{dtypes}-verilator", simulator="verilator",
+        parameters={"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, **SIM_PARAMS}, extra_env=env,
+        testcase=testcase, log_file=BUILD_DIR / "sim" / "net" / f"onic_net_kernel-{dtypes}{tag}-{testcase}.log",
+    )
+    ran, failed = simulators.check_results(xml)
+    assert ran == 1 and failed == 0, f"onic_net_kernel ({dtypes}{tag}, {testcase}): see {xml}"
+
+
+def test_registers(monkeypatch: pytest.MonkeyPatch) -> None:
+    run("fp32", "2:0", 1, monkeypatch, testcase="test_registers")
+
+
+@pytest.mark.parametrize(("dtypes", "cases"), [
+    pytest.param("fp32", "all:2/3/4", id="fp32"),
+    pytest.param("bf16", "all:3,2:1", id="bf16"),
+])
+def test_ring(dtypes: str, cases: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(dtypes, cases, 3, monkeypatch)
+
+
+def test_ring_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drops 5 %, duplicates 5 % on every link, a stalled Adam kernel: bit-exact, no deadlock."""
+    run("fp32", "3:2,4:1", 11, monkeypatch, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_GRAD_STALL": "0.9"},
+        tag="-faults")
+
+
+@pytest.mark.parametrize(("cases", "faults"), [
+    pytest.param("4:2", {"ONIC_DROP": "0.01", "ONIC_DUP": "0.01", "ONIC_REORDER": "0.01", "ONIC_BITFLIP": "0.01"},
+                 id="n4-all-faults"),
+])
+def test_ring_switch(cases: str, faults: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the seeded faulty switch of sim/tb/models (drop, duplicate, reorder, bit flips)."""
+    run("fp32", cases, 61, monkeypatch, testcase="test_ring_switch", extra=faults, tag="-switch")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("cases", "seed"), [("3:0", 71), ("5:4", 72), ("8:3", 73)])
+def test_ring_switch_sweep(cases: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    run("fp32", cases, seed, monkeypatch, testcase="test_ring_switch", tag=f"-switch{seed}",
+        extra={"ONIC_DROP": "0.03", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
+               "ONIC_GRAD_STALL": "0.8"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtypes", sorted(DTYPES))
+def test_ring_every_position(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(dtypes, "all:2/3/4", 21, monkeypatch, tag="-all")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [5, 6, 8])
+def test_ring_large(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    run("fp32", f"all:{n}", 30 + n, monkeypatch, tag=f"-n{n}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("drop", "dup", "seed"), [("0.01", "0", 51), ("0.05", "0.05", 52), ("0", "0.1", 53)])
+def test_ring_faults_sweep(drop: str, dup: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    run("bf16", "all:3,4:1", seed, monkeypatch, extra={"ONIC_DROP": drop, "ONIC_DUP": dup, "ONIC_GRAD_STALL": "0.7"},
+        tag=f"-faults{seed}")
