@@ -160,7 +160,7 @@ module onic_net_tx_credit_formal #(
             if (f_apply && f_ack_credit < f_credit && next - (f_ack_seq > f_base ? f_ack_seq : f_base) > f_ack_credit)
                 f_shrunk <= 1'b1;
             f_stall_run <= f_credit_stall ? (f_stall_run == 3'd7 ? 3'd7 : f_stall_run + 3'd1) : 3'd0;
-            if (f_stall_run == 3'd3 && !f_stalled) begin
+            if (f_stall_run == 3'd2 && !f_stalled) begin
                 f_stalled      <= 1'b1;
                 f_stall_credit <= f_credit;
                 f_stall_base   <= base;
