@@ -26,7 +26,8 @@
  * is sent until next - base is below it again (in flight > min(window, credit) only with no send
  * since that ACK). Covers: an ACK shrinking the credit below the packets in flight, a
  * credit-limited stall (a packet waiting, the window open, the credit closed, for 4 clocks), and
- * a credit growth (an ACK not moving the base) resuming the sends past that stall.
+ * a credit growth (an ACK not moving the base) resuming the sends past that stall (the cover
+ * task narrows the scene, COVER_SCENE: the output always ready, ACK/NAKs of the current step).
  */
 module onic_net_tx_credit_formal #(
     parameter integer SLOTS_LOG2 = 2,
@@ -176,6 +177,12 @@ module onic_net_tx_credit_formal #(
         if (s_ack_valid) assume(s_ack_credit < 32'd4);
         if (s_ack_valid) assume(s_ack_seq < 32'd16);
         if (s_axis_tvalid) assume(s_axis_tlast);  // one payload beat: a packet fills its slot
+`ifdef COVER_SCENE
+        // the cover task only: the output always ready, every ACK/NAK of the current step (the
+        // prove task keeps both free; the covers show the credit's own scenarios are reachable)
+        assume(m_axis_tready);
+        if (s_ack_valid) assume(s_ack_step == cfg_step);
+`endif
         if (f_past_valid) assume({cfg_window, cfg_rto, cfg_credit, cfg_step} == f_cfg);
 
         if (f_past_valid && !rst) begin
