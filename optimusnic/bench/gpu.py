@@ -33,10 +33,15 @@ def pick_device(name: str | None) -> Any:
     import torch
 
     if name is None or name == "auto":
-        if not torch.accelerator.is_available():
-            raise ToolMissing("bench gpu: no GPU here (torch.accelerator finds no accelerator in this torch "
-                              f"{torch.__version__}); `--device cpu` runs the staged pipeline on CPU tensors instead")
-        return torch.device(torch.accelerator.current_accelerator().type, torch.accelerator.current_device_index())
+        from pynq_driver.optim.devpath import stages
+
+        acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        # An accelerator without streams or pinned memory (a custom backend) cannot run the staged path.
+        if acc is None or not stages(acc):
+            raise ToolMissing("bench gpu: no GPU here (torch.accelerator finds no accelerator with streams in this "
+                              f"torch {torch.__version__}); `--device cpu` runs the staged pipeline on CPU tensors "
+                              "instead")
+        return torch.device(acc.type, torch.accelerator.current_device_index())
     try:
         dev = torch.device(name)
     except RuntimeError as exc:

@@ -524,12 +524,12 @@ def test_cost_sparse_checkpoint_declaring_more_than_the_card_holds_is_refused_be
 
     from pynq_driver.errors import StateFileError
 
-    n = 300_000_000  # 3.6 GB of state; the default u55c plan holds 268M parameters per card
+    n = 600_000_000  # 7.2 GB of state; the default u55c plan (3 state stripes) holds 402M parameters per card
     spec = KernelSpec()
     header = {"format": "optimusnic-shard", "version": 1, "spec": spec.to_dict(), "n": n, "step": 1,
               "consistent": True, "sha256": {k: "0" * 64 for k in ("params", "exp_avg", "exp_avg_sq")}}
     path = tmp_path / "sparse.npz"
-    zero = bytes(4_000_000)  # divides each array's 1.2e9 bytes: every block is skipped
+    zero = bytes(4_000_000)  # divides each array's 2.4e9 bytes: every block is skipped
     with open(path, "wb") as raw:
         out = _SparseWriter(raw, zero)
         with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as z:  # type: ignore[arg-type]
