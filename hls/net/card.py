@@ -91,6 +91,10 @@ class CardConfig:
     slots: int = 64
     rto: float = 1e-3
     fcs: bool = True
+    # The RTL card's ag_release rule (design.md 8.4) for a software peer beside an RTL card: no AG
+    # frame before every RS frame is ACKed. Off for rings of software cards, whose receivers take
+    # frames of any flow in any order.
+    ag_release: bool = False
 
     def __post_init__(self) -> None:
         ring.validate_world(self.world)
@@ -283,7 +287,7 @@ class Card:
             if reply is not None:
                 kind, expected, credit = reply
                 out.append(self._reply_frame(kind, fl.flow, self.step, expected, credit))
-        rs_acked = Flow.RS not in self._flows or self._flows[Flow.RS].sender.done
+        rs_acked = not self.config.ag_release or Flow.RS not in self._flows or self._flows[Flow.RS].sender.done
         for fl in self._flows.values():
             if fl.flow is Flow.AG and not rs_acked:
                 # the ag_release rule (design.md 8.4): no AG frame before every RS frame is ACKed, so

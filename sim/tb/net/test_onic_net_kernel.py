@@ -97,6 +97,7 @@ def make_cards(n: int, length: int, params: np.ndarray, wdt: str, pdt: str, payl
     for k in range(n):
         kernel = ReferenceKernel(ring.Shard.from_params(params, k, n), Hyper(), wire_dtype=wdt, param_dtype=pdt)
         cfg = CardConfig(rank=k, world=n, length=length, endpoints=eps, wire_dtype=wdt, param_dtype=pdt,
+                         ag_release=True,
                          payload_bytes=payload, window=WINDOW, slots=WINDOW, rto=RTO, fcs=False)
         cards.append(Card(cfg, kernel))
     return cards
@@ -560,6 +561,7 @@ async def test_ring_switch(dut: Any) -> None:
             continue
         kernel = ReferenceKernel(ring.Shard.from_params(params, k, n), Hyper(), wire_dtype=wdt, param_dtype=pdt)
         cfg = CardConfig(rank=k, world=n, length=length, endpoints=eps, wire_dtype=wdt, param_dtype=pdt,
+                         ag_release=True,
                          payload_bytes=payload, window=WINDOW, slots=WINDOW, rto=rto_s, fcs=True)
         peers[k] = SoftPeer(Card(cfg, kernel), switch, k)
         peers[k].start()
