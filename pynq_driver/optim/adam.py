@@ -114,8 +114,9 @@ class _NicAdamBase(CardOptimizer):
                     "group": gi, "dtype": str(bucket.dtype).replace("torch.", ""), "params": shard.n,
                     "backend": shard.backend, "kernel": shard.spec.name, "target": shard.spec.target,
                     "state_bytes": 12 * shard.n,
-                    "banks": {a: sorted({b[port] for b in banks.values() for port in b
-                                         if parse_port(port)[::2] == (a, "rd")}) for a in STATE_ARRAYS},
+                    # In stripe order (dict.fromkeys keeps it): a string sort put HBM[10] before HBM[8].
+                    "banks": {a: list(dict.fromkeys(b[port] for b in banks.values() for port in b
+                                                    if parse_port(port)[::2] == (a, "rd"))) for a in STATE_ARRAYS},
                 })
         return rows
 

@@ -29,6 +29,9 @@ def test_demo_json_summary_and_plot(tmp_path, capsys):
     assert r["max_param_diff"] < 2e-6 and r["max_rel_loss_diff"] < 1e-5
     row = r["placement"][0]
     assert row["backend"] == "csim" and row["state_bytes"] == 12 * row["params"] == r["state_bytes"]
+    for banks in row["banks"].values():  # stripe order, which is channel order: never HBM[10] before HBM[8]
+        channels = [int(b.split("[")[1].rstrip("]")) for b in banks]
+        assert channels == sorted(channels)
     assert r["host_state_tensors"] == 0
     png = tmp_path / "loss_curves.png"
     assert png.read_bytes()[:8] == PNG_MAGIC
