@@ -113,6 +113,14 @@ def wire_model_s(n: int, size: int, payload: int, wire_dtype: str = "fp32", para
     return {"rs_s": rs, "ag_s": ag, "step_s": rs + ag}
 
 
+def rto_for(payload: int, window: int = WINDOW) -> float:
+    """The retransmission timeout of a case: RTO_S, or three windows of full frames at the line rate if
+    longer. The software peers start a frame's timer when they queue it for their line, so a window of
+    32 jumbo frames (21 us at 100 Gb/s) outlasts a 20 us timeout before its first ACK can return: every
+    window was resent once (go-back-N) in a lossless 8192-byte step."""
+    return max(RTO_S, 3 * window * (payload + wire.WIRE_OVERHEAD_BYTES) * 8 / LINE_RATE)
+
+
 def framing_cap(payload: int) -> float:
     return payload / (payload + wire.WIRE_OVERHEAD_BYTES)
 
@@ -276,15 +284,16 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
         "axi_errors": raw.get("axi_errors"),
         "sim_clocks": raw["end_cycle"] - raw["start_cycle"], "sim_wall_s": raw["wall_s"],
         "sim_clocks_per_s": (raw["end_cycle"] - raw["start_cycle"]) / raw["wall_s"],
-        "run_s": raw["run_s"], "log": raw["log"], "clock_ps": raw["clock_ps"],
+        "run_s": raw["run_s"], "log": raw["log"], "clock_ps": raw["clock_ps"], "rto_us": case["rto_s"] * 1e6,
     }
 
 
 def measure_case(n: int, payload: int, packets: int, drop: float = 0.0, seed: int = 1, log: Log = None,
                  params: dict[str, int] | None = None, window: int = WINDOW,
-                 build: str | None = None, rto_s: float = RTO_S) -> dict[str, Any]:
+                 build: str | None = None, rto_s: float | None = None) -> dict[str, Any]:
     case = {"n": n, "rank": min(RANK, n - 1), "payload": payload, "size": chunk_size(payload, packets),
-            "drop": drop, "seed": seed, "window": window, "rto_s": rto_s, "latency_s": LATENCY_S}
+            "drop": drop, "seed": seed, "window": window, "rto_s": rto_s or rto_for(payload, window),
+            "latency_s": LATENCY_S}
     _log(log, f"[bench rtlnet] N={n} P={payload} S={case['size']} drop={drop:g} seed={seed} ...")
     row = figures(simulate(case, params, build))
     _log(log, f"[bench rtlnet]   {row['step_clocks']:,} clocks = {row['step_s'] * 1e6:.2f} us "
@@ -305,21 +314,25 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
     kw = {"log": log, "params": params, "window": window, "build": build}
     step_payload = min(wire.DEFAULT_PAYLOAD_BYTES, max(payloads))
     line_rows = [measure_case(line_world, p, packets, seed=1, **kw) for p in payloads]
+    # one packet per chunk: a partial arrives when the card's line is idle (its own frame of the hop
+    # before has gone), so first beat in to first beat out is the card's own forwarding latency
+    hop_rows = [measure_case(line_world, p, 1, seed=1, **kw) for p in payloads]
     step_rows = [measure_case(n, step_payload, step_packets, seed=s, **kw)
                  for n in worlds for s in range(1, repeats + 1)]
     drop_rows = [measure_case(drop_world, step_payload, packets, drop=d, seed=s, **kw)
                  for d in drops for s in range(1, repeats + 1)]
-    rows = line_rows + step_rows + drop_rows
+    rows = line_rows + hop_rows + step_rows + drop_rows
     report: dict[str, Any] = {
         "clock_mhz": 1e6 / rows[0]["clock_ps"],
-        "line_rate_gbps": LINE_RATE / 1e9, "latency_ns": LATENCY_S * 1e9, "window": window, "rto_us": RTO_S * 1e6,
+        "line_rate_gbps": LINE_RATE / 1e9, "latency_ns": LATENCY_S * 1e9, "window": window,
+        "rto_us": sorted({r["rto_us"] for r in rows}),
         "rank": RANK, "line_world": line_world, "step_payload": step_payload, "drop_world": drop_world,
         "params": dict(params or BENCH_PARAMS), "repeats": repeats, "goal_of_cap": GOAL_OF_CAP,
         "adam": "reference stand-in on the card's streams (not the Adam RTL kernel)",
         "line": [_line_summary(r) for r in line_rows],
         "steps": _by(step_rows, "n", lambda rs: _step_summary(rs)),
         "drops": _by(drop_rows, "drop", lambda rs: _drop_summary(rs)),
-        "latency": _latency_summary([r for r in rows if r["drop"] == 0]),
+        "latency": _latency_summary(hop_rows, line_rows),
         "speed": _by(step_rows, "n", lambda rs: {"clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs])}),
         "exact": all(r["exact"] for r in rows),
         "mismatches": [f"N={r['n']} P={r['payload']} drop={r['drop']} seed={r['seed']}: "
@@ -370,18 +383,19 @@ def _drop_summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
             "switch_dropped": sum(r["switch_dropped"] or 0 for r in rs), "exact": all(r["exact"] for r in rs)}
 
 
-def _latency_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _latency_summary(hop_rows: list[dict[str, Any]], line_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per payload: the card's forwarding latency with its line idle (one-packet chunks), the same while
+    streaming (the line rows: a partial waits behind the frames ahead of it on the card's line), and the
+    update turnaround."""
     out = []
-    for payload in sorted({r["payload"] for r in rows}):
-        rs = [r for r in rows if r["payload"] == payload]
-        out.append({"payload": payload,
-                    "hop_rs_clocks": _median([r["hop_clocks_rs"] for r in rs if r["hop_clocks_rs"] is not None]),
-                    "hop_rs_min_clocks": min((r["hop_clocks_rs_min"] for r in rs if r["hop_clocks_rs_min"] is not None),
-                                             default=None),
-                    "hop_ag_clocks": _median([r["hop_clocks_ag"] for r in rs if r["hop_clocks_ag"] is not None]),
-                    "turnaround_clocks": _median([r["turnaround_clocks"] for r in rs
-                                                  if r["turnaround_clocks"] is not None]),
-                    "runs": len(rs)})
+    for h in hop_rows:
+        s = next((r for r in line_rows if r["payload"] == h["payload"]), None)
+        out.append({"payload": h["payload"], "n": h["n"], "hop_rs_clocks": h["hop_clocks_rs"],
+                    "hop_ag_clocks": h["hop_clocks_ag"], "turnaround_clocks": h["turnaround_clocks"],
+                    "streaming_hop_rs_clocks": s and s["hop_clocks_rs"],
+                    "streaming_hop_rs_min_clocks": s and s["hop_clocks_rs_min"],
+                    "streaming_turnaround_clocks": s and s["turnaround_clocks"],
+                    "streaming_size": s and s["size"]})
     return out
 
 
@@ -391,6 +405,10 @@ HEADING = "## Network RTL in simulation (onic_net_kernel, one RTL card on a ring
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
+
+
+def _us(clocks: float | None, ns: float) -> str:
+    return "-" if clocks is None else f"{clocks * ns / 1e3:.2f} us"
 
 
 def _num(x: float | None, fmt: str = ",.0f") -> str:
@@ -408,7 +426,8 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         "beside N - 1 software peers (`hls.net.card.Card`, the same bytes) through the seeded switch of "
         f"sim/tb/models ({rep['line_rate_gbps']:g} Gb/s links, {rep['latency_ns']:g} ns latency), cocotb on "
         f"Verilator, kernel clock {rep['clock_mhz']:.2f} MHz, 512-bit MAC streams on the `eth_port` adapters; window "
-        f"{rep['window']} packets per flow, RTO {rep['rto_us']:g} us; the card's buffers for 8 KiB payloads "
+        f"{rep['window']} packets per flow, RTO {' / '.join(f'{x:.3g}' for x in rep['rto_us'])} us "
+        "(`rto_for`: three windows of full frames, at least 20 us); the card's buffers for 8 KiB payloads "
         f"(receive: {2 ** p['RX_SLOT_LOG2']} slots of up to {p['RX_FRAME_BEATS']} beats; retransmit: "
         f"{2 ** p['TX_SLOTS_LOG2']} slots of {2 ** p['TX_BEATS_LOG2']} beats per flow). fp32 wire and parameters. "
         f"The Adam kernel beside the card is a {rep['adam']}. Every step checked bit for bit (the reduced chunk, the "
@@ -450,19 +469,25 @@ def markdown(rep: dict[str, Any]) -> list[str]:
                      f"{x['over_model']:.3f}x | {x['step_clocks']:,.0f} |")
     lines += [
         "",
-        "Latency inside the card, lossless steps (clocks of "
-        f"{ns:.3f} ns): per hop, the first beat of an RS partial in at s_axis_mac0 to the first beat of the partial "
-        "it forwards at m_axis_mac0 (median over every forwarded packet; AG forwarding alike); update turnaround, "
-        "the own chunk's last RS beat in to the first AG beat out: the stand-in kernel (no Adam latency) and the AG "
-        "release (the card's RS flow acknowledged by its successor, a round trip over the switch) are in it.",
+        f"Latency inside the card (clocks of {ns:.3f} ns), lossless, N = {rep['line_world']}: per hop, the first "
+        "beat of an RS partial in at s_axis_mac0 to the first beat of the partial the card forwards (hop + 1, same "
+        "chunk and offset) at m_axis_mac0, AG forwarding alike; update turnaround, the last beat of the card's "
+        "own chunk's last RS packet in to the first beat of its first AG frame out (the stand-in kernel adds no "
+        "Adam latency; the AG release, the card's RS flow acknowledged by its successor, is a round trip over "
+        "the switch). Idle line: one-packet chunks, so a partial never waits for the card's line. Streaming: "
+        "the line-rate steps above, median (min) over every forwarded packet; a partial waits behind the "
+        "frames ahead of it on the card's line (its own chunk at hop 0), so this is mostly queueing.",
         "",
-        "| payload | RS hop median (min) | AG hop median | update turnaround |",
-        "|---|---|---|---|",
+        "| payload | RS hop, idle line | AG hop, idle line | update turnaround | RS hop streaming, median (min) "
+        "| update turnaround streaming |",
+        "|---|---|---|---|---|---|",
     ]
     for x in rep["latency"]:
-        lines.append(f"| {x['payload']} | {_num(x['hop_rs_clocks'])} ({_num(x['hop_rs_min_clocks'])}) clocks | "
-                     f"{_num(x['hop_ag_clocks'])} clocks | {_num(x['turnaround_clocks'])} clocks"
-                     + (f" = {x['turnaround_clocks'] * ns / 1e3:.2f} us" if x["turnaround_clocks"] else "") + " |")
+        t = x["turnaround_clocks"]
+        lines.append(f"| {x['payload']} | {_num(x['hop_rs_clocks'])} clocks = {_us(x['hop_rs_clocks'], ns)} | "
+                     f"{_num(x['hop_ag_clocks'])} clocks | {_num(t)} clocks = {_us(t, ns)} | "
+                     f"{_num(x['streaming_hop_rs_clocks'])} ({_num(x['streaming_hop_rs_min_clocks'])}) clocks | "
+                     f"{_num(x['streaming_turnaround_clocks'])} clocks |")
     lines += [
         "",
         f"Goodput under loss (N = {rep['drop_world']}, payload {rep['step_payload']}): the switch drops each "

@@ -26,6 +26,7 @@ SMALL_BUILD = "onic_net_kernel-fp32-verilator"
 
 
 def test_wire_model_and_caps() -> None:
+    assert rtlnet.rto_for(1408) == rtlnet.RTO_S and rtlnet.rto_for(8192) == pytest.approx(3 * 32 * 8280 * 8 / 100e9)
     assert rtlnet.framing_cap(1408) == pytest.approx(0.9412, abs=1e-4)
     assert rtlnet.framing_cap(8192) == pytest.approx(0.9894, abs=1e-4)
     assert rtlnet.chunk_size(1408, 16) == 5632 and rtlnet.chunk_size(8192, 16) == 32768
@@ -54,7 +55,7 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     rep = rtlnet.collect(worlds=(3,), payloads=(192,), drops=(1e-2,), repeats=1, packets=4, step_packets=4,
                          line_world=3, drop_world=3, params=SMALL, window=8, build=SMALL_BUILD)
     assert rep["exact"] is True and rep["mismatches"] == [], rep["mismatches"]
-    assert len(rep["rows"]) == 3 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
+    assert len(rep["rows"]) == 4 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
     for r in rep["rows"]:
         assert not r["adapter_errors"] and not r["axi_errors"] and r["tx_underflows"] == 0
         assert r["dropped_overflow"] == 0 and r["dropped_step"] == 0
@@ -66,8 +67,11 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     for k in ("tx", "tx_rs", "tx_ag", "rx", "rx_rs", "rx_ag", "tx_without_acks"):
         assert 0 < line[k] <= cap * (1 + 1e-9), (k, line[k])
     assert line["dropped_overflow"] == 0 and line["tx_underflows"] == 0
-    [lat] = rep["latency"]
+    [lat] = rep["latency"]  # one-packet chunks: one RS and one AG partial forwarded at N = 3
     assert lat["hop_rs_clocks"] > 0 and lat["hop_ag_clocks"] > 0 and lat["turnaround_clocks"] > 0
+    assert lat["streaming_hop_rs_min_clocks"] > 0 and lat["streaming_turnaround_clocks"] > 0
+    assert rep["rows"][1]["size"] == 48 and rep["rows"][1]["hop_samples"] == 2
+    assert rep["rto_us"] == [20.0]
     [drop] = rep["drops"]
     assert drop["drop"] == 1e-2 and drop["exact"] and drop["goodput_gbps"] > 0
     [steps] = rep["steps"]
