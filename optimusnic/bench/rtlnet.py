@@ -24,9 +24,10 @@ Figures (simulated time; only the simulation speed depends on the machine):
   done (the RTL card's interrupt, each peer's `done`), against the wire model `wire_model_s`.
 - per-hop latency: the first beat of an RS partial at s_axis_mac0 to the first beat of the
   partial the card forwards (hop + 1, same chunk and offset) at m_axis_mac0; the AG forwarding
-  alike; update turnaround: the last beat of the card's own chunk's last RS packet in to the
-  first beat of its first AG frame out (stand-in kernel, and the AG release after the RS flow is
-  acknowledged).
+  alike; with the card's line idle (N = 4 steps of one-packet chunks) and while streaming (the
+  line-rate steps: mostly queueing behind the card's own frames); update turnaround: the last
+  beat of the card's own chunk's last RS packet in to the first beat of its first AG frame out
+  (stand-in kernel, and the AG release after the RS flow is acknowledged).
 - goodput and retransmitted bytes at drop rates 0, 1e-3, 1e-2 (the switch's seeded drops on
   every egress link; N = 3): the RTL card's first-time payload bytes over the step time, and its
   retransmitted payload bytes (counter `retransmitted_bytes`), the peers' retransmitted frame bytes.
@@ -67,11 +68,9 @@ PACKETS_PER_CHUNK = 32  # per hop: long enough that filling the ring pipeline is
 STEP_PACKETS_PER_CHUNK = 16
 GOAL_OF_CAP = 0.98  # the line-rate fraction within 2 % of the framing cap
 # The card's buffers for payloads up to 8192 bytes (128 beats) and a window of 32 packets per flow:
-# 32 receive slots of up to 128 payload beats, 32 retransmit slots of 256 beats per flow. The receive
-# RAM has room for 64 such payloads: with exactly 32 x 128 beats (the rule onic_net_rx.v states) a
-# lossless 8192-byte step dropped 3 frames for lack of room (`dropped_overflow`), each costing a
-# timeout: the payload of a frame the datapath is reading is in no credit (sim/rtl/net/README.md).
-BENCH_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 13, "RX_SLOT_LOG2": 5, "RX_FRAME_BEATS": 128, "TX_SLOTS_LOG2": 5,
+# 32 receive slots of up to 128 payload beats in a RAM of exactly 32 x 128 beats (onic_net_rx.v's rule),
+# 32 retransmit slots of 256 beats per flow.
+BENCH_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 12, "RX_SLOT_LOG2": 5, "RX_FRAME_BEATS": 128, "TX_SLOTS_LOG2": 5,
                 "TX_BEATS_LOG2": 8, "TX_URAM": 0, "TX_FIFO_LOG2": 9, "RD_FIFO_LOG2": 8, "WR_FIFO_LOG2": 7,
                 "MAX_BURST": 64}
 OPCODES = {1: "rs", 2: "ag", 3: "ack", 4: "nak"}
