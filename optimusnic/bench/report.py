@@ -76,6 +76,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
     from optimusnic.bench import driver as bench_driver
     from optimusnic.bench import net as bench_net
     from optimusnic.bench import rtl as bench_rtl
+    from optimusnic.bench import rtlnet as bench_rtlnet
 
     results: dict[str, Any] = {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                                "machine": machine()}
@@ -89,6 +90,7 @@ def collect(params: int, repeats: int, threads: int | None, log=print,  # noqa: 
         ("rtl", "optimusnic bench rtl", lambda: bench_rtl.collect(log=log)),
         ("net", f"optimusnic bench net --repeats {repeats}", lambda: bench_net.measure(repeats=repeats, log=log)),
     )
+    steps += (("rtlnet", "optimusnic bench rtlnet", lambda: bench_rtlnet.collect(log=log)),)
     steps += (("synth", "optimusnic synth --target u55c --timing --matrix", lambda: synth_timing(log=log)),)
     for key, command, fn in steps:
         log(f"[bench] {key}: {command} ...")
@@ -211,6 +213,7 @@ def markdown(r: dict[str, Any]) -> str:
         *_optimizer_rows(d.get("optimizer") or []),
         *rtl_section(rt),
         *_net_section(r.get("net")),
+        *_rtlnet_section(r.get("rtlnet")),
         *synth_section(r.get("synth")),
         "![benchmark chart](results.png)",
         "",
@@ -305,6 +308,34 @@ def _net_section(rep: dict[str, Any] | None) -> list[str]:
     from optimusnic.bench import net as bench_net
 
     return bench_net.markdown(rep)
+
+
+def _rtlnet_section(rep: dict[str, Any] | None) -> list[str]:
+    """The card's network RTL at line rate (nothing when the bench ran without it)."""
+    if not rep:
+        return []
+    from optimusnic.bench import rtlnet as bench_rtlnet
+
+    return bench_rtlnet.markdown(rep)
+
+
+def write_rtlnet_section(rep: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
+    """Replace (or add) the network RTL section of bench/results.md and results.json's `rtlnet` only."""
+    from optimusnic.bench import rtlnet as bench_rtlnet
+
+    path = out_dir / "results.md"
+    lines = path.read_text().splitlines() if path.is_file() else ["# OptimusNIC benchmark results", ""]
+    return _put_section(out_dir, lines, bench_rtlnet.HEADING, bench_rtlnet.markdown(rep), "rtlnet", rep)
+
+
+def rtlnet_run(args: Any) -> int:
+    """`optimusnic bench rtlnet`: the network RTL's figures printed, and its section of bench/results.md
+    (and results.json's `rtlnet`) replaced; exit 1 when a step was not bit-exact."""
+    from optimusnic.bench import rtlnet as bench_rtlnet
+
+    rep = bench_rtlnet.run(args)
+    print(f"written: {write_rtlnet_section(rep)}", file=sys.stderr)
+    return 0 if rep["exact"] else 1
 
 
 SYNTH_HEADING = "## Timing evidence from yosys (LUT levels, carry, DSP, fan-out)"

@@ -1,0 +1,97 @@
+"""`optimusnic bench rtlnet` (part of `make bench`): the network RTL card in cocotb on Verilator beside
+software peers, its figures and the bit-exactness check of every step, at a tiny size (the card's
+small test buffers, shared with tests/hls/rtl/test_net_kernel.py's Verilator model). No timing is
+asserted: the figures are simulated time, checked for what the protocol fixes (no frame lost for
+lack of buffer, no transmit underflow, fractions under the framing cap, first-time payload bytes).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from hls.rtl import simulators
+from optimusnic.bench import report as bench_report
+from optimusnic.bench import rtlnet
+from optimusnic.cli.bench import BENCHES
+
+# tests/hls/rtl/test_net_kernel.py's parameters and model folder: 8 receive slots of up to 4 payload
+# beats, 16-beat retransmit slots (a window of 8 packets of at most 192 bytes here)
+SMALL = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
+         "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
+         "MAX_BURST": 8}
+SMALL_BUILD = "onic_net_kernel-fp32-verilator"
+
+
+def test_wire_model_and_caps() -> None:
+    assert rtlnet.rto_for(1408) == rtlnet.RTO_S and rtlnet.rto_for(8192) == pytest.approx(3 * 32 * 8280 * 8 / 100e9)
+    assert rtlnet.framing_cap(1408) == pytest.approx(0.9412, abs=1e-4)
+    assert rtlnet.framing_cap(8192) == pytest.approx(0.9894, abs=1e-4)
+    assert rtlnet.chunk_size(1408, 16) == 5632 and rtlnet.chunk_size(8192, 16) == 32768
+    m = rtlnet.wire_model_s(4, 5632, 1408)
+    chunk = 16 * (1408 + 88) * 8 / 100e9
+    last = (1408 + 88) * 8 / 100e9 + 500e-9
+    assert m["rs_s"] == pytest.approx(3 * chunk + last) and m["step_s"] == pytest.approx(2 * (3 * chunk + last))
+    bf16 = rtlnet.wire_model_s(4, 5632, 1408, "bf16", "fp32")
+    assert bf16["rs_s"] == pytest.approx(3 * 8 * (1408 + 88) * 8 / 100e9 + last) and bf16["ag_s"] == m["ag_s"]
+    assert "rtlnet" in BENCHES
+
+
+def test_line_schedule() -> None:
+    """The transmit line rebuilt with the adapters' rule: back to back when frames are ready early."""
+    per = (1500 + 20) * 8e12 / 100e9
+    spans = rtlnet._line([[0, 1500], [0, 1500], [10 * per, 1500]])
+    assert spans == [(0.0, per), (per, 2 * per), (10 * per, 11 * per)]
+    frames = [[0, 1, 0, 0, 0, 0, 0, 1432], [1, 1, 0, 0, 0, 1, 358, 1432], [2, 1, 0, 0, 0, 1, 358, 1432]]
+    f = rtlnet._fraction(frames, spans, 1)
+    assert f is not None and f["unique"] == 2 and f["payload_bytes"] == 2 * 1432  # the resent seq 1 once
+    assert f["fraction"] == pytest.approx(2 * 1432 * 8e12 / 100e9 / (11 * per))
+
+
+@pytest.mark.skipif(not simulators.available("verilator"), reason="verilator not installed")
+def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN001
+    rep = rtlnet.collect(worlds=(3,), payloads=(192,), drops=(1e-2,), repeats=1, packets=4, step_packets=4,
+                         line_world=3, drop_world=3, params=SMALL, window=8, build=SMALL_BUILD)
+    assert rep["exact"] is True and rep["mismatches"] == [], rep["mismatches"]
+    assert len(rep["rows"]) == 4 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
+    for r in rep["rows"]:
+        assert not r["adapter_errors"] and not r["axi_errors"] and r["tx_underflows"] == 0
+        assert r["dropped_overflow"] == 0 and r["dropped_step"] == 0
+        n, s = r["n"], r["size"]
+        assert r["payload_bytes_out"] == (n - 1) * s * 2 * 4  # RS + AG, first transmissions only
+        assert r["step_clocks"] > 0 and r["step_over_model"] > 1.0  # ideal cards add nothing: a lower bound
+    [line] = rep["line"]
+    cap = rtlnet.framing_cap(192)
+    for k in ("tx", "tx_rs", "tx_ag", "rx", "rx_rs", "rx_ag", "tx_without_acks"):
+        assert 0 < line[k] <= cap * (1 + 1e-9), (k, line[k])
+    assert line["dropped_overflow"] == 0 and line["tx_underflows"] == 0
+    [lat] = rep["latency"]  # one-packet chunks: one RS and one AG partial forwarded at N = 3
+    assert lat["hop_rs_clocks"] > 0 and lat["hop_ag_clocks"] > 0 and lat["turnaround_clocks"] > 0
+    assert lat["streaming_hop_rs_min_clocks"] > 0 and lat["streaming_turnaround_clocks"] > 0
+    assert rep["rows"][1]["size"] == 48 and rep["rows"][1]["hop_samples"] == 2
+    assert rep["rto_us"] == [20.0]
+    [drop] = rep["drops"]
+    assert drop["drop"] == 1e-2 and drop["exact"] and drop["goodput_gbps"] > 0
+    [steps] = rep["steps"]
+    assert steps["n"] == 3 and steps["model_us"] > 0 and steps["step_us"] > steps["model_us"]
+    assert rep["speed"][0]["clocks_per_s"] > 0 and all(math.isfinite(x) for x in rep["load_average"])
+
+    md = rtlnet.markdown(rep)
+    assert md[0] == rtlnet.HEADING and "all exact." in md[2]
+    assert any(ln.startswith("| 192 | ") and ln.count("|") == 11 for ln in md)
+    assert "MISMATCHES" not in "\n".join(md)
+    bad = copy.deepcopy(rep)
+    bad["rows"][0]["exact"], bad["exact"] = False, False
+    bad["mismatches"] = ["N=3 P=192 drop=0.0 seed=1: ['gathered chunk 2']"]
+    assert "MISMATCHES: N=3 P=192 drop=0.0 seed=1: ['gathered chunk 2']." in rtlnet.markdown(bad)[2]
+
+    # its section of results.md replaced alone, results.json's key beside the others
+    (tmp_path / "results.md").write_text("# OptimusNIC benchmark results\n\n## Other\n\nkept\n")
+    (tmp_path / "results.json").write_text('{"other": 1}\n')
+    path = bench_report.write_rtlnet_section(rep, tmp_path)
+    text = path.read_text()
+    assert "## Other\n\nkept" in text and rtlnet.HEADING in text
+    bench_report.write_rtlnet_section(rep, tmp_path)
+    assert path.read_text().count(rtlnet.HEADING) == 1
