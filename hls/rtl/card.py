@@ -52,16 +52,14 @@ def check_card_spec(spec: KernelSpec) -> None:
         raise SpecError(f"grad_dtype: {spec.grad_dtype!r} is not a ring wire dtype ({', '.join(WIRE_DTYPES)})")
     if spec.out_dtype not in WIRE_DTYPES:
         raise SpecError(f"out_dtype: {spec.out_dtype!r} is not a ring parameter dtype ({', '.join(WIRE_DTYPES)})")
-    if spec.name == CARD_MODULE or spec.name.startswith("onic_net_"):
-        raise SpecError(f"name: {spec.name!r} is taken by the card's own modules")
 
 
-def render_card(spec: KernelSpec, target: Target | None = None, module: str = CARD_MODULE) -> str:
+def render_card(spec: KernelSpec, target: Target | None = None) -> str:
     """The card top's Verilog for `spec`'s Adam kernel (deterministic: same spec, same text)."""
     check_card_spec(spec)
     target = target or get_target(spec.target)
     ctx = context(spec, target, size_spec(spec, target))
-    return environment().get_template("net/card.v.j2").render(**ctx, top=module)
+    return environment().get_template("net/card.v.j2").render(**ctx, top=CARD_MODULE)
 
 
 def prepare_card(spec: KernelSpec, out_dir: Path, target: Target | None = None) -> CardProject:
