@@ -27,7 +27,8 @@ Environment: ONIC_MANIFEST (the Adam kernel's manifest.json), ONIC_SEED, ONIC_CA
 separated, or "all:N1/N2": every rank), ONIC_STEPS (consecutive steps per case, m and v carried
 in card memory), ONIC_DROP, ONIC_DUP, ONIC_REORDER, ONIC_BITFLIP (per frame, every egress link),
 ONIC_MEM_STALL (random pause probability on every memory channel), ONIC_STALL_PORTS (ports whose
-channels pause with probability 0.9: a stalled memory port).
+channels pause with probability 0.9: a stalled memory port), ONIC_SIZE (the chunk size S, a
+multiple of 16; default: 48, 80 or 112 drawn per case).
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ async def setup_case(tb: CardTB, n: int, r: int, seed: int) -> Ring:
     rng = tb.rng
     nrng = np.random.default_rng(seed)
     wdt, pdt = tb.spec["grad_dtype"], tb.spec["out_dtype"]
-    size = int(rng.choice([48, 80, 112]))
+    size = int(os.environ.get("ONIC_SIZE", "0")) or int(rng.choice([48, 80, 112]))
     payload = int(rng.choice([64, 128, 192]))
     length = n * size - int(nrng.integers(0, 16))
     params = (nrng.standard_normal(length) * 0.1).astype(np.float32)

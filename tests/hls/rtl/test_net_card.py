@@ -108,3 +108,45 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, *, 
 def test_card_ring_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
     """fp32: every position of N = 2, 3, 4, two steps each (m and v carried in card memory)."""
     run("fp32", "all:2/3/4", 3, monkeypatch, steps=2)
+
+
+def test_card_ring_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drop, duplicate, reorder and bit flips on every link, every memory channel pausing 30 % of
+    clocks: bit-exact, two steps in a row."""
+    run("fp32", "3:2,4:1", 11, monkeypatch, steps=2, tag="-faults",
+        extra={"ONIC_DROP": "0.02", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
+               "ONIC_MEM_STALL": "0.3"})
+
+
+def test_card_ring_stalled_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Adam kernel's parameter read and output ports and the gather port pausing 90 % of
+    clocks on a 1024-element chunk (64 beats, 22 packets a hop): the Adam kernel back-pressures
+    the gradient stream, the network kernel its receive slots; the ring finishes bit-exact, no
+    deadlock."""
+    run("fp32", "3:1", 12, monkeypatch, tag="-stalled",
+        extra={"ONIC_STALL_PORTS": "p0_rd,out0,gather0,v0_wr", "ONIC_SIZE": "1024"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtypes", ["bf16", "bf16-fp32"])
+def test_card_ring_bf16(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 wire (bf16 or fp32 parameters): every position of N = 2, 3, 4, two steps each, then
+    a lossy N = 4."""
+    run(dtypes, "all:2/3/4", 21, monkeypatch, steps=2)
+    run(dtypes, "4:3", 22, monkeypatch, steps=2, tag="-faults",
+        extra={"ONIC_DROP": "0.03", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
+               "ONIC_MEM_STALL": "0.3"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [5, 6, 8])
+def test_card_ring_large(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every position of N = 5, 6, 8, one step each."""
+    run("fp32", f"all:{n}", 40 + n, monkeypatch, tag=f"-n{n}")
+
+
+@pytest.mark.slow
+def test_card_ring_many_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight steps in a row at two positions with faults: m and v carried in card memory."""
+    run("fp32", "3:0,5:4", 51, monkeypatch, steps=8, tag="-steps",
+        extra={"ONIC_DROP": "0.01", "ONIC_DUP": "0.01", "ONIC_MEM_STALL": "0.2"})
