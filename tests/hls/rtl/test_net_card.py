@@ -120,7 +120,7 @@ def test_card_ring_faults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_card_ring_stalled_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Adam kernel's parameter read and output ports and the gather port pausing 90 % of
-    clocks on a 1024-element chunk (64 beats, 22 packets a hop): the Adam kernel back-pressures
+    clocks on a 1024-element chunk (64 beats): the Adam kernel back-pressures
     the gradient stream, the network kernel its receive slots; the ring finishes bit-exact, no
     deadlock."""
     run("fp32", "3:1", 12, monkeypatch, tag="-stalled",
