@@ -286,9 +286,14 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     await tb.net.write_dword(IER, 1)
     port_before = c.switch.core.ports[r].as_dict()
     await tb.net.write_dword(CTRL, AP_START)
-    # the peers begin once the RTL card's step has (sizing: ~120 clocks); earlier frames would
-    # be another step's to it and come back only after a timeout
-    await ClockCycles(dut.ap_clk, 300)
+    # the peers begin with the RTL card's first frame on its MAC port: its step has begun (a
+    # peer's frame before would be another step's to it) and that frame reaches the successor
+    # only after the switch's latency, once the peer's step has begun too (otherwise the peer
+    # drops it and NAKs the gap: still correct, but not the lossless reference's counters)
+    for _ in range(3000):
+        await RisingEdge(dut.ap_clk)
+        if dut.m_axis_mac0_tvalid.value.is_resolvable and int(dut.m_axis_mac0_tvalid.value):
+            break
     for k, peer in c.peers.items():
         peer.card.update.hyper = hyper  # type: ignore[attr-defined]
         peer.start_step(step_id, grads[k], grad_scale=hyper.grad_scale)
@@ -359,7 +364,8 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
         assert delta["rs_payload_bytes_out"] >= model["rs_payload_bytes_out"], tag
         assert delta["ag_payload_bytes_out"] >= model["ag_payload_bytes_out"], tag
     for name, value in exact.items():
-        assert delta[name] == value, f"{tag}: counter {name} {delta[name]} != {value}"
+        assert delta[name] == value, f"{tag}: counter {name} {delta[name]} != {value} (RTL counters " \
+                                     f"{ {k: v for k, v in delta.items() if v} }, switch port {port})"
     assert not tb.monitor.errors, tb.monitor.errors
     tb.monitor.check_idle()
     assert not tb.monitor.errors, tb.monitor.errors
