@@ -20,7 +20,8 @@ across steps): p, m and v of the owner's shard in card memory (bit for bit; a Na
 NaN, see `differing`), the Adam kernel's out buffer, the gathered buffer (every other owner's
 chunk; the own chunk's place and the bytes past each chunk untouched), every peer's gathered
 vector; STATUS of both kernels 0; the network counters: frames and bytes in / out equal what the
-card's switch port carried, dropped_fcs the damaged frames delivered to it, and in a lossless run
+card's switch port carried, dropped_fcs the damaged frames delivered to it, acks_sent / naks_sent
+the ACK/NAK frames it sent (every frame it sent parses), and in a lossless run
 the flows' payload bytes equal a lossless reference ring's with no retransmission, timeout or NAK.
 
 Environment: ONIC_MANIFEST (the Adam kernel's manifest.json), ONIC_SEED, ONIC_CASES ("N:r" comma
@@ -285,6 +286,8 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     await tb.net.write_dword(GIE, 1)
     await tb.net.write_dword(IER, 1)
     port_before = c.switch.core.ports[r].as_dict()
+    assert tb.tx is not None
+    sent_before = len(tb.tx.frames)
     await tb.net.write_dword(CTRL, AP_START)
     # the peers begin with the RTL card's first frame on its MAC port: its step has begun (a
     # peer's frame before would be another step's to it) and that frame reaches the successor
@@ -355,6 +358,11 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
              "bytes_out": port["bytes_in"] - 4 * port["frames_in"],
              "bytes_in": port["bytes_out"] - 4 * port["frames_out"],
              "dropped_fcs": port["bitflipped"], "scalar_payload_bytes_out": 0}
+    # every frame the card sent parses (FCS included), and its ACK/NAK frames are the counted ones
+    sent = [wire.parse_frame(f, with_fcs=True) for f in tb.tx.frames[sent_before:]]
+    assert not any(isinstance(p, wire.Drop) for p in sent), f"{tag}: the card sent a frame that does not parse"
+    opcodes = [p.header.opcode for p in sent if not isinstance(p, wire.Drop)]
+    exact |= {"acks_sent": opcodes.count(wire.Opcode.ACK), "naks_sent": opcodes.count(wire.Opcode.NAK)}
     model = reference(n, c.length, np.zeros(c.length, np.float32), grads, c.wdt, c.pdt, c.payload,
                       step_id)["counters"][r]
     if lossless:
