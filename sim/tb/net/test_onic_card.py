@@ -67,6 +67,7 @@ from test_onic_net_kernel import (
 from hls import golden, net_regmap
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
+from hls.ports import port_array
 
 CLOCK_NS = 4
 CLOCK_S = CLOCK_NS * 1e-9
@@ -77,7 +78,6 @@ CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE = 1, 2, 4
 # card memory: the network kernel's buffers and the Adam kernel's stripes, page-spaced regions
 LGRAD, GATHER, P, M, V, OUT = 0x10000, 0x40000, 0x80000, 0xA0000, 0xC0000, 0xE0000
-NUMPY = {"fp32": np.float32, "bf16": np.uint16}
 
 
 def env_float(name: str) -> float:
@@ -185,8 +185,8 @@ def stripe_regions(tb: CardTB) -> dict[str, int]:
     regs = {}
     for name, arg in tb.adam_args.items():
         if arg["kind"] == "pointer":
-            array = name.rstrip("0123456789_rdw")
-            assert name in (f"{array}0", f"{array}0_rd", f"{array}0_wr"), f"{name}: one stripe per array expected"
+            array, index = port_array(name)
+            assert index == 0, f"{name}: one stripe per array expected"
             regs[name] = base[array]
     return regs
 
