@@ -24,6 +24,9 @@ card's switch port carried, dropped_fcs the damaged frames delivered to it, acks
 the ACK/NAK frames it sent (every frame it sent parses), and in a lossless run
 the flows' payload bytes equal a lossless reference ring's with no retransmission, timeout or NAK.
 
+test_card_misprogrammed: the Adam kernel's n off the chunk size by ONIC_N_ERROR elements (N = 3,
+rank 1): both kernels flag it in STATUS (see `misprogrammed`).
+
 Environment: ONIC_MANIFEST (the Adam kernel's manifest.json), ONIC_SEED, ONIC_CASES ("N:r" comma
 separated, or "all:N1/N2": every rank), ONIC_STEPS (consecutive steps per case, m and v carried
 in card memory), ONIC_DROP, ONIC_DUP, ONIC_REORDER, ONIC_BITFLIP (per frame, every egress link),
@@ -233,8 +236,11 @@ async def setup_case(tb: CardTB, n: int, r: int, seed: int) -> Ring:
     return Ring(n, r, size, payload, length, wdt, pdt, tb.spec["optimizer"], shards, peers, switch, tag)
 
 
-async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossless: bool) -> int:
-    """One ring step with the RTL card at rank c.r; every check; returns the step's clocks."""
+async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossless: bool, n_error: int = 0) -> int:
+    """One ring step with the RTL card at rank c.r; every check; returns the step's clocks.
+
+    `n_error`: the host's mistake, the Adam kernel's n off by that many elements from the chunk
+    size: both kernels must say so in STATUS (then nothing else is checked)."""
     dut, rng = tb.dut, tb.rng
     nrng = np.random.default_rng(seed)
     n, r, size = c.n, c.r, c.size
@@ -262,7 +268,7 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
 
     # the host: the Adam kernel first (it waits on its gradient stream), then the network kernel
     before = await tb.net_counters()
-    regs = {"n": size, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
+    regs = {"n": size + n_error, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
                                                 c.optimizer).registers(c.optimizer), **stripe_regions(tb)}
     for name, value in regs.items():
         await tb.adam_write(name, value)
@@ -303,6 +309,8 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
 
     start = tb.cycle
     done = {"adam": False, "net": False}
+    if n_error:
+        return await misprogrammed(tb, c, tag, n_error)
     limit = 3_000_000
     while not (all(done.values()) and all(p.done for p in c.peers.values())):
         await ClockCycles(dut.ap_clk, 16)
@@ -379,6 +387,52 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     assert not tb.monitor.errors, tb.monitor.errors
     dut._log.info("%s: done in %d clocks; RTL counters %s", tag, clocks, {k: v for k, v in delta.items() if v})
     return clocks
+
+
+async def misprogrammed(tb: CardTB, c: Ring, tag: str, n_error: int) -> int:
+    """The Adam kernel's n does not match the chunk the network kernel streams: the network
+    kernel's parameter-length check flags it (protocol_error), and the Adam kernel never reports a
+    clean run: n short, it flags stream_long and finishes; n long, it flags stream_short at the
+    early TLAST but does not finish, as the network kernel takes only the chunk's beats of its
+    parameter stream (its ap_done waits for the stream's TLAST): the host's wait times out.
+    Nothing is silent."""
+    dut = tb.dut
+    start = tb.cycle
+    net_status, adam_done, since = 0, False, None
+    while tb.cycle - start < 100_000:
+        await ClockCycles(dut.ap_clk, 64)
+        adam_done = adam_done or bool(int(dut.interrupt_adam.value))
+        if not net_status:
+            net_status = await tb.net.read_dword(READONLY["status"])
+            since = tb.cycle if net_status else None
+        if net_status and (adam_done or tb.cycle - (since or 0) > 20_000):
+            break
+    protocol = 1 << net_regmap.STATUS_BITS["protocol_error"]
+    assert net_status == protocol, f"{tag}: network kernel STATUS {net_status:#x}, expected protocol_error"
+    bits = tb.manifest["register_map"]["status"]["bits"]
+    status = await tb.adam.read_dword(tb.adam_status)
+    if n_error < 0:
+        assert adam_done, f"{tag}: the Adam kernel did not finish"
+        assert status & 1 << int(bits["stream_long"]), f"{tag}: Adam kernel STATUS {status:#x}, expected stream_long"
+    else:  # STATUS is live while the kernel runs: stream_short is up at the early TLAST
+        assert status & 1 << int(bits["stream_short"]), f"{tag}: Adam kernel STATUS {status:#x}, expected stream_short"
+    dut._log.info("%s: n off by %d: network STATUS %#x (protocol_error); Adam kernel done: %s, STATUS %#x", tag,
+                  n_error, net_status, adam_done, status)
+    return tb.cycle - start
+
+
+@cocotb.test()
+async def test_card_misprogrammed(dut: Any) -> None:
+    """The host writes the Adam kernel's n one beat off the chunk size (ONIC_N_ERROR elements):
+    flagged, never a clean step (see `misprogrammed`). The ring does not finish; the host resets."""
+    seed = int(os.environ.get("ONIC_SEED", "1"))
+    rng = random.Random(seed)
+    manifest = json.loads(Path(os.environ["ONIC_MANIFEST"]).read_text())
+    tb = CardTB(dut, manifest, rng)
+    await tb.start()
+    n_error = int(os.environ.get("ONIC_N_ERROR", "16"))
+    c = await setup_case(tb, 3, 1, seed)
+    await run_step(tb, c, 101, 1, seed, True, n_error=n_error)
 
 
 @cocotb.test()
