@@ -206,6 +206,7 @@ async def watch_and_reset(tb: ResetTB, point: str, state: dict[str, Any]) -> Non
     low = 2 if point in ("rx_mid", "tx_mid") else tb.rng.randrange(2, 9)
     state["reset_cycle"] = tb.cycle
     state["tx_frames_at_reset"] = tb.tx.counters["frames"]
+    state["from_rtl_at_reset"] = len(tb.wire.from_rtl)
     dut.ap_rst_n.value = 0
     if state.get("kernel") is not None:   # the Adam kernel (stand-in) is reset with the card
         state["kernel"].cancel()
@@ -332,6 +333,9 @@ async def reset_case(tb: ResetTB, n: int, r: int, point: str, wdt: str, pdt: str
     assert int(state["mid_tx"]) <= sent_after <= 1, \
         f"{tag}: {sent_after} frames left the card after the reset (a frame part-sent: {state['mid_tx']})"
     assert after["frames_out"] <= 1
+    for f in tb.wire.from_rtl[state["from_rtl_at_reset"]:]:   # whole: a frame the peers' codec takes
+        parsed = wire.parse_frame(f[:-4])
+        assert not isinstance(parsed, wire.Drop), f"{tag}: the frame finished after the reset: {parsed}"
     assert not tb.tx.errors, f"{tag}: MAC transmit {tb.tx.errors}"
     assert tb.wire.bad_fcs == 0, f"{tag}: {tb.wire.bad_fcs} aborted frames on the wire"
     assert tb.rx.idle, f"{tag}: frames still queued for the card"
