@@ -22,7 +22,9 @@ module onic_net_grad_reader #(
     // log2 of the read FIFO in beats (prefetch depth: latency x bandwidth)
     parameter integer FIFO_LOG2 = 8,
     // longest AXI burst in beats
-    parameter integer MAX_BURST = 64
+    parameter integer MAX_BURST = 64,
+    // AXI ID width: the read engine's reset epoch (onic_axi_rd)
+    parameter integer ID_BITS = 4
 ) (
     input  wire          clk,
     input  wire          rst,
@@ -43,7 +45,7 @@ module onic_net_grad_reader #(
     input  wire          m_tready,
 
     /* AXI4 master (read channels) */
-    output wire [0:0]    m_axi_arid,
+    output wire [ID_BITS-1:0] m_axi_arid,
     output wire [63:0]   m_axi_araddr,
     output wire [7:0]    m_axi_arlen,
     output wire [2:0]    m_axi_arsize,
@@ -54,7 +56,7 @@ module onic_net_grad_reader #(
     output wire [3:0]    m_axi_arqos,
     output wire          m_axi_arvalid,
     input  wire          m_axi_arready,
-    input  wire [0:0]    m_axi_rid,
+    input  wire [ID_BITS-1:0] m_axi_rid,
     input  wire [511:0]  m_axi_rdata,
     input  wire [1:0]    m_axi_rresp,
     input  wire          m_axi_rlast,
@@ -144,7 +146,8 @@ module onic_net_grad_reader #(
 
     onic_axi_rd #(
         .FIFO_LOG2(FIFO_LOG2),
-        .MAX_BURST(MAX_BURST)
+        .MAX_BURST(MAX_BURST),
+        .ID_BITS(ID_BITS)
     ) rd_inst (
         .clk(clk),
         .rst(rst),

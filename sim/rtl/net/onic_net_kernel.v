@@ -91,7 +91,7 @@ module onic_net_kernel #(
     input  wire          s_axi_control_rready,
 
     /* AXI4 master: local gradient (read only) */
-    output wire [0:0]    m_axi_lgrad0_arid,
+    output wire [3:0]    m_axi_lgrad0_arid,
     output wire [63:0]   m_axi_lgrad0_araddr,
     output wire [7:0]    m_axi_lgrad0_arlen,
     output wire [2:0]    m_axi_lgrad0_arsize,
@@ -102,7 +102,7 @@ module onic_net_kernel #(
     output wire [3:0]    m_axi_lgrad0_arqos,
     output wire          m_axi_lgrad0_arvalid,
     input  wire          m_axi_lgrad0_arready,
-    input  wire [0:0]    m_axi_lgrad0_rid,
+    input  wire [3:0]    m_axi_lgrad0_rid,
     input  wire [511:0]  m_axi_lgrad0_rdata,
     input  wire [1:0]    m_axi_lgrad0_rresp,
     input  wire          m_axi_lgrad0_rlast,
@@ -110,7 +110,7 @@ module onic_net_kernel #(
     output wire          m_axi_lgrad0_rready,
 
     /* AXI4 master: gathered parameters (write only) */
-    output wire [0:0]    m_axi_gather0_awid,
+    output wire [3:0]    m_axi_gather0_awid,
     output wire [63:0]   m_axi_gather0_awaddr,
     output wire [7:0]    m_axi_gather0_awlen,
     output wire [2:0]    m_axi_gather0_awsize,
@@ -126,7 +126,7 @@ module onic_net_kernel #(
     output wire          m_axi_gather0_wlast,
     output wire          m_axi_gather0_wvalid,
     input  wire          m_axi_gather0_wready,
-    input  wire [0:0]    m_axi_gather0_bid,
+    input  wire [3:0]    m_axi_gather0_bid,
     input  wire [1:0]    m_axi_gather0_bresp,
     input  wire          m_axi_gather0_bvalid,
     output wire          m_axi_gather0_bready,
@@ -502,6 +502,22 @@ module onic_net_kernel #(
     end
 
     /* ---- datapath ---- */
+    /* Card memory and the Adam kernel are not reset with this kernel: every VALID and READY of
+     * the m_axi ports and the Adam kernel's streams is low from the clock ap_rst_n is low until
+     * the registered reset has reset the blocks (as the Adam kernel's out_en), so no handshake
+     * happens half-way through a reset. Responses still owed for bursts from before it carry the
+     * old reset epoch in their IDs (onic_axi_rd / onic_axi_wr) and are taken and dropped. The
+     * MAC's transmit stream is not gated: onic_net_tx_arb finishes a frame part-sent. */
+    wire out_en = ap_rst_n && !rst_reg;
+    wire dp_grad_tvalid, dp_param_tready, dp_arvalid, dp_rready, dp_awvalid, dp_wvalid, dp_bready;
+    assign m_axis_grad0_tvalid  = out_en && dp_grad_tvalid;
+    assign s_axis_param0_tready = out_en && dp_param_tready;
+    assign m_axi_lgrad0_arvalid = out_en && dp_arvalid;
+    assign m_axi_lgrad0_rready  = out_en && dp_rready;
+    assign m_axi_gather0_awvalid = out_en && dp_awvalid;
+    assign m_axi_gather0_wvalid  = out_en && dp_wvalid;
+    assign m_axi_gather0_bready  = out_en && dp_bready;
+
     wire [1:0]   rs_desc_dtype, ag_desc_dtype;
     wire [5:0]   rs_desc_flags, ag_desc_flags;
     wire [7:0]   rs_desc_hop, ag_desc_hop;
@@ -517,7 +533,8 @@ module onic_net_kernel #(
         .PARAM_BF16(PARAM_BF16),
         .RD_FIFO_LOG2(RD_FIFO_LOG2),
         .WR_FIFO_LOG2(WR_FIFO_LOG2),
-        .MAX_BURST(MAX_BURST)
+        .MAX_BURST(MAX_BURST),
+        .ID_BITS(4)
     ) dp (
         .clk(ap_clk), .rst(rst),
         .start(start_pulse_reg), .cfg_rank(cfg_rank_reg[7:0]), .cfg_world(cfg_world_reg[7:0]),
@@ -530,10 +547,10 @@ module onic_net_kernel #(
         .s_pay_tdata(pay_tdata), .s_pay_tkeep(pay_tkeep), .s_pay_tlast(pay_tlast), .s_pay_tvalid(pay_tvalid),
         .s_pay_tready(pay_tready),
         .m_grad_tdata(m_axis_grad0_tdata), .m_grad_tkeep(m_axis_grad0_tkeep), .m_grad_tlast(m_axis_grad0_tlast),
-        .m_grad_tvalid(m_axis_grad0_tvalid), .m_grad_tready(m_axis_grad0_tready),
+        .m_grad_tvalid(dp_grad_tvalid), .m_grad_tready(out_en && m_axis_grad0_tready),
         .s_param_tdata(s_axis_param0_tdata), .s_param_tkeep(s_axis_param0_tkeep),
-        .s_param_tlast(s_axis_param0_tlast), .s_param_tvalid(s_axis_param0_tvalid),
-        .s_param_tready(s_axis_param0_tready),
+        .s_param_tlast(s_axis_param0_tlast), .s_param_tvalid(out_en && s_axis_param0_tvalid),
+        .s_param_tready(dp_param_tready),
         .m_rs_desc_dtype(rs_desc_dtype), .m_rs_desc_flags(rs_desc_flags), .m_rs_desc_hop(rs_desc_hop),
         .m_rs_desc_chunk(rs_desc_chunk), .m_rs_desc_seq(rs_desc_seq), .m_rs_desc_offset(rs_desc_offset),
         .m_rs_desc_len(rs_desc_len), .m_rs_desc_valid(rs_desc_valid), .m_rs_desc_ready(rs_desc_ready),
@@ -548,24 +565,36 @@ module onic_net_kernel #(
         .m_axi_grad_arlen(m_axi_lgrad0_arlen), .m_axi_grad_arsize(m_axi_lgrad0_arsize),
         .m_axi_grad_arburst(m_axi_lgrad0_arburst), .m_axi_grad_arlock(m_axi_lgrad0_arlock),
         .m_axi_grad_arcache(m_axi_lgrad0_arcache), .m_axi_grad_arprot(m_axi_lgrad0_arprot),
-        .m_axi_grad_arqos(m_axi_lgrad0_arqos), .m_axi_grad_arvalid(m_axi_lgrad0_arvalid),
-        .m_axi_grad_arready(m_axi_lgrad0_arready), .m_axi_grad_rid(m_axi_lgrad0_rid),
+        .m_axi_grad_arqos(m_axi_lgrad0_arqos), .m_axi_grad_arvalid(dp_arvalid),
+        .m_axi_grad_arready(out_en && m_axi_lgrad0_arready), .m_axi_grad_rid(m_axi_lgrad0_rid),
         .m_axi_grad_rdata(m_axi_lgrad0_rdata), .m_axi_grad_rresp(m_axi_lgrad0_rresp),
-        .m_axi_grad_rlast(m_axi_lgrad0_rlast), .m_axi_grad_rvalid(m_axi_lgrad0_rvalid),
-        .m_axi_grad_rready(m_axi_lgrad0_rready),
+        .m_axi_grad_rlast(m_axi_lgrad0_rlast), .m_axi_grad_rvalid(out_en && m_axi_lgrad0_rvalid),
+        .m_axi_grad_rready(dp_rready),
         .m_axi_gather_awid(m_axi_gather0_awid), .m_axi_gather_awaddr(m_axi_gather0_awaddr),
         .m_axi_gather_awlen(m_axi_gather0_awlen), .m_axi_gather_awsize(m_axi_gather0_awsize),
         .m_axi_gather_awburst(m_axi_gather0_awburst), .m_axi_gather_awlock(m_axi_gather0_awlock),
         .m_axi_gather_awcache(m_axi_gather0_awcache), .m_axi_gather_awprot(m_axi_gather0_awprot),
-        .m_axi_gather_awqos(m_axi_gather0_awqos), .m_axi_gather_awvalid(m_axi_gather0_awvalid),
-        .m_axi_gather_awready(m_axi_gather0_awready), .m_axi_gather_wdata(m_axi_gather0_wdata),
+        .m_axi_gather_awqos(m_axi_gather0_awqos), .m_axi_gather_awvalid(dp_awvalid),
+        .m_axi_gather_awready(out_en && m_axi_gather0_awready), .m_axi_gather_wdata(m_axi_gather0_wdata),
         .m_axi_gather_wstrb(m_axi_gather0_wstrb), .m_axi_gather_wlast(m_axi_gather0_wlast),
-        .m_axi_gather_wvalid(m_axi_gather0_wvalid), .m_axi_gather_wready(m_axi_gather0_wready),
+        .m_axi_gather_wvalid(dp_wvalid), .m_axi_gather_wready(out_en && m_axi_gather0_wready),
         .m_axi_gather_bid(m_axi_gather0_bid), .m_axi_gather_bresp(m_axi_gather0_bresp),
-        .m_axi_gather_bvalid(m_axi_gather0_bvalid), .m_axi_gather_bready(m_axi_gather0_bready)
+        .m_axi_gather_bvalid(out_en && m_axi_gather0_bvalid), .m_axi_gather_bready(dp_bready)
     );
 
     /* ---- transmit side ---- */
+    /* After a reset and before the next step the senders are empty, but cfg_step_reg still holds
+     * the aborted step's number (arguments are latched, not reset), so its ACKs would pass as
+     * current: one beyond the packets sent (none) sets the sender's sticky protocol error, and
+     * the next step's STATUS with it. Until a step begins, an ACK/NAK reaches the senders with a
+     * step number that is not theirs: stale, counted (dropped_stale_reply) and ignored. */
+    reg stepped_reg;    // a step has begun since the reset
+    always @(posedge ap_clk) begin
+        if (rst) stepped_reg <= 1'b0;
+        else if (start_pulse_reg) stepped_reg <= 1'b1;
+    end
+    wire [31:0] ack_step = stepped_reg ? hdr_step : ~cfg_step_reg;
+
     wire [255:0] rs_counters, ag_counters;
     wire [95:0]  tx_counters;
 
@@ -593,9 +622,9 @@ module onic_net_kernel #(
         .s_ag_axis_tdata(ag_tdata), .s_ag_axis_tkeep(ag_tkeep), .s_ag_axis_tlast(ag_tlast),
         .s_ag_axis_tvalid(ag_tvalid), .s_ag_axis_tready(ag_tready),
         .s_rs_ack_valid(rs_ack_valid), .s_rs_ack_ready(rs_ack_ready), .s_rs_ack_nak(hdr_opcode == OP_NAK),
-        .s_rs_ack_step(hdr_step), .s_rs_ack_seq(hdr_seq), .s_rs_ack_credit(hdr_offset),
+        .s_rs_ack_step(ack_step), .s_rs_ack_seq(hdr_seq), .s_rs_ack_credit(hdr_offset),
         .s_ag_ack_valid(ag_ack_valid), .s_ag_ack_ready(ag_ack_ready), .s_ag_ack_nak(hdr_opcode == OP_NAK),
-        .s_ag_ack_step(hdr_step), .s_ag_ack_seq(hdr_seq), .s_ag_ack_credit(hdr_offset),
+        .s_ag_ack_step(ack_step), .s_ag_ack_seq(hdr_seq), .s_ag_ack_credit(hdr_offset),
         .s_ctl_valid(ctl_valid), .s_ctl_ready(ctl_ready), .s_ctl_nak(ctl_nak), .s_ctl_flow(ctl_flow),
         .s_ctl_step(ctl_step), .s_ctl_seq(ctl_seq), .s_ctl_credit(ctl_credit),
         .m_axis_tdata(m_axis_mac0_tdata), .m_axis_tkeep(m_axis_mac0_tkeep), .m_axis_tlast(m_axis_mac0_tlast),

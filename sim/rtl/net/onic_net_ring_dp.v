@@ -51,7 +51,9 @@ module onic_net_ring_dp #(
     // log2 of the gather write engine's FIFO in beats (two bursts at least)
     parameter integer WR_FIFO_LOG2 = 7,
     // longest AXI burst in beats (both memory ports)
-    parameter integer MAX_BURST = 64
+    parameter integer MAX_BURST = 64,
+    // AXI ID width of both ports: the engines' reset epoch (onic_axi_rd / onic_axi_wr)
+    parameter integer ID_BITS = 4
 ) (
     input  wire          clk,
     input  wire          rst,
@@ -132,7 +134,7 @@ module onic_net_ring_dp #(
     input  wire          m_ag_axis_tready,
 
     /* AXI4 master: local gradient (read) */
-    output wire [0:0]    m_axi_grad_arid,
+    output wire [ID_BITS-1:0] m_axi_grad_arid,
     output wire [63:0]   m_axi_grad_araddr,
     output wire [7:0]    m_axi_grad_arlen,
     output wire [2:0]    m_axi_grad_arsize,
@@ -143,7 +145,7 @@ module onic_net_ring_dp #(
     output wire [3:0]    m_axi_grad_arqos,
     output wire          m_axi_grad_arvalid,
     input  wire          m_axi_grad_arready,
-    input  wire [0:0]    m_axi_grad_rid,
+    input  wire [ID_BITS-1:0] m_axi_grad_rid,
     input  wire [511:0]  m_axi_grad_rdata,
     input  wire [1:0]    m_axi_grad_rresp,
     input  wire          m_axi_grad_rlast,
@@ -151,7 +153,7 @@ module onic_net_ring_dp #(
     output wire          m_axi_grad_rready,
 
     /* AXI4 master: gathered parameters (write) */
-    output wire [0:0]    m_axi_gather_awid,
+    output wire [ID_BITS-1:0] m_axi_gather_awid,
     output wire [63:0]   m_axi_gather_awaddr,
     output wire [7:0]    m_axi_gather_awlen,
     output wire [2:0]    m_axi_gather_awsize,
@@ -167,7 +169,7 @@ module onic_net_ring_dp #(
     output wire          m_axi_gather_wlast,
     output wire          m_axi_gather_wvalid,
     input  wire          m_axi_gather_wready,
-    input  wire [0:0]    m_axi_gather_bid,
+    input  wire [ID_BITS-1:0] m_axi_gather_bid,
     input  wire [1:0]    m_axi_gather_bresp,
     input  wire          m_axi_gather_bvalid,
     output wire          m_axi_gather_bready
@@ -214,7 +216,8 @@ module onic_net_ring_dp #(
 
     onic_net_grad_reader #(
         .FIFO_LOG2(RD_FIFO_LOG2),
-        .MAX_BURST(MAX_BURST)
+        .MAX_BURST(MAX_BURST),
+        .ID_BITS(ID_BITS)
     ) reader_inst (
         .clk(clk), .rst(rst),
         .start(go),
@@ -565,7 +568,8 @@ module onic_net_ring_dp #(
 
     onic_axi_wr #(
         .FIFO_LOG2(WR_FIFO_LOG2),
-        .MAX_BURST(MAX_BURST)
+        .MAX_BURST(MAX_BURST),
+        .ID_BITS(ID_BITS)
     ) wr_inst (
         .clk(clk), .rst(rst),
         .start(wr_start_reg),

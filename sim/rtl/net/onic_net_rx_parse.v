@@ -92,8 +92,14 @@ module onic_net_rx_parse #(
         end
     endfunction
 
-    /* stage 1: the input beat and where frames start */
-    reg          in_frame_reg;
+    /* stage 1: the input beat and where frames start. The MAC is not reset with the kernel, so
+     * a reset can come in the middle of a frame: in_frame_reg follows the stream through it (no
+     * reset; 0 at configuration) and skip_reg drops the rest of a frame begun before or during
+     * a reset (its beats are not passed on, so its tail is never taken for a first beat). */
+    /* verilator lint_off PROCASSINIT */
+    reg          in_frame_reg = 1'b0;
+    reg          skip_reg = 1'b0;
+    /* verilator lint_on PROCASSINIT */
     reg [511:0]  d1_reg;
     reg [63:0]   k1_reg;
     reg          v1_reg, l1_reg, u1_reg, f1_reg;
@@ -104,15 +110,15 @@ module onic_net_rx_parse #(
         l1_reg <= s_axis_tlast;
         u1_reg <= s_axis_tuser;
         f1_reg <= !in_frame_reg;
-        if (rst) begin
-            in_frame_reg <= 1'b0;
-            v1_reg       <= 1'b0;
-        end else begin
-            v1_reg <= s_axis_tvalid;
-            if (s_axis_tvalid) begin
-                in_frame_reg <= !s_axis_tlast;
-            end
+        if (s_axis_tvalid) begin
+            in_frame_reg <= !s_axis_tlast;
         end
+        if (rst) begin
+            skip_reg <= s_axis_tvalid ? !s_axis_tlast : in_frame_reg;
+        end else if (s_axis_tvalid && s_axis_tlast) begin
+            skip_reg <= 1'b0;
+        end
+        v1_reg <= !rst && s_axis_tvalid && !skip_reg;
     end
 
     /* stage 2: field checks and the checksum's pair sums */

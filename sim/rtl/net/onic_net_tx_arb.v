@@ -23,6 +23,14 @@
  * the wire). Every ring frame has its full 64-byte header beat, ACK/NAK frames included, so none
  * is short; the padding is there for any other single-beat frame. Frames of more than one beat
  * are assumed to have a full first beat (at least 64 bytes).
+ *
+ * Reset: the MAC is not reset with the kernel, and a frame cut short on its transmit stream is
+ * an underflow (the CMAC sends it with a bad FCS; a truncated frame with a good FCS would be
+ * worse). So a reset that finds a frame part-sent lets it finish: the FIFO (whole frames only,
+ * so its tail is there) and the output side keep running until that frame's last beat is
+ * taken, the input side (reset at once) chooses nothing meanwhile, and then the FIFO is emptied
+ * (the frames behind it belong to the step the reset abandoned). Between frames, and during
+ * rst, no new frame starts. The MAC therefore sees only whole frames.
  */
 module onic_net_tx_arb #(
     // log2 of the frame FIFO's depth in 512-bit beats
@@ -114,6 +122,13 @@ module onic_net_tx_arb #(
         end
     endgenerate
 
+    // a frame part-sent when a reset came is being finished (see above): choose nothing. Both
+    // registers start at 0 at configuration: their reset waits for the frame the MAC is taking.
+    /* verilator lint_off PROCASSINIT */
+    reg drain_reg = 1'b0;
+    reg out_active_reg = 1'b0;   // a frame is being sent
+    /* verilator lint_on PROCASSINIT */
+
     always @(posedge clk) begin
         if (rst) begin
             busy_reg  <= 1'b0;
@@ -122,7 +137,9 @@ module onic_net_tx_arb #(
             first_reg <= 1'b1;
         end else if (!busy_reg) begin
             first_reg <= 1'b1;
-            if (s_ctl_axis_tvalid) begin
+            if (drain_reg) begin
+                busy_reg <= 1'b0;
+            end else if (s_ctl_axis_tvalid) begin
                 busy_reg <= 1'b1;
                 sel_reg  <= SEL_CTL;
             end else if (s_rs_axis_tvalid && (rr_ag_reg || !s_ag_axis_tvalid)) begin
@@ -152,13 +169,17 @@ module onic_net_tx_arb #(
     wire [FIFO_LOG2:0] fifo_count_unused = fifo_count;  // frames are counted instead
     /* verilator lint_on UNUSEDSIGNAL */
 
+    // a reset empties the FIFO at once between frames, after the frame part-sent otherwise
+    wire fifo_rst   = rst && !out_active_reg;
+    wire fifo_clear = drain_reg && !out_active_reg;
+
     onic_fifo #(
         .WIDTH(577),
         .DEPTH_LOG2(FIFO_LOG2)
     ) frame_fifo (
         .clk(clk),
-        .rst(rst),
-        .clear(1'b0),
+        .rst(fifo_rst),
+        .clear(fifo_clear),
         .s_data({in_last, w_keep, w_data}),
         .s_valid(in_fire),
         .s_ready(fifo_s_ready),
@@ -171,19 +192,33 @@ module onic_net_tx_arb #(
     /* output side: a frame starts only when it is whole in the FIFO */
     reg [2:0]         done_pipe_reg;  // a frame's last beat written, 1, 2 and 3 clocks ago
     reg [FIFO_LOG2:0] frames_reg;     // whole frames in the FIFO, not yet started
-    reg               out_active_reg; // a frame is being sent
 
     wire out_fire  = m_axis_tvalid && m_axis_tready;
     wire out_start = out_fire && !out_active_reg;
 
-    assign m_axis_tvalid = fifo_m_valid && (out_active_reg || frames_reg != {(FIFO_LOG2+1){1'b0}});
+    // a new frame starts only outside a reset and its drain; the one part-sent always finishes
+    assign m_axis_tvalid = fifo_m_valid && (out_active_reg
+                                            || (frames_reg != {(FIFO_LOG2+1){1'b0}} && !rst && !drain_reg));
     assign m_axis_tlast  = fifo_m_last;
 
     always @(posedge clk) begin
-        if (rst) begin
+        if (rst && out_active_reg) begin
+            // finish the frame part-sent (its beats are in the FIFO); nothing after it counts
+            done_pipe_reg <= 3'b000;
+            frames_reg    <= {(FIFO_LOG2+1){1'b0}};
+            drain_reg     <= 1'b1;
+            if (out_fire) begin
+                out_active_reg <= !fifo_m_last;
+            end
+        end else if (rst || fifo_clear) begin
             done_pipe_reg  <= 3'b000;
             frames_reg     <= {(FIFO_LOG2+1){1'b0}};
             out_active_reg <= 1'b0;
+            drain_reg      <= 1'b0;
+        end else if (drain_reg) begin
+            if (out_fire) begin
+                out_active_reg <= !fifo_m_last;
+            end
         end else begin
             done_pipe_reg <= {done_pipe_reg[1:0], in_end};
             frames_reg    <= frames_reg + {{FIFO_LOG2{1'b0}}, done_pipe_reg[2]} - {{FIFO_LOG2{1'b0}}, out_start};
