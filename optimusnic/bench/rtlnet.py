@@ -9,7 +9,7 @@ bits a beat. The cocotb bench is `sim/tb/net/bench_onic_net_kernel.py`: one simu
 each checked bit for bit (the reduced chunk, the gathered buffer in card memory, every peer's
 gathered parameters) against a lossless reference ring; a mismatch makes the report say so and
 the command exit 1. The Adam kernel beside the card is a reference STAND-IN on the card's streams
-(test_onic_net_kernel's `stand_in_kernel`), not the generated Adam RTL: the update turnaround
+(test_onic_net_kernel's `reference_adam_streams`), not the generated Adam RTL: the update turnaround
 includes no real kernel latency.
 
 Figures (simulated time; only the simulation speed depends on the machine):

@@ -15,12 +15,12 @@
  *   RAM, 512 bits wide: block RAM or UltraRAM); its beat count, last TKEEP and payload length
  *   (header bytes 62-63) go to a small per-slot table. A packet is taken only while its slot is
  *   free (every packet 2^SLOTS_LOG2 back acknowledged and not being read). A packet longer than
- *   a slot is cut to the slot (err_long, sticky).
+ *   a slot is cut to the slot (err_long, sticky until the next start).
  * - Read side: the packet next_seq is sent (read from the buffer into a 16-beat output FIFO)
  *   while next_seq < provided and next_seq - base < min(cfg_window, credit).
  * - ACK/NAK on s_ack_* (one per 3 clocks; s_ack_ready drops meanwhile): stale (another step,
  *   or below base) is counted and ignored; one beyond the highest packet sent sets err_proto
- *   (sticky) and is ignored; otherwise base = max(base, seq) (frees slots), next_seq =
+ *   (sticky until the next start) and is ignored; otherwise base = max(base, seq) (frees slots), next_seq =
  *   max(next_seq, base), credit = the ACK's credit. A NAK also rewinds next_seq to its sequence
  *   number (go-back-N) and restarts the timer.
  * - Retransmission timer (cfg_rto clocks): started by a send with nothing in flight, restarted
@@ -449,6 +449,9 @@ module onic_net_tx_retx #(
     always @(posedge clk) begin
         if (rst) begin
             err_long_reg <= 1'b0;
+        end else if (start) begin
+            // per step, as STATUS is (sticky within a step, cleared by ap_start)
+            err_long_reg <= 1'b0;
         end else if (pay_fire && !wr_fits) begin
             err_long_reg <= 1'b1;
         end
@@ -456,6 +459,8 @@ module onic_net_tx_retx #(
 
     always @(posedge clk) begin
         if (rst) begin
+            err_proto_reg <= 1'b0;
+        end else if (start) begin
             err_proto_reg <= 1'b0;
         end else if (ev2_reg && ev_bad_reg && !ev_stale_reg) begin
             err_proto_reg <= 1'b1;

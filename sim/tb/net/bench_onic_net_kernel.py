@@ -21,7 +21,7 @@ and writes its figures as JSON to ONIC_BENCH_OUT:
   A mismatch is recorded (`exact: false` and where), not raised: the bench reports it.
 
 The Adam kernel beside the card is test_onic_net_kernel's reference STAND-IN on the streams
-(`stand_in_kernel`: the reduced chunk collected, ReferenceKernel's update replayed on
+(`reference_adam_streams`: the reduced chunk collected, ReferenceKernel's update replayed on
 s_axis_param0), here without random stalls; card memory is cocotbext-axi RAM with 5..40 clocks
 of read latency and no channel pauses; the AXI protocol monitor watches both m_axi ports.
 """
@@ -176,7 +176,7 @@ async def bench_ring(dut: Any) -> None:
     got: dict[str, Any] = {}
     scale = ring.step_grad_scale(None, n, grad_scale=1.0)
     assert scale is not None
-    kernel_task = cocotb.start_soon(kt.stand_in_kernel(tb, own_kernel, wb, scale, got))
+    kernel_task = cocotb.start_soon(kt.reference_adam_streams(tb, own_kernel, wb, scale, got))
     await kt.program(tb, n, r, length, payload, step, lgrad_addr, gather_addr, round(rto_s * 1e12 / CLOCK_PS))
     before = await tb.counters()
 

@@ -289,7 +289,7 @@ async def reset_case(tb: ResetTB, n: int, r: int, point: str, wdt: str, pdt: str
     own = ReferenceKernel(ring.Shard.from_params(params, r, n), Hyper(), wire_dtype=wdt, param_dtype=pdt)
 
     async def kernel_a() -> None:
-        await kb.stand_in_kernel(tb, own, wb, scale, got_a)  # type: ignore[arg-type]
+        await kb.reference_adam_streams(tb, own, wb, scale, got_a)  # type: ignore[arg-type]
         state["kernel_done"] = True
 
     state["kernel"] = cocotb.start_soon(kernel_a())
@@ -355,7 +355,7 @@ async def reset_case(tb: ResetTB, n: int, r: int, point: str, wdt: str, pdt: str
     tb.wire.peers = peers
     got: dict[str, Any] = {}
     own = ReferenceKernel(ring.Shard.from_params(params, r, n), Hyper(), wire_dtype=wdt, param_dtype=pdt)
-    kernel_task = cocotb.start_soon(kb.stand_in_kernel(tb, own, wb, scale, got))  # type: ignore[arg-type]
+    kernel_task = cocotb.start_soon(kb.reference_adam_streams(tb, own, wb, scale, got))  # type: ignore[arg-type]
     before = await tb.counters()
     stale_r, stale_b = state["stale_r"], state["stale_b"]
     await kb.program(tb, n, r, length, payload, new_step, lgrad_addr, gather_addr, RTO)  # type: ignore[arg-type]

@@ -242,5 +242,11 @@ async def test_go_back_n(dut: Any) -> None:
     await tb.reply(False, step, model.sent_high + 3, window)
     await ClockCycles(dut.clk, 4)
     assert int(dut.err_proto.value) and int(dut.stat_base.value) == total
+    # the error belongs to its step: the next step's start clears it (STATUS is per step)
+    dut.start.value = 1
+    await RisingEdge(dut.clk)
+    dut.start.value = 0
+    await ClockCycles(dut.clk, 2)
+    assert not int(dut.err_proto.value) and not int(dut.err_long.value)
     dut._log.info("%d frames (%d retransmitted), %d timeouts, %d NAKs", c.frames_sent, c.retransmitted_frames,
                   c.timeouts, c.naks_received)
