@@ -110,3 +110,10 @@ def test_references_are_ieee_on_known_cases() -> None:
         arrays = {k: np.array(v, dtype=np.uint32) for k, v in ops.items()}
         got = vectors.reference(unit, arrays)
         assert np.array_equal(got, np.array(want, dtype=np.uint32)), (unit, got)
+
+
+def test_fp64_reference_is_ieee_on_known_cases() -> None:
+    """The fp64 reference keeps subnormals and rounds ties to even (no flush-to-zero)."""
+    ops = {"a": np.array([1, vectors.F64_ONE], dtype=np.uint64),
+           "b": np.array([1, 0x3CA0000000000000], dtype=np.uint64), "sub": np.zeros(2, dtype=np.uint64)}
+    assert vectors.reference("fp64_add", ops).tolist() == [2, vectors.F64_ONE]
