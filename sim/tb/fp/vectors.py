@@ -35,6 +35,7 @@ UNITS: dict[str, UnitSpec] = {
     "fp16_to_fp32": UnitSpec("fp16_to_fp32", 1, 16, 32, False, 1),
     "fp32_to_bf16": UnitSpec("fp32_to_bf16", 1, 32, 16, False, 1),
     "fp64_add": UnitSpec("fp64_add", 2, 64, 64, True, 6),
+    "fp32_sq_f64": UnitSpec("fp32_sq_f64", 1, 32, 64, False, 4),
 }
 
 # Named fp32 patterns, one or more from every class.
@@ -174,6 +175,8 @@ def random_operands(unit: str, n: int, seed: int) -> dict[str, np.ndarray]:
         return {"a": _bf16_round_operands(rng, a)}
     if unit == "fp32_sqrt":
         return {"a": _sqrt_operands(rng, a)}
+    if unit == "fp32_sq_f64":
+        return {"a": a}
 
     ea = np.maximum(_exp_of(a), 1)
     uniform_b = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
@@ -243,6 +246,10 @@ def directed_operands(unit: str) -> dict[str, np.ndarray]:
 
     # every pair of class values, both signs, covers the special-case tables of two-operand units
     cls = np.concatenate([CLASS_VALUES, CLASS_VALUES | np.uint32(0x80000000)])
+    if unit == "fp32_sq_f64":
+        # every class value, and every subnormal's leading-one position
+        low = np.uint32(1) << np.arange(23, dtype=np.uint32)
+        return {"a": np.concatenate([cls, low, low | np.uint32(0x80000000), low - np.uint32(1)]).astype(np.uint32)}
     cross_a = np.repeat(cls, len(cls))
     cross_b = np.tile(cls, len(cls))
 
@@ -552,6 +559,9 @@ def reference(unit: str, ops: dict[str, np.ndarray]) -> np.ndarray:
             return np.where(sub, a64 - b64, a64 + b64).view(np.uint64)
     a = np.asarray(ops["a"], dtype=np.uint32)
     with np.errstate(all="ignore"):
+        if unit == "fp32_sq_f64":
+            wide = _f32(a).astype(np.float64)
+            return (wide * wide).view(np.uint64)
         if unit == "fp32_add":
             b = _f32(ops["b"])
             sub = np.asarray(ops["sub"]).astype(bool)
