@@ -455,7 +455,8 @@ def fp64_is_nan(bits: np.ndarray) -> np.ndarray:
 
 
 def _u64_random(rng: np.random.Generator, n: int) -> np.ndarray:
-    return (rng.integers(0, 1 << 32, n, dtype=np.uint64) << np.uint64(32)) | rng.integers(0, 1 << 32, n, dtype=np.uint64)
+    high = rng.integers(0, 1 << 32, n, dtype=np.uint64) << np.uint64(32)
+    return high | rng.integers(0, 1 << 32, n, dtype=np.uint64)
 
 
 def _compose64(rng: np.random.Generator, exps: np.ndarray, mants: np.ndarray | None = None) -> np.ndarray:
