@@ -98,24 +98,30 @@ wire [56:0] big_ext = {1'b0, s2_big, 3'b000};
 wire [56:0] small_ext = {1'b0, s2_small};
 wire [56:0] sum = s2_eff_sub ? big_ext - small_ext : big_ext + small_ext;
 
+// the stop bit for stage 4: exponent e allows a left shift of at most e - 1 places
+wire [10:0] max_shift2 = s2_exp - 11'd1;
+wire [55:0] stop = (max_shift2 > 11'd55) ? 56'd0 : (56'h80000000000000 >> max_shift2[5:0]);
+
 reg         s3_sign, s3_eff_sub, s3_spec;
 reg  [63:0] s3_spec_y;
 reg  [10:0] s3_exp;
 reg  [56:0] s3_sum;
+reg  [55:0] s3_stop;
 
-/* stage 4: leading-zero count, limited so a subnormal result keeps exponent 1 */
+/* stage 4: leading-zero count, limited so a subnormal result keeps exponent 1: a stop bit at
+ * position 55 - (exponent - 1), decoded a stage earlier, ends the count there (the count of
+ * fp32_add's compare-after-count would be 9 LUT levels at this width) */
 wire [5:0]  sum_lz;
 
 fp_lzc #(
     .WIDTH(56),
     .COUNT_WIDTH(6)
 ) lzc_inst (
-    .in_data(s3_sum[55:0]),
+    .in_data(s3_sum[55:0] | s3_stop),
     .out_count(sum_lz)
 );
 
-wire [10:0] max_shift = s3_exp - 11'd1;
-wire [5:0]  norm_shift = ({5'd0, sum_lz} > max_shift) ? max_shift[5:0] : sum_lz;
+wire [5:0]  norm_shift = sum_lz;
 
 reg         s4_sign, s4_spec;
 reg  [63:0] s4_spec_y;
@@ -169,6 +175,7 @@ always @(posedge clk) begin
         s3_spec_y <= s2_spec_y;
         s3_exp <= s2_exp;
         s3_sum <= sum;
+        s3_stop <= stop;
 
         // an exact zero sum is +0 when subtracting (RNE), else both addends were zeros of one sign
         s4_sign <= (s3_sum == 57'd0 && s3_eff_sub) ? 1'b0 : s3_sign;
