@@ -19,7 +19,13 @@
  * not stored. The packet of hop j leaves once the own entry is known (`own_valid`) and hop j - 1
  * was received: its descriptor (hop j, seq j, length 16 (j + 1); the top ties dtype fp32, flags
  * LAST, chunk 0, offset 0), then its payload built from the table, one entry per clock, TKEEP on
- * the last beat. The entries stay readable at `rd_rank` until the next `start`.
+ * the last beat. The entries stay readable at `rd_rank` (one clock later) until the next `start`.
+ *
+ * The table is two copies of a 256 x 65-bit memory (sum of squares, flag) with one write port
+ * (the received entries) and one registered read port each (the transmit side, the host), so it
+ * maps to distributed or block RAM; the own entry sits in registers beside it. A received hop h
+ * brings exactly one rank not seen before (r - 1 - h), so `all_known` is the own entry and N - 1
+ * hops received in order without error.
  */
 module onic_net_scalar (
     input  wire         clk,
@@ -57,7 +63,7 @@ module onic_net_scalar (
     input  wire         m_axis_tready,
 
     /* the table */
-    input  wire [7:0]   rd_rank,
+    input  wire [7:0]   rd_rank,        // read: rd_sumsq / rd_flag one clock later
     output wire [63:0]  rd_sumsq,
     output wire         rd_flag,
     output wire         own_known,
@@ -65,10 +71,10 @@ module onic_net_scalar (
     output wire         error
 );
 
-    reg  [63:0]  sumsq_mem [0:255];
-    reg  [255:0] flag_reg;
-    reg  [255:0] known_reg;         // received ranks (a rank comes again in every later hop's frame)
-    reg  [8:0]   known_cnt_reg;
+    reg  [64:0]  tab_tx [0:255];    // {flag, sum of squares} per rank, read by the transmit side
+    reg  [64:0]  tab_host [0:255];  // the same, read by the host
+    reg  [64:0]  tab_tx_q, tab_host_q;
+    reg          rd_own_reg;
     reg          own_known_reg;
     reg  [63:0]  own_sumsq_reg;
     reg          own_flag_reg;
@@ -96,15 +102,15 @@ module onic_net_scalar (
                           s_hdr_len == {3'd0, hdr_entries, 4'd0};
     wire         rx_store = rstate_reg == R_ENTRY && !rx_bad_reg;
     wire         rx_match = rx_entry[7:0] == rx_rank_reg;
-    wire         rx_new = rx_store && rx_match && !known_reg[rx_rank_reg];
     wire [7:0]   rx_rank_next = (rx_rank_reg + 8'd1 == cfg_world) ? 8'd0 : rx_rank_reg + 8'd1;
 
     assign s_hdr_ready = rstate_reg == R_HDR;
     assign s_pay_tready = rstate_reg == R_BEAT;
 
     /* transmit: descriptor, then beats built one entry per clock */
-    localparam [1:0] T_IDLE = 2'd0, T_DESC = 2'd1, T_BUILD = 2'd2, T_BEAT = 2'd3;
-    reg  [1:0]   tstate_reg;
+    localparam [2:0] T_IDLE = 3'd0, T_DESC = 3'd1, T_READ = 3'd2, T_PLACE = 3'd3, T_BEAT = 3'd4;
+    reg  [2:0]   tstate_reg;
+    reg          tx_own_reg;        // the entry being read is this card's own
     reg  [7:0]   send_hop_reg;      // the next hop to send
     reg  [7:0]   tx_left_reg;       // entries of the packet still to place
     reg  [7:0]   tx_rank_reg;
@@ -118,10 +124,10 @@ module onic_net_scalar (
     wire [7:0]   tx_first = (tx_first_w >= {1'b0, cfg_world}) ? tx_first_w[7:0] - cfg_world : tx_first_w[7:0];
     wire         tx_more = {1'b0, send_hop_reg} + 9'd2 <= {1'b0, cfg_world};
     wire         tx_go = tstate_reg == T_IDLE && own_known_reg && tx_more && send_hop_reg <= recv_hops_reg;
-    wire         tx_own = tx_rank_reg == cfg_rank;
-    wire [63:0]  tx_sumsq = tx_own ? own_sumsq_reg : sumsq_mem[tx_rank_reg];
-    wire         tx_flag = tx_own ? own_flag_reg : flag_reg[tx_rank_reg];
-    wire [127:0] tx_entry = {tx_sumsq, 48'd0, 7'd0, tx_flag, tx_rank_reg};
+    reg  [7:0]   tx_place_rank_reg; // the rank of the entry being placed
+    wire [63:0]  tx_sumsq = tx_own_reg ? own_sumsq_reg : tab_tx_q[63:0];
+    wire         tx_flag = tx_own_reg ? own_flag_reg : tab_tx_q[64];
+    wire [127:0] tx_entry = {tx_sumsq, 48'd0, 7'd0, tx_flag, tx_place_rank_reg};
     wire [7:0]   tx_rank_next = (tx_rank_reg + 8'd1 == cfg_world) ? 8'd0 : tx_rank_reg + 8'd1;
     wire [8:0]   tx_entries = {1'b0, send_hop_reg} + 9'd1;
 
@@ -134,11 +140,19 @@ module onic_net_scalar (
     assign m_axis_tlast = tx_last_reg;
     assign m_axis_tvalid = tstate_reg == T_BEAT;
 
+    /* the table: one write port, one registered read port per copy */
+    always @(posedge clk) begin
+        if (rx_store && rx_match) begin
+            tab_tx[rx_rank_reg] <= {rx_entry[15:8] != 8'd0, rx_entry[127:64]};
+            tab_host[rx_rank_reg] <= {rx_entry[15:8] != 8'd0, rx_entry[127:64]};
+        end
+        tab_tx_q <= tab_tx[tx_rank_reg];
+        tab_host_q <= tab_host[rd_rank];
+        rd_own_reg <= rd_rank == cfg_rank;
+    end
+
     always @(posedge clk) begin
         if (rst || start) begin
-            flag_reg <= 256'd0;
-            known_reg <= 256'd0;
-            known_cnt_reg <= 9'd0;
             own_known_reg <= 1'b0;
             error_reg <= 1'b0;
             rstate_reg <= R_HDR;
@@ -151,7 +165,6 @@ module onic_net_scalar (
                 own_sumsq_reg <= own_sumsq;
                 own_flag_reg <= own_flag;
             end
-            known_cnt_reg <= known_cnt_reg + {8'd0, own_valid && !own_known_reg} + {8'd0, rx_new};
 
             case (rstate_reg)
                 R_HDR: begin
@@ -175,11 +188,7 @@ module onic_net_scalar (
                 end
                 default: begin  // R_ENTRY
                     if (rx_store) begin
-                        if (rx_match) begin
-                            sumsq_mem[rx_rank_reg] <= rx_entry[127:64];
-                            known_reg[rx_rank_reg] <= 1'b1;
-                            flag_reg[rx_rank_reg] <= rx_entry[15:8] != 8'd0;
-                        end else begin
+                        if (!rx_match) begin
                             error_reg <= 1'b1;
                         end
                     end
@@ -215,18 +224,25 @@ module onic_net_scalar (
                         tx_lane_reg <= 2'd0;
                         tx_beat_reg <= 512'd0;
                         tx_keep_reg <= 64'd0;
-                        tstate_reg <= T_BUILD;
+                        tstate_reg <= T_READ;
                     end
                 end
-                T_BUILD: begin
+                T_READ: begin  // tab_tx_q takes the entry of tx_rank_reg at this clock
+                    tx_own_reg <= tx_rank_reg == cfg_rank;
+                    tx_place_rank_reg <= tx_rank_reg;
+                    tx_rank_reg <= tx_rank_next;
+                    tstate_reg <= T_PLACE;
+                end
+                T_PLACE: begin
                     tx_beat_reg[128*tx_lane_reg +: 128] <= tx_entry;
                     tx_keep_reg[16*tx_lane_reg +: 16] <= 16'hffff;
-                    tx_rank_reg <= tx_rank_next;
                     tx_left_reg <= tx_left_reg - 8'd1;
                     tx_lane_reg <= tx_lane_reg + 2'd1;
                     if (tx_lane_reg == 2'd3 || tx_left_reg == 8'd1) begin
                         tx_last_reg <= tx_left_reg == 8'd1;
                         tstate_reg <= T_BEAT;
+                    end else begin
+                        tstate_reg <= T_READ;
                     end
                 end
                 default: begin  // T_BEAT
@@ -238,7 +254,7 @@ module onic_net_scalar (
                             send_hop_reg <= send_hop_reg + 8'd1;
                             tstate_reg <= T_IDLE;
                         end else begin
-                            tstate_reg <= T_BUILD;
+                            tstate_reg <= T_READ;
                         end
                     end
                 end
@@ -246,11 +262,10 @@ module onic_net_scalar (
         end
     end
 
-    wire rd_own = rd_rank == cfg_rank;
-    assign rd_sumsq = rd_own ? own_sumsq_reg : sumsq_mem[rd_rank];
-    assign rd_flag = rd_own ? own_flag_reg : flag_reg[rd_rank];
+    assign rd_sumsq = rd_own_reg ? own_sumsq_reg : tab_host_q[63:0];
+    assign rd_flag = rd_own_reg ? own_flag_reg : tab_host_q[64];
     assign own_known = own_known_reg;
-    assign all_known = known_cnt_reg == {1'b0, cfg_world};
+    assign all_known = own_known_reg && !error_reg && {1'b0, recv_hops_reg} + 9'd1 == {1'b0, cfg_world};
     assign error = error_reg;
 
 endmodule

@@ -86,10 +86,11 @@ module onic_net_sumsq #(
     endgenerate
 
     /* the beat's pairwise tree: level l has LANES >> l values */
-    wire [LANES*64-1:0] tree [0:LEVELS];
+    localparam integer TW = LANES * 64;
+    wire [(LEVELS+1)*TW-1:0] tree;  // level l at [l*TW +: TW] (a flat vector: yosys, not an array)
     wire [LEVELS:0]     tree_valid, tree_last;
 
-    assign tree[0] = level0;
+    assign tree[TW-1:0] = level0;
     assign tree_valid[0] = sq_valid;
     assign tree_last[0] = sq_last;
 
@@ -100,29 +101,29 @@ module onic_net_sumsq #(
                 if (k == 0) begin : with_ctl
                     fp64_add #(.STALL(0), .TAG_WIDTH(1)) add_inst (
                         .clk(clk), .rst(rst), .ce(1'b1),
-                        .in_valid(tree_valid[l]), .in_a(tree[l][128*k +: 64]), .in_b(tree[l][128*k+64 +: 64]),
+                        .in_valid(tree_valid[l]), .in_a(tree[l*TW+128*k +: 64]), .in_b(tree[l*TW+128*k+64 +: 64]),
                         .in_sub(1'b0), .in_tag(tree_last[l]),
-                        .out_valid(tree_valid[l+1]), .out_y(tree[l+1][64*k +: 64]), .out_tag(tree_last[l+1])
+                        .out_valid(tree_valid[l+1]), .out_y(tree[(l+1)*TW+64*k +: 64]), .out_tag(tree_last[l+1])
                     );
                 end else begin : data_only
                     wire       unused_valid;
                     wire [0:0] unused_tag;
                     fp64_add #(.STALL(0), .TAG_WIDTH(1)) add_inst (
                         .clk(clk), .rst(rst), .ce(1'b1),
-                        .in_valid(1'b0), .in_a(tree[l][128*k +: 64]), .in_b(tree[l][128*k+64 +: 64]),
+                        .in_valid(1'b0), .in_a(tree[l*TW+128*k +: 64]), .in_b(tree[l*TW+128*k+64 +: 64]),
                         .in_sub(1'b0), .in_tag(1'b0),
-                        .out_valid(unused_valid), .out_y(tree[l+1][64*k +: 64]), .out_tag(unused_tag)
+                        .out_valid(unused_valid), .out_y(tree[(l+1)*TW+64*k +: 64]), .out_tag(unused_tag)
                     );
                 end
             end
             // the upper half of each level's vector is never driven by an adder
-            assign tree[l+1][LANES*64-1:(LANES>>(l+1))*64] = {((LANES - (LANES >> (l + 1))) * 64){1'b0}};
+            assign tree[(l+1)*TW+(LANES>>(l+1))*64 +: (LANES-(LANES>>(l+1)))*64] = {((LANES - (LANES >> (l + 1))) * 64){1'b0}};
         end
     endgenerate
 
-    wire [63:0] beat_sum = tree[LEVELS][63:0];
-    // an element's other TKEEP bits equal its first one
-    wire _unused_ok = &{1'b0, s_keep, 1'b0};
+    wire [63:0] beat_sum = tree[LEVELS*TW +: 64];
+    // an element's other TKEEP bits equal its first one; a level's upper half is zero filler
+    wire _unused_ok = &{1'b0, s_keep, tree, 1'b0};
 
     /* the loop: beat b into accumulator b mod 8; then the final tree through the same adder */
     localparam [1:0] ST_RUN = 2'd0, ST_DRAIN = 2'd1, ST_FINAL = 2'd2, ST_DONE = 2'd3;
