@@ -111,15 +111,32 @@ reg  [55:0] s3_stop;
 /* stage 4: leading-zero count, limited so a subnormal result keeps exponent 1: a stop bit at
  * position 55 - (exponent - 1), decoded a stage earlier, ends the count there (the count of
  * fp32_add's compare-after-count would be 9 LUT levels at this width) */
-wire [5:0]  sum_lz;
+// Two levels, so the count stays within a few LUTs: eight 8-bit groups (the 56 bits and 8 ones
+// below them, so a zero sum counts 56), each with its leading-zero count and an all-zero flag,
+// then the first group that is not all zero picks its count.
+wire [63:0] lz_in = {s3_sum[55:0] | s3_stop, 8'hff};
+reg  [7:0]  grp_zero;
+reg  [23:0] grp_lz;      // group g's count at [3g +: 3]
+reg  [5:0]  sum_lz;
+integer     gi, bi;
 
-fp_lzc #(
-    .WIDTH(56),
-    .COUNT_WIDTH(6)
-) lzc_inst (
-    .in_data(s3_sum[55:0] | s3_stop),
-    .out_count(sum_lz)
-);
+always @* begin
+    for (gi = 0; gi < 8; gi = gi + 1) begin
+        grp_zero[gi] = lz_in[63 - 8 * gi -: 8] == 8'd0;
+        grp_lz[3 * gi +: 3] = 3'd7;
+        for (bi = 0; bi < 8; bi = bi + 1) begin
+            if (lz_in[56 - 8 * gi + bi]) begin
+                grp_lz[3 * gi +: 3] = 3'd7 - bi[2:0];
+            end
+        end
+    end
+    sum_lz = 6'd56;
+    for (gi = 7; gi >= 0; gi = gi - 1) begin
+        if (!grp_zero[gi]) begin
+            sum_lz = {gi[2:0], grp_lz[3 * gi +: 3]};
+        end
+    end
+end
 
 wire [5:0]  norm_shift = sum_lz;
 
