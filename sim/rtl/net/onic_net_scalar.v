@@ -67,6 +67,7 @@ module onic_net_scalar (
     output wire [63:0]  rd_sumsq,
     output wire         rd_flag,
     output wire         own_known,
+    output wire         sent_all,       // every hop this card sends (0 .. N - 2) has left
     output wire         all_known,
     output wire         error
 );
@@ -265,6 +266,7 @@ module onic_net_scalar (
     assign rd_sumsq = rd_own_reg ? own_sumsq_reg : tab_host_q[63:0];
     assign rd_flag = rd_own_reg ? own_flag_reg : tab_host_q[64];
     assign own_known = own_known_reg;
+    assign sent_all = !tx_more && tstate_reg == T_IDLE;
     assign all_known = own_known_reg && !error_reg && {1'b0, recv_hops_reg} + 9'd1 == {1'b0, cfg_world};
     assign error = error_reg;
 

@@ -25,7 +25,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from ring_streams import Sink, Source
 
-from hls.golden import Hyper
+from hls.golden import Hyper, to_bf16_bits
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
 
@@ -41,19 +41,20 @@ def beats_of(payload: bytes, rng: random.Random) -> list[dict[str, int]]:
     return out
 
 
-def reference(n: int, r: int, rng: np.random.Generator) -> dict[str, Any]:
-    """A lossless two-phase step of N reference cards: card r's scalar frames in and out."""
-    size = 32
+def reference(n: int, r: int, rng: np.random.Generator, wdt: str = "fp32", size: int = 32) -> dict[str, Any]:
+    """A lossless two-phase step of N reference cards: card r's scalar frames in and out, its reduced chunk."""
     length = n * size
     eps = tuple(wire.Endpoint(mac=bytes([2, 0, 0, 0, 0, k]), ip=f"10.0.0.{k + 1}", port=4000 + k) for k in range(n))
     params = (rng.standard_normal(length) * 0.1).astype(np.float32)
     grads = [(rng.standard_normal(length) * 2.0 ** int(rng.integers(-40, 40))).astype(np.float32) for _ in range(n)]
     if rng.random() < 0.4:
         grads[int(rng.integers(0, n))][int(rng.integers(0, length))] = rng.choice([np.inf, np.nan])
+    if wdt == "bf16":
+        grads = [to_bf16_bits(g) for g in grads]
     cards = []
     for k in range(n):
-        kernel = ReferenceKernel(ring.Shard.from_params(params, k, n), Hyper(), wire_dtype="fp32", param_dtype="fp32")
-        cfg = CardConfig(rank=k, world=n, length=length, endpoints=eps, wire_dtype="fp32", param_dtype="fp32",
+        kernel = ReferenceKernel(ring.Shard.from_params(params, k, n), Hyper(), wire_dtype=wdt, param_dtype="fp32")
+        cfg = CardConfig(rank=k, world=n, length=length, endpoints=eps, wire_dtype=wdt, param_dtype="fp32",
                          payload_bytes=128, window=1 << 16, slots=1 << 16, rto=1e9)
         cards.append(Card(cfg, kernel))
     for k, card in enumerate(cards):
@@ -76,8 +77,9 @@ def reference(n: int, r: int, rng: np.random.Generator) -> dict[str, Any]:
                         received.append(parsed)
                 cards[dst].receive(frame, now)
         assert now < 1e5, "the reference ring did not finish"
-    own = ring.chunk_scalars(ring.reduce_scatter(grads, "fp32")[r], "fp32")
-    return {"received": received, "sent": sent, "own": own, "table": dict(cards[r]._scalars)}
+    reduced = ring.reduce_scatter(grads, wdt)[r]
+    own = ring.chunk_scalars(reduced, wdt)
+    return {"received": received, "sent": sent, "own": own, "table": dict(cards[r]._scalars), "reduced": reduced}
 
 
 def f64_bits(x: float) -> int:
