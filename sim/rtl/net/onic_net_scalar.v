@@ -92,7 +92,9 @@ module onic_net_scalar (
     reg          rx_last_reg;       // the beat held is the packet's last
     reg          rx_bad_reg;        // the packet's header was wrong: drain it, store nothing
 
-    wire [127:0] rx_entry = rx_beat_reg[128*rx_lane_reg +: 128];
+    // lane selects written out: an indexed part-select becomes a shifter whose index fans out
+    wire [127:0] rx_entry = rx_lane_reg[1] ? (rx_lane_reg[0] ? rx_beat_reg[511:384] : rx_beat_reg[383:256])
+                                           : (rx_lane_reg[0] ? rx_beat_reg[255:128] : rx_beat_reg[127:0]);
     // the 6 pad bytes are zero when sent and ignored when received (as hls.net.card)
     wire _unused_ok = &{1'b0, rx_entry[63:16], 1'b0};
     wire [8:0]   hdr_entries = {1'b0, s_hdr_hop} + 9'd1;
@@ -152,6 +154,7 @@ module onic_net_scalar (
         rd_own_reg <= rd_rank == cfg_rank;
     end
 
+    integer j;
     always @(posedge clk) begin
         if (rst || start) begin
             own_known_reg <= 1'b0;
@@ -235,8 +238,12 @@ module onic_net_scalar (
                     tstate_reg <= T_PLACE;
                 end
                 T_PLACE: begin
-                    tx_beat_reg[128*tx_lane_reg +: 128] <= tx_entry;
-                    tx_keep_reg[16*tx_lane_reg +: 16] <= 16'hffff;
+                    for (j = 0; j < 4; j = j + 1) begin
+                        if (tx_lane_reg == j[1:0]) begin
+                            tx_beat_reg[128*j +: 128] <= tx_entry;
+                            tx_keep_reg[16*j +: 16] <= 16'hffff;
+                        end
+                    end
                     tx_left_reg <= tx_left_reg - 8'd1;
                     tx_lane_reg <= tx_lane_reg + 2'd1;
                     if (tx_lane_reg == 2'd3 || tx_left_reg == 8'd1) begin
