@@ -14,8 +14,9 @@
  *   - a beat's LANES squares added as a pairwise tree (adjacent pairs, level by level: LANES - 1
  *     fp64_add, log2(LANES) levels, pipelined);
  *   - beat b's sum added into accumulator b mod 8 by one fp64_add in a loop: the accumulator of
- *     beat b is written back 6 clocks after it was read, before beat b + 8 (at least 8 clocks
- *     later) reads it, so the loop takes a beat every clock and idle clocks change nothing;
+ *     beat b is written back 7 clocks after it was read (an input register, the adder's 6),
+ *     before beat b + 8 (at least 8 clocks later) reads it, so the loop takes a beat every clock
+ *     and idle clocks change nothing;
  *   - after the chunk's last beat (`s_last`) has left the loop: the 8 accumulators added as a
  *     pairwise tree (4, 2, 1 additions) by the same adder.
  * Every partial is >= +0, a NaN leaves as the canonical 0x7FF8000000000000 (the reference's too).
@@ -43,7 +44,7 @@ module onic_net_sumsq #(
     localparam integer LANES = (WIRE_BF16 != 0) ? 32 : 16;
     localparam integer LEVELS = (WIRE_BF16 != 0) ? 5 : 4;
     localparam integer SLOTS = 8;
-    localparam integer ADD_LATENCY = 6;
+    localparam integer LOOP_LATENCY = 7;  // accumulator read to write-back: input register + fp64_add
 
     /* the input register and the squares */
     reg          in_valid_reg, in_last_reg, nonfinite_reg;
@@ -130,7 +131,7 @@ module onic_net_sumsq #(
 
     reg  [1:0]  state_reg;
     reg  [2:0]  slot_reg;      // the next beat's accumulator
-    reg  [3:0]  wait_reg;      // clocks left until the adder is empty
+    reg  [3:0]  wait_reg;      // clocks left until the loop is empty
     reg  [2:0]  pairs_reg;     // additions of the final tree's current level (4, 2, 1)
     reg  [1:0]  issue_reg;     // the next of them
     reg  [63:0] acc [0:SLOTS-1];
@@ -147,9 +148,21 @@ module onic_net_sumsq #(
     wire [63:0] acc_y;
     wire [2:0]  acc_tag;
 
+    // the accumulator read (8:1) registered before the adder: the adder's first stage is deep
+    reg         loop_valid_reg;
+    reg  [63:0] loop_a_reg, loop_b_reg;
+    reg  [2:0]  loop_tag_reg;
+
+    always @(posedge clk) begin
+        loop_valid_reg <= (beat_in || final_in) && !rst && !start;
+        loop_a_reg <= add_a;
+        loop_b_reg <= add_b;
+        loop_tag_reg <= add_tag;
+    end
+
     fp64_add #(.STALL(0), .TAG_WIDTH(3)) loop_inst (
-        .clk(clk), .rst(rst), .ce(1'b1),
-        .in_valid(beat_in || final_in), .in_a(add_a), .in_b(add_b), .in_sub(1'b0), .in_tag(add_tag),
+        .clk(clk), .rst(rst || start), .ce(1'b1),
+        .in_valid(loop_valid_reg), .in_a(loop_a_reg), .in_b(loop_b_reg), .in_sub(1'b0), .in_tag(loop_tag_reg),
         .out_valid(acc_valid), .out_y(acc_y), .out_tag(acc_tag)
     );
 
@@ -184,7 +197,7 @@ module onic_net_sumsq #(
                         slot_reg <= slot_reg + 3'd1;
                         if (tree_last[LEVELS]) begin
                             state_reg <= ST_DRAIN;
-                            wait_reg <= ADD_LATENCY[3:0];
+                            wait_reg <= LOOP_LATENCY[3:0];
                         end
                     end
                 end
@@ -203,7 +216,7 @@ module onic_net_sumsq #(
                 ST_FINAL: begin
                     if ({1'b0, issue_reg} + 3'd1 == pairs_reg) begin
                         state_reg <= ST_DRAIN;
-                        wait_reg <= ADD_LATENCY[3:0];
+                        wait_reg <= LOOP_LATENCY[3:0];
                         pairs_reg <= pairs_reg >> 1;
                     end
                     issue_reg <= issue_reg + 2'd1;

@@ -45,7 +45,7 @@ def test_sumsq(wire: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.icarus
 def test_sumsq_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
-    run("fp32", "icarus", 14, 6, monkeypatch)
+    run("fp32", "icarus", 6, 6, monkeypatch)
 
 
 @pytest.mark.slow
