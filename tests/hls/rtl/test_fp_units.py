@@ -64,7 +64,11 @@ def run_unit(unit: str, simulator: str, n_random: int, seed: int = 1) -> None:
     assert ran == 1 and failed == 0, f"{unit} on {simulator}: {failed} of {ran} cocotb tests failed ({xml})"
 
 
-@pytest.mark.parametrize("unit", UNITS)
+# fp32_sq_f64's Verilator build (~15 s of CPU) runs with --full only; its Icarus run stays default
+DEFAULT_VERILATOR = [pytest.param(u, marks=pytest.mark.slow) if u == "fp32_sq_f64" else u for u in UNITS]
+
+
+@pytest.mark.parametrize("unit", DEFAULT_VERILATOR)
 def test_fp_unit_verilator(unit: str) -> None:
     run_unit(unit, "verilator", DEFAULT_VECTORS)
 

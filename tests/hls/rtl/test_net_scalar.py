@@ -1,8 +1,9 @@
 """The two-phase step's scalar exchange in RTL (sim/rtl/net/onic_net_scalar.v, README.md
 "Two-phase step") against a ring of hls.net.card.Card in a two-phase step: the scalar frames'
 descriptors and payload bytes one card sends, its table of every rank's entry, protocol errors
-(cocotb bench sim/tb/net/test_onic_net_scalar.py). Verilator; Icarus marked `icarus`; N up to 8
-marked slow.
+(cocotb bench sim/tb/net/test_onic_net_scalar.py). Icarus (N = 2, 3, marked `icarus`) by
+default; Verilator N = 2, 3, 4 and N up to 8 marked slow (test_net_twophase runs the block on
+Verilator by default).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def run(simulator: str, worlds: str, seed: int, tag: str, monkeypatch: pytest.Mo
     assert ran == 1 and failed == 0, f"onic_net_scalar ({tag}, {simulator}): see {xml}"
 
 
+@pytest.mark.slow  # onic_net_twophase's default test runs this block on Verilator (N = 2, 3)
 def test_scalar(monkeypatch: pytest.MonkeyPatch) -> None:
     run("verilator", "2,3,4", 3, "default", monkeypatch)
 

@@ -3,15 +3,19 @@
 (sim/tb/net/test_onic_net_sumsq.py): fp32 and bf16 wires, chunks of every magnitude, subnormals,
 zeros, ties, inf and NaN, random idle clocks. Its float64 units (fp64_add, fp32_sq_f64) are
 checked against numpy in test_fp_units. Verilator fp32; Icarus (fp32) marked `icarus`; bf16 and
-more chunks slow.
+more chunks slow; yosys shapes of the two-phase blocks (fp64_add, fp32_sq_f64, onic_net_scalar,
+onic_net_sumsq) slow.
 """
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
-from hls.rtl import simulators
+from hls.rtl import netlist as timing
+from hls.rtl import simulators, synth, timing_report
 
 FP = RTL_DIR / "fp"
 SOURCES = [FP / "fp_delay.v", FP / "fp_lzc.v", FP / "fp64_add.v", FP / "fp32_sq_f64.v",
@@ -52,3 +56,22 @@ def test_sumsq_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("wire", sorted(WIRES))
 def test_sumsq_sweep(wire: str, monkeypatch: pytest.MonkeyPatch) -> None:
     run(wire, "verilator", 300, 7, monkeypatch)
+
+
+SYNTH_SOURCES = [*SOURCES, RTL_DIR / "net" / "onic_net_scalar.v"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("module", "params"), [
+    ("fp64_add", {"STALL": 0}),
+    ("fp32_sq_f64", {"STALL": 0}),
+    ("onic_net_scalar", {}),
+    ("onic_net_sumsq", {"WIRE_BF16": 0}),
+])
+def test_two_phase_blocks_timing_shape(module: str, params: dict[str, int]) -> None:
+    """yosys synth_xilinx (UltraScale+): <= 6 LUT levels, no non-clock net above 1,000 loads."""
+    if not shutil.which("yosys"):
+        pytest.skip("yosys not installed")
+    report = timing_report.row(synth.synth_module(SYNTH_SOURCES, module, params))
+    assert report["lut_levels"] <= timing.GOAL_LUT_LEVELS, report
+    assert report["max_fanout"] <= timing.GOAL_MAX_FANOUT, report
