@@ -2,9 +2,9 @@
 "Two-phase step") against hls.net.ring.chunk_scalars, bit for bit, in a cocotb bench
 (sim/tb/net/test_onic_net_sumsq.py): fp32 and bf16 wires, chunks of every magnitude, subnormals,
 zeros, ties, inf and NaN, random idle clocks. Its float64 units (fp64_add, fp32_sq_f64) are
-checked against numpy in test_fp_units. Verilator fp32; Icarus (fp32) marked `icarus`; bf16 and
-more chunks slow; yosys shapes of the two-phase blocks (fp64_add, fp32_sq_f64, onic_net_scalar,
-onic_net_sumsq) slow.
+checked against numpy in test_fp_units. Icarus (fp32, marked `icarus`) by default; Verilator fp32
+and bf16 and more chunks slow (test_net_twophase runs the block on Verilator by default); yosys
+shapes of the two-phase blocks (fp64_add, fp32_sq_f64, onic_net_scalar, onic_net_sumsq) slow.
 """
 
 from __future__ import annotations
@@ -38,11 +38,10 @@ def run(wire: str, simulator: str, chunks: int, seed: int, monkeypatch: pytest.M
     assert ran == 1 and failed == 0, f"onic_net_sumsq ({wire}, {simulator}): see {xml}"
 
 
-@pytest.mark.parametrize("wire", [
-    pytest.param("fp32"),
-    # the 32-lane variant: a second ~30 s Verilator build, so with --full only
-    pytest.param("bf16", marks=pytest.mark.slow),
-])
+# Verilator builds of this block cost ~30 s of CPU each: by default the block runs on Icarus here
+# and on Verilator inside test_net_twophase; these with --full
+@pytest.mark.slow
+@pytest.mark.parametrize("wire", sorted(WIRES))
 def test_sumsq(wire: str, monkeypatch: pytest.MonkeyPatch) -> None:
     run(wire, "verilator", 28, 5, monkeypatch)
 
