@@ -125,14 +125,48 @@ def all_gather(shards: Sequence[np.ndarray], length: int) -> np.ndarray:
     return np.concatenate(list(shards))[:length].copy()
 
 
+# The sum of squares' fixed order, shaped for hardware that takes a 64-byte beat per clock: a
+# pairwise tree over each beat's squares, SUMSQ_SLOTS interleaved accumulators over the beats
+# (beat b into slot b mod SUMSQ_SLOTS: an f64 adder's latency is hidden), a pairwise tree over the
+# slots. One sequential chain in element order would run at one element per adder latency.
+SUMSQ_SLOTS = 8
+# A non-finite sum is reported as this quiet NaN or +inf: numpy keeps a NaN operand's sign and
+# payload, the RTL adders give the canonical one, and the frames must be equal byte for byte.
+SUMSQ_NAN_BITS = 0x7FF8000000000000
+
+
+def _pairwise(values: np.ndarray) -> np.ndarray:
+    """Adjacent pairs added level by level along the last axis (its length a power of two)."""
+    while values.shape[-1] > 1:
+        values = values[..., 0::2] + values[..., 1::2]
+    return values[..., 0]
+
+
 def chunk_scalars(reduced: np.ndarray, wire_dtype: str) -> tuple[float, bool]:
-    """The two-phase step's per-chunk scalars: sum of squares (float64, element order) and non-finite flag."""
+    """The two-phase step's per-chunk scalars: sum of squares (float64, fixed order) and non-finite flag.
+
+    The squares of the widened fp32 values are exact in float64. Order (design.md 8.1): the chunk
+    in 64-byte beats of the wire dtype (16 fp32 or 32 bf16 elements; a short last beat padded
+    with +0), each beat's squares added as a pairwise tree, beat b added into accumulator
+    b mod SUMSQ_SLOTS (each a sequential float64 chain from +0), the accumulators added as a
+    pairwise tree. Every partial is >= +0, so the +0 padding changes nothing. A NaN sum is
+    SUMSQ_NAN_BITS.
+    """
     wide = widen_grad(reduced, wire_dtype).astype(np.float64)
     finite = bool(np.isfinite(wide).all())
-    if not wide.size:
-        return 0.0, not finite
-    # np.cumsum accumulates sequentially (np.sum would sum pairwise): the element order of the spec.
-    return float(np.cumsum(wide * wide)[-1]), not finite
+    lanes = 16 if validate_wire_dtype(wire_dtype) == "fp32" else 32
+    squares = wide * wide
+    beats = -(-squares.size // lanes)
+    slots_rows = -(-beats // SUMSQ_SLOTS)
+    padded = np.zeros(slots_rows * SUMSQ_SLOTS * lanes, dtype=np.float64)
+    padded[: squares.size] = squares
+    per_beat = _pairwise(padded.reshape(-1, lanes))
+    # np.cumsum along axis 0 is a sequential chain per column (np.sum could pair them)
+    slots = np.cumsum(per_beat.reshape(-1, SUMSQ_SLOTS), axis=0)[-1] if slots_rows else np.zeros(SUMSQ_SLOTS)
+    total = float(_pairwise(slots))
+    if math.isnan(total):
+        total = float(np.array(SUMSQ_NAN_BITS, dtype=np.uint64).view(np.float64))
+    return total, not finite
 
 
 def step_grad_scale(

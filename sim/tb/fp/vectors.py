@@ -2,7 +2,7 @@
 
 Every unit in `sim/rtl/fp/` is described once in `UNITS`; the cocotb test and the pytest
 wrapper both read it. Values are handled as raw bit patterns (uint32 for fp32, uint16 for
-bf16/fp16 inputs and bf16 outputs) so nothing is rounded on the way to the simulator.
+bf16/fp16 inputs and bf16 outputs, uint64 for fp64) so nothing is rounded on the way to the simulator.
 References use numpy float32 arithmetic, which is IEEE-754 round-to-nearest-even with
 subnormals on x86 (numpy never enables flush-to-zero); bf16 rounding is exact bit arithmetic.
 """
@@ -34,6 +34,8 @@ UNITS: dict[str, UnitSpec] = {
     "bf16_to_fp32": UnitSpec("bf16_to_fp32", 1, 16, 32, False, 1),
     "fp16_to_fp32": UnitSpec("fp16_to_fp32", 1, 16, 32, False, 1),
     "fp32_to_bf16": UnitSpec("fp32_to_bf16", 1, 32, 16, False, 1),
+    "fp64_add": UnitSpec("fp64_add", 2, 64, 64, True, 6),
+    "fp32_sq_f64": UnitSpec("fp32_sq_f64", 1, 32, 64, False, 4),
 }
 
 # Named fp32 patterns, one or more from every class.
@@ -157,6 +159,8 @@ def random_operands(unit: str, n: int, seed: int) -> dict[str, np.ndarray]:
     """`n` operand sets for `unit`: keys "a" (and "b", "sub" where the unit has them)."""
     spec = UNITS[unit]
     rng = np.random.default_rng([seed, sum(map(ord, unit))])
+    if unit == "fp64_add":
+        return _fp64_add_operands(rng, n)
     if spec.in_bits == 16:
         return {"a": rng.integers(0, 1 << 16, n, dtype=np.uint32)}
 
@@ -171,6 +175,8 @@ def random_operands(unit: str, n: int, seed: int) -> dict[str, np.ndarray]:
         return {"a": _bf16_round_operands(rng, a)}
     if unit == "fp32_sqrt":
         return {"a": _sqrt_operands(rng, a)}
+    if unit == "fp32_sq_f64":
+        return {"a": a}
 
     ea = np.maximum(_exp_of(a), 1)
     uniform_b = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
@@ -233,11 +239,17 @@ def _pairs(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
 def directed_operands(unit: str) -> dict[str, np.ndarray]:
     """Hand-picked corner cases for `unit` (exhaustive for the 16-bit-input conversions)."""
     spec = UNITS[unit]
+    if unit == "fp64_add":
+        return _fp64_add_directed()
     if spec.in_bits == 16:
         return {"a": np.arange(1 << 16, dtype=np.uint32)}
 
     # every pair of class values, both signs, covers the special-case tables of two-operand units
     cls = np.concatenate([CLASS_VALUES, CLASS_VALUES | np.uint32(0x80000000)])
+    if unit == "fp32_sq_f64":
+        # every class value, and every subnormal's leading-one position
+        low = np.uint32(1) << np.arange(23, dtype=np.uint32)
+        return {"a": np.concatenate([cls, low, low | np.uint32(0x80000000), low - np.uint32(1)]).astype(np.uint32)}
     cross_a = np.repeat(cls, len(cls))
     cross_b = np.tile(cls, len(cls))
 
@@ -406,6 +418,129 @@ def directed_operands(unit: str) -> dict[str, np.ndarray]:
     raise KeyError(unit)
 
 
+# --------------------------------------------------------------------------- fp64 (the sum of squares)
+F64_ONE = 0x3FF0000000000000
+F64_MAX_FINITE = 0x7FEFFFFFFFFFFFFF
+F64_MIN_NORMAL = 0x0010000000000000
+F64_MAX_SUBNORMAL = 0x000FFFFFFFFFFFFF
+F64_POS_INF = 0x7FF0000000000000
+F64_QNAN = 0x7FF8000000000000
+F64_SIGN = 0x8000000000000000
+
+F64_CLASS_VALUES = np.array(
+    [
+        0, 1, 2, 3, 0x0008000000000000, 0x0008000000000001, F64_MAX_SUBNORMAL, 0x000FFFFFFFFFFFFE,
+        F64_MIN_NORMAL, 0x0010000000000001, 0x001FFFFFFFFFFFFF, 0x0020000000000000,
+        0x3CA0000000000000,  # 2^-53: half an ulp of 1
+        0x3CA0000000000001, 0x3CB0000000000000, 0x3FEFFFFFFFFFFFFF, F64_ONE, 0x3FF0000000000001,
+        0x3FF8000000000000, 0x3FFFFFFFFFFFFFFF, 0x4000000000000000, 0x4330000000000000,
+        0x47EFFFFFE0000000,  # the largest fp32, squared below
+        0x4FEFFFFFC0000020,  # (largest fp32)^2: the largest square the ring sums
+        0x7FE0000000000000, 0x7FEFFFFFFFFFFFFE, F64_MAX_FINITE, F64_POS_INF, F64_QNAN,
+        0x7FF8000000000001, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000001, 0x7FF4000000000000,
+    ],
+    dtype=np.uint64,
+)
+
+
+def _f64(bits: object) -> np.ndarray:
+    return np.asarray(bits, dtype=np.uint64).view(np.float64)
+
+
+def fp64_is_nan(bits: np.ndarray) -> np.ndarray:
+    bits = np.asarray(bits, dtype=np.uint64)
+    return ((bits & np.uint64(0x7FF0000000000000)) == np.uint64(0x7FF0000000000000)) & (
+        (bits & np.uint64(0x000FFFFFFFFFFFFF)) != 0
+    )
+
+
+def _u64_random(rng: np.random.Generator, n: int) -> np.ndarray:
+    high = rng.integers(0, 1 << 32, n, dtype=np.uint64) << np.uint64(32)
+    return high | rng.integers(0, 1 << 32, n, dtype=np.uint64)
+
+
+def _compose64(rng: np.random.Generator, exps: np.ndarray, mants: np.ndarray | None = None) -> np.ndarray:
+    """fp64 patterns with random signs, the given biased exponents (clipped to finite) and mantissas."""
+    n = len(exps)
+    frac_mask = np.uint64((1 << 52) - 1)
+    if mants is None:
+        rand = _u64_random(rng, n) & frac_mask
+        kind = rng.integers(0, 6, n)
+        mants = np.select(
+            [kind == 0, kind == 1, kind == 2, kind == 3],
+            [frac_mask, np.uint64(0), rand & np.uint64(0xFFFFFF0000000), frac_mask ^ (rand & np.uint64(0xF))],
+            default=rand,
+        ).astype(np.uint64)
+    signs = rng.integers(0, 2, n, dtype=np.uint64) << np.uint64(63)
+    exps = np.clip(exps, 0, 2046).astype(np.uint64)
+    return (signs | (exps << np.uint64(52)) | (np.asarray(mants, dtype=np.uint64) & frac_mask)).astype(np.uint64)
+
+
+def fp32_squares(rng: np.random.Generator, n: int) -> np.ndarray:
+    """fp64 patterns of squared fp32 values (exact in fp64), as the ring's sum of squares adds them."""
+    sel = rng.integers(0, 3, n)
+    x = np.select(
+        [sel == 0, sel == 1],
+        [rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32), _class_pick(rng, n)],
+        default=_compose(rng, rng.integers(0, 256, n)),
+    ).astype(np.uint32)
+    with np.errstate(all="ignore"):
+        wide = _f32(x).astype(np.float64)
+        return (wide * wide).view(np.uint64)
+
+
+def _fp64_add_operands(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    def class_pick() -> np.ndarray:
+        return F64_CLASS_VALUES[rng.integers(0, len(F64_CLASS_VALUES), n)] | (
+            rng.integers(0, 2, n, dtype=np.uint64) << np.uint64(63))
+
+    sel = rng.integers(0, 4, n)
+    a = np.select(
+        [sel == 0, sel == 1, sel == 2],
+        [_u64_random(rng, n), class_pick(), fp32_squares(rng, n)],
+        default=_compose64(rng, rng.integers(0, 2047, n)),
+    ).astype(np.uint64)
+    ea = np.maximum(((a >> np.uint64(52)) & np.uint64(0x7FF)).astype(np.int64), 1)
+    diff = np.where(rng.integers(0, 4, n) == 0, rng.integers(0, 70, n), rng.integers(0, 4, n))
+    near = _compose64(rng, ea - diff * rng.choice([1, -1], n))
+    flip = (a ^ rng.integers(0, 16, n, dtype=np.uint64)) ^ (rng.integers(0, 2, n, dtype=np.uint64) << np.uint64(63))
+    tie_mants = np.array([0, 1 << 51, 1, (1 << 52) - 1], dtype=np.uint64)
+    tie = _compose64(rng, ea - 53, tie_mants[rng.integers(0, 4, n)])
+    choice = rng.integers(0, 7, n)
+    b = np.select(
+        [choice == 0, choice == 1, choice == 2, choice == 3, choice == 4],
+        [_u64_random(rng, n), class_pick(), flip, tie, fp32_squares(rng, n)],
+        default=near,
+    ).astype(np.uint64)
+    return {"a": a, "b": b, "sub": rng.integers(0, 2, n, dtype=np.uint64)}
+
+
+def _fp64_add_directed() -> dict[str, np.ndarray]:
+    cls = np.concatenate([F64_CLASS_VALUES, F64_CLASS_VALUES | np.uint64(F64_SIGN)])
+    pairs = [
+        (F64_ONE, 0x3CA0000000000000),  # 1 + 2^-53: tie, rounds to even (1)
+        (0x3FF0000000000001, 0x3CA0000000000000),  # tie, rounds up to even
+        (F64_ONE, 0x3CA0000000000001),  # just above the tie
+        (0x3FFFFFFFFFFFFFFF, 0x3CB0000000000000),  # rounding carry into the exponent
+        (F64_MAX_FINITE, 0x7C90000000000000),  # max + half ulp: tie to even -> inf
+        (F64_MAX_FINITE, 0x7C8FFFFFFFFFFFFF),  # just under the tie: stays max
+        (F64_MAX_FINITE, F64_MAX_FINITE),  # overflow
+        (F64_MIN_NORMAL, F64_SIGN | 1),  # normal - subnormal -> largest subnormal
+        (F64_MAX_SUBNORMAL, 1),  # subnormal + subnormal -> smallest normal
+        (F64_MAX_SUBNORMAL, F64_MAX_SUBNORMAL),
+        (0x0010000000000001, F64_SIGN | F64_MIN_NORMAL),  # cancellation to the smallest subnormal
+        (0x4330000000000001, F64_SIGN | 0x4330000000000000),  # cancellation to 1
+        (F64_POS_INF, F64_SIGN | F64_POS_INF),  # inf - inf -> NaN
+    ]
+    pa, pb = zip(*pairs, strict=True)
+    a = np.concatenate([np.repeat(cls, len(cls)), np.array(pa, dtype=np.uint64)])
+    b = np.concatenate([np.tile(cls, len(cls)), np.array(pb, dtype=np.uint64)])
+    sub = np.concatenate([np.zeros(len(cls) ** 2, dtype=np.uint64), np.zeros(len(pairs), dtype=np.uint64)])
+    # the class cross product once more as subtractions
+    return {"a": np.concatenate([a, a[: len(cls) ** 2]]), "b": np.concatenate([b, b[: len(cls) ** 2]]),
+            "sub": np.concatenate([sub, np.ones(len(cls) ** 2, dtype=np.uint64)])}
+
+
 # --------------------------------------------------------------------------- references
 def fp32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
     """Round-to-nearest-even fp32 -> bf16 on bit patterns; NaN -> 0x7FC0."""
@@ -417,9 +552,17 @@ def fp32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
 
 
 def reference(unit: str, ops: dict[str, np.ndarray]) -> np.ndarray:
-    """Expected out_y bit patterns (uint32) for operand sets `ops` of `unit`."""
+    """Expected out_y bit patterns (uint32; uint64 for fp64) for operand sets `ops` of `unit`."""
+    if unit == "fp64_add":
+        a64, b64 = _f64(ops["a"]), _f64(ops["b"])
+        sub = np.asarray(ops["sub"]).astype(bool)
+        with np.errstate(all="ignore"):
+            return np.where(sub, a64 - b64, a64 + b64).view(np.uint64)
     a = np.asarray(ops["a"], dtype=np.uint32)
     with np.errstate(all="ignore"):
+        if unit == "fp32_sq_f64":
+            wide = _f32(a).astype(np.float64)
+            return (wide * wide).view(np.uint64)
         if unit == "fp32_add":
             b = _f32(ops["b"])
             sub = np.asarray(ops["sub"]).astype(bool)
@@ -441,6 +584,9 @@ def reference(unit: str, ops: dict[str, np.ndarray]) -> np.ndarray:
 
 def matches(unit: str, got: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """Element-wise: bit-exact, or both NaN (any payload)."""
+    if UNITS[unit].out_bits == 64:
+        got64, exp64 = np.asarray(got, dtype=np.uint64), np.asarray(expected, dtype=np.uint64)
+        return (got64 == exp64) | (fp64_is_nan(got64) & fp64_is_nan(exp64))
     got = np.asarray(got, dtype=np.uint32)
     expected = np.asarray(expected, dtype=np.uint32)
     is_nan = bf16_is_nan if UNITS[unit].out_bits == 16 else fp32_is_nan
@@ -451,4 +597,5 @@ def all_operands(unit: str, n_random: int, seed: int, directed: bool = True) -> 
     """Directed cases (optional) followed by `n_random` random operand sets."""
     parts = ([directed_operands(unit)] if directed else []) + [random_operands(unit, n_random, seed)]
     keys = parts[0].keys()
-    return {k: np.concatenate([p[k] for p in parts]).astype(np.uint32) for k in keys}
+    dtype = np.uint64 if UNITS[unit].in_bits == 64 else np.uint32
+    return {k: np.concatenate([p[k] for p in parts]).astype(dtype) for k in keys}

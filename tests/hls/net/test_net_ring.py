@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from hls.golden import Hyper, bits_equal, to_bf16_bits
+from hls.golden import Hyper, bits_equal, to_bf16_bits, widen_grad
 from hls.net import ring
 
 # the driver's AdamW tolerance (tests/pynq_driver/optim/test_optim.py): parameters absolute, moments rtol/atol
@@ -211,3 +211,38 @@ def test_gloo_reduce_scatter_and_ddp_at_two_ranks(tmp_path: object) -> None:
     result = run_ring(params, step_grads, Hyper(lr=1e-2, weight_decay=1e-2))
     for r in range(world):
         assert np.abs(result.gathered - results[r]["w"].numpy()).max() <= PARAM_TOL
+
+
+def _sumsq_by_hand(values: np.ndarray, lanes: int) -> float:
+    """The order of design.md 8.1 written out with Python floats (IEEE float64, RNE)."""
+    squares = [float(x) * float(x) for x in values.astype(np.float64)]
+    squares += [0.0] * (-len(squares) % lanes)
+
+    def tree(xs: list[float]) -> float:
+        while len(xs) > 1:
+            xs = [xs[i] + xs[i + 1] for i in range(0, len(xs), 2)]
+        return xs[0]
+
+    acc = [0.0] * ring.SUMSQ_SLOTS
+    for b in range(len(squares) // lanes):
+        acc[b % ring.SUMSQ_SLOTS] += tree(squares[b * lanes:(b + 1) * lanes])
+    return tree(acc)
+
+
+@pytest.mark.parametrize("wire_dtype", ["fp32", "bf16"])
+def test_chunk_scalars_fixed_order(wire_dtype: str) -> None:
+    rng = np.random.default_rng(3)
+    for n in (16, 48, 16 * 9, 16 * 37):
+        x = (rng.standard_normal(n) * np.exp2(rng.integers(-60, 60, n))).astype(np.float32)
+        reduced = to_bf16_bits(x) if wire_dtype == "bf16" else x
+        wide = widen_grad(reduced, wire_dtype)
+        got, flag = ring.chunk_scalars(reduced, wire_dtype)
+        want = _sumsq_by_hand(wide, 16 if wire_dtype == "fp32" else 32)
+        assert not flag and np.float64(got).tobytes() == np.float64(want).tobytes()
+        assert got == pytest.approx(float(np.sum(wide.astype(np.float64) ** 2)), rel=1e-12)
+    x = rng.standard_normal(64).astype(np.float32)
+    x[7] = np.array([0xFFC01234], dtype=np.uint32).view(np.float32)[0]  # a negative NaN with a payload
+    got, flag = ring.chunk_scalars(x, "fp32")
+    assert flag and np.float64(got).view(np.uint64) == ring.SUMSQ_NAN_BITS
+    x[7] = -np.inf
+    assert ring.chunk_scalars(x, "fp32") == (float("inf"), True)
