@@ -448,7 +448,6 @@ module onic_net_kernel #(
     wire [RX_SLOT_LOG2:0] dq_count;
     wire rs_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd1;
     wire ag_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd2;
-    wire dq_push = hdr_valid && !hdr_reply && dq_s_ready;
     assign hdr_ready = !hdr_reply ? dq_s_ready
                      : hdr_flow == 2'd1 ? rs_ack_ready
                      : hdr_flow == 2'd2 ? ag_ack_ready
@@ -472,16 +471,23 @@ module onic_net_kernel #(
     wire [31:0] dq_offset = dq_m_data[47:16];
     wire [15:0] dq_length = dq_m_data[15:0];
 
-    // free slots = the receive side's free header slots less the headers queued here (and the one entering).
-    // Both counts fit RX_SLOT_LOG2 + 1 bits; the entering header only selects between two precomputed
-    // values, so the header's arrival is a few LUTs from the reply state, not a 32-bit carry chain.
+    // free slots = the receive side's free header slots less the headers queued here, registered (the
+    // header counts are a carry chain and a compare away from the reply state otherwise): the value of the
+    // clock before, less one, since the slots in use grow by at most one frame a clock; so never more
+    // than the slots free now (a peer within its credit never overflows the buffer), at most two fewer.
     localparam integer CW = RX_SLOT_LOG2 + 1;
-    wire [CW-1:0] rx_free    = evt_credit[CW-1:0];
-    wire [CW-1:0] credit_q   = rx_free > dq_count ? rx_free - dq_count : {CW{1'b0}};
-    wire          credit_q0  = credit_q == {CW{1'b0}};
-    wire [CW-1:0] credit_q1  = credit_q0 ? {CW{1'b0}} : credit_q - {{(CW-1){1'b0}}, 1'b1};
-    wire [31:0]   ctl_credit = {{(32-CW){1'b0}}, dq_push ? credit_q1 : credit_q};
-    wire          credit_none = dq_push ? credit_q <= {{(CW-1){1'b0}}, 1'b1} : credit_q0;
+    wire [CW:0]   rx_free    = {1'b0, evt_credit[CW-1:0]};
+    wire [CW:0]   dq_used    = {1'b0, dq_count} + {{CW{1'b0}}, 1'b1};
+    reg  [CW-1:0] credit_reg;
+    always @(posedge ap_clk) begin
+        if (rst) begin
+            credit_reg <= {CW{1'b0}};
+        end else begin
+            credit_reg <= rx_free > dq_used ? rx_free[CW-1:0] - dq_used[CW-1:0] : {CW{1'b0}};
+        end
+    end
+    wire [31:0]   ctl_credit  = {{(32-CW){1'b0}}, credit_reg};
+    wire          credit_none = credit_reg == {CW{1'b0}};
 
     /* replies: the receive side's (evt) first; then a credit refresh: a flow whose last reply in
      * this step advertised no free slot gets its ACK again once a slot is free (the receiver's
