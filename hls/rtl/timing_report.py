@@ -220,8 +220,10 @@ def kernel_row(spec: Any, target: Any, *, use_cache: bool = True, cache_dir: Pat
 
 
 def net_rows(*, use_cache: bool = True, cache_dir: Path | None = None, log: Any = None,
-             units: tuple[tuple[str, Path, str, dict[str, int]], ...] = NET_UNITS) -> list[dict[str, Any]]:
-    """One row per network kernel top of `units`, synthesized whole, with its resources (minutes each; cached)."""
+             units: tuple[tuple[str, Path, str, dict[str, int]], ...] | None = None) -> list[dict[str, Any]]:
+    """One row per network kernel top of `units` (NET_UNITS), synthesized whole, with its resources (minutes
+    each; cached)."""
+    units = NET_UNITS if units is None else units
     cache = Path(cache_dir or synth.SYNTH_DIR)
     say = log or (lambda _msg: None)
     rows = []
