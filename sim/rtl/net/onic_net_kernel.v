@@ -252,6 +252,10 @@ module onic_net_kernel #(
                             && cfg_payload_reg[5:0] == 6'd0 && cfg_payload_reg >= 32'd64
                             && {6'd0, cfg_payload_reg[31:6]} <= MAX_PAYLOAD_BEATS
                             && cfg_window_reg != 32'd0 && cfg_credit_reg != 32'd0;
+    // registered: its 32-bit compares are 7 LUT levels from the arguments to the divider's load otherwise
+    // (S_CHECK reads it on its second clock, the arguments latched two clocks before)
+    reg         config_ok_reg;
+    always @(posedge ap_clk) config_ok_reg <= config_ok;
 
     wire [127:0] rs_state, ag_state;
     wire         dp_rs_done, dp_ag_done;
@@ -304,10 +308,14 @@ module onic_net_kernel #(
                     status_reg         <= 32'd0;
                     ap_idle_reg        <= 1'b0;
                     ag_release_reg     <= 1'b0;
+                    hold_reg           <= 4'd0;
                     state_reg          <= S_CHECK;
                 end
-                S_CHECK: begin
-                    if (!config_ok) begin
+                S_CHECK: if (hold_reg == 4'd0) begin
+                    hold_reg <= 4'd1;
+                end else begin
+                    hold_reg <= 4'd0;
+                    if (!config_ok_reg) begin
                         status_reg[4] <= 1'b1;
                         state_reg     <= S_DONE;
                     end else begin
