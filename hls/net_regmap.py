@@ -11,8 +11,8 @@ rendered from this map only, so they cannot drift apart.
 
 The RTL top `sim/rtl/net/onic_net_kernel.v` implements this map (its control block
 `onic_net_control_s_axi.v`, checked against it register by register in tests/hls/rtl/test_net_kernel.py)
-for one lgrad and one gather stripe. It is simulated, not packaged (no `<name>_net.xo`), so nothing
-here claims a network bitstream. Addresses are numbers in network order (MAC 02:00:00:00:00:05:
+for one lgrad and one gather stripe; `hls.vitis.netpkg` packages it with that map (`<name>_net.xo`).
+Nothing here claims a network bitstream. Addresses are numbers in network order (MAC 02:00:00:00:00:05:
 mac_hi 0x0200, mac_lo 0x00000005; IPv4 10.0.0.1: 0x0A000001). The counters are 32-bit saturating
 values in 64-bit words (high word 0).
 """
@@ -109,7 +109,7 @@ def address_range(args: list[Arg]) -> int:
     return size
 
 
-def to_manifest(spec_name: str, network: NetworkPlan, grad_streams: int) -> dict[str, object]:
+def to_manifest(spec_name: str, network: NetworkPlan, grad_streams: int, param_streams: int = 0) -> dict[str, object]:
     """The network manifest section: kernel name, its register map and its stream ports."""
     args = register_map(network)
     return {
@@ -124,14 +124,16 @@ def to_manifest(spec_name: str, network: NetworkPlan, grad_streams: int) -> dict
         "ring_ports": network.ring_ports,
         "payload_bytes": network.payload_bytes,
         "window_packets": network.window_packets,
-        "streams": stream_ports(network.ring_ports, grad_streams),
+        "streams": stream_ports(network.ring_ports, grad_streams, param_streams),
     }
 
 
-def stream_ports(ring_ports: int, grad_streams: int) -> list[dict[str, str]]:
+def stream_ports(ring_ports: int, grad_streams: int, param_streams: int = 0) -> list[dict[str, str]]:
     """The AXI4-Stream ports: one grad stream per Adam CU (none when the Adam kernel reads its gradients
-    from memory: the two-phase step), one receive and one transmit per ring port."""
+    from memory: the two-phase step), one parameter stream from the Adam kernel per CU (the all-gather's
+    source), one receive and one transmit per ring port."""
     ports = [{"name": f"m_axis_grad{c}", "mode": "write_only", "to": "adam"} for c in range(grad_streams)]
+    ports += [{"name": f"s_axis_param{c}", "mode": "read_only", "to": "adam"} for c in range(param_streams)]
     for i in range(ring_ports):
         ports.append({"name": f"s_axis_mac{i}", "mode": "read_only", "to": f"cmac_{i}"})
         ports.append({"name": f"m_axis_mac{i}", "mode": "write_only", "to": f"cmac_{i}"})

@@ -5,7 +5,9 @@ of the real kernel at its full width.
 per target and dtype, synthesizes the generated kernel top at its lanes (16 by default) with every
 lane replaced by `rtl_sources.LANE_STUB` (one register per input bit) and the lane alone at full
 detail, and composes the two (`compose`): nothing is scaled from smaller builds. `optimusnic synth
---timing` prints it (`table_rows`); `make bench` writes it to bench/results.md (`markdown`).
+--timing` prints it (`table_rows`); `make bench` writes it to bench/results.md (`markdown`). With `net`
+(`--matrix`, `make bench`) also the network kernel top `onic_net_kernel` (sim/rtl/net) whole, at the buffer
+sizes a rail build packages (`NET_UNITS`), with its resources (`net_table_rows`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hls import rtl_sources
+from hls.paths import RTL_DIR
 from hls.rtl import synth
 from hls.rtl.netlist import GOAL_MAX_FANOUT, judge
 from hls.rtl_sources import CORE_MODULE, LANE_MODULE, lane_params
@@ -28,6 +31,15 @@ MATRIX_DTYPES = (("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp32"))
 # only when the module declares the parameter, so the list survives RTL rewrites).
 UNIT_PARAMS: dict[str, dict[str, int]] = {CORE_MODULE: {"LANES": 1}}
 _MODULE = re.compile(r"^\s*module\s+(\w+)", re.M)
+# The network kernel top synthesized whole (label, file list, top, parameters): its defaults are the buffers a
+# rail build packages for the default plan (hls.vitis.netpkg.rtl_generics: 1408-byte payloads, a 128-packet
+# window: 32 receive slots of 22 beats in 1,024 beats of block RAM, 128 retransmit slots of 32 beats in
+# UltraRAM per flow), fp32 wire and parameters. The bf16 top is not here: yosys 0.23 aborts on
+# `hierarchy -chparam` of this top (an internal assertion); its bf16 blocks are in the unit rows' benches.
+NET_LIST = RTL_DIR / "net" / "net_kernel.f"
+NET_UNITS: tuple[tuple[str, Path, str, dict[str, int]], ...] = (
+    ("onic_net_kernel (fp32, deployable buffers)", NET_LIST, "onic_net_kernel", {}),
+)
 
 
 def unit_modules(sources: list[Path]) -> list[tuple[str, Path]]:
@@ -207,12 +219,31 @@ def kernel_row(spec: Any, target: Any, *, use_cache: bool = True, cache_dir: Pat
     return r
 
 
+def net_rows(*, use_cache: bool = True, cache_dir: Path | None = None, log: Any = None,
+             units: tuple[tuple[str, Path, str, dict[str, int]], ...] | None = None) -> list[dict[str, Any]]:
+    """One row per network kernel top of `units` (NET_UNITS), synthesized whole, with its resources (minutes
+    each; cached)."""
+    units = NET_UNITS if units is None else units
+    cache = Path(cache_dir or synth.SYNTH_DIR)
+    say = log or (lambda _msg: None)
+    rows = []
+    for label, flist, top, params in units:
+        say(f"[synth] network kernel {label} (yosys takes a quarter of an hour; cached afterwards)")
+        run = synth.synth_module(rtl_sources.read_filelist(flist), top, params, label=label, cache_dir=cache,
+                                 use_cache=use_cache)
+        r = row(run) | {"resources": run["resources"]}
+        say(f"[synth]   {_progress(r)}")
+        rows.append(r)
+    return rows
+
+
 def report(spec: Any, target: Any, *, units: bool = True, kernel: bool = True, matrix: bool = False,
            use_cache: bool = True, cache_dir: Path | None = None, log: Any = None,
-           targets: Any = None) -> dict[str, Any]:
+           targets: Any = None, net: bool = False) -> dict[str, Any]:
     """Timing rows for every RTL unit alone and the kernel at `spec.lanes` lanes on `target`; with `matrix`
     the kernel on every target of MATRIX_TARGETS in every dtype pair of MATRIX_DTYPES (`spec`'s
-    optimizer, source and lanes), `targets` resolving a key to a Target."""
+    optimizer, source and lanes), `targets` resolving a key to a Target; with `net` the network kernel
+    tops of NET_UNITS."""
     cache = Path(cache_dir or synth.SYNTH_DIR)
     say = log or (lambda _msg: None)
     load_start = os.getloadavg()[0]
@@ -235,7 +266,8 @@ def report(spec: Any, target: Any, *, units: bool = True, kernel: bool = True, m
                    for t in MATRIX_TARGETS for g, o in MATRIX_DTYPES]
     kernel_rows = [kernel_row(s, t, use_cache=use_cache, cache_dir=cache, log=log)
                    for t, s in (configs if kernel else ())]
-    rows = unit_rows + kernel_rows
+    net_kernel_rows = net_rows(use_cache=use_cache, cache_dir=cache, log=log) if net else []
+    rows = unit_rows + kernel_rows + net_kernel_rows
     return {
         "spec": spec.to_dict(),
         "yosys": synth.yosys_version(),
@@ -246,6 +278,7 @@ def report(spec: Any, target: Any, *, units: bool = True, kernel: bool = True, m
         "load_average": f"{load_start:.1f} (1 min) at the start, {os.getloadavg()[0]:.1f} at the end",
         "units": unit_rows,
         "kernel": kernel_rows,
+        "net": net_kernel_rows,
         "met": all(r["met"] for r in rows),
         "kernel_met": all(r["met"] for r in kernel_rows) if kernel_rows else None,
         "caveat": "LUT levels and loads from yosys before placement; Vivado maps, replicates and retimes "
@@ -300,6 +333,23 @@ def kernel_table_rows(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def net_table_rows(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the network kernel table: timing shape and resources of each top synthesized whole."""
+    header = ["network kernel", "LUT levels", "carry bits/DSP cascade", "longest path (start -> end)",
+              "max fan-out net", "loads", "LUT", "FF", "BRAM36", "URAM", "DSP", "LUT as memory", "yosys s", "goal"]
+    rows = []
+    for r in rep.get("net", []):
+        res = r["resources"]
+        rows.append([
+            r["unit"], str(r["lut_levels"]), f"{r.get('carry_bits', 0)}/{r.get('dsp_cascade', 0)}",
+            f"{r['path_start']} -> {r['path_end']}" if r["path_start"] else "-", r["max_fanout_net"] or "-",
+            f"{r['max_fanout']:,}", f"{res['lut']:,}", f"{res['ff']:,}", f"{res['bram36']:g}", f"{res['uram']:g}",
+            f"{res['dsp']:g}", f"{res['lut_as_memory']:,}",
+            f"{r['seconds']:g}" + (" (cached)" if r["cached"] else ""), _verdict(r),
+        ])
+    return header, rows
+
+
 def _sum_text(parts: dict[str, int | None], *keys: str) -> str:
     vals = [parts[k] for k in keys]
     return "-" if any(v is None for v in vals) else "+".join(map(str, vals))
@@ -316,7 +366,7 @@ def _verdict(r: dict[str, Any]) -> str:
 def markdown(rep: dict[str, Any]) -> list[str]:
     """The timing tables (modules, then the kernel per target and dtype) as markdown lines."""
     out: list[str] = []
-    for header, rows in (table_rows(rep), kernel_table_rows(rep)):
+    for header, rows in (table_rows(rep), kernel_table_rows(rep), net_table_rows(rep)):
         if not rows:
             continue
         esc = [[c.replace("|", "\\|").replace("$", "\\$") for c in r] for r in rows]

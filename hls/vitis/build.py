@@ -102,7 +102,7 @@ class BuildPlan:
     # The user's project (--project): its manifest-listed files, verified, are copied into
     # project_dir (the run folder's project/) and built there, never in place.
     source_dir: Path | None = None
-    # placement="rail": the network kernel's package (hls/vitis/netpkg.py); its RTL top is not built yet
+    # placement="rail": the network kernel's package (hls/vitis/netpkg.py: sim/rtl/net packaged as <name>_net.xo)
     network: netpkg.NetPackage | None = None
 
     @property
@@ -222,10 +222,9 @@ def plan_build(
     elif source is not None and (source / "hls" / "link.cfg").is_file():
         link_cfg_text = (source / "hls" / "link.cfg").read_text()
 
-    if placement == "rail" and spec.param_stream:
-        raise UserError("--out-sink memory+stream: the rail placement's network kernel has no parameter-stream "
-                        "input yet (its all-gather input is not built); use --placement sidecar with "
-                        "--param-connect <kernel>.<port>")
+    if placement == "rail" and param_connect:
+        raise UserError("--param-connect: the rail placement connects the parameter stream to the network kernel "
+                        "itself; leave --param-connect out")
     if placement == "rail" and stream_connect:
         raise UserError("--stream-connect: the rail placement connects the gradient stream to the network kernel "
                         "itself; leave --stream-connect out")
@@ -296,11 +295,23 @@ def plan_build(
     xclbin = link_dir / f"{name}.xclbin"
     xos = [xo]
     if network is not None:
-        # The rail link: the network kernel's .xo (not built yet) and XUP VNx's cmac_<i>.xo, beside the Adam kernel's.
+        # The rail link: the network kernel's .xo, packaged here from sim/rtl/net, and XUP VNx's cmac_<i>.xo (built
+        # with AMD's repository, copied into net/), beside the Adam kernel's.
         net_dir = run_dir / "net"
         link_cfg = net_dir / "link.cfg"
         link_cfg_text = network.link_cfg
-        xos += [net_dir / f"{network.kernel}.xo", *(net_dir / f"{mac}.xo" for mac in network.mac_kernels)]
+        net_xo = net_dir / f"{network.kernel}.xo"
+        steps.append(Step(
+            name="package_net_xo", title="Vivado batch: package the network kernel (kernel.xml + sim/rtl/net Verilog) "
+            "as a Vitis .xo",
+            argv=["vivado", "-mode", "batch", "-notrace", "-source", "package_xo.tcl",
+                  "-log", str(logs / "vivado_net.log"), "-journal", str(logs / "vivado_net.jou"),
+                  "-tclargs", str(RTL_DIR), str(net_xo)],
+            cwd=net_dir, inputs=[net_dir / f"{network.kernel}.v", net_dir / "kernel.xml", net_dir / "package_xo.tcl",
+                                 netpkg.NET_LIST, *network.sources()],
+            outputs=[net_xo], log=logs / "net-package_xo.log",
+        ))
+        xos += [net_xo, *(net_dir / f"{mac}.xo" for mac in network.mac_kernels)]
     steps.append(Step(
         name="link", title="v++ link: place and route the kernel into the platform shell (hours)",
         argv=["v++", "-l", "-t", "hw", "--platform", str(platform_path or platform), "--config", str(link_cfg),
@@ -313,11 +324,14 @@ def plan_build(
     if target.unconfirmed:
         notes.append(f"catalog facts for {target.name} marked unconfirmed: see `optimusnic targets --json`")
     if network is not None:
+        if network.missing:
+            notes.append(f"{network.missing}; a real build stops before any tool runs")
         notes += [
-            f"rail placement: NOT BUILT: {network.kernel}.xo does not exist (the network kernel's RTL top is not "
-            "written yet); a real build stops before any tool runs, and no network bitstream is claimed",
+            f"rail placement: NOT BUILT: no network bitstream is claimed; {network.kernel}.xo is packaged by the "
+            "package_net_xo step from the simulated RTL, never run with Vivado/v++ by this toolkit",
             f"rail placement: MAC kernel(s) {', '.join(network.mac_kernels)} from {netpkg.MAC_SOURCE}, "
-            f"expected in {run_dir / 'net'}",
+            f"expected in {run_dir / 'net'} (a real build stops before any tool runs without them)",
+            *network.notes,
         ]
     return BuildPlan(
         spec=spec, target=target, kernel=kernel, platform=platform, platform_path=platform_path, project_dir=project,
@@ -431,8 +445,10 @@ def plan_to_dict(plan: BuildPlan) -> dict[str, Any]:
         "tools": {tool: shutil.which(tool) for tool in plan.tools},
         "notes": plan.notes,
         **({"network": {"kernel": plan.network.kernel, "mac_kernels": plan.network.mac_kernels, "built": False,
-                        "missing": netpkg.missing(plan.spec), "manifest": plan.network.manifest,
-                        "kernel_xml": plan.network.kernel_xml}} if plan.network is not None else {}),
+                        "complete": plan.network.missing is None, "missing": plan.network.missing,
+                        "manifest": plan.network.manifest, "generics": plan.network.generics,
+                        "kernel_xml": plan.network.kernel_xml, "package_xo_tcl": plan.network.package_tcl,
+                        "files": sorted(plan.network.files())}} if plan.network is not None else {}),
     }
 
 
@@ -481,9 +497,11 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
                  "report summary)")
     if plan.network is not None:
         net, regs = plan.network, plan.network.manifest
-        lines.append(f"network kernel {net.kernel} (rail placement; NOT BUILT: RTL top simulated, not packaged):")
+        state = "link complete" if net.missing is None else "INCOMPLETE: a real build stops"
+        lines.append(f"network kernel {net.kernel} (rail placement; {state}; NOT BUILT: no bitstream claimed):")
         lines.append(f"      {plan.run_dir / 'net'}/: " + ", ".join(net.files())
-                     + " (the package: a real build writes it, then stops; no .xo)")
+                     + f" (written by a real build; package_net_xo packages sim/rtl/net/{netpkg.NET_TOP}.v)")
+        lines.append("      parameters: " + ", ".join(f"{k}={v}" for k, v in net.generics.items()))
         lines.append("      registers: " + ", ".join(f"{a['name']}@0x{a['offset']:03X}" for a in regs["args"]))
         ro = regs["readonly"]
         lines.append(f"      read-only: status@0x{ro[0]['offset']:03X}, {len(ro) - 1} 64-bit counters "
@@ -642,20 +660,33 @@ def copy_verified_project(source: Path, dest: Path) -> None:
     safe_io.atomic_write(dest / generate.MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
+def write_net_package(plan: BuildPlan) -> None:
+    """The rail package's files into the run folder's net/."""
+    assert plan.network is not None
+    safe_io.check_writable_dir(plan.run_dir, "run folder")
+    for rel, text in plan.network.files().items():
+        out = safe_io.inside(plan.run_dir / "net", rel, "network package file")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        safe_io.atomic_write(out, text)
+
+
 def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: Any = print) -> dict[str, Any] | None:
     """Run the plan: generate, check tools, run each step with its log, parse reports, register.
 
     Returns the registry entry, or None for the Versal flow (IP export only, nothing to register).
-    A rail build stops here, before any tool runs: the network kernel is not packaged yet (no .xo).
+    A rail build whose link is incomplete (`NetPackage.missing`) writes its package and stops here, before any
+    tool runs; a complete one needs XUP VNx's cmac_<i>.xo in the run's net/ before any tool runs.
     """
-    if plan.network is not None:
-        safe_io.check_writable_dir(plan.run_dir, "run folder")
-        for rel, text in plan.network.files().items():
-            out = safe_io.inside(plan.run_dir / "net", rel, "network package file")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            safe_io.atomic_write(out, text)
-        raise BuildFailed(netpkg.missing(plan.spec))
+    if plan.network is not None and plan.network.missing:
+        write_net_package(plan)
+        raise BuildFailed(plan.network.missing)
     check_tools(plan)
+    if plan.network is not None:
+        macs = [plan.run_dir / "net" / f"{mac}.xo" for mac in plan.network.mac_kernels]
+        absent = [m for m in macs if not m.is_file()]
+        if absent:
+            raise BuildFailed(f"rail placement: {absent[0]} not found: build the MAC kernel from {netpkg.MAC_SOURCE} "
+                              f"and copy it there")
     safe_io.check_writable_dir(plan.run_dir, "run folder")
     if plan.xclbin is not None:
         safe_io.check_writable_dir(bitstreams_dir, "--registry")
@@ -666,6 +697,9 @@ def run_build(plan: BuildPlan, *, bitstreams_dir: Path = BITSTREAMS_DIR, echo: A
     elif plan.source_dir is not None:
         echo(f"[0] copy the verified project {plan.source_dir} into {plan.project_dir}")
         copy_verified_project(plan.source_dir, plan.project_dir)
+    if plan.network is not None:
+        echo(f"[0] network kernel package: {plan.run_dir / 'net'}")
+        write_net_package(plan)
     connected_cfg = connected_link_cfg(plan)
     if connected_cfg is not None and plan.link_cfg_text is not None:
         echo(f"[0] link config with the gradient stream connections: {connected_cfg}")

