@@ -771,9 +771,10 @@ def _rank_main(rank: int, fn: Callable[..., None], *args: Any) -> None:
     planners cache the DeviceMesh, which holds the group: every DTensor program) keeps its worker
     threads. A worker that takes the GIL while the interpreter finalizes (to free its last finished
     work) is ended by Python with pthread_exit inside a C++ destructor: std::terminate, "terminate
-    called without an active exception", an abort of a rank whose work was all done (seen under
-    load). fn's results are written and its collectives complete when it returns; only the
-    finalization is skipped. An exception still goes to torch's handler (traceback to the parent)."""
+    called without an active exception" (the message of a rank that aborted once in CI, under load,
+    after its work was done). fn's results are written and its collectives complete when it
+    returns; only the finalization is skipped. An exception still goes to torch's handler (its
+    traceback to the parent)."""
     fn(rank, *args)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -355,7 +355,7 @@ def test_spawned_ranks_skip_interpreter_finalization(tmp_path):
     """A DTensor program's gloo group outlives destroy_process_group (torch's DTensor caches keep its
     mesh), so its worker threads live on; a rank that returns ends without interpreter finalization,
     where such a worker taking the GIL would abort the rank (std::terminate)."""
-    run_ranks(_dtensor_teardown_worker, 2, (free_port(), str(tmp_path)), timeout_s=120)
+    run_ranks(_dtensor_teardown_worker, 2, (free_port(), str(tmp_path)), timeout_s=240)
     for rank in range(2):
         res = json.loads((tmp_path / f"{rank}.json").read_text())
         assert res["full"] == [0.0, 0.0, 1.0, 1.0]
