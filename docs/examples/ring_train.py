@@ -59,6 +59,21 @@ def train(model, optimizer, scheduler, start: int, steps: int, rank: int, world:
     return losses
 
 
+def ddp_reference(steps: int, rank: int, world: int) -> torch.Tensor:
+    """The script before the change: DDP + torch.optim.AdamW over gloo; its final parameters.
+
+    A function of its own so that the DDP model is gone before destroy_process_group: its reducer
+    holds the process group, and were it the last holder, the group would be destroyed in the
+    reducer's destructor, which joins gloo's worker threads with the GIL held, while a worker may
+    still need the GIL to free its last allreduce (a deadlock at exit, seen under load). Released
+    by destroy_process_group, the group is destroyed with the GIL released."""
+    ref = torch.nn.parallel.DistributedDataParallel(make_model())
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.05)
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=5, gamma=0.5)
+    train(ref, ref_opt, ref_sched, 0, steps, rank, world, argparse.Namespace(save_at=0, die_rank=-1))
+    return torch.cat([p.detach().reshape(-1) for p in ref.parameters()])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
@@ -91,13 +106,8 @@ def main() -> None:
     result = {"params": params, "losses": losses, "skipped": optimizer.skipped_steps}
     optimizer.close()
 
-    if args.compare:  # the script before the change: DDP + torch.optim.AdamW over gloo
-        ref = torch.nn.parallel.DistributedDataParallel(make_model())
-        ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.05)
-        ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=5, gamma=0.5)
-        train(ref, ref_opt, ref_sched, 0, args.steps, rank, world, argparse.Namespace(save_at=0, die_rank=-1))
-        ref_params = torch.cat([p.detach().reshape(-1) for p in ref.parameters()])
-        result["ref_diff"] = (params - ref_params).abs().max().item()
+    if args.compare:
+        result["ref_diff"] = (params - ddp_reference(args.steps, rank, world)).abs().max().item()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(result, out / f"rank{rank}.pt")

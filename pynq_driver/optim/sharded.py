@@ -764,18 +764,37 @@ def init_gloo(rank: int, world_size: int, port: int, timeout_s: float = 60.0) ->
                             timeout=datetime.timedelta(seconds=timeout_s))
 
 
+def _rank_main(rank: int, fn: Callable[..., None], *args: Any) -> None:
+    """One spawned rank: fn, then the end of the process without interpreter finalization.
+
+    A gloo group that torch still references after destroy_process_group (DTensor's redistribute
+    planners cache the DeviceMesh, which holds the group: every DTensor program) keeps its worker
+    threads. A worker that takes the GIL while the interpreter finalizes (to free its last finished
+    work) is ended by Python with pthread_exit inside a C++ destructor: std::terminate, "terminate
+    called without an active exception" (the message of a rank that aborted once in CI, under load,
+    after its work was done). fn's results are written and its collectives complete when it
+    returns; only the finalization is skipped. An exception still goes to torch's handler (its
+    traceback to the parent)."""
+    fn(rank, *args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def run_ranks(fn: Callable[..., None], world_size: int, args: tuple[Any, ...] = (), timeout_s: float = 300.0
               ) -> None:
     """Spawn `world_size` processes running fn(rank, world_size, *args); kill them all after `timeout_s`.
 
     A rank that raises makes this raise (torch.multiprocessing's ProcessRaisedException) after the
-    others are terminated, so a failing rank never leaves the rest waiting in a collective.
+    others are terminated, so a failing rank never leaves the rest waiting in a collective. A rank
+    whose fn returns exits at once, without interpreter finalization (see `_rank_main`).
     """
     import time
 
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(fn, args=(world_size, *args), nprocs=world_size, join=False, start_method="spawn")
+    ctx = mp.start_processes(_rank_main, args=(fn, world_size, *args), nprocs=world_size, join=False,
+                             start_method="spawn")
     deadline = time.monotonic() + timeout_s
     try:
         while not ctx.join(timeout=1.0):

@@ -13,6 +13,7 @@ import copy
 import json
 from pathlib import Path
 
+import gloo_teardown
 import pytest
 import torch
 
@@ -331,6 +332,35 @@ def test_sharded_dcp_resume_2_4_1(tmp_path):
         for k in before:
             assert torch.equal(before[k], after[k]), k
     assert all(v.item() == 10.0 for k, v in r[2]["saved"].items() if k.endswith("step"))
+
+
+def _dtensor_teardown_worker(rank: int, world_size: int, port: int, out: str) -> None:
+    import atexit
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    init_gloo(rank, world_size, port, 60.0)
+    mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+    full = DTensor.from_local(torch.full((2,), float(rank)), mesh, [Shard(0)]).full_tensor()
+    del mesh
+    dist.destroy_process_group()
+    Path(out, f"{rank}.json").write_text(json.dumps({"full": full.tolist(),
+                                                     "gloo_workers": gloo_teardown.gloo_worker_threads()}))
+    atexit.register(Path(out, f"{rank}.finalized").touch)
+
+
+def test_spawned_ranks_skip_interpreter_finalization(tmp_path):
+    """A DTensor program's gloo group outlives destroy_process_group (torch's DTensor caches keep its
+    mesh), so its worker threads live on; a rank that returns ends without interpreter finalization,
+    where such a worker taking the GIL would abort the rank (std::terminate)."""
+    run_ranks(_dtensor_teardown_worker, 2, (free_port(), str(tmp_path)), timeout_s=240)
+    for rank in range(2):
+        res = json.loads((tmp_path / f"{rank}.json").read_text())
+        assert res["full"] == [0.0, 0.0, 1.0, 1.0]
+        print(f"rank {rank}: gloo worker threads alive after destroy_process_group: {res['gloo_workers']}")
+        assert not (tmp_path / f"{rank}.finalized").exists()  # atexit handlers never ran
 
 
 def _failing_worker(rank: int, world_size: int, port: int) -> None:
