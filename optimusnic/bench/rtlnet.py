@@ -53,6 +53,7 @@ from hls.net import wire
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
 from hls.rtl import simulators
 from hls.rtl_sources import read_filelist
+from hls.spec import KernelSpec
 
 LINE_RATE = 100e9
 LATENCY_S = 500e-9
@@ -73,6 +74,9 @@ GOAL_OF_CAP = 0.98  # the line-rate fraction within 2 % of the framing cap
 BENCH_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 12, "RX_SLOT_LOG2": 5, "RX_FRAME_BEATS": 128, "TX_SLOTS_LOG2": 5,
                 "TX_BEATS_LOG2": 8, "TX_URAM": 0, "TX_FIFO_LOG2": 9, "RD_FIFO_LOG2": 8, "WR_FIFO_LOG2": 7,
                 "MAX_BURST": 64}
+# The bench card's Adam kernel: 16 fp32 lanes take 16 elements a clock, above the line's 10.4 (100 Gb/s at
+# 299.94 MHz is 41.7 bytes a clock): the kernel keeps up with the reduce-scatter's last hop.
+CARD_LANES = 16
 OPCODES = {1: "rs", 2: "ag", 3: "ack", 4: "nak"}
 Log = Callable[[str], None] | None
 
@@ -133,29 +137,54 @@ def build_dir(params: dict[str, int] | None = None, name: str | None = None) -> 
     return BUILD_DIR / "sim" / "net" / name
 
 
-def simulate(case: dict[str, Any], params: dict[str, int] | None = None, build: str | None = None) -> dict[str, Any]:
-    """One ring step of `case` in cocotb (sim/tb/net/bench_onic_net_kernel.py); its raw record."""
+def card_spec(lanes: int = CARD_LANES) -> KernelSpec:
+    """The Adam kernel of the bench's card: fp32 AdamW, one stripe per array, `lanes` elements a clock."""
+    return KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream", lanes=lanes,
+                      stripes=1, out_sink="memory+stream", name=f"onic_card_bench{lanes}")
+
+
+def simulate(case: dict[str, Any], params: dict[str, int] | None = None, build: str | None = None,
+             card: KernelSpec | None = None) -> dict[str, Any]:
+    """One ring step of `case` in cocotb; its raw record. Without `card`: the network kernel alone with the
+    stand-in Adam kernel (sim/tb/net/bench_onic_net_kernel.py); with `card`: the card top `onic_card` with
+    that Adam RTL kernel (sim/tb/net/bench_onic_card.py)."""
     if not simulators.available("verilator"):
         from hls.errors import ToolMissing
 
         raise ToolMissing("bench rtlnet: verilator is not installed (make deps)")
     params = dict(params or BENCH_PARAMS)
     bdir = build_dir(params, build)
+    extra: dict[str, str] = {}
+    if card is not None:
+        from hls.rtl.card import CARD_MODULE, prepare_card
+
+        # tests/hls/rtl/test_net_card.py's layout: `build` shares its model (same spec and parameters)
+        folder = bdir.parent / (build or f"onic_card-bench-{card.name}")
+        project = prepare_card(card, folder / "card")
+        bdir = folder / "verilator"
+        sources, top, module, test = project.sources, CARD_MODULE, "bench_onic_card", "bench_card"
+        extra["ONIC_MANIFEST"] = str(project.project / "manifest.json")
+        build_args = ["--no-public-flat-rw", "--public-depth", "1"]  # as tests/hls/rtl/test_net_card.py
+        parameters: dict[str, int] = dict(params)
+    else:
+        sources, top, module, test = (read_filelist(RTL_DIR / "net" / "net_kernel.f"), "onic_net_kernel",
+                                      "bench_onic_net_kernel", "bench_ring")
+        build_args = []
+        parameters = {"WIRE_BF16": int(case.get("wire_dtype") == "bf16"),
+                      "PARAM_BF16": int(case.get("param_dtype") == "bf16"), **params}
     bdir.mkdir(parents=True, exist_ok=True)
     fd, out = tempfile.mkstemp(prefix="rtlnet-", suffix=".json", dir=bdir)
     os.close(fd)
     tag = f"n{case['n']}-p{case['payload']}-s{case['size']}-d{case.get('drop', 0)}-seed{case.get('seed', 1)}"
-    log_file = bdir.parent / f"onic_net_kernel-bench-{tag}.log"
+    log_file = bdir.parent / f"{top}-bench-{tag}.log"
     old = os.environ.get("MAKEFLAGS")
     os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"  # as tests/hls/rtl/test_net_kernel.py builds it
     try:
         t0 = time.perf_counter()
         xml = simulators.run_cocotb(
-            sources=read_filelist(RTL_DIR / "net" / "net_kernel.f"), toplevel="onic_net_kernel",
-            test_module="bench_onic_net_kernel", test_dir=TB_DIR / "net", build_dir=bdir, simulator="verilator",
-            parameters={"WIRE_BF16": int(case.get("wire_dtype") == "bf16"),
-                        "PARAM_BF16": int(case.get("param_dtype") == "bf16"), **params},
-            extra_env={"ONIC_BENCH": json.dumps(case), "ONIC_BENCH_OUT": out}, testcase="bench_ring",
+            sources=sources, toplevel=top, test_module=module, test_dir=TB_DIR / "net", build_dir=bdir,
+            simulator="verilator", parameters=parameters, build_args=build_args,
+            extra_env={"ONIC_BENCH": json.dumps(case), "ONIC_BENCH_OUT": out, **extra}, testcase=test,
             log_file=log_file)
         run_s = time.perf_counter() - t0
         ran, failed = simulators.check_results(xml)
@@ -289,12 +318,16 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
 
 def measure_case(n: int, payload: int, packets: int, drop: float = 0.0, seed: int = 1, log: Log = None,
                  params: dict[str, int] | None = None, window: int = WINDOW,
-                 build: str | None = None, rto_s: float | None = None) -> dict[str, Any]:
+                 build: str | None = None, rto_s: float | None = None,
+                 card: KernelSpec | None = None) -> dict[str, Any]:
+    """One step's figures; `card`: with that Adam RTL kernel in the card (`onic_card`), not the stand-in."""
     case = {"n": n, "rank": min(RANK, n - 1), "payload": payload, "size": chunk_size(payload, packets),
             "drop": drop, "seed": seed, "window": window, "rto_s": rto_s or rto_for(payload, window),
             "latency_s": LATENCY_S}
-    _log(log, f"[bench rtlnet] N={n} P={payload} S={case['size']} drop={drop:g} seed={seed} ...")
-    row = figures(simulate(case, params, build))
+    what = f"card ({card.lanes} lanes)" if card else "stand-in"
+    _log(log, f"[bench rtlnet] {what} N={n} P={payload} S={case['size']} drop={drop:g} seed={seed} ...")
+    row = figures(simulate(case, params, build, card))
+    row["adam"] = f"rtl{card.lanes}" if card else "stand-in"
     _log(log, f"[bench rtlnet]   {row['step_clocks']:,} clocks = {row['step_s'] * 1e6:.2f} us "
               f"({row['step_over_model']:.3f}x the wire model), exact {row['exact']}, "
               f"{row['sim_clocks_per_s']:,.0f} clocks/s, {row['run_s']:.0f} s")
@@ -306,42 +339,76 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
             drops: tuple[float, ...] = DROP_RATES, repeats: int = 3, packets: int = PACKETS_PER_CHUNK,
             step_packets: int = STEP_PACKETS_PER_CHUNK, line_world: int = LINE_WORLD, drop_world: int = DROP_WORLD,
             log: Log = None, params: dict[str, int] | None = None, window: int = WINDOW,
-            build: str | None = None) -> dict[str, Any]:
-    """Every figure in one run; repeated cases (seeds 1..repeats) report medians. `params` (the card's
-    buffers), `window` and `build` (a Verilator model's folder to share) are for a small CI run."""
+            build: str | None = None, card: KernelSpec | None = None, card_build: str | None = None,
+            stand_in: bool = True) -> dict[str, Any]:
+    """Every figure in one run; repeated cases (seeds 1..repeats) report medians.
+
+    `card` (default `card_spec()`): the card rows, the network kernel with that Adam RTL kernel
+    (`onic_card`): step times, forwarding latency and update turnaround (idle line, and streaming at
+    the step payload, which also gives that payload's line-rate fraction). `stand_in`: the rows of the
+    network kernel with the stand-in Adam kernel: line-rate fractions at every payload, goodput under
+    loss, and the step times and latencies again (the difference is what the Adam kernel adds).
+    `params` (the card's buffers), `window`, `build` and `card_build` (Verilator models' folders to
+    share) are for a small CI run."""
     t0 = time.perf_counter()
-    kw = {"log": log, "params": params, "window": window, "build": build}
+    card = card or card_spec()
+    kw = {"log": log, "params": params, "window": window}
     step_payload = min(wire.DEFAULT_PAYLOAD_BYTES, max(payloads))
-    line_rows = [measure_case(line_world, p, packets, seed=1, **kw) for p in payloads]
+    rows: list[dict[str, Any]] = []
+
+    def group(cases: list[dict[str, Any]], spec: KernelSpec | None) -> list[dict[str, Any]]:
+        out = [measure_case(**c, **kw, build=card_build if spec else build, card=spec) for c in cases]
+        rows.extend(out)
+        return out
+
     # one packet per chunk: a partial arrives when the card's line is idle (its own frame of the hop
     # before has gone), so first beat in to first beat out is the card's own forwarding latency
-    hop_rows = [measure_case(line_world, p, 1, seed=1, **kw) for p in payloads]
-    step_rows = [measure_case(n, step_payload, step_packets, seed=s, **kw)
-                 for n in worlds for s in range(1, repeats + 1)]
-    drop_rows = [measure_case(drop_world, step_payload, packets, drop=d, seed=s, **kw)
-                 for d in drops for s in range(1, repeats + 1)]
-    rows = line_rows + hop_rows + step_rows + drop_rows
+    hop_cases = [{"n": line_world, "payload": p, "packets": 1, "seed": 1} for p in payloads]
+    step_cases = [{"n": n, "payload": step_payload, "packets": step_packets, "seed": s}
+                  for n in worlds for s in range(1, repeats + 1)]
+    card_hop = group(hop_cases, card)
+    card_line = group([{"n": line_world, "payload": step_payload, "packets": packets, "seed": 1}], card)
+    card_steps = group(step_cases, card)
     report: dict[str, Any] = {
-        "clock_mhz": 1e6 / rows[0]["clock_ps"],
         "line_rate_gbps": LINE_RATE / 1e9, "latency_ns": LATENCY_S * 1e9, "window": window,
-        "rto_us": sorted({r["rto_us"] for r in rows}),
         "rank": RANK, "line_world": line_world, "step_payload": step_payload, "drop_world": drop_world,
         "params": dict(params or BENCH_PARAMS), "repeats": repeats, "goal_of_cap": GOAL_OF_CAP,
+        "card": {"spec": {k: getattr(card, k) for k in ("optimizer", "grad_dtype", "out_dtype", "lanes", "stripes")},
+                 "line": [_line_summary(r) for r in card_line],
+                 "steps": _by(card_steps, "n", lambda rs: _step_summary(rs)),
+                 "latency": _latency_summary(card_hop, card_line),
+                 "speed": _by(card_steps, "n",
+                              lambda rs: {"clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs])})},
         "adam": "reference stand-in on the card's streams (not the Adam RTL kernel)",
-        "line": [_line_summary(r) for r in line_rows],
-        "steps": _by(step_rows, "n", lambda rs: _step_summary(rs)),
-        "drops": _by(drop_rows, "drop", lambda rs: _drop_summary(rs)),
-        "latency": _latency_summary(hop_rows, line_rows),
-        "speed": _by(step_rows, "n", lambda rs: {"clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs])}),
+        "line": [], "steps": [], "drops": [], "latency": [], "speed": [],
+    }
+    if stand_in:
+        line_rows = group([{"n": line_world, "payload": p, "packets": packets, "seed": 1} for p in payloads], None)
+        hop_rows = group(hop_cases, None)
+        step_rows = group(step_cases, None)
+        drop_rows = group([{"n": drop_world, "payload": step_payload, "packets": packets, "drop": d, "seed": s}
+                           for d in drops for s in range(1, repeats + 1)], None)
+        report |= {
+            "line": [_line_summary(r) for r in line_rows],
+            "steps": _by(step_rows, "n", lambda rs: _step_summary(rs)),
+            "drops": _by(drop_rows, "drop", lambda rs: _drop_summary(rs)),
+            "latency": _latency_summary(hop_rows, line_rows),
+            "speed": _by(step_rows, "n",
+                         lambda rs: {"clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs])}),
+        }
+    report |= {
+        "clock_mhz": 1e6 / rows[0]["clock_ps"],
+        "rto_us": sorted({r["rto_us"] for r in rows}),
         "exact": all(r["exact"] for r in rows),
-        "mismatches": [f"N={r['n']} P={r['payload']} drop={r['drop']} seed={r['seed']}: "
+        "mismatches": [f"{r['adam']} N={r['n']} P={r['payload']} drop={r['drop']} seed={r['seed']}: "
                        f"{r['error'] or r['mismatch'] or 'STATUS ' + str(r['status'])}"
                        for r in rows if not r["exact"]],
         "rows": rows,
         "load_average": os.getloadavg(),
         "wall_s": time.perf_counter() - t0,
     }
-    report["meets_goal"] = bool(report["line"]) and all(x["meets_goal"] for x in report["line"])
+    line = report["line"] + report["card"]["line"]
+    report["meets_goal"] = bool(line) and all(x["meets_goal"] for x in line)
     return report
 
 
@@ -418,10 +485,12 @@ def markdown(rep: dict[str, Any]) -> list[str]:
     """The section of bench/results.md."""
     ns = rep["clock_mhz"] and 1e3 / rep["clock_mhz"]
     p = rep["params"]
+    card = rep["card"]
+    cs = card["spec"]
     lines = [
         HEADING,
         "",
-        f"`{rep.get('command', 'optimusnic bench rtlnet')}`: ONE RTL card (`onic_net_kernel`, rank {rep['rank']}) "
+        f"`{rep.get('command', 'optimusnic bench rtlnet')}`: ONE RTL card (rank {rep['rank']}) "
         "beside N - 1 software peers (`hls.net.card.Card`, the same bytes) through the seeded switch of "
         f"sim/tb/models ({rep['line_rate_gbps']:g} Gb/s links, {rep['latency_ns']:g} ns latency), cocotb on "
         f"Verilator, kernel clock {rep['clock_mhz']:.2f} MHz, 512-bit MAC streams on the `eth_port` adapters; window "
@@ -429,33 +498,56 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         "(`rto_for`: three windows of full frames, at least 20 us); the card's buffers for 8 KiB payloads "
         f"(receive: {2 ** p['RX_SLOT_LOG2']} slots of up to {p['RX_FRAME_BEATS']} beats; retransmit: "
         f"{2 ** p['TX_SLOTS_LOG2']} slots of {2 ** p['TX_BEATS_LOG2']} beats per flow). fp32 wire and parameters. "
-        f"The Adam kernel beside the card is a {rep['adam']}. Every step checked bit for bit (the reduced chunk, the "
-        "gathered buffer in card memory, every peer's gathered parameters) against a lossless reference ring: "
+        f"The card is `onic_card` (the network kernel and the generated Adam RTL kernel, {cs['optimizer']} "
+        f"{cs['grad_dtype']}, {cs['lanes']} lanes, {cs['stripes']} stripe per array: {cs['lanes']} elements a clock "
+        f"against the line's {LINE_RATE / 8 / (rep['clock_mhz'] * 1e6) / 4:.1f} fp32 a clock), card memory "
+        "cocotbext-axi RAM with 5..40 clocks of read latency (bench_onic_card.py); the rows marked stand-in are "
+        "the network kernel alone with a reference STAND-IN for the Adam kernel on its streams "
+        "(bench_onic_net_kernel.py: no kernel latency), kept for the line-rate and loss figures and to show what "
+        "the Adam kernel adds. Every step checked bit for bit against a lossless reference ring (card: p, m, v and "
+        "the out buffer of the owner's shard, the gathered buffer, every peer's gathered parameters, STATUS of both "
+        "kernels; stand-in: the reduced chunk, the gathered buffer, the peers): "
         + ("all exact." if rep["exact"] else "MISMATCHES: " + "; ".join(rep["mismatches"]) + "."),
         "Times are simulated (exact, independent of the machine); only the simulation speed depends on the load "
         f"(load average {', '.join(f'{x:.1f}' for x in rep['load_average'])} at the end, 2 shared cores). "
         f"Repeated cases: seeds 1..{rep['repeats']}, medians.",
         "",
-        f"Payload line-rate fraction per port (N = {rep['line_world']}, one step each): payload bytes of the RS "
-        "(AG) data frames, first transmissions, over the line time from the first such frame's start to the last "
-        "one's end "
+        f"With the Adam RTL kernel ({cs['lanes']} lanes). Step time (payload {rep['step_payload']}): the host's "
+        "ap_start write to the network kernel to the last of the card's two interrupts and every peer's done, "
+        "against the wire model (`optimusnic.bench.rtlnet.wire_model_s`, below); the stand-in column is the "
+        "same step with the stand-in.",
+        "",
+        "| N | S elements | step, Adam RTL | step / model | stand-in step | stand-in / model | wire model | clocks |",
+        "|---|---|---|---|---|---|---|---|",
+        *[_card_step_line(x, rep["steps"]) for x in card["steps"]],
+        "",
+        f"Latency with the Adam RTL kernel (clocks of {ns:.3f} ns), lossless, N = {rep['line_world']}, defined as "
+        "in the stand-in table below: update turnaround, the last beat of the card's own chunk's last RS packet in "
+        "at s_axis_mac0 to the first beat of its first AG frame out at m_axis_mac0 (the Adam kernel's reads of "
+        "p, m, v, its pipeline and the AG frame's assembly: a frame leaves only when whole); idle line: "
+        "one-packet chunks; streaming: the line-rate step of the next table.",
+        "",
+        "| payload | RS hop, idle line | AG hop, idle line | update turnaround, idle line (stand-in) "
+        "| RS hop streaming, median (min) | update turnaround streaming (stand-in) |",
+        "|---|---|---|---|---|---|",
+        *[_card_latency_line(x, rep["latency"], ns) for x in card["latency"]],
+        "",
+        f"Payload line-rate fraction with the Adam RTL kernel (N = {rep['line_world']}, one step), as below:",
+        "",
+        *_line_table(card["line"]),
+        "",
+        f"Stand-in rows. Payload line-rate fraction per port (N = {rep['line_world']}, one step each): payload "
+        "bytes of the RS (AG) data frames, first transmissions, over the line time from the first such frame's "
+        "start to the last one's end "
         "(the RTL card's own ACK frames on the same line included); transmit: the card's m_axis_mac0 serialized "
         "at 100 Gb/s; receive: the frames arriving at its s_axis_mac0 from its predecessor. Goal: the transmit "
         f"fraction at {rep['goal_of_cap']:.0%} of the framing cap P / (P + 88) or more.",
         "",
-        "| payload | S elements | framing cap | transmit RS / AG / both | receive RS / AG / both | ACK share of the "
-        "RS line | transmit without the ACK time | dropped for lack of buffer | TX underflows | goal |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *_line_table(rep["line"]),
     ]
-    for x in rep["line"]:
-        lines.append(f"| {x['payload']} | {x['size']:,} | {x['cap']:.1%} | {_pct(x['tx_rs'])} / {_pct(x['tx_ag'])} / "
-                     f"{_pct(x['tx'])} | {_pct(x['rx_rs'])} / {_pct(x['rx_ag'])} / {_pct(x['rx'])} | "
-                     f"{_pct(x['ack_share'])} | {_pct(x['tx_without_acks'])} | {x['dropped_overflow']} | "
-                     f"{x['tx_underflows']} | "
-                     f"{'met' if x['meets_goal'] else 'NOT met'} |")
     lines += [
         "",
-        f"Step time (payload {rep['step_payload']}): the host's ap_start write to the last card done, against "
+        f"Stand-in step time (payload {rep['step_payload']}): the host's ap_start write to the last card done, against "
         "the wire model (`optimusnic.bench.rtlnet.wire_model_s`: every link busy from the start, N - 1 chunks per "
         "phase at the line rate with 88 bytes of framing per frame, plus the switch latency and one frame's "
         "serialization per phase; the cards, ACKs and the update add nothing).",
@@ -468,14 +560,14 @@ def markdown(rep: dict[str, Any]) -> list[str]:
                      f"{x['over_model']:.3f}x | {x['step_clocks']:,.0f} |")
     lines += [
         "",
-        f"Latency inside the card (clocks of {ns:.3f} ns), lossless, N = {rep['line_world']}: per hop, the first "
-        "beat of an RS partial in at s_axis_mac0 to the first beat of the partial the card forwards (hop + 1, same "
-        "chunk and offset) at m_axis_mac0, AG forwarding alike; update turnaround, the last beat of the card's "
-        "own chunk's last RS packet in to the first beat of its first AG frame out (the stand-in kernel adds no "
-        "Adam latency; the AG release, the card's RS flow acknowledged by its successor, is a round trip over "
-        "the switch). Idle line: one-packet chunks, so a partial never waits for the card's line. Streaming: "
-        "the line-rate steps above, median (min) over every forwarded packet; a partial waits behind the "
-        "frames ahead of it on the card's line (its own chunk at hop 0), so this is mostly queueing.",
+        f"Stand-in latency inside the card (clocks of {ns:.3f} ns), lossless, N = {rep['line_world']}: per hop, "
+        "the first beat of an RS partial in at s_axis_mac0 to the first beat of the partial the card forwards "
+        "(hop + 1, same chunk and offset) at m_axis_mac0, AG forwarding alike; update turnaround, the last beat "
+        "of the card's own chunk's last RS packet in to the first beat of its first AG frame out (the stand-in "
+        "kernel adds no Adam latency; the AG release, the card's RS flow acknowledged by its successor, is a "
+        "round trip over the switch). Idle line: one-packet chunks, so a partial never waits for the card's "
+        "line. Streaming: the line-rate steps above, median (min) over every forwarded packet; a partial waits "
+        "behind the frames ahead of it on the card's line (its own chunk at hop 0), so this is mostly queueing.",
         "",
         "| payload | RS hop, idle line | AG hop, idle line | update turnaround | RS hop streaming, median (min) "
         "| update turnaround streaming |",
@@ -489,7 +581,7 @@ def markdown(rep: dict[str, Any]) -> list[str]:
                      f"{_num(x['streaming_turnaround_clocks'])} clocks |")
     lines += [
         "",
-        f"Goodput under loss (N = {rep['drop_world']}, payload {rep['step_payload']}): the switch drops each "
+        f"Stand-in goodput under loss (N = {rep['drop_world']}, payload {rep['step_payload']}): the switch drops each "
         "frame on every egress link with the given probability (seeded); goodput is the RTL card's first-time "
         "payload bytes over the step time; "
         "retransmitted: its payload bytes sent again (counter `retransmitted_bytes`), and the peers' frame bytes.",
@@ -506,14 +598,50 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         "",
         "| simulation speed | " + " | ".join(f"N = {x['n']}" for x in rep["speed"]) + " |",
         "|---|" + "---|" * len(rep["speed"]),
-        "| kernel clocks per wall second (one RTL card, N - 1 software peers) | "
+        "| kernel clocks per wall second (stand-in: the network kernel, N - 1 software peers) | "
         + " | ".join(_num(x["clocks_per_s"]) for x in rep["speed"]) + " |",
+        "| kernel clocks per wall second (the card with the Adam RTL kernel, N - 1 software peers) | "
+        + " | ".join(_num(next((c["clocks_per_s"] for c in card["speed"] if c["n"] == x["n"]), None))
+                     for x in rep["speed"]) + " |",
         "",
-        f"Goal (transmit line-rate fraction within 2 % of the framing cap at every payload): "
+        f"Goal (transmit line-rate fraction within 2 % of the framing cap at every payload, every row): "
         f"{'met' if rep['meets_goal'] else 'NOT met'}. Wall time of this section: {rep['wall_s']:.0f} s.",
         "",
     ]
     return lines
+
+
+def _line_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| payload | S elements | framing cap | transmit RS / AG / both | receive RS / AG / both | ACK share of the "
+        "RS line | transmit without the ACK time | dropped for lack of buffer | TX underflows | goal |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for x in rows:
+        lines.append(f"| {x['payload']} | {x['size']:,} | {x['cap']:.1%} | {_pct(x['tx_rs'])} / {_pct(x['tx_ag'])} / "
+                     f"{_pct(x['tx'])} | {_pct(x['rx_rs'])} / {_pct(x['rx_ag'])} / {_pct(x['rx'])} | "
+                     f"{_pct(x['ack_share'])} | {_pct(x['tx_without_acks'])} | {x['dropped_overflow']} | "
+                     f"{x['tx_underflows']} | "
+                     f"{'met' if x['meets_goal'] else 'NOT met'} |")
+    return lines
+
+
+def _card_step_line(x: dict[str, Any], stand_in: list[dict[str, Any]]) -> str:
+    s = next((y for y in stand_in if y["n"] == x["n"]), None)
+    return (f"| {x['n']} | {x['size']:,} | {x['step_us']:.2f} us | {x['over_model']:.3f}x | "
+            f"{'-' if s is None else format(s['step_us'], '.2f') + ' us'} | "
+            f"{'-' if s is None else format(s['over_model'], '.3f') + 'x'} | {x['model_us']:.2f} us | "
+            f"{x['step_clocks']:,.0f} |")
+
+
+def _card_latency_line(x: dict[str, Any], stand_in: list[dict[str, Any]], ns: float) -> str:
+    s = next((y for y in stand_in if y["payload"] == x["payload"]), {})
+    t, st = x["turnaround_clocks"], x["streaming_turnaround_clocks"]
+    return (f"| {x['payload']} | {_num(x['hop_rs_clocks'])} clocks | {_num(x['hop_ag_clocks'])} clocks | "
+            f"{_num(t)} clocks = {_us(t, ns)} ({_num(s.get('turnaround_clocks'))}) | "
+            f"{_num(x['streaming_hop_rs_clocks'])} ({_num(x['streaming_hop_rs_min_clocks'])}) clocks | "
+            f"{_num(st)} clocks{'' if st is None else ' = ' + _us(st, ns)} "
+            f"({_num(s.get('streaming_turnaround_clocks'))}) |")
 
 
 def format_report(rep: dict[str, Any]) -> str:
