@@ -1,8 +1,10 @@
 """`optimusnic bench rtlnet` (part of `make bench`): the network RTL card in cocotb on Verilator beside
-software peers, its figures and the bit-exactness check of every step, at a tiny size (the card's
-small test buffers, shared with tests/hls/rtl/test_net_kernel.py's Verilator model). No timing is
-asserted: the figures are simulated time, checked for what the protocol fixes (no frame lost for
-lack of buffer, no transmit underflow, fractions under the framing cap, first-time payload bytes).
+software peers, its figures and the bit-exactness check of every step, at a tiny size: the card with
+the Adam RTL kernel (`onic_card`, tests/hls/rtl/test_net_card.py's 2-lane spec and Verilator model)
+and the network kernel with the stand-in (tests/hls/rtl/test_net_kernel.py's model), both with the
+card's small test buffers. No timing is asserted: the figures are simulated time, checked for what
+the protocol fixes (no frame lost for lack of buffer, no transmit underflow, fractions under the
+framing cap, first-time payload bytes).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import pytest
 
 from hls.rtl import simulators
+from hls.spec import KernelSpec
 from optimusnic.bench import report as bench_report
 from optimusnic.bench import rtlnet
 from optimusnic.cli.bench import BENCHES
@@ -23,6 +26,10 @@ SMALL = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX
          "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
          "MAX_BURST": 8}
 SMALL_BUILD = "onic_net_kernel-fp32-verilator"
+# tests/hls/rtl/test_net_card.py's fp32 card and its model's folder (same spec, same parameters)
+CARD = KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream", lanes=2, stripes=1,
+                  out_sink="memory+stream", name="onic_card_adamw")
+CARD_BUILD = "onic_card-fp32"
 
 
 def test_wire_model_and_caps() -> None:
@@ -53,9 +60,11 @@ def test_line_schedule() -> None:
 @pytest.mark.skipif(not simulators.available("verilator"), reason="verilator not installed")
 def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN001
     rep = rtlnet.collect(worlds=(3,), payloads=(192,), drops=(1e-2,), repeats=1, packets=4, step_packets=4,
-                         line_world=3, drop_world=3, params=SMALL, window=8, build=SMALL_BUILD)
+                         line_world=3, drop_world=3, params=SMALL, window=8, build=SMALL_BUILD, card=CARD,
+                         card_build=CARD_BUILD)
     assert rep["exact"] is True and rep["mismatches"] == [], rep["mismatches"]
-    assert len(rep["rows"]) == 4 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
+    assert len(rep["rows"]) == 7 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
+    assert [r["adam"] for r in rep["rows"]] == ["rtl2"] * 3 + ["stand-in"] * 4
     for r in rep["rows"]:
         assert not r["adapter_errors"] and not r["axi_errors"] and r["tx_underflows"] == 0
         assert r["dropped_overflow"] == 0 and r["dropped_step"] == 0
@@ -70,13 +79,19 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     [lat] = rep["latency"]  # one-packet chunks: one RS and one AG partial forwarded at N = 3
     assert lat["hop_rs_clocks"] > 0 and lat["hop_ag_clocks"] > 0 and lat["turnaround_clocks"] > 0
     assert lat["streaming_hop_rs_min_clocks"] > 0 and lat["streaming_turnaround_clocks"] > 0
-    assert rep["rows"][1]["size"] == 48 and rep["rows"][1]["hop_samples"] == 2
+    assert rep["rows"][4]["size"] == 48 and rep["rows"][4]["hop_samples"] == 2
     assert rep["rto_us"] == [20.0]
     [drop] = rep["drops"]
     assert drop["drop"] == 1e-2 and drop["exact"] and drop["goodput_gbps"] > 0
     [steps] = rep["steps"]
     assert steps["n"] == 3 and steps["model_us"] > 0 and steps["step_us"] > steps["model_us"]
     assert rep["speed"][0]["clocks_per_s"] > 0 and all(math.isfinite(x) for x in rep["load_average"])
+    card = rep["card"]  # the same figures with the Adam RTL kernel in the card
+    assert card["spec"]["lanes"] == 2 and card["steps"][0]["n"] == 3 and card["steps"][0]["over_model"] > 1.0
+    [lat] = card["latency"]
+    assert lat["turnaround_clocks"] > 0 and lat["hop_rs_clocks"] > 0 and lat["streaming_turnaround_clocks"] > 0
+    [line] = card["line"]
+    assert 0 < line["tx"] <= cap * (1 + 1e-9) and line["dropped_overflow"] == 0 and line["tx_underflows"] == 0
 
     md = rtlnet.markdown(rep)
     assert md[0] == rtlnet.HEADING and "all exact." in md[2]
@@ -84,8 +99,8 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     assert "MISMATCHES" not in "\n".join(md)
     bad = copy.deepcopy(rep)
     bad["rows"][0]["exact"], bad["exact"] = False, False
-    bad["mismatches"] = ["N=3 P=192 drop=0.0 seed=1: ['gathered chunk 2']"]
-    assert "MISMATCHES: N=3 P=192 drop=0.0 seed=1: ['gathered chunk 2']." in rtlnet.markdown(bad)[2]
+    bad["mismatches"] = ["rtl2 N=3 P=192 drop=0.0 seed=1: ['gathered chunk 2']"]
+    assert "MISMATCHES: rtl2 N=3 P=192 drop=0.0 seed=1: ['gathered chunk 2']." in rtlnet.markdown(bad)[2]
 
     # its section of results.md replaced alone, results.json's key beside the others
     (tmp_path / "results.md").write_text("# OptimusNIC benchmark results\n\n## Other\n\nkept\n")
