@@ -8,9 +8,18 @@ frame's beats back to back, no TREADY), the kernel clock at 300 MHz (3334 ps: 29
 bits a beat. The cocotb bench is `sim/tb/net/bench_onic_net_kernel.py`: one simulation per step,
 each checked bit for bit (the reduced chunk, the gathered buffer in card memory, every peer's
 gathered parameters) against a lossless reference ring; a mismatch makes the report say so and
-the command exit 1. The Adam kernel beside the card is a reference STAND-IN on the card's streams
-(test_onic_net_kernel's `reference_adam_streams`), not the generated Adam RTL: the update turnaround
-includes no real kernel latency.
+the command exit 1. Two kinds of card:
+- the card (`onic_card`, hls.rtl.card: the network kernel and the generated Adam RTL kernel in one
+  top, `card_spec()`: fp32 AdamW, 16 lanes, one stripe per array; 16 elements a clock keep up with
+  the line's 10.4 fp32 a clock at 299.94 MHz) in `sim/tb/net/bench_onic_card.py`: step times,
+  forwarding latency, update turnaround and the line-rate fraction at the step payload, p, m, v,
+  the out buffer and the gathered parameters bit-exact against `hls.net.ring.ring_step`;
+- the network kernel alone with a reference STAND-IN for the Adam kernel on its streams
+  (test_onic_net_kernel's `reference_adam_streams`, no kernel latency), rows marked stand-in: the
+  line-rate fractions at every payload, goodput under loss, and the step times and latencies
+  again (the difference is what the Adam kernel adds).
+One command re-measures every figure and rewrites its section of bench/results.md:
+`optimusnic bench rtlnet --repeats 3` (part of `make bench`).
 
 Figures (simulated time; only the simulation speed depends on the machine):
 - line-rate fraction per port at payload 1408 and 8192 bytes (N = 4, fp32): the RTL card's
@@ -20,14 +29,15 @@ Figures (simulated time; only the simulation speed depends on the machine):
   start to the last one's end, against the framing cap P / (P + 88); ACK frames on the same
   line are inside those spans. The receive side alike, from each frame's arrival on the line,
   with the card's `dropped_overflow` (a frame refused for lack of buffer).
-- step time for N = 2, 3, 4 (payload 1408, fp32): the host's ap_start write to the last card
-  done (the RTL card's interrupt, each peer's `done`), against the wire model `wire_model_s`.
+- step time for N = 2, 3, 4 (payload 1408, fp32): the host's ap_start write (to the network
+  kernel) to the last card done (the RTL card's interrupt, both interrupts for `onic_card`, each
+  peer's `done`), against the wire model `wire_model_s`.
 - per-hop latency: the first beat of an RS partial at s_axis_mac0 to the first beat of the
   partial the card forwards (hop + 1, same chunk and offset) at m_axis_mac0; the AG forwarding
   alike; with the card's line idle (N = 4 steps of one-packet chunks) and while streaming (the
   line-rate steps: mostly queueing behind the card's own frames); update turnaround: the last
   beat of the card's own chunk's last RS packet in to the first beat of its first AG frame out
-  (stand-in kernel, and the AG release after the RS flow is acknowledged).
+  (the Adam kernel's latency, and the AG release after the RS flow is acknowledged).
 - goodput and retransmitted bytes at drop rates 0, 1e-3, 1e-2 (the switch's seeded drops on
   every egress link; N = 3): the RTL card's first-time payload bytes over the step time, and its
   retransmitted payload bytes (counter `retransmitted_bytes`), the peers' retransmitted frame bytes.
@@ -284,9 +294,22 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
 
     rs_hops, ag_hops = hops(1), hops(2)
     first_ag = next((f[0] for f in fout if f[1] == 2 and f[3] == 0), None)
-    own_last = [f[0] + (64 + f[7] + 63) // 64 - 1 for f in fin
-                if f[1] == 1 and f[4] == r and f[3] == n - 2 and f[2] & 1 and (first_ag is None or f[0] < first_ag)]
-    turnaround = first_ag - max(own_last) if first_ag is not None and own_last else None
+    # the own chunk's RS packets of the last hop (first arrivals): the clock of each one's last beat, by offset
+    own_in: dict[int, int] = {}
+    own_end = None
+    for f in fin:
+        if f[1] == 1 and f[4] == r and f[3] == n - 2 and f[6] not in own_in:
+            own_in[f[6]] = f[0] + (64 + f[7] + 63) // 64 - 1
+            if f[2] & 1:
+                own_end = own_in[f[6]]
+    # signed: a streaming Adam kernel updates the first packets while the last are still on the wire,
+    # so the first AG frame may leave before the chunk's last beat arrives (negative)
+    turnaround = first_ag - own_end if first_ag is not None and own_end is not None else None
+    ag_out: dict[int, int] = {}
+    for f in fout:
+        if f[1] == 2 and f[3] == 0:
+            ag_out.setdefault(f[6], f[0])
+    per_packet = [ag_out[o] - own_in[o] for o in own_in if o in ag_out]
     c = raw.get("counters") or {}
     unique_out = sum(x["payload_bytes"] for x in (line["tx_rs"], line["tx_ag"]) if x)
     model = wire_model_s(n, size, payload, wdt, pdt, latency_s=case.get("latency_s", LATENCY_S))
@@ -301,6 +324,8 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
         "hop_clocks_rs": _median(rs_hops), "hop_clocks_rs_min": min(rs_hops) if rs_hops else None,
         "hop_clocks_ag": _median(ag_hops), "hop_samples": len(rs_hops) + len(ag_hops),
         "turnaround_clocks": turnaround,
+        # per own packet: its last beat in to the first beat of the AG frame of the same offset out
+        "update_packet_clocks": _median(per_packet), "update_packet_max_clocks": max(per_packet, default=None),
         "goodput_bps": unique_out * 8 / step_s, "payload_bytes_out": unique_out,
         "retransmitted_payload_bytes": c.get("retransmitted_bytes"),
         "retransmitted_frames": c.get("retransmitted_frames"), "timeouts": c.get("timeouts"),
@@ -461,6 +486,9 @@ def _latency_summary(hop_rows: list[dict[str, Any]], line_rows: list[dict[str, A
                     "streaming_hop_rs_clocks": s and s["hop_clocks_rs"],
                     "streaming_hop_rs_min_clocks": s and s["hop_clocks_rs_min"],
                     "streaming_turnaround_clocks": s and s["turnaround_clocks"],
+                    "update_packet_clocks": h["update_packet_clocks"],
+                    "streaming_update_packet_clocks": s and s["update_packet_clocks"],
+                    "streaming_update_packet_max_clocks": s and s["update_packet_max_clocks"],
                     "streaming_size": s and s["size"]})
     return out
 
@@ -524,12 +552,17 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         f"Latency with the Adam RTL kernel (clocks of {ns:.3f} ns), lossless, N = {rep['line_world']}, defined as "
         "in the stand-in table below: update turnaround, the last beat of the card's own chunk's last RS packet in "
         "at s_axis_mac0 to the first beat of its first AG frame out at m_axis_mac0 (the Adam kernel's reads of "
-        "p, m, v, its pipeline and the AG frame's assembly: a frame leaves only when whole); idle line: "
-        "one-packet chunks; streaming: the line-rate step of the next table.",
+        "p, m, v, its pipeline, the AG release (the card's RS flow acknowledged by its successor) and the AG "
+        "frame's assembly: a frame leaves only when whole), negative when the first AG frame leaves before that "
+        "beat arrives (the Adam kernel streams: it updates the chunk's first packets while the last are on the "
+        "wire; the stand-in collects the whole chunk first); per packet: each of the own chunk's RS packets, "
+        "its last beat in to the first beat of the AG frame of the same offset out. Idle line: one-packet "
+        "chunks; streaming: the line-rate step of the next table.",
         "",
         "| payload | RS hop, idle line | AG hop, idle line | update turnaround, idle line (stand-in) "
-        "| RS hop streaming, median (min) | update turnaround streaming (stand-in) |",
-        "|---|---|---|---|---|---|",
+        "| RS hop streaming, median (min) | update turnaround streaming (stand-in) "
+        "| per packet streaming, median (max) (stand-in) |",
+        "|---|---|---|---|---|---|---|",
         *[_card_latency_line(x, rep["latency"], ns) for x in card["latency"]],
         "",
         f"Payload line-rate fraction with the Adam RTL kernel (N = {rep['line_world']}, one step), as below:",
@@ -641,7 +674,9 @@ def _card_latency_line(x: dict[str, Any], stand_in: list[dict[str, Any]], ns: fl
             f"{_num(t)} clocks = {_us(t, ns)} ({_num(s.get('turnaround_clocks'))}) | "
             f"{_num(x['streaming_hop_rs_clocks'])} ({_num(x['streaming_hop_rs_min_clocks'])}) clocks | "
             f"{_num(st)} clocks{'' if st is None else ' = ' + _us(st, ns)} "
-            f"({_num(s.get('streaming_turnaround_clocks'))}) |")
+            f"({_num(s.get('streaming_turnaround_clocks'))}) | {_num(x['streaming_update_packet_clocks'])} "
+            f"({_num(x['streaming_update_packet_max_clocks'])}) clocks "
+            f"({_num(s.get('streaming_update_packet_clocks'))}) |")
 
 
 def format_report(rep: dict[str, Any]) -> str:

@@ -89,7 +89,9 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     card = rep["card"]  # the same figures with the Adam RTL kernel in the card
     assert card["spec"]["lanes"] == 2 and card["steps"][0]["n"] == 3 and card["steps"][0]["over_model"] > 1.0
     [lat] = card["latency"]
-    assert lat["turnaround_clocks"] > 0 and lat["hop_rs_clocks"] > 0 and lat["streaming_turnaround_clocks"] > 0
+    assert lat["turnaround_clocks"] > 0 and lat["hop_rs_clocks"] > 0
+    # streaming, the kernel may send the first AG frame before the chunk's last beat is in: signed
+    assert lat["streaming_turnaround_clocks"] is not None and lat["streaming_update_packet_clocks"] > 0
     [line] = card["line"]
     assert 0 < line["tx"] <= cap * (1 + 1e-9) and line["dropped_overflow"] == 0 and line["tx_underflows"] == 0
 
