@@ -1,0 +1,88 @@
+"""The simulation top of N ring cards in one build (templates/net/ring_sim_top.v.j2).
+
+The card's ports and parameters are read from its Verilog module header, so the same generator
+serves the network kernel alone (`onic_net_kernel`, the Adam kernel beside it a bench stand-in)
+and a card top that also holds the Adam kernel: only `card` and the file list change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from hls.errors import UserError
+from hls.paths import RTL_DIR, TB_DIR
+from hls.rtl_sources import read_filelist
+from hls.safe_io import atomic_write
+
+MAX_CARDS = 8  # the ring simulations' largest world; the protocol allows 255, a build of 8 is minutes
+CARDS: dict[str, Path] = {"onic_net_kernel": RTL_DIR / "net" / "net_kernel.f"}
+CHECKER = TB_DIR / "net" / "onic_mac_tx_check.v"
+
+_PARAM = re.compile(r"parameter\s+integer\s+(\w+)\s*=\s*([^,\s)]+)")
+_PORT = re.compile(r"^\s*(input|output)\s+wire\s*(\[[^\]]+\])?\s*(\w+)\s*,?\s*(?://.*)?$", re.M)
+
+
+@dataclass(frozen=True)
+class Port:
+    direction: str
+    range: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: str
+
+
+def module_header(text: str, module: str) -> tuple[list[Param], list[Port]]:
+    """The parameters and ports of `module` in `text` (ANSI header, `wire` ports, integer parameters)."""
+    start = re.search(rf"\bmodule\s+{module}\b", text)
+    if start is None:
+        raise UserError(f"module {module} not found")
+    split = re.compile(r"\)\s*\(").search(text, start.end())
+    end = text.find(");", split.end()) if split else -1
+    if split is None or end < 0:
+        raise UserError(f"module {module}: no `#( parameters ) ( ports );` header")
+    params = [Param(m[1], m[2]) for m in _PARAM.finditer(text, start.end(), split.start())]
+    ports = [Port(m[1], m[2] or "", m[3]) for m in _PORT.finditer(text[split.end():end])]
+    if not ports:
+        raise UserError(f"module {module}: no ports found")
+    return params, ports
+
+
+def render(cards: int, card: str = "onic_net_kernel", top: str | None = None) -> tuple[str, str]:
+    """(top module name, Verilog text) of `cards` instances of `card`."""
+    if card not in CARDS:
+        raise UserError(f"card: {card!r} is not one of {', '.join(CARDS)}")
+    if not 2 <= cards <= MAX_CARDS:
+        raise UserError(f"cards: {cards} is not within 2..{MAX_CARDS}")
+    from hls.generate import environment
+
+    sources = read_filelist(CARDS[card])
+    text = next(p for p in sources if p.stem == card).read_text()
+    params, ports = module_header(text, card)
+    names = {p.name for p in ports}
+    for need in ("ap_clk", "ap_rst_n", "s_axis_mac0_tuser", "m_axis_mac0_tvalid", "m_axis_mac0_tready"):
+        if need not in names:
+            raise UserError(f"module {card}: no port {need}")
+    top = top or f"onic_ring_sim_top{cards}"
+    body = environment().get_template("net/ring_sim_top.v.j2").render(
+        top=top, card=card, cards=cards, params=params,
+        ports=[p for p in ports if p.name not in ("ap_clk", "ap_rst_n")])
+    return top, body
+
+
+def write(build_dir: Path, cards: int, card: str = "onic_net_kernel") -> tuple[str, list[Path]]:
+    """Render the top into `build_dir`; (top name, every source in compile order)."""
+    top, body = render(cards, card)
+    path = Path(build_dir) / f"{top}.v"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_file() or path.read_text() != body:  # unchanged text keeps the Verilator build
+        atomic_write(path, body)
+    return top, [*read_filelist(CARDS[card]), CHECKER, path]
+
+
+__all__ = ["CARDS", "MAX_CARDS", "module_header", "render", "write"]

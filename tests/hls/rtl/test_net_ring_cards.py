@@ -1,0 +1,90 @@
+"""N RTL network cards in one Verilator build (hls.rtl.ring_top's generated top), each MAC port on
+cocotbext-eth's MAC model, through the seeded faulty switch (sim/tb/net/test_onic_ring_cards.py).
+
+Every card's reduced chunk, owner update (p, m, v) and gathered parameters bit for bit against a
+lossless reference ring of `hls.net.card.Card`s, over two steps; STATUS 0; counters against the
+switch's; the AXI monitor on every m_axi port; no MAC transmit underflow. The Adam kernel beside
+each card is the bench's stand-in (ReferenceKernel on the streams). One build per N and dtype,
+reused by every case of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hls.paths import BUILD_DIR, TB_DIR
+from hls.rtl import ring_top, simulators
+
+# small buffers, as the one-card bench: 8 receive slots of up to 4 payload beats, 16-beat retransmit slots
+SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
+              "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
+              "MAX_BURST": 8}
+DTYPES = {"fp32": (0, 0), "bf16": (1, 1)}
+FAULTS = {"ONIC_DROP": "0.03", "ONIC_DUP": "0.03", "ONIC_REORDER": "0.03", "ONIC_BITFLIP": "0.02"}
+
+
+def run(cards: int, seed: int, monkeypatch: pytest.MonkeyPatch, *, dtypes: str = "fp32",
+        extra: dict[str, str] | None = None, tag: str = "") -> None:
+    if not simulators.available("verilator"):
+        pytest.skip("verilator not installed")
+    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+    build = BUILD_DIR / "sim" / "net" / f"ring{cards}-{dtypes}-verilator"
+    top, sources = ring_top.write(build / "src", cards)
+    wire_bf16, param_bf16 = DTYPES[dtypes]
+    xml = simulators.run_cocotb(
+        sources=sources, toplevel=top, test_module="test_onic_ring_cards", test_dir=TB_DIR / "net",
+        build_dir=build, simulator="verilator",
+        parameters={"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, **SIM_PARAMS},
+        extra_env={"ONIC_SEED": str(seed), "ONIC_CARDS": str(cards), "WIRE_BF16": str(wire_bf16),
+                   "PARAM_BF16": str(param_bf16), **(extra or {})},
+        log_file=BUILD_DIR / "sim" / "net" / f"ring{cards}-{dtypes}{tag}.log",
+    )
+    ran, failed = simulators.check_results(xml)
+    assert ran == 1 and failed == 0, f"{cards} RTL cards ({dtypes}{tag}): see {xml}"
+
+
+def test_render_top() -> None:
+    """The generated top: N card instances, every card port as c<k>_<port>, deterministic."""
+    from hls.errors import UserError
+
+    top, text = ring_top.render(3)
+    assert top == "onic_ring_sim_top3"
+    assert text == ring_top.render(3)[1]
+    assert text.count("onic_net_kernel #(") == 3 and text.count("onic_mac_tx_check check") == 3
+    assert "input  wire [1:0] c2_s_axis_mac0_tuser" in text and "c0_m_axi_gather0_wdata" in text
+    for bad in (1, ring_top.MAX_CARDS + 1):
+        with pytest.raises(UserError):
+            ring_top.render(bad)
+    with pytest.raises(UserError):
+        ring_top.render(2, card="nope")
+
+
+@pytest.mark.parametrize("cards", [2, 3])
+def test_ring_cards(cards: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lossless, two steps."""
+    run(cards, 5 + cards, monkeypatch)
+
+
+@pytest.mark.parametrize("cards", [2, 3])
+def test_ring_cards_faults(cards: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drop, duplicate, reorder, bit flips on every egress link, a stalled Adam kernel: bit-exact."""
+    run(cards, 15 + cards, monkeypatch, extra={**FAULTS, "ONIC_GRAD_STALL": "0.8"}, tag="-faults")
+
+
+@pytest.mark.slow
+def test_ring_cards_four(monkeypatch: pytest.MonkeyPatch) -> None:
+    run(4, 24, monkeypatch)
+    run(4, 25, monkeypatch, extra={**FAULTS, "ONIC_STEPS": "3"}, tag="-faults")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [31, 32])
+def test_ring_cards_fault_sweep(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(3, seed, monkeypatch, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_REORDER": "0.05",
+                                     "ONIC_BITFLIP": "0.03", "ONIC_GRAD_STALL": "0.9", "ONIC_STEPS": "4",
+                                     "ONIC_BUFFER": "4096"}, tag=f"-sweep{seed}")
+
+
+@pytest.mark.slow
+def test_ring_cards_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    run(3, 41, monkeypatch, dtypes="bf16", extra=FAULTS, tag="-faults")
