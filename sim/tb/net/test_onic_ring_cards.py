@@ -27,7 +27,7 @@ error (the top's checkers), the AXI monitors clean.
 
 Environment: ONIC_SEED, ONIC_STEPS, ONIC_DROP, ONIC_DUP, ONIC_REORDER, ONIC_BITFLIP (per frame
 on every egress link), ONIC_GRAD_STALL (the stand-in kernel refusing its gradient beat),
-WIRE_BF16, PARAM_BF16, ONIC_BUFFER (switch egress bytes, 0: unbounded).
+WIRE_BF16, PARAM_BF16, ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements).
 """
 
 from __future__ import annotations
@@ -424,7 +424,7 @@ async def test_ring_cards(dut: Any) -> None:
     pdt = "bf16" if int(os.environ.get("PARAM_BF16", "0")) else "fp32"
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
-    size = int(rng.choice([48, 80, 112]))
+    size = int(os.environ.get("ONIC_SIZE", "0")) or int(rng.choice([48, 80, 112]))
     cfg = RingConfig(world=n, length=n * size - int(nrng.integers(0, 16)), wire_dtype=wdt, param_dtype=pdt,
                      payload_bytes=int(rng.choice([64, 128, 192])))
     params = (nrng.standard_normal(cfg.length) * 0.1).astype(np.float32)
@@ -434,6 +434,7 @@ async def test_ring_cards(dut: Any) -> None:
                  grad_stall=float(os.environ.get("ONIC_GRAD_STALL", "0.3")), seed=seed)
     refring = ReferenceRing(cfg, params)
     await ring_.reset()
+    faulted = 0
     for s in range(int(os.environ.get("ONIC_STEPS", "2"))):
         grads = [local_gradient(nrng, cfg.length, wdt) for _ in range(n)]
         hyper = Hyper(lr=1e-2 * (s + 1), step=s + 1, grad_scale=1.0 + s)
@@ -443,6 +444,8 @@ async def test_ring_cards(dut: Any) -> None:
         tag = f"N={n} step {s} S={size} P={cfg.payload_bytes} {wdt}/{pdt} {faults}"
         check_step(dut, tag, ring_, res, ref, grads, refring, lossless)
         total = ring_.switch.core.reconcile()
+        faulted = sum(total.get(k, 0) for k in ("dropped_fault", "duplicated", "reordered", "bitflipped"))
         dut._log.info("%s: %d clocks; switch %s; card counters %s", tag, res.clocks,
                       {k: v for k, v in total.items() if v},
                       [{k: v for k, v in c.items() if v and not k.startswith("_")} for c in res.counters])
+    assert lossless or faulted, "no fault happened: the case tests nothing beyond the lossless one"

@@ -68,13 +68,14 @@ def test_ring_cards(cards: int, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("cards", [2, 3])
 def test_ring_cards_faults(cards: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Drop, duplicate, reorder, bit flips on every egress link, a stalled Adam kernel: bit-exact."""
-    run(cards, 15 + cards, monkeypatch, extra={**FAULTS, "ONIC_GRAD_STALL": "0.8"}, tag="-faults")
+    run(cards, 15 + cards, monkeypatch, extra={**FAULTS, "ONIC_GRAD_STALL": "0.8", "ONIC_SIZE": "400"},
+        tag="-faults")
 
 
 @pytest.mark.slow
 def test_ring_cards_four(monkeypatch: pytest.MonkeyPatch) -> None:
     run(4, 24, monkeypatch)
-    run(4, 25, monkeypatch, extra={**FAULTS, "ONIC_STEPS": "3"}, tag="-faults")
+    run(4, 25, monkeypatch, extra={**FAULTS, "ONIC_STEPS": "3", "ONIC_SIZE": "400"}, tag="-faults")
 
 
 @pytest.mark.slow
@@ -82,7 +83,8 @@ def test_ring_cards_four(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_ring_cards_fault_sweep(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     run(3, seed, monkeypatch, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_REORDER": "0.05",
                                      "ONIC_BITFLIP": "0.03", "ONIC_GRAD_STALL": "0.9", "ONIC_STEPS": "4",
-                                     "ONIC_BUFFER": "4096"}, tag=f"-sweep{seed}")
+                                     "ONIC_BUFFER": "4096", "ONIC_SIZE": "600"},
+        tag=f"-sweep{seed}")
 
 
 @pytest.mark.slow
