@@ -12,13 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hls.errors import UserError
-from hls.paths import RTL_DIR, TB_DIR
+from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
 from hls.rtl_sources import read_filelist
 from hls.safe_io import atomic_write
 
 MAX_CARDS = 8  # the ring simulations' largest world; the protocol allows 255, a build of 8 is minutes
 CARDS: dict[str, Path] = {"onic_net_kernel": RTL_DIR / "net" / "net_kernel.f"}
 CHECKER = TB_DIR / "net" / "onic_mac_tx_check.v"
+# the CI simulation's buffers (as the one-card bench): 8 receive slots of up to 4 payload beats,
+# 16-beat retransmit slots in block RAM
+SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
+              "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
+              "MAX_BURST": 8}
 
 _PARAM = re.compile(r"parameter\s+integer\s+(\w+)\s*=\s*([^,\s)]+)")
 _PORT = re.compile(r"^\s*(input|output)\s+wire\s*(\[[^\]]+\])?\s*(\w+)\s*,?\s*(?://.*)?$", re.M)
@@ -53,17 +58,19 @@ def module_header(text: str, module: str) -> tuple[list[Param], list[Port]]:
     return params, ports
 
 
-def render(cards: int, card: str = "onic_net_kernel", top: str | None = None) -> tuple[str, str]:
-    """(top module name, Verilog text) of `cards` instances of `card`."""
-    if card not in CARDS:
-        raise UserError(f"card: {card!r} is not one of {', '.join(CARDS)}")
+def render(cards: int, card: str = "onic_net_kernel", card_text: str | None = None,
+           top: str | None = None) -> tuple[str, str]:
+    """(top module name, Verilog text) of `cards` instances of module `card`, whose Verilog is
+    `card_text` (default: the file of that name in the card's file list, for the cards of `CARDS`)."""
     if not 2 <= cards <= MAX_CARDS:
         raise UserError(f"cards: {cards} is not within 2..{MAX_CARDS}")
+    if card_text is None:
+        if card not in CARDS:
+            raise UserError(f"card: {card!r} is not one of {', '.join(CARDS)} (or give its Verilog)")
+        card_text = next(p for p in read_filelist(CARDS[card]) if p.stem == card).read_text()
     from hls.generate import environment
 
-    sources = read_filelist(CARDS[card])
-    text = next(p for p in sources if p.stem == card).read_text()
-    params, ports = module_header(text, card)
+    params, ports = module_header(card_text, card)
     names = {p.name for p in ports}
     for need in ("ap_clk", "ap_rst_n", "s_axis_mac0_tuser", "m_axis_mac0_tvalid", "m_axis_mac0_tready"):
         if need not in names:
@@ -75,14 +82,29 @@ def render(cards: int, card: str = "onic_net_kernel", top: str | None = None) ->
     return top, body
 
 
-def write(build_dir: Path, cards: int, card: str = "onic_net_kernel") -> tuple[str, list[Path]]:
-    """Render the top into `build_dir`; (top name, every source in compile order)."""
-    top, body = render(cards, card)
+def sim_build_dir(cards: int, wire_bf16: int, param_bf16: int) -> Path:
+    """The Verilator build of `cards` network-kernel cards at SIM_PARAMS (tests and the driver share it)."""
+    dtypes = {(0, 0): "fp32", (1, 1): "bf16"}.get((wire_bf16, param_bf16), f"w{wire_bf16}p{param_bf16}")
+    return BUILD_DIR / "sim" / "net" / f"ring{cards}-{dtypes}-verilator"
+
+
+def write(build_dir: Path, cards: int, card: str = "onic_net_kernel",
+          card_sources: list[Path] | None = None) -> tuple[str, list[Path]]:
+    """Render the top into `build_dir`; (top name, every source in compile order). `card_sources`:
+    the card's sources in compile order, the last one defining module `card` (default: `CARDS`)."""
+    if card_sources is None:
+        if card not in CARDS:
+            raise UserError(f"card: {card!r} is not one of {', '.join(CARDS)} (or give its sources)")
+        card_sources = read_filelist(CARDS[card])
+    text = next((p for p in reversed(card_sources) if re.search(rf"\bmodule\s+{card}\b", p.read_text())), None)
+    if text is None:
+        raise UserError(f"card: no source defines module {card}")
+    top, body = render(cards, card, text.read_text())
     path = Path(build_dir) / f"{top}.v"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.is_file() or path.read_text() != body:  # unchanged text keeps the Verilator build
         atomic_write(path, body)
-    return top, [*read_filelist(CARDS[card]), CHECKER, path]
+    return top, [*card_sources, CHECKER, path]
 
 
-__all__ = ["CARDS", "MAX_CARDS", "module_header", "render", "write"]
+__all__ = ["CARDS", "MAX_CARDS", "SIM_PARAMS", "module_header", "render", "sim_build_dir", "write"]

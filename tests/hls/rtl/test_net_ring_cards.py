@@ -15,10 +15,6 @@ import pytest
 from hls.paths import BUILD_DIR, TB_DIR
 from hls.rtl import ring_top, simulators
 
-# small buffers, as the one-card bench: 8 receive slots of up to 4 payload beats, 16-beat retransmit slots
-SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
-              "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
-              "MAX_BURST": 8}
 DTYPES = {"fp32": (0, 0), "bf16": (1, 1)}
 FAULTS = {"ONIC_DROP": "0.03", "ONIC_DUP": "0.03", "ONIC_REORDER": "0.03", "ONIC_BITFLIP": "0.02"}
 
@@ -28,13 +24,13 @@ def run(cards: int, seed: int, monkeypatch: pytest.MonkeyPatch, *, dtypes: str =
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
     monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
-    build = BUILD_DIR / "sim" / "net" / f"ring{cards}-{dtypes}-verilator"
-    top, sources = ring_top.write(build / "src", cards)
     wire_bf16, param_bf16 = DTYPES[dtypes]
+    build = ring_top.sim_build_dir(cards, wire_bf16, param_bf16)
+    top, sources = ring_top.write(build / "src", cards)
     xml = simulators.run_cocotb(
         sources=sources, toplevel=top, test_module="test_onic_ring_cards", test_dir=TB_DIR / "net",
         build_dir=build, simulator="verilator",
-        parameters={"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, **SIM_PARAMS},
+        parameters={"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, **ring_top.SIM_PARAMS},
         extra_env={"ONIC_SEED": str(seed), "ONIC_CARDS": str(cards), "WIRE_BF16": str(wire_bf16),
                    "PARAM_BF16": str(param_bf16), **(extra or {})},
         log_file=BUILD_DIR / "sim" / "net" / f"ring{cards}-{dtypes}{tag}.log",
