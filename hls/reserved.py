@@ -13,7 +13,7 @@ cfg word and a file name. A name that passes the C-identifier rule can still fai
   testbench, the harness and the whole C/C++ standard library, and keeps the names g++ refuses), plus
   every macro defined there; saved in `reserved_names.txt` (regenerate: `python -m hls.tools.reserved_probe`);
 - the global names of AMD's own HLS headers, which the stand-ins in `hls/csim/include/` do not define
-  (`AMD_HLS_NAMES`), and our RTL module names (a kernel module may not shadow them).
+  (`AMD_HLS_NAMES`), and our RTL module names, generated ones included (a kernel module may not shadow them).
 
 This module holds only the names (the spec reads them); the probe that compiles generated projects
 to find them lives above everything it runs, in `hls.tools.reserved_probe`.
@@ -70,8 +70,12 @@ VERILOG_KEYWORDS = frozenset(
 )
 
 
+# Modules rendered from templates beside the kernel (hls.rtl.card's card top), not in sim/rtl.
+GENERATED_MODULES = frozenset({"onic_card"})
+
+
 def rtl_module_names() -> frozenset[str]:
-    names = set()
+    names = set(GENERATED_MODULES)
     for path in RTL_DIR.rglob("*.v"):
         names.update(re.findall(r"^\s*module\s+([A-Za-z_][A-Za-z0-9_]*)", path.read_text(errors="replace"), re.M))
     return frozenset(names)

@@ -1,0 +1,81 @@
+"""One ring card in Verilog: the network kernel and a generated Adam kernel in one top (`onic_card`).
+
+On a card, v++ links the two Vitis kernels with two `stream_connect` lines (the network kernel's
+`m_axis_grad0` to the Adam kernel's `s_axis_grad`, its `m_axis_param` back to `s_axis_param0`).
+Simulation and synthesis need that linked card as one module: `render_card` writes it from
+templates/net/card.v.j2 for a spec, because the Adam kernel's m_axi ports (p, m, v and out
+stripes) and its control block's address width follow the spec's memory plan. The top adds no
+logic; its port names are stable (the template's header lists them) so that benches of one card
+and of N cards instantiate it the same way.
+
+`prepare_card` renders the Adam kernel's project and the card top into a folder and returns every
+source in compile order (floating-point units, the kernel's static modules, the network kernel's
+file list, the generated control block and top, the card top), each once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hls import safe_io
+from hls.generate import context, environment, write_project
+from hls.paths import RTL_DIR
+from hls.rtl_sources import read_filelist, static_sources
+from hls.sizing import size_spec
+from hls.spec import KernelSpec, SpecError
+from hls.targets import Target, get_target
+
+CARD_MODULE = "onic_card"
+NET_KERNEL_LIST = RTL_DIR / "net" / "net_kernel.f"
+WIRE_DTYPES = ("fp32", "bf16")  # the ring's wire and parameter dtypes (hls.net.wire)
+
+
+@dataclass(frozen=True)
+class CardProject:
+    """What `prepare_card` wrote: the Adam kernel's project (manifest.json), the card top, all sources."""
+
+    project: Path
+    top: Path
+    sources: list[Path]
+
+
+def check_card_spec(spec: KernelSpec) -> None:
+    """A card's Adam kernel takes its gradients from the ring and gives its parameters back to it."""
+    if spec.grad_source != "stream":
+        raise SpecError(f"grad_source: {spec.grad_source!r}: a ring card's Adam kernel takes the reduced "
+                        "chunk from the network kernel: use 'stream'")
+    if spec.out_sink != "memory+stream":
+        raise SpecError(f"out_sink: {spec.out_sink!r}: a ring card's Adam kernel sends its updated "
+                        "parameters to the all-gather: use 'memory+stream'")
+    if spec.grad_dtype not in WIRE_DTYPES:
+        raise SpecError(f"grad_dtype: {spec.grad_dtype!r} is not a ring wire dtype ({', '.join(WIRE_DTYPES)})")
+    if spec.out_dtype not in WIRE_DTYPES:
+        raise SpecError(f"out_dtype: {spec.out_dtype!r} is not a ring parameter dtype ({', '.join(WIRE_DTYPES)})")
+
+
+def render_card(spec: KernelSpec, target: Target | None = None) -> str:
+    """The card top's Verilog for `spec`'s Adam kernel (deterministic: same spec, same text)."""
+    check_card_spec(spec)
+    target = target or get_target(spec.target)
+    ctx = context(spec, target, size_spec(spec, target))
+    return environment().get_template("net/card.v.j2").render(**ctx, top=CARD_MODULE)
+
+
+def prepare_card(spec: KernelSpec, out_dir: Path, target: Target | None = None) -> CardProject:
+    """Render the Adam kernel's project into `out_dir`/project and the card top beside it."""
+    text = render_card(spec, target)
+    project = Path(out_dir) / "project"
+    write_project(spec, project, target)
+    top = Path(out_dir) / f"{CARD_MODULE}.v"
+    safe_io.atomic_write(top, text.encode())
+    sources: list[Path] = []
+    generated = project / "rtl"
+    for path in [*static_sources(), *read_filelist(NET_KERNEL_LIST),
+                 generated / f"{spec.name}_control_s_axi.v", generated / f"{spec.name}.v", top]:
+        if path not in sources:
+            sources.append(path)
+    return CardProject(project=project, top=top, sources=sources)
+
+
+__all__ = ["CARD_MODULE", "CardProject", "check_card_spec", "prepare_card", "render_card"]

@@ -1,0 +1,386 @@
+"""cocotb test of onic_card (hls.rtl.card): ONE RTL card, the network kernel and the real Adam
+kernel, on a ring of software cards through the seeded faulty switch of sim/tb/models.
+
+The card top is generated for the Adam kernel's spec (grad_source stream, out_sink
+memory+stream, reduced lanes and one stripe): its network kernel hands the owner's reduced chunk
+to the Adam kernel's s_axis_grad, and the Adam kernel's m_axis_param is the all-gather's hop 0.
+The N - 1 peers are `hls.net.card.Card`s (`CardConfig(ag_release=True)`, ReferenceKernel) as
+`soft_peer.SoftPeer`s; the RTL card's MAC port goes through `eth_port`'s adapters (FCS added and
+checked, TUSER on a damaged frame, transmit underflow checked) to the switch (`eth_switch`).
+
+Card memory is one flat cocotbext-axi memory behind every m_axi port of both kernels
+(`hbm_memory.card_memory`, ideal mode with random per-burst latency and random channel pauses),
+the AXI protocol monitor on every port. The host programs both kernels as the driver does: the
+Adam kernel's arguments (n = the chunk size S, the scalars of `golden.prepare_scalars` with
+grad_scale / N, the step t, the p, m, v, out stripes), ap_start; the network kernel's ring
+arguments (hls/net_regmap.py), ap_start; then waits for both interrupts and clears them.
+
+Checked after every step against `hls.net.ring.ring_step` on the same shards (state carried
+across steps): p, m and v of the owner's shard in card memory (bit for bit; a NaN equal to any
+NaN, see `differing`), the Adam kernel's out buffer, the gathered buffer (every other owner's
+chunk; the own chunk's place and the bytes past each chunk untouched), every peer's gathered
+vector; STATUS of both kernels 0; the network counters: frames and bytes in / out equal what the
+card's switch port carried, dropped_fcs the damaged frames delivered to it, and in a lossless run
+the flows' payload bytes equal a lossless reference ring's with no retransmission, timeout or NAK.
+
+Environment: ONIC_MANIFEST (the Adam kernel's manifest.json), ONIC_SEED, ONIC_CASES ("N:r" comma
+separated, or "all:N1/N2": every rank), ONIC_STEPS (consecutive steps per case, m and v carried
+in card memory), ONIC_DROP, ONIC_DUP, ONIC_REORDER, ONIC_BITFLIP (per frame, every egress link),
+ONIC_MEM_STALL (random pause probability on every memory channel), ONIC_STALL_PORTS (ports whose
+channels pause with probability 0.9: a stalled memory port), ONIC_SIZE (the chunk size S, a
+multiple of 16; default: 48, 80 or 112 drawn per case).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import cocotb
+import hbm_memory
+import numpy as np
+from axi_monitor import AxiMonitor
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster
+from eth_port import RxAdapter, TxAdapter
+from eth_switch import EthSwitch, PortFaults, SwitchConfig
+from soft_peer import SoftPeer
+from test_onic_net_kernel import (
+    ARGS,
+    READONLY,
+    WINDOW,
+    cases,
+    chunk_beats,
+    differing,
+    endpoints,
+    local_gradient,
+    mac_number,
+    reference,
+)
+
+from hls import golden, net_regmap
+from hls.net import ring, wire
+from hls.net.card import Card, CardConfig, ReferenceKernel
+
+CLOCK_NS = 4
+CLOCK_S = CLOCK_NS * 1e-9
+BEAT = 64
+MEM_BYTES = 1 << 21
+RTO_S = 20e-6
+CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
+AP_START, AP_DONE, AP_IDLE = 1, 2, 4
+# card memory: the network kernel's buffers and the Adam kernel's stripes, page-spaced regions
+LGRAD, GATHER, P, M, V, OUT = 0x10000, 0x40000, 0x80000, 0xA0000, 0xC0000, 0xE0000
+NUMPY = {"fp32": np.float32, "bf16": np.uint16}
+
+
+def env_float(name: str) -> float:
+    return float(os.environ.get(name, "0"))
+
+
+class CardTB:
+    """Clock, reset, both hosts, card memory behind every m_axi port, the AXI monitor on each."""
+
+    def __init__(self, dut: Any, manifest: dict[str, Any], rng: random.Random) -> None:
+        self.dut, self.rng = dut, rng
+        self.manifest = manifest
+        self.spec = manifest["spec"]
+        self.adam_args = {a["name"]: a for a in manifest["register_map"]["args"]}
+        self.adam_status = int(manifest["register_map"]["status"]["offset"])
+        ports = [a["name"] for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
+        self.ports = [*ports, "lgrad0", "gather0"]
+        self.card = hbm_memory.card_memory(
+            dut, [(p, 0) for p in self.ports], clock=dut.ap_clk, reset=dut.ap_rst_n, mode="ideal",
+            mem_size=MEM_BYTES, seed=rng.randrange(1 << 30), max_outstanding=8)
+        self.card.set_latency((5, 40), (2, 30))
+        stall = env_float("ONIC_MEM_STALL")
+        if stall:
+            self.card.set_stalls(random.Random(rng.random()), stall)
+        for name in filter(None, os.environ.get("ONIC_STALL_PORTS", "").split(",")):
+            seed = rng.random()
+            self.card.ports[name].set_stalls(lambda s=seed: hbm_memory.stall_generator(random.Random(s), 0.9))
+        self.mem = self.card.mem
+        self.adam = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi_adam"), dut.ap_clk, dut.ap_rst_n,
+                                  reset_active_level=False)
+        self.net = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi_net"), dut.ap_clk, dut.ap_rst_n,
+                                 reset_active_level=False)
+        for host in (self.adam, self.net):
+            for side in (host.write_if, host.read_if):
+                side.log.setLevel("WARNING")
+        self.monitor = AxiMonitor(dut, self.ports, dut.ap_clk, dut.ap_rst_n)
+        self.cycle = 0
+        # the MAC port, one for the whole simulation: each case's switch is attached to it
+        self.tx: TxAdapter | None = None
+        self.rx: RxAdapter | None = None
+
+    def connect(self, switch: EthSwitch, port: int) -> None:
+        """The card's MAC port on `port` of `switch` (the previous case's switch is idle by now)."""
+        if self.tx is None or self.rx is None:
+            self.tx = TxAdapter(self.dut, "m_axis_mac0", self.dut.ap_clk, switch, port)
+            self.rx = RxAdapter(self.dut, "s_axis_mac0", self.dut.ap_clk, switch, port)
+            return
+        assert self.tx.idle and self.rx.idle
+        self.tx.switch, self.tx.port = switch, port
+        switch.attach(port, self.rx.deliver)
+
+    async def start(self) -> None:
+        cocotb.start_soon(Clock(self.dut.ap_clk, CLOCK_NS, unit="ns").start())
+        cocotb.start_soon(self._count())
+        self.dut.ap_rst_n.value = 0
+        await ClockCycles(self.dut.ap_clk, 8)
+        self.dut.ap_rst_n.value = 1
+        await ClockCycles(self.dut.ap_clk, 4)
+        self.card.start()
+
+    async def _count(self) -> None:
+        while True:
+            await RisingEdge(self.dut.ap_clk)
+            self.cycle += 1
+
+    async def adam_write(self, name: str, value: int) -> None:
+        arg = self.adam_args[name]
+        await self.adam.write_dword(int(arg["offset"]), value & 0xFFFFFFFF)
+        if arg["kind"] == "pointer":
+            await self.adam.write_dword(int(arg["offset"]) + 4, value >> 32)
+
+    async def net_write(self, name: str, value: int) -> None:
+        await self.net.write_dword(ARGS[name], value & 0xFFFFFFFF)
+        if name in ("lgrad0", "gather0"):
+            await self.net.write_dword(ARGS[name] + 4, value >> 32)
+
+    async def net_counters(self) -> dict[str, int]:
+        out = {}
+        for name in net_regmap.counter_names():
+            out[name] = await self.net.read_dword(READONLY[name]) | await self.net.read_dword(READONLY[name] + 4) << 32
+        return out
+
+
+@dataclasses.dataclass
+class Ring:
+    """One case: the ring's shape, the shards (the reference's state), the peers and the switch."""
+
+    n: int
+    r: int
+    size: int
+    payload: int
+    length: int
+    wdt: str
+    pdt: str
+    optimizer: str
+    shards: list[ring.Shard]
+    peers: dict[int, SoftPeer]
+    switch: EthSwitch
+    tag: str
+
+
+def stripe_regions(tb: CardTB) -> dict[str, int]:
+    """The Adam kernel's pointer arguments: one stripe of each array (the reduced spec)."""
+    base = {"p": P, "m": M, "v": V, "out": OUT}
+    regs = {}
+    for name, arg in tb.adam_args.items():
+        if arg["kind"] == "pointer":
+            array = name.rstrip("0123456789_rdw")
+            assert name in (f"{array}0", f"{array}0_rd", f"{array}0_wr"), f"{name}: one stripe per array expected"
+            regs[name] = base[array]
+    return regs
+
+
+async def setup_case(tb: CardTB, n: int, r: int, seed: int) -> Ring:
+    rng = tb.rng
+    nrng = np.random.default_rng(seed)
+    wdt, pdt = tb.spec["grad_dtype"], tb.spec["out_dtype"]
+    size = int(os.environ.get("ONIC_SIZE", "0")) or int(rng.choice([48, 80, 112]))
+    payload = int(rng.choice([64, 128, 192]))
+    length = n * size - int(nrng.integers(0, 16))
+    params = (nrng.standard_normal(length) * 0.1).astype(np.float32)
+    shards = []
+    for k in range(n):
+        s = ring.Shard.from_params(params, k, n)
+        # moments of a step already taken; zero past the vector's end, as the host keeps the pad
+        real = max(0, min(size, length - k * size))
+        s.m[:real] = (nrng.standard_normal(real) * 0.01).astype(np.float32)
+        s.v[:real] = (np.abs(nrng.standard_normal(real)) * 1e-4).astype(np.float32)
+        shards.append(s)
+    env = {k: env_float(f"ONIC_{k.upper()}") for k in ("drop", "dup", "reorder", "bitflip")}
+    eps = endpoints(n)
+    faults = PortFaults(drop=env["drop"], duplicate=env["dup"], reorder=env["reorder"], bitflip=env["bitflip"],
+                        seed=seed)
+    switch = EthSwitch(SwitchConfig(ports=n, table={e.mac: k for k, e in enumerate(eps)}, flood=False,
+                                    faults=faults))
+    switch.start()
+    tb.connect(switch, r)
+    peers = {}
+    for k in range(n):
+        if k == r:
+            continue
+        kernel = ReferenceKernel(shards[k].copy(), golden.Hyper(), optimizer=tb.spec["optimizer"], wire_dtype=wdt,
+                                 param_dtype=pdt)
+        cfg = CardConfig(rank=k, world=n, length=length, endpoints=eps, wire_dtype=wdt, param_dtype=pdt,
+                         ag_release=True, payload_bytes=payload, window=WINDOW, slots=WINDOW, rto=RTO_S, fcs=True)
+        peers[k] = SoftPeer(Card(cfg, kernel), switch, k)
+        peers[k].start()
+    # the owner's state in card memory, once: the Adam kernel carries it from step to step
+    tb.mem.write(P, shards[r].p.tobytes())
+    tb.mem.write(M, shards[r].m.tobytes())
+    tb.mem.write(V, shards[r].v.tobytes())
+    tag = f"N={n} r={r} S={size} P={payload} {wdt}/{pdt} faults {env}"
+    return Ring(n, r, size, payload, length, wdt, pdt, tb.spec["optimizer"], shards, peers, switch, tag)
+
+
+async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossless: bool) -> int:
+    """One ring step with the RTL card at rank c.r; every check; returns the step's clocks."""
+    dut, rng = tb.dut, tb.rng
+    nrng = np.random.default_rng(seed)
+    n, r, size = c.n, c.r, c.size
+    grads = [local_gradient(nrng, c.length, c.wdt) for _ in range(n)]
+    hyper = golden.Hyper(lr=float(rng.choice([1e-3, 1e-2])), weight_decay=0.01, step=t,
+                         grad_scale=float(rng.choice([1.0, 0.5])))
+    want = ring.ring_step(c.shards, grads, hyper, wire_dtype=c.wdt, out_dtype=c.pdt, optimizer=c.optimizer)
+    scale = ring.step_grad_scale(None, n, grad_scale=hyper.grad_scale)
+    assert scale is not None and want.grad_scale == scale
+    wb, pb = chunk_beats(size, c.wdt), chunk_beats(size, c.pdt)
+    pbytes = size * wire.ELEMENT_BYTES[c.pdt]
+    tag = f"{c.tag} step {step_id} (t={t})"
+
+    # card memory: the local gradient (chunk k from a beat, junk in the pad bytes), the gather
+    # buffer and the Adam kernel's out buffer filled with a pattern nobody writes
+    local = ring.pad(grads[r], n)
+    for k in range(n):
+        region = bytearray(rng.randrange(256) for _ in range(wb * BEAT))
+        data = local[k * size:(k + 1) * size].tobytes()
+        region[:len(data)] = data
+        tb.mem.write(LGRAD + k * wb * BEAT, bytes(region))
+    fill = bytes([0xA5]) * (n * pb * BEAT)
+    tb.mem.write(GATHER, fill)
+    tb.mem.write(OUT, bytes([0x5A]) * (pb * BEAT))
+
+    # the host: the Adam kernel first (it waits on its gradient stream), then the network kernel
+    before = await tb.net_counters()
+    regs = {"n": size, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
+                                                c.optimizer).registers(c.optimizer), **stripe_regions(tb)}
+    for name, value in regs.items():
+        await tb.adam_write(name, value)
+    await tb.adam.write_dword(GIE, 1)
+    await tb.adam.write_dword(IER, 1)
+    await tb.adam.write_dword(CTRL, AP_START)
+    eps = endpoints(n)
+    me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
+    lo, hi = mac_number(me.mac)
+    slo, shi = mac_number(succ.mac)
+    plo, phi = mac_number(pred.mac)
+    for name, value in (("lgrad0", LGRAD), ("gather0", GATHER), ("local_mac_lo", lo), ("local_mac_hi", hi),
+                        ("local_ip", int.from_bytes(me.ip_bytes, "big")), ("local_port", me.port),
+                        ("succ_mac_lo", slo), ("succ_mac_hi", shi),
+                        ("succ_ip", int.from_bytes(succ.ip_bytes, "big")), ("succ_port", succ.port),
+                        ("pred_mac_lo", plo), ("pred_mac_hi", phi), ("pred_ip", int.from_bytes(pred.ip_bytes, "big")),
+                        ("comm", 0), ("rank", r), ("world", n), ("length", c.length), ("window", WINDOW),
+                        ("timeout", round(RTO_S / CLOCK_S)), ("credit", WINDOW), ("payload_bytes", c.payload),
+                        ("step", step_id)):
+        await tb.net_write(name, value)
+    await tb.net.write_dword(GIE, 1)
+    await tb.net.write_dword(IER, 1)
+    port_before = c.switch.core.ports[r].as_dict()
+    await tb.net.write_dword(CTRL, AP_START)
+    # the peers begin once the RTL card's step has (sizing: ~120 clocks); earlier frames would
+    # be another step's to it and come back only after a timeout
+    await ClockCycles(dut.ap_clk, 300)
+    for k, peer in c.peers.items():
+        peer.card.update.hyper = hyper  # type: ignore[attr-defined]
+        peer.start_step(step_id, grads[k], grad_scale=hyper.grad_scale)
+
+    start = tb.cycle
+    done = {"adam": False, "net": False}
+    limit = 3_000_000
+    while not (all(done.values()) and all(p.done for p in c.peers.values())):
+        await ClockCycles(dut.ap_clk, 16)
+        for k, peer in c.peers.items():
+            assert peer.error is None, f"{tag}: peer {k}: {peer.error}"
+        for name, host, irq in (("adam", tb.adam, dut.interrupt_adam), ("net", tb.net, dut.interrupt_net)):
+            if not done[name] and int(irq.value):
+                assert await host.read_dword(CTRL) & AP_DONE, f"{tag}: {name} interrupt without ap_done"
+                await host.write_dword(ISR, 1)
+                done[name] = True
+        assert tb.cycle - start < limit, \
+            f"{tag}: not done in {limit} clocks ({done}, peers { {k: p.done for k, p in c.peers.items()} }, " \
+            f"switch {c.switch.core.counters()})"
+    clocks = tb.cycle - start
+    for _ in range(200):  # the last ACKs drain
+        await ClockCycles(dut.ap_clk, 50)
+        if c.switch.idle:
+            break
+    assert tb.tx is not None and not tb.tx.errors and tb.rx is not None and not tb.rx.errors, \
+        (tb.tx and tb.tx.errors, tb.rx and tb.rx.errors)
+    assert await tb.adam.read_dword(CTRL) & AP_IDLE and await tb.net.read_dword(CTRL) & AP_IDLE, f"{tag}: not idle"
+    assert await tb.adam.read_dword(tb.adam_status) == 0, f"{tag}: Adam kernel STATUS"
+    assert await tb.net.read_dword(READONLY["status"]) == 0, f"{tag}: network kernel STATUS"
+
+    # the owner's state and output, the gathered buffer, every peer
+    mine = want.shards[r]
+    for name, arr, addr in (("p", mine.p, P), ("m", mine.m, M), ("v", mine.v, V)):
+        bad = differing(tb.mem.read(addr, size * 4), arr.tobytes(), "fp32")
+        assert not bad, f"{tag}: {name} differs in elements {bad[:8]}"
+    gathered = ring.pad(want.gathered, n)
+    own = gathered[r * size:(r + 1) * size].tobytes()
+    out = tb.mem.read(OUT, pb * BEAT)
+    assert not differing(out[:pbytes], own, c.pdt), f"{tag}: the Adam kernel's out buffer differs"
+    assert out[pbytes:] == bytes([0x5A]) * (pb * BEAT - pbytes), f"{tag}: bytes past the out buffer written"
+    for k in range(n):
+        region = tb.mem.read(GATHER + k * pb * BEAT, pb * BEAT)
+        if k == r:
+            assert region == fill[:pb * BEAT], f"{tag}: the own chunk's place in the gather buffer was written"
+            continue
+        bad = differing(region[:pbytes], gathered[k * size:(k + 1) * size].tobytes(), c.pdt)
+        assert not bad, f"{tag}: gathered chunk {k} differs in elements {bad[:8]}"
+        assert region[pbytes:] == fill[:pb * BEAT - pbytes], f"{tag}: bytes past chunk {k} written"
+    for k, peer in c.peers.items():
+        assert not differing(ring.pad(peer.gathered, n).tobytes(), gathered.tobytes(), c.pdt), \
+            f"{tag}: peer {k} gathered differs"
+    c.shards = want.shards
+
+    # counters: this step's increments against the switch port and a lossless reference ring
+    after = await tb.net_counters()
+    delta = {k: after[k] - before[k] for k in after}
+    port = {k: v - port_before[k] for k, v in c.switch.core.ports[r].as_dict().items() if isinstance(v, int)}
+    exact = {"frames_out": port["frames_in"], "frames_in": port["frames_out"],
+             "bytes_out": port["bytes_in"] - 4 * port["frames_in"],
+             "bytes_in": port["bytes_out"] - 4 * port["frames_out"],
+             "dropped_fcs": port["bitflipped"], "scalar_payload_bytes_out": 0}
+    model = reference(n, c.length, np.zeros(c.length, np.float32), grads, c.wdt, c.pdt, c.payload,
+                      step_id)["counters"][r]
+    if lossless:
+        exact |= {name: model[name] for name in ("rs_payload_bytes_out", "ag_payload_bytes_out",
+                                                 "retransmitted_frames", "timeouts", "naks_received")}
+    else:
+        assert delta["rs_payload_bytes_out"] >= model["rs_payload_bytes_out"], tag
+        assert delta["ag_payload_bytes_out"] >= model["ag_payload_bytes_out"], tag
+    for name, value in exact.items():
+        assert delta[name] == value, f"{tag}: counter {name} {delta[name]} != {value}"
+    assert not tb.monitor.errors, tb.monitor.errors
+    tb.monitor.check_idle()
+    assert not tb.monitor.errors, tb.monitor.errors
+    dut._log.info("%s: done in %d clocks; RTL counters %s", tag, clocks, {k: v for k, v in delta.items() if v})
+    return clocks
+
+
+@cocotb.test()
+async def test_card_ring(dut: Any) -> None:
+    """The RTL card at each ring position of the cases, ONIC_STEPS steps each, one simulation."""
+    seed = int(os.environ.get("ONIC_SEED", "1"))
+    rng = random.Random(seed)
+    manifest = json.loads(Path(os.environ["ONIC_MANIFEST"]).read_text())
+    tb = CardTB(dut, manifest, rng)
+    await tb.start()
+    steps = int(os.environ.get("ONIC_STEPS", "1"))
+    lossless = not any(env_float(f"ONIC_{k}") for k in ("DROP", "DUP", "REORDER", "BITFLIP"))
+    step_id = 100
+    for k, (n, r) in enumerate(cases(os.environ.get("ONIC_CASES", "2:0"))):
+        c = await setup_case(tb, n, r, seed * 1000 + k)
+        for t in range(1, steps + 1):
+            step_id += 1
+            await run_step(tb, c, step_id, t, seed * 7919 + step_id, lossless)
+        c.switch.core.reconcile()

@@ -1,0 +1,152 @@
+"""One ring card in RTL (hls.rtl.card, templates/net/card.v.j2): the network kernel and the real
+generated Adam kernel joined as v++'s stream_connect joins them, on a ring of software cards.
+
+- The card top: rendered deterministically per spec, refused for a spec that cannot sit on the
+  ring, clean under `verilator --lint-only -Wall` and `iverilog -Wall` with every source.
+- Ring steps in cocotb (sim/tb/net/test_onic_card.py, Verilator): ONE RTL card, N - 1
+  `hls.net.card.Card` peers through sim/tb/models' switch; p, m, v in the card's memory, its out
+  buffer, its gathered buffer and every peer's gathered vector bit for bit against
+  `hls.net.ring.ring_step`, several steps in a row with m and v carried in card memory, STATUS of
+  both kernels 0, the network counters against the switch port and a lossless reference ring; the
+  AXI monitor on every m_axi port. fp32 wire at every position of N = 2, 3, 4; bf16 wire and
+  parameters; drops, duplicates, reordering and bit flips on every link; a stalled memory port.
+The Adam kernel is reduced for CI (2 lanes, one stripe per array); the network kernel's buffers are
+the small ones of test_net_kernel.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hls.paths import BUILD_DIR, TB_DIR
+from hls.rtl import simulators
+from hls.rtl.card import CARD_MODULE, prepare_card, render_card
+from hls.spec import KernelSpec, SpecError
+
+NET_TB = TB_DIR / "net"
+SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
+              "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
+              "MAX_BURST": 8}
+# the wire dtype is the Adam kernel's gradient dtype, the gathered parameters' its output dtype
+SPECS = {
+    "fp32": KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream", lanes=2,
+                       stripes=1, out_sink="memory+stream", name="onic_card_adamw"),
+    "bf16": KernelSpec(optimizer="adam", grad_dtype="bf16", out_dtype="bf16", grad_source="stream", lanes=2,
+                       stripes=1, out_sink="memory+stream", name="onic_card_adam"),
+    "bf16-fp32": KernelSpec(optimizer="adamw", grad_dtype="bf16", out_dtype="fp32", grad_source="stream", lanes=2,
+                            stripes=1, out_sink="memory+stream", name="onic_card_adamw"),
+}
+
+
+def build_dir(dtypes: str) -> Path:
+    return BUILD_DIR / "sim" / "net" / f"onic_card-{dtypes}"
+
+
+def test_render_deterministic_and_checked() -> None:
+    spec = SPECS["fp32"]
+    text = render_card(spec)
+    assert text == render_card(spec)
+    assert f"module {CARD_MODULE} #(" in text and "    onic_card_adamw adam_inst (" in text
+    assert ".WIRE_BF16(0)" in text and ".PARAM_BF16(0)" in text
+    for port in ("p0_rd", "p0_wr", "m0_rd", "m0_wr", "v0_rd", "v0_wr", "out0", "lgrad0", "gather0"):
+        assert f"m_axi_{port}_" in text, port
+    mixed = render_card(SPECS["bf16-fp32"])
+    assert ".WIRE_BF16(1)" in mixed and ".PARAM_BF16(0)" in mixed
+    for bad in (spec.with_(grad_source="memory"), spec.with_(out_sink="memory"), spec.with_(grad_dtype="fp16")):
+        with pytest.raises(SpecError):
+            render_card(bad)
+    for taken in (CARD_MODULE, "onic_net_kernel"):  # the spec refuses a name the card's modules use
+        with pytest.raises(SpecError):
+            spec.with_(name=taken)
+
+
+@pytest.mark.parametrize("dtypes", ["fp32", "bf16-fp32"])
+def test_lint(dtypes: str, tmp_path: Path) -> None:
+    """The card top with every source: no Verilator -Wall warning, Icarus -Wall clean."""
+    card = prepare_card(SPECS[dtypes], tmp_path)
+    sources = [str(s) for s in card.sources]
+    if simulators.available("verilator"):
+        env = {**os.environ, **simulators.simulator_env("verilator")}
+        proc = subprocess.run([simulators.verilator_bin(), "--lint-only", "-Wall", "--top-module", CARD_MODULE,
+                               *sources], env=env, capture_output=True, text=True, timeout=300)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and "%Warning" not in out and "%Error" not in out, out
+    iverilog = shutil.which("iverilog")
+    if iverilog:
+        proc = subprocess.run([iverilog, "-g2005", "-Wall", "-s", CARD_MODULE, "-o", str(tmp_path / "card.vvp"),
+                               *sources], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and not proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    if not simulators.available("verilator") and not iverilog:
+        pytest.skip("neither verilator nor iverilog installed")
+
+
+def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, *, steps: int = 1,
+        extra: dict[str, str] | None = None, tag: str = "") -> None:
+    if not simulators.available("verilator"):
+        pytest.skip("verilator not installed")
+    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+    bdir = build_dir(dtypes)
+    card = prepare_card(SPECS[dtypes], bdir / "card")
+    env = {"ONIC_MANIFEST": str(card.project / "manifest.json"), "ONIC_SEED": str(seed), "ONIC_CASES": cases,
+           "ONIC_STEPS": str(steps), **(extra or {})}
+    xml = simulators.run_cocotb(
+        sources=card.sources, toplevel=CARD_MODULE, test_module="test_onic_card", test_dir=NET_TB,
+        build_dir=bdir / "verilator", simulator="verilator", parameters=SIM_PARAMS, extra_env=env,
+        # the bench touches the top's ports only: no VPI handles to every internal signal
+        build_args=["--no-public-flat-rw", "--public-depth", "1"],
+        log_file=bdir / f"run{tag}.log",
+    )
+    ran, failed = simulators.check_results(xml)
+    assert ran == 1 and failed == 0, f"onic_card ({dtypes}{tag}): see {xml}"
+
+
+def test_card_ring_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp32: every position of N = 2, 3, 4, two steps each (m and v carried in card memory)."""
+    run("fp32", "all:2/3/4", 3, monkeypatch, steps=2)
+
+
+def test_card_ring_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drop, duplicate, reorder and bit flips on every link, every memory channel pausing 30 % of
+    clocks: bit-exact, two steps in a row."""
+    run("fp32", "3:2,4:1", 11, monkeypatch, steps=2, tag="-faults",
+        extra={"ONIC_DROP": "0.02", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
+               "ONIC_MEM_STALL": "0.3"})
+
+
+def test_card_ring_stalled_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Adam kernel's parameter read and output ports and the gather port pausing 90 % of
+    clocks on a 1024-element chunk (64 beats, 22 packets a hop): the Adam kernel back-pressures
+    the gradient stream, the network kernel its receive slots; the ring finishes bit-exact, no
+    deadlock."""
+    run("fp32", "3:1", 12, monkeypatch, tag="-stalled",
+        extra={"ONIC_STALL_PORTS": "p0_rd,out0,gather0,v0_wr", "ONIC_SIZE": "1024"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtypes", ["bf16", "bf16-fp32"])
+def test_card_ring_bf16(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 wire (bf16 or fp32 parameters): every position of N = 2, 3, 4, two steps each, then
+    a lossy N = 4."""
+    run(dtypes, "all:2/3/4", 21, monkeypatch, steps=2)
+    run(dtypes, "4:3", 22, monkeypatch, steps=2, tag="-faults",
+        extra={"ONIC_DROP": "0.03", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
+               "ONIC_MEM_STALL": "0.3"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [5, 6, 8])
+def test_card_ring_large(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every position of N = 5, 6, 8, one step each."""
+    run("fp32", f"all:{n}", 40 + n, monkeypatch, tag=f"-n{n}")
+
+
+@pytest.mark.slow
+def test_card_ring_many_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight steps in a row at two positions with faults: m and v carried in card memory."""
+    run("fp32", "3:0,5:4", 51, monkeypatch, steps=8, tag="-steps",
+        extra={"ONIC_DROP": "0.01", "ONIC_DUP": "0.01", "ONIC_MEM_STALL": "0.2"})
