@@ -2,7 +2,8 @@
 
 The card's ports and parameters are read from its Verilog module header, so the same generator
 serves the network kernel alone (`onic_net_kernel`, the Adam kernel beside it a bench stand-in)
-and a card top that also holds the Adam kernel: only `card` and the file list change.
+and the card top `onic_card` (hls.rtl.card: the network kernel and the generated Adam RTL
+kernel): only the module and the file list change (`prepare_cards`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hls.errors import UserError
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
 from hls.rtl_sources import read_filelist
 from hls.safe_io import atomic_write
+from hls.spec import KernelSpec
 
 MAX_CARDS = 8  # the ring simulations' largest world; the protocol allows 255, a build of 8 is minutes
 CARDS: dict[str, Path] = {"onic_net_kernel": RTL_DIR / "net" / "net_kernel.f"}
@@ -88,6 +90,38 @@ def sim_build_dir(cards: int, wire_bf16: int, param_bf16: int) -> Path:
     return BUILD_DIR / "sim" / "net" / f"ring{cards}-{dtypes}-verilator"
 
 
+def card_spec(spec: KernelSpec) -> KernelSpec:
+    """The Adam kernel of a simulated ring card for `spec`: gradients from the ring's stream,
+    parameters also to it, reduced for simulation (2 lanes, one stripe), named by its optimizer
+    and dtypes so the same spec always maps to the same build."""
+    return spec.with_(grad_source="stream", out_sink="memory+stream", lanes=2, stripes=1,
+                      name=f"onic_card_{spec.optimizer}_{spec.grad_dtype}_{spec.out_dtype}")
+
+
+@dataclass(frozen=True)
+class RingBuild:
+    """What `prepare_cards` wrote: the top, every source, the parameters, the Adam kernel's manifest."""
+
+    top: str
+    sources: list[Path]
+    parameters: dict[str, int]
+    build_dir: Path
+    manifest: Path
+
+
+def prepare_cards(cards: int, spec: KernelSpec) -> RingBuild:
+    """`cards` `onic_card`s (network kernel + the generated Adam RTL kernel of `card_spec(spec)`)
+    in one top, rendered under BUILD_DIR; one build per (cards, spec), shared by tests and driver."""
+    from hls.rtl.card import CARD_MODULE, prepare_card
+
+    aspec = card_spec(spec)
+    build = BUILD_DIR / "sim" / "net" / f"ringcards{cards}-{aspec.name}-verilator"
+    card = prepare_card(aspec, build / "card")
+    top, sources = write(build / "src", cards, CARD_MODULE, card.sources)
+    return RingBuild(top=top, sources=sources, parameters=dict(SIM_PARAMS), build_dir=build,
+                     manifest=card.project / "manifest.json")
+
+
 def write(build_dir: Path, cards: int, card: str = "onic_net_kernel",
           card_sources: list[Path] | None = None) -> tuple[str, list[Path]]:
     """Render the top into `build_dir`; (top name, every source in compile order). `card_sources`:
@@ -107,4 +141,5 @@ def write(build_dir: Path, cards: int, card: str = "onic_net_kernel",
     return top, [*card_sources, CHECKER, path]
 
 
-__all__ = ["CARDS", "MAX_CARDS", "SIM_PARAMS", "module_header", "render", "sim_build_dir", "write"]
+__all__ = ["CARDS", "MAX_CARDS", "SIM_PARAMS", "RingBuild", "card_spec", "module_header", "prepare_cards", "render",
+           "sim_build_dir", "write"]

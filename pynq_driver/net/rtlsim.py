@@ -1,18 +1,19 @@
 """`NetCluster("rtlsim", ...)`: the ring's N cards as RTL in one cocotb/Verilator simulation.
 
-The simulation is sim/tb/net/ring_server.py: N network-kernel cards (`hls.rtl.ring_top`'s
-generated top), each MAC port on cocotbext-eth's MAC model, on the bench's seeded switch, card
-memory in cocotbext-axi RAM models under the AXI protocol monitor. The Adam kernel beside each
-card is still the bench's stand-in on the card's streams (`hls.net.card.ReferenceKernel`, the
-golden model's update of the owner's shard), so p, m, v live in the simulation process.
+The simulation is sim/tb/net/ring_server.py: N `onic_card`s (`hls.rtl.ring_top.prepare_cards`:
+each the network kernel and the generated Adam RTL kernel of the spec, reduced to 2 lanes and one
+stripe), each MAC port on cocotbext-eth's MAC model, on the bench's seeded switch, card memory
+(p, m, v, the out, local gradient and gather buffers) in cocotbext-axi RAM models under the AXI
+protocol monitor. The host side programs both kernels per step as the driver does.
 
 How it runs is `pynq_driver.backends.rtlsim`'s mechanism (a simulator that dies or hangs never
 hangs the host): this process listens on a Unix socket and starts a child
 (`python -m pynq_driver.net.rtlsim CONFIG`) in its own session; the child builds the top with
-Verilator (once per N and dtype: the build directory is reused) and runs the serving cocotb test,
-which connects back. Each `step` is one request (every rank's gradient in, every rank's gathered
-parameters out). Every receive has a timeout; a child that exits or does not answer becomes a
-`RingError` naming its log, and `close()` kills the child's process group.
+Verilator (once per spec and top size: at least 3 cards, so rings of 2 and 3 share a build) and
+runs the serving cocotb test, which connects back. Each `step` is one request (every rank's
+gradient in, every rank's gathered parameters out). Every receive has a timeout; a child that
+exits or does not answer becomes a `RingError` naming its log, and `close()` kills the child's
+process group.
 
 Sizes are the CI simulation's (8 receive slots of up to 4 payload beats, 16-beat retransmit
 slots), so `payload_bytes` is a multiple of 64 up to 256 and `window` (also the receive slots
@@ -40,7 +41,7 @@ import numpy as np
 from hls.errors import UserError
 from hls.golden import Hyper
 from hls.net import ring, wire
-from hls.paths import REPO_ROOT, TB_DIR, TB_MODELS_DIR
+from hls.paths import BUILD_DIR, REPO_ROOT, TB_DIR, TB_MODELS_DIR
 from hls.spec import KernelSpec
 from pynq_driver.host import host_array
 from pynq_driver.net.errors import RingError
@@ -86,6 +87,9 @@ class RtlSimRing:
         if spec.grad_dtype not in wire.WIRE_DTYPES or spec.out_dtype not in wire.WIRE_DTYPES:
             raise UserError(f"rtlsim ring: grad_dtype {spec.grad_dtype!r} / out_dtype {spec.out_dtype!r}: "
                             f"the ring's dtypes are {', '.join(wire.WIRE_DTYPES)}")
+        from hls.rtl.card import check_card_spec
+
+        check_card_spec(ring_top.card_spec(spec))  # SpecError (a UserError) for a spec no card can hold
         self.spec, self.world, self.length = spec, world, int(params.size)
         self.wire_dtype, self.param_dtype = spec.grad_dtype, spec.out_dtype
         self.chunk_elems = ring.chunk_elems(self.length, world)
@@ -96,10 +100,10 @@ class RtlSimRing:
         self._counters: list[dict[str, int]] = [{} for _ in range(world)]
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
-        wire_bf16, param_bf16 = int(self.wire_dtype == "bf16"), int(self.param_dtype == "bf16")
-        self.build_dir = ring_top.sim_build_dir(world, wire_bf16, param_bf16)
-        self.build_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.build_dir / f"driver_ring-{os.getpid()}.log"
+        top_cards = max(3, world)
+        self.log_dir = BUILD_DIR / "sim" / "net" / "driver"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.log_dir / f"ring{world}-{os.getpid()}-{id(self):x}.log"
         self._tmp = Path(tempfile.mkdtemp(prefix="onic-ringsim-"))
         np.save(self._tmp / "params.npy", params)
         sock_path = self._tmp / "sock"
@@ -107,13 +111,13 @@ class RtlSimRing:
             "config": {"world": world, "length": self.length, "wire_dtype": self.wire_dtype,
                        "param_dtype": self.param_dtype, "payload_bytes": payload_bytes, "window": window,
                        "rto_clocks": max(1, round(rto_s / CLOCK_S)), "comm": comm,
-                       "optimizer": getattr(spec, "optimizer", "adamw")},
+                       "optimizer": spec.optimizer},
             "faults": {} if faults is None else {"drop": faults.drop, "duplicate": faults.duplicate,
                                                  "reorder": faults.reorder, "bitflip": faults.bitflip,
                                                  "hold_s": faults.hold_s, "seed": faults.seed},
             "seed": seed, "grad_stall": grad_stall, "buffer_bytes": buffer_bytes,
         }
-        config = {"world": world, "wire_bf16": wire_bf16, "param_bf16": param_bf16, "log": str(self.log_path),
+        config = {"cards": top_cards, "spec": spec.to_dict(), "log": str(self.log_path),
                   "env": {"ONIC_DRIVER_SOCKET": str(sock_path), "ONIC_RING": json.dumps(opts),
                           "ONIC_RING_PARAMS": str(self._tmp / "params.npy")}}
         (self._tmp / "config.json").write_text(json.dumps(config))
@@ -282,14 +286,12 @@ def _child_main(config_path: str) -> int:
     from hls.rtl import ring_top, simulators
 
     cfg = json.loads(Path(config_path).read_text())
-    build = ring_top.sim_build_dir(cfg["world"], cfg["wire_bf16"], cfg["param_bf16"])
-    top, sources = ring_top.write(build / "src", cfg["world"])
+    made = ring_top.prepare_cards(int(cfg["cards"]), KernelSpec.from_dict(cfg["spec"]))
     sys.path[:0] = [str(TB_DIR / "net"), str(TB_MODELS_DIR), str(REPO_ROOT)]
     xml = simulators.run_cocotb(
-        sources=sources, toplevel=top, test_module="ring_server", test_dir=TB_DIR / "net", build_dir=build,
-        simulator="verilator",
-        parameters={"WIRE_BF16": cfg["wire_bf16"], "PARAM_BF16": cfg["param_bf16"], **ring_top.SIM_PARAMS},
-        extra_env=cfg["env"],
+        sources=made.sources, toplevel=made.top, test_module="ring_server", test_dir=TB_DIR / "net",
+        build_dir=made.build_dir, simulator="verilator", parameters=made.parameters,
+        extra_env={**cfg["env"], "ONIC_MANIFEST": str(made.manifest)},
     )
     ran, failed = simulators.check_results(xml)
     return 0 if ran and not failed else 1

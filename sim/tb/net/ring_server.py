@@ -1,6 +1,7 @@
 """cocotb side of `NetCluster("rtlsim", ...)` (pynq_driver/net/rtlsim.py): N RTL cards in one
-simulation (test_onic_ring_cards.Ring: the generated top, cocotbext-eth MAC ports, the seeded
-switch, card memory models with AXI monitors) serving ring steps to the driver over a Unix socket.
+simulation (test_onic_ring_cards.Ring: the generated top of `onic_card`s, each the network kernel
+and the generated Adam RTL kernel, cocotbext-eth MAC ports, the seeded switch, card memory
+models with AXI monitors) serving ring steps to the driver over a Unix socket.
 
 Requests (JSON + a binary payload, the framing of pynq_driver/backends/rtlsim_server.py):
 `step` (hyperparameters; payload: every rank's local gradient, rank order) runs one ring step on
@@ -11,7 +12,8 @@ p, m, v (S float32 each, rank order). `close` ends the simulation. Simulated tim
 inside `step`.
 
 Environment (set by the driver): ONIC_DRIVER_SOCKET, ONIC_RING (JSON: RingConfig's fields, faults,
-seed, grad_stall, buffer_bytes), ONIC_RING_PARAMS (the initial full parameter vector, .npy).
+seed, grad_stall, buffer_bytes), ONIC_RING_PARAMS (the initial full parameter vector, .npy),
+ONIC_MANIFEST (the Adam kernel's manifest.json; absent: network kernels with the stand-in).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import os
 import socket
 import struct
+from pathlib import Path
 from typing import Any
 
 import cocotb
@@ -58,8 +61,9 @@ async def serve(dut: Any) -> None:
     opts = json.loads(os.environ["ONIC_RING"])
     cfg = RingConfig(**opts["config"])
     params = np.load(os.environ["ONIC_RING_PARAMS"])
+    adam = json.loads(Path(os.environ["ONIC_MANIFEST"]).read_text()) if os.environ.get("ONIC_MANIFEST") else None
     ring_ = Ring(dut, cfg, params, faults=PortFaults(**opts["faults"]), buffer_bytes=opts.get("buffer_bytes"),
-                 grad_stall=float(opts.get("grad_stall", 0.3)), seed=int(opts.get("seed", 1)))
+                 grad_stall=float(opts.get("grad_stall", 0.3)), seed=int(opts.get("seed", 1)), adam=adam)
     await ring_.reset()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(os.environ["ONIC_DRIVER_SOCKET"])
@@ -84,7 +88,7 @@ async def serve(dut: Any) -> None:
                 bad += [f"card {k}: {m}" for k, m in enumerate(res.memory_ok) if m]
                 bad += [f"card {k}: AXI {c.monitor.errors[:2]}" for k, c in enumerate(ring_.cards) if c.monitor.errors]
                 bad += [f"card {k}: gradient stream {c.grad.errors[:2]}" for k, c in enumerate(ring_.cards)
-                        if c.grad.errors]
+                        if c.grad is not None and c.grad.errors]
                 bad += ring_.tx_errors()
                 if bad:
                     raise RuntimeError("; ".join(bad))
@@ -93,7 +97,7 @@ async def serve(dut: Any) -> None:
                 _send(sock, {"ok": True, "clocks": res.clocks, "counters": counters,
                              "switch": ring_.switch.core.reconcile()}, out)
             elif op == "state":
-                shards = [c.kernel.shard for c in ring_.cards]  # type: ignore[union-attr]
+                shards = ring_.card_shards()  # from card memory (onic_card) or the stand-ins
                 out = b"".join(np.asarray(getattr(s, f), np.float32).tobytes() for s in shards for f in "pmv")
                 _send(sock, {"ok": True, "size": int(shards[0].p.size)}, out)
             elif op == "close":

@@ -33,12 +33,15 @@ WIRE_BF16, PARAM_BF16, ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZ
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import random
+from pathlib import Path
 from typing import Any
 
 import cocotb
+import hbm_memory
 import numpy as np
 from axi_monitor import AxiMonitor
 from cocotb.clock import Clock
@@ -49,7 +52,7 @@ from eth_switch import EthSwitch, PortFaults, SwitchConfig
 from hbm_memory import LatencyAxiRamRead, LatencyAxiRamWrite
 from ring_streams import Sink, Source
 
-from hls import net_regmap
+from hls import golden, net_regmap
 from hls.golden import Hyper, to_bf16_bits
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
@@ -59,7 +62,9 @@ BEAT = 64
 AXIS = ["tdata", "tkeep", "tlast"]
 CLOCK_NS = 4
 LGRAD_ADDR, GATHER_ADDR = 0x10000, 0x80000
+P_ADDR, M_ADDR, V_ADDR, OUT_ADDR = 0x100000, 0x140000, 0x180000, 0x1C0000  # the Adam kernel's stripes
 FILL = 0xA5
+AP_DONE, AP_IDLE = 0x2, 0x4
 
 _PLAN = dataclasses.make_dataclass("_Plan", ["streams"])(
     [dataclasses.make_dataclass("_S", ["name", "stripes", "what"])("lgrad", 1, ""),
@@ -135,31 +140,95 @@ class _View:
 
 
 class RtlCard:
-    """One RTL card of the top with its host, memory, MAC port and stand-in Adam kernel."""
+    """One RTL card of the top with its host(s), memory and MAC port. With `adam` (the Adam
+    kernel's manifest) the card is `onic_card`: the generated Adam RTL kernel on the network
+    kernel's streams, p, m, v and its out buffer in card memory, its own control port; without,
+    the card is the network kernel alone and the Adam kernel a stand-in on its streams."""
 
-    def __init__(self, dut: Any, k: int, switch: EthSwitch, rng: random.Random, grad_stall: float) -> None:
+    def __init__(self, dut: Any, k: int, switch: EthSwitch, rng: random.Random, grad_stall: float,
+                 adam: dict[str, Any] | None = None) -> None:
         self.k, self.dut = k, dut
         logging.getLogger(f"cocotb.card{k}").setLevel(logging.WARNING)
         v = self.view = _View(dut, k)
-        self.host = AxiLiteMaster(AxiLiteBus.from_prefix(v, "s_axi_control"), dut.ap_clk, dut.ap_rst_n,
-                                  reset_active_level=False)
-        self.rd = LatencyAxiRamRead(AxiReadBus.from_prefix(v, "m_axi_lgrad0"), dut.ap_clk, dut.ap_rst_n,
-                                    reset_active_level=False, size=MEM_BYTES, latency=(5, 40),
-                                    rng=random.Random(rng.random()), max_outstanding=8)
-        self.wr = LatencyAxiRamWrite(AxiWriteBus.from_prefix(v, "m_axi_gather0"), dut.ap_clk, dut.ap_rst_n,
-                                     reset_active_level=False, size=MEM_BYTES, mem=self.rd.mem, latency=(2, 30),
-                                     rng=random.Random(rng.random()))
-        prng = random.Random(rng.random())
-        for channel in (self.rd.ar_channel, self.rd.r_channel, self.wr.aw_channel, self.wr.w_channel):
-            channel.set_pause_generator(iter(lambda: prng.random() < 0.2, None))
-        self.monitor = AxiMonitor(v, ["lgrad0", "gather0"], dut.ap_clk, dut.ap_rst_n)
+        self.adam_manifest = adam
+        self.kernel: ReferenceKernel | None = None
+        self.grad: Sink | None = None
+        self.param: Source | None = None
+        if adam is None:
+            self.host = AxiLiteMaster(AxiLiteBus.from_prefix(v, "s_axi_control"), dut.ap_clk, dut.ap_rst_n,
+                                      reset_active_level=False)
+            self.rd = LatencyAxiRamRead(AxiReadBus.from_prefix(v, "m_axi_lgrad0"), dut.ap_clk, dut.ap_rst_n,
+                                        reset_active_level=False, size=MEM_BYTES, latency=(5, 40),
+                                        rng=random.Random(rng.random()), max_outstanding=8)
+            self.wr = LatencyAxiRamWrite(AxiWriteBus.from_prefix(v, "m_axi_gather0"), dut.ap_clk, dut.ap_rst_n,
+                                         reset_active_level=False, size=MEM_BYTES, mem=self.rd.mem, latency=(2, 30),
+                                         rng=random.Random(rng.random()))
+            self.mem = self.rd.mem
+            prng = random.Random(rng.random())
+            for channel in (self.rd.ar_channel, self.rd.r_channel, self.wr.aw_channel, self.wr.w_channel):
+                channel.set_pause_generator(iter(lambda: prng.random() < 0.2, None))
+            self.ports = ["lgrad0", "gather0"]
+            self.grad = Sink(v, "m_axis_grad0_", AXIS, random.Random(rng.random()), grad_stall, valid="tvalid",
+                             ready="tready")
+            self.param = Source(v, "s_axis_param0_", AXIS, random.Random(rng.random()), 0.2, valid="tvalid",
+                                ready="tready")
+            self.irq = {"net": v.interrupt}
+        else:
+            self.host = AxiLiteMaster(AxiLiteBus.from_prefix(v, "s_axi_net"), dut.ap_clk, dut.ap_rst_n,
+                                      reset_active_level=False)
+            self.adam = AxiLiteMaster(AxiLiteBus.from_prefix(v, "s_axi_adam"), dut.ap_clk, dut.ap_rst_n,
+                                      reset_active_level=False)
+            self.adam_args = {a["name"]: a for a in adam["register_map"]["args"]}
+            self.adam_status = int(adam["register_map"]["status"]["offset"])
+            pointers = [a["name"] for a in adam["register_map"]["args"] if a["kind"] == "pointer"]
+            self.ports = [*pointers, "lgrad0", "gather0"]
+            self.card = hbm_memory.card_memory(v, [(p, 0) for p in self.ports], clock=dut.ap_clk,
+                                               reset=dut.ap_rst_n, mode="ideal", mem_size=4 * MEM_BYTES,
+                                               seed=rng.randrange(1 << 30), max_outstanding=8)
+            self.card.set_latency((5, 40), (2, 30))
+            self.card.set_stalls(random.Random(rng.random()), grad_stall * 0.25)
+            self.mem = self.card.mem
+            self.irq = {"net": v.interrupt_net, "adam": v.interrupt_adam}
+        self.monitor = AxiMonitor(v, self.ports, dut.ap_clk, dut.ap_rst_n)
         self.port = MacPort(AxiStreamBus.from_prefix(v, "s_axis_mac0"), AxiStreamBus.from_prefix(v, "m_axis_mac0"),
                             dut.ap_clk, dut.ap_rst_n, switch, k)
-        self.grad = Sink(v, "m_axis_grad0_", AXIS, random.Random(rng.random()), grad_stall, valid="tvalid",
-                         ready="tready")
-        self.param = Source(v, "s_axis_param0_", AXIS, random.Random(rng.random()), 0.2, valid="tvalid",
-                            ready="tready")
-        self.kernel: ReferenceKernel | None = None
+
+    def started(self) -> None:
+        """After the reset: the card memory model of an onic_card starts serving."""
+        if self.adam_manifest is not None:
+            self.card.start()
+
+    def load_shard(self, shard: ring.Shard) -> None:
+        """The owner's p, m, v: into card memory (onic_card) or the stand-in's kernel."""
+        if self.adam_manifest is None:
+            assert self.kernel is not None
+            self.kernel.shard = shard.copy()
+            return
+        for addr, arr in ((P_ADDR, shard.p), (M_ADDR, shard.m), (V_ADDR, shard.v)):
+            self.mem.write(addr, np.asarray(arr, np.float32).tobytes())
+
+    def shard(self, size: int) -> ring.Shard:
+        if self.adam_manifest is None:
+            assert self.kernel is not None
+            return self.kernel.shard
+        return ring.Shard(*(np.frombuffer(self.mem.read(a, size * 4), "<f4").copy() for a in (P_ADDR, M_ADDR, V_ADDR)))
+
+    async def start_adam(self, size: int, hyper: Hyper, scale: float, optimizer: str) -> None:
+        """The Adam kernel's arguments (as the driver writes them) and ap_start: it waits on its stream."""
+        regs = {"n": size, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
+                                                    optimizer).registers(optimizer)}
+        base = {"p": P_ADDR, "m": M_ADDR, "v": V_ADDR, "out": OUT_ADDR}
+        for name, arg in self.adam_args.items():
+            if arg["kind"] == "pointer":
+                regs[name] = base[name.rstrip("0123456789_rdw")]
+        for name, value in regs.items():
+            arg = self.adam_args[name]
+            await self.adam.write_dword(int(arg["offset"]), value & 0xFFFFFFFF)
+            if arg["kind"] == "pointer":
+                await self.adam.write_dword(int(arg["offset"]) + 4, value >> 32)
+        await self.adam.write_dword(GIE, 1)
+        await self.adam.write_dword(IER, 1)
+        await self.adam.write_dword(CTRL, 1)
 
     async def write(self, name: str, value: int) -> None:
         offset = ARGS[name] if name in ARGS else {"ctrl": CTRL, "gie": GIE, "ier": IER, "isr": ISR}[name]
@@ -196,7 +265,7 @@ class RtlCard:
 
     async def stand_in(self, beats: int, scale: float, got: dict[str, Any]) -> None:
         """The Adam kernel stand-in: the reduced chunk in, ReferenceKernel's updated chunk out."""
-        assert self.kernel is not None
+        assert self.kernel is not None and self.grad is not None and self.param is not None
         while len(self.grad.items) < beats:
             await RisingEdge(self.dut.ap_clk)
         items = list(self.grad.items[:beats])
@@ -224,20 +293,29 @@ class StepResult:
 
 
 class Ring:
-    """N RTL cards on one switch; `step` runs one ring step on all of them."""
+    """The first `cfg.world` RTL cards of the top on one switch; `step` runs one ring step on all.
+
+    `adam`: the Adam kernel's manifest when the top's cards are `onic_card` (else the network
+    kernel with the stand-in). The top may hold more cards than the ring uses: the others stay
+    idle (never started, MAC ports unconnected), so one build serves rings of 2 .. its size."""
 
     def __init__(self, dut: Any, cfg: RingConfig, params: np.ndarray, *, faults: PortFaults | None = None,
-                 buffer_bytes: int | None = None, grad_stall: float = 0.3, seed: int = 1) -> None:
+                 buffer_bytes: int | None = None, grad_stall: float = 0.3, seed: int = 1,
+                 adam: dict[str, Any] | None = None) -> None:
         self.dut, self.cfg = dut, cfg
         n = cfg.world
+        if not hasattr(dut, f"c{n - 1}_m_axis_mac0_tvalid"):
+            raise ValueError(f"a ring of {n}: the top has fewer cards")
         self.rng = random.Random(seed)
         eps = endpoints(n)
         self.switch = EthSwitch(SwitchConfig(ports=n, table={e.mac: k for k, e in enumerate(eps)}, flood=False,
                                              faults=faults or PortFaults(), buffer_bytes=buffer_bytes))
         self.switch.start()
-        self.cards = [RtlCard(dut, k, self.switch, self.rng, grad_stall) for k in range(n)]
+        self.adam = adam
+        self.cards = [RtlCard(dut, k, self.switch, self.rng, grad_stall, adam) for k in range(n)]
+        self.shards = [ring.Shard.from_params(params, k, n) for k in range(n)]
         for k, card in enumerate(self.cards):
-            card.kernel = ReferenceKernel(ring.Shard.from_params(params, k, n), Hyper(), optimizer=cfg.optimizer,
+            card.kernel = ReferenceKernel(self.shards[k].copy(), Hyper(), optimizer=cfg.optimizer,
                                           wire_dtype=cfg.wire_dtype, param_dtype=cfg.param_dtype)
         self.cycle = 0
         cocotb.start_soon(self._count())
@@ -250,9 +328,16 @@ class Ring:
     async def reset(self) -> None:
         cocotb.start_soon(Clock(self.dut.ap_clk, CLOCK_NS, unit="ns").start())
         self.dut.ap_rst_n.value = 0
-        await ClockCycles(self.dut.ap_clk, 6)
+        await ClockCycles(self.dut.ap_clk, 8)
         self.dut.ap_rst_n.value = 1
         await ClockCycles(self.dut.ap_clk, 4)
+        for k, card in enumerate(self.cards):
+            card.started()
+            card.load_shard(self.shards[k])
+
+    def card_shards(self) -> list[ring.Shard]:
+        size = ring.chunk_elems(self.cfg.length, self.cfg.world)
+        return [c.shard(size) for c in self.cards]
 
     async def step(self, step: int, grads: list[np.ndarray], hyper: Hyper, limit: int = 2_000_000) -> StepResult:
         cfg, dut = self.cfg, self.dut
@@ -260,6 +345,7 @@ class Ring:
         wb = -(-size * wire.ELEMENT_BYTES[cfg.wire_dtype] // BEAT)
         pb = -(-size * wire.ELEMENT_BYTES[cfg.param_dtype] // BEAT)
         fill = bytes([FILL]) * (n * pb * BEAT)
+        out_fill = bytes([0x5A]) * (pb * BEAT)
         scale = ring.step_grad_scale(None, n, grad_scale=float(hyper.grad_scale))
         assert scale is not None
         before = [await c.counters() for c in self.cards]
@@ -270,13 +356,18 @@ class Ring:
             local = ring.pad(np.asarray(grads[k]), n)
             for c in range(n):  # chunk c from a beat, junk in the pad bytes
                 data = local[c * size:(c + 1) * size].tobytes()
-                card.rd.write(LGRAD_ADDR + c * wb * BEAT, data + bytes(self.rng.randrange(256)
-                                                                      for _ in range(wb * BEAT - len(data))))
-            card.rd.write(GATHER_ADDR, fill)
-            assert card.kernel is not None
-            card.kernel.hyper = hyper
-            card.grad.items.clear()
-            tasks.append(cocotb.start_soon(card.stand_in(wb, scale, got[k])))
+                card.mem.write(LGRAD_ADDR + c * wb * BEAT, data + bytes(self.rng.randrange(256)
+                                                                       for _ in range(wb * BEAT - len(data))))
+            card.mem.write(GATHER_ADDR, fill)
+            if self.adam is None:
+                assert card.kernel is not None and card.grad is not None
+                card.kernel.hyper = hyper
+                card.grad.items.clear()
+                tasks.append(cocotb.start_soon(card.stand_in(wb, scale, got[k])))
+            else:
+                card.mem.write(OUT_ADDR, out_fill)
+        if self.adam is not None:  # the Adam kernels first: they wait on their gradient streams
+            await _all([c.start_adam(size, hyper, scale, cfg.optimizer) for c in self.cards])
         await _all([c.program(cfg, step) for c in self.cards])
         start = self.cycle
         await _all([c.write("ctrl", 1) for c in self.cards])
@@ -291,16 +382,26 @@ class Ring:
         gathered, problems, status, deltas = [], [], [], []
         pbytes = size * wire.ELEMENT_BYTES[cfg.param_dtype]
         for k, card in enumerate(self.cards):
-            status.append(await card.read(READONLY["status"]))
+            st = await card.read(READONLY["status"])
+            if self.adam is not None:
+                st |= await card.adam.read_dword(card.adam_status) << 16
+            status.append(st)
             after = await card.counters()
             deltas.append({name: after[name] - before[k][name] for name in after})
             parts, bad = [], []
+            if self.adam is not None:
+                out = card.mem.read(OUT_ADDR, pb * BEAT)
+                own = out[:pbytes]
+                if out[pbytes:] != out_fill[pbytes:]:
+                    bad.append("bytes past the Adam kernel's out buffer written")
+            else:
+                own = got[k]["own_out"].tobytes()
             for c in range(n):
-                region = card.rd.read(GATHER_ADDR + c * pb * BEAT, pb * BEAT)
+                region = card.mem.read(GATHER_ADDR + c * pb * BEAT, pb * BEAT)
                 if c == k:
                     if region != fill[:pb * BEAT]:
                         bad.append("own chunk's place written")
-                    parts.append(got[k]["own_out"].tobytes())
+                    parts.append(own)
                     continue
                 if region[pbytes:] != fill[:pb * BEAT - pbytes]:
                     bad.append(f"bytes past chunk {c} written")
@@ -314,17 +415,23 @@ class Ring:
             deltas[k]["_switch_out"] = port["frames_out"] - ports_before[k]["frames_out"]
             deltas[k]["_switch_bytes_out"] = port["bytes_out"] - ports_before[k]["bytes_out"]
             deltas[k]["_switch_bitflipped"] = port["bitflipped"] - ports_before[k]["bitflipped"]
-        return StepResult(gathered=gathered, reduced=[g["reduced"] for g in got],
-                          grad_tlast=[g["grad_tlast"] for g in got], memory_ok=problems, status=status,
+        return StepResult(gathered=gathered, reduced=[g.get("reduced") for g in got],
+                          grad_tlast=[g.get("grad_tlast") for g in got], memory_ok=problems, status=status,
                           counters=deltas, clocks=clocks)
 
     async def _wait_done(self, card: RtlCard, start: int, limit: int) -> None:
-        while not int(card.view.interrupt.value):
+        pending = dict(card.irq)
+        while pending:
             await ClockCycles(self.dut.ap_clk, 16)
+            for name, irq in list(pending.items()):
+                if int(irq.value):
+                    host = card.host if name == "net" else card.adam
+                    assert await host.read_dword(CTRL) & AP_DONE, f"card {card.k}: {name} interrupt without ap_done"
+                    await host.write_dword(ISR, 1)
+                    del pending[name]
             if self.cycle - start > limit:
-                raise AssertionError(f"card {card.k}: not done in {limit} clocks (switch {self.switch.counters()})")
-        assert await card.read(CTRL) & 0x2, f"card {card.k}: interrupt without ap_done"
-        await card.write("isr", 1)
+                raise AssertionError(f"card {card.k}: {sorted(pending)} not done in {limit} clocks "
+                                     f"(switch {self.switch.counters()})")
 
     def tx_errors(self) -> list[str]:
         out = []
@@ -381,16 +488,18 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
     want_reduced = ring.reduce_scatter(grads, wdt)
     size = ring.chunk_elems(cfg.length, n)
     wb = -(-size * wire.ELEMENT_BYTES[wdt] // BEAT)
+    shards = ring_.card_shards()
     for k, card in enumerate(ring_.cards):
         t = f"{tag} card {k}"
         assert res.status[k] == 0, f"{t}: STATUS {res.status[k]:#x}"
-        assert not card.grad.errors, card.grad.errors
-        assert not differing(res.reduced[k].tobytes(), want_reduced[k].tobytes(), wdt), f"{t}: reduced chunk"
-        assert res.grad_tlast[k] == [0] * (wb - 1) + [1], f"{t}: gradient TLAST"
+        if res.reduced[k] is not None:  # the stand-in's view of the stream (a real Adam kernel: p, m, v below)
+            assert card.grad is not None and not card.grad.errors, card.grad.errors
+            assert not differing(res.reduced[k].tobytes(), want_reduced[k].tobytes(), wdt), f"{t}: reduced chunk"
+            assert res.grad_tlast[k] == [0] * (wb - 1) + [1], f"{t}: gradient TLAST"
         assert not res.memory_ok[k], f"{t}: {res.memory_ok[k]}"
         bad = differing(res.gathered[k].tobytes(), ref["gathered"].tobytes(), pdt)
         assert not bad, f"{t}: gathered differs in elements {bad[:8]}"
-        mine, theirs = card.kernel.shard, refring.kernels[k].shard  # type: ignore[union-attr]
+        mine, theirs = shards[k], refring.kernels[k].shard
         for name in ("p", "m", "v"):
             a, b = getattr(mine, name), getattr(theirs, name)
             assert not differing(np.asarray(a).tobytes(), np.asarray(b).tobytes(), "fp32"), f"{t}: {name} differs"
@@ -420,18 +529,23 @@ async def test_ring_cards(dut: Any) -> None:
     """ONIC_STEPS ring steps of the N RTL cards of the top through the switch, bit-exact every step."""
     seed = int(os.environ.get("ONIC_SEED", "1"))
     n = int(os.environ["ONIC_CARDS"])
-    wdt = "bf16" if int(os.environ.get("WIRE_BF16", "0")) else "fp32"
-    pdt = "bf16" if int(os.environ.get("PARAM_BF16", "0")) else "fp32"
+    adam = json.loads(Path(os.environ["ONIC_MANIFEST"]).read_text()) if os.environ.get("ONIC_MANIFEST") else None
+    if adam is not None:
+        wdt, pdt, opt = adam["spec"]["grad_dtype"], adam["spec"]["out_dtype"], adam["spec"]["optimizer"]
+    else:
+        wdt = "bf16" if int(os.environ.get("WIRE_BF16", "0")) else "fp32"
+        pdt = "bf16" if int(os.environ.get("PARAM_BF16", "0")) else "fp32"
+        opt = "adamw"
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     size = int(os.environ.get("ONIC_SIZE", "0")) or int(rng.choice([48, 80, 112]))
     cfg = RingConfig(world=n, length=n * size - int(nrng.integers(0, 16)), wire_dtype=wdt, param_dtype=pdt,
-                     payload_bytes=int(rng.choice([64, 128, 192])))
+                     payload_bytes=int(rng.choice([64, 128, 192])), optimizer=opt)
     params = (nrng.standard_normal(cfg.length) * 0.1).astype(np.float32)
     faults, lossless = env_faults(seed)
     buffer = int(os.environ.get("ONIC_BUFFER", "0")) or None
     ring_ = Ring(dut, cfg, params, faults=faults, buffer_bytes=buffer,
-                 grad_stall=float(os.environ.get("ONIC_GRAD_STALL", "0.3")), seed=seed)
+                 grad_stall=float(os.environ.get("ONIC_GRAD_STALL", "0.3")), seed=seed, adam=adam)
     refring = ReferenceRing(cfg, params)
     await ring_.reset()
     faulted = 0

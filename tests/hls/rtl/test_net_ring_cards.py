@@ -14,29 +14,35 @@ import pytest
 
 from hls.paths import BUILD_DIR, TB_DIR
 from hls.rtl import ring_top, simulators
+from hls.spec import KernelSpec
 
-DTYPES = {"fp32": (0, 0), "bf16": (1, 1)}
+SPECS = {"fp32": KernelSpec(), "bf16": KernelSpec(optimizer="adam", grad_dtype="bf16", out_dtype="bf16")}
 FAULTS = {"ONIC_DROP": "0.03", "ONIC_DUP": "0.03", "ONIC_REORDER": "0.03", "ONIC_BITFLIP": "0.02"}
 
 
-def run(cards: int, seed: int, monkeypatch: pytest.MonkeyPatch, *, dtypes: str = "fp32",
+def run(cards: int, seed: int, monkeypatch: pytest.MonkeyPatch, *, top_cards: int = 3, spec: str = "fp32",
         extra: dict[str, str] | None = None, tag: str = "") -> None:
+    """A ring of `cards` of the `top_cards` onic_cards (network kernel + Adam RTL kernel of SPECS[spec])
+    of one build; spec "stand-in": network kernels alone, the Adam update the bench's stand-in."""
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
     monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
-    wire_bf16, param_bf16 = DTYPES[dtypes]
-    build = ring_top.sim_build_dir(cards, wire_bf16, param_bf16)
-    top, sources = ring_top.write(build / "src", cards)
+    env = {"ONIC_SEED": str(seed), "ONIC_CARDS": str(cards), **(extra or {})}
+    if spec == "stand-in":
+        build = ring_top.sim_build_dir(top_cards, 0, 0)
+        top, sources = ring_top.write(build / "src", top_cards)
+        parameters = {"WIRE_BF16": 0, "PARAM_BF16": 0, **ring_top.SIM_PARAMS}
+    else:
+        made = ring_top.prepare_cards(top_cards, SPECS[spec])
+        build, top, sources, parameters = made.build_dir, made.top, made.sources, made.parameters
+        env["ONIC_MANIFEST"] = str(made.manifest)
     xml = simulators.run_cocotb(
         sources=sources, toplevel=top, test_module="test_onic_ring_cards", test_dir=TB_DIR / "net",
-        build_dir=build, simulator="verilator",
-        parameters={"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, **ring_top.SIM_PARAMS},
-        extra_env={"ONIC_SEED": str(seed), "ONIC_CARDS": str(cards), "WIRE_BF16": str(wire_bf16),
-                   "PARAM_BF16": str(param_bf16), **(extra or {})},
-        log_file=BUILD_DIR / "sim" / "net" / f"ring{cards}-{dtypes}{tag}.log",
+        build_dir=build, simulator="verilator", parameters=parameters, extra_env=env,
+        log_file=BUILD_DIR / "sim" / "net" / f"ringcards{top_cards}-{spec}-n{cards}{tag}.log",
     )
     ran, failed = simulators.check_results(xml)
-    assert ran == 1 and failed == 0, f"{cards} RTL cards ({dtypes}{tag}): see {xml}"
+    assert ran == 1 and failed == 0, f"{cards} RTL cards ({spec}{tag}): see {xml}"
 
 
 def test_render_top() -> None:
@@ -55,23 +61,25 @@ def test_render_top() -> None:
         ring_top.render(2, card="nope")
 
 
-@pytest.mark.parametrize("cards", [2, 3])
-def test_ring_cards(cards: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lossless, two steps."""
-    run(cards, 5 + cards, monkeypatch)
+def test_ring_cards_lossless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two onic_cards (of the three-card build), lossless, two steps."""
+    run(2, 7, monkeypatch)
 
 
-@pytest.mark.parametrize("cards", [2, 3])
-def test_ring_cards_faults(cards: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Drop, duplicate, reorder, bit flips on every egress link, a stalled Adam kernel: bit-exact."""
-    run(cards, 15 + cards, monkeypatch, extra={**FAULTS, "ONIC_GRAD_STALL": "0.8", "ONIC_SIZE": "400"},
-        tag="-faults")
+def test_ring_cards_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three onic_cards: drop, duplicate, reorder, bit flips on every egress link, stalled memory."""
+    run(3, 18, monkeypatch, extra={**FAULTS, "ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400"}, tag="-faults")
+
+
+@pytest.mark.slow
+def test_ring_cards_three_lossless(monkeypatch: pytest.MonkeyPatch) -> None:
+    run(3, 8, monkeypatch, extra={"ONIC_STEPS": "3"})
 
 
 @pytest.mark.slow
 def test_ring_cards_four(monkeypatch: pytest.MonkeyPatch) -> None:
-    run(4, 24, monkeypatch)
-    run(4, 25, monkeypatch, extra={**FAULTS, "ONIC_STEPS": "3", "ONIC_SIZE": "400"}, tag="-faults")
+    run(4, 24, monkeypatch, top_cards=4)
+    run(4, 25, monkeypatch, top_cards=4, extra={**FAULTS, "ONIC_STEPS": "3", "ONIC_SIZE": "400"}, tag="-faults")
 
 
 @pytest.mark.slow
@@ -79,10 +87,16 @@ def test_ring_cards_four(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_ring_cards_fault_sweep(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     run(3, seed, monkeypatch, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_REORDER": "0.05",
                                      "ONIC_BITFLIP": "0.03", "ONIC_GRAD_STALL": "0.9", "ONIC_STEPS": "4",
-                                     "ONIC_BUFFER": "4096", "ONIC_SIZE": "600"},
-        tag=f"-sweep{seed}")
+                                     "ONIC_BUFFER": "4096", "ONIC_SIZE": "600"}, tag=f"-sweep{seed}")
 
 
 @pytest.mark.slow
 def test_ring_cards_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
-    run(3, 41, monkeypatch, dtypes="bf16", extra=FAULTS, tag="-faults")
+    run(3, 41, monkeypatch, spec="bf16", extra=FAULTS, tag="-faults")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cards", [2, 3])
+def test_ring_cards_stand_in(cards: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Network kernels alone, the bench's Adam stand-in checking the reduced chunk on the stream itself."""
+    run(cards, 15 + cards, monkeypatch, spec="stand-in", extra={**FAULTS, "ONIC_SIZE": "400"}, tag="-faults")
