@@ -7,6 +7,7 @@
 // - keep_errors: a beat taken with TKEEP not all ones before the last beat, or on the last beat
 //   not contiguous from byte 0 (or empty).
 // Both saturate at 16'hFFFF; reset clears them.
+`timescale 1ns / 1ps
 `default_nettype none
 
 module onic_mac_tx_check (
