@@ -10,6 +10,11 @@ reused by every case of it.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from hls.paths import BUILD_DIR, TB_DIR
@@ -59,6 +64,25 @@ def test_render_top() -> None:
             ring_top.render(bad)
     with pytest.raises(UserError):
         ring_top.render(2, card="nope")
+
+
+def test_lint_top(tmp_path: Path) -> None:
+    """The generated top and the transmit checker: no Verilator -Wall warning of their own (the card's
+    modules are linted on their own by test_rtl_lint), Icarus -Wall clean."""
+    top, sources = ring_top.write(tmp_path, 2)
+    mine = (top, "onic_mac_tx_check")
+    if simulators.available("verilator"):
+        env = {**os.environ, **simulators.simulator_env("verilator")}
+        proc = subprocess.run([simulators.verilator_bin(), "--lint-only", "-Wall", "--top-module", top,
+                               *map(str, sources)], env=env, capture_output=True, text=True, timeout=300)
+        out = proc.stdout + proc.stderr
+        errors = [line for line in out.splitlines() if line.startswith("%Error") and "due to" not in line]
+        assert not errors, out
+        assert not [line for line in out.splitlines() if line.startswith("%") and any(m in line for m in mine)], out
+    if shutil.which("iverilog"):
+        proc = subprocess.run(["iverilog", "-g2005", "-Wall", "-o", str(tmp_path / "a.out"), "-s", top,
+                               *map(str, sources)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and not (proc.stdout + proc.stderr).strip(), proc.stdout + proc.stderr
 
 
 def test_ring_cards_lossless(monkeypatch: pytest.MonkeyPatch) -> None:
