@@ -27,7 +27,7 @@ error (the top's checkers), the AXI monitors clean.
 
 Environment: ONIC_SEED, ONIC_STEPS, ONIC_DROP, ONIC_DUP, ONIC_REORDER, ONIC_BITFLIP (per frame
 on every egress link), ONIC_GRAD_STALL (the stand-in kernel refusing its gradient beat),
-WIRE_BF16, PARAM_BF16, ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements).
+WIRE_BF16, PARAM_BF16, ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements), ONIC_RTO (clocks).
 """
 
 from __future__ import annotations
@@ -543,7 +543,8 @@ async def test_ring_cards(dut: Any) -> None:
     nrng = np.random.default_rng(seed)
     size = int(os.environ.get("ONIC_SIZE", "0")) or int(rng.choice([48, 80, 112]))
     cfg = RingConfig(world=n, length=n * size - int(nrng.integers(0, 16)), wire_dtype=wdt, param_dtype=pdt,
-                     payload_bytes=int(rng.choice([64, 128, 192])), optimizer=opt)
+                     payload_bytes=int(rng.choice([64, 128, 192])), optimizer=opt,
+                     rto_clocks=int(os.environ.get("ONIC_RTO", "1000")))
     params = (nrng.standard_normal(cfg.length) * 0.1).astype(np.float32)
     faults, lossless = env_faults(seed)
     buffer = int(os.environ.get("ONIC_BUFFER", "0")) or None

@@ -117,6 +117,13 @@ def test_ring_cards_fault_sweep(seed: int, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @pytest.mark.slow
+def test_ring_cards_long_rto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 20 us retransmission timeout (a few windows at 100G) and 400-element chunks under faults."""
+    run(3, 19, monkeypatch, extra={**FAULTS, "ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_RTO": "5000"},
+        tag="-rto")
+
+
+@pytest.mark.slow
 def test_ring_cards_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     run(3, 41, monkeypatch, spec="bf16", extra=FAULTS, tag="-faults")
 
