@@ -434,7 +434,18 @@ class Ring:
                                    {k: v for k, v in self.switch.counters().items() if v})
             if self.cycle - start > limit:
                 raise AssertionError(f"card {card.k}: {sorted(pending)} not done in {limit} clocks "
-                                     f"(switch {self.switch.counters()})")
+                                     f"(switch {self.switch.counters()}; cards: {await self.describe()})")
+
+    async def describe(self) -> list[dict[str, Any]]:
+        """Each card's control words, STATUS and nonzero counters (a step that does not finish)."""
+        out = []
+        for c in self.cards:
+            d: dict[str, Any] = {"net_ctrl": await c.read(CTRL), "net_status": await c.read(READONLY["status"])}
+            if self.adam is not None:
+                d |= {"adam_ctrl": await c.adam.read_dword(CTRL), "adam_status": await c.adam.read_dword(c.adam_status)}
+            d |= {k: v for k, v in (await c.counters()).items() if v}
+            out.append(d)
+        return out
 
     def tx_errors(self) -> list[str]:
         out = []
@@ -558,7 +569,7 @@ async def test_ring_cards(dut: Any) -> None:
         hyper = Hyper(lr=1e-2 * (s + 1), step=s + 1, grad_scale=1.0 + s)
         step_id = 40 + s
         ref = refring.step(step_id, grads, hyper)
-        res = await ring_.step(step_id, grads, hyper)
+        res = await ring_.step(step_id, grads, hyper, limit=int(os.environ.get("ONIC_LIMIT", "300000")))
         tag = f"N={n} step {s} S={size} P={cfg.payload_bytes} {wdt}/{pdt} {faults}"
         check_step(dut, tag, ring_, res, ref, grads, refring, lossless)
         total = ring_.switch.core.reconcile()

@@ -124,6 +124,17 @@ def test_ring_cards_long_rto(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="known defect, open: every network kernel of the ring stops sending "
+                   "mid all-gather (no frame moves, no timeout fires, the Adam kernels done); likely a zero "
+                   "credit whose one refresh ACK the switch dropped, leaving a sender with nothing in flight "
+                   "and no timer")
+def test_ring_cards_stalls_under_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 18 of the 20 us / 400-element case: the ring stops within the first step."""
+    run(3, 18, monkeypatch, extra={**FAULTS, "ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_RTO": "5000",
+                                   "ONIC_LIMIT": "30000"}, tag="-stall18")
+
+
+@pytest.mark.slow
 def test_ring_cards_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     run(3, 41, monkeypatch, spec="bf16", extra=FAULTS, tag="-faults")
 
