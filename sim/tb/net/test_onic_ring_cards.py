@@ -1,33 +1,36 @@
 """cocotb bench: N RTL cards in one simulation, each MAC port on cocotbext-eth's MAC model, all on
 the seeded faulty switch of sim/tb/models.
 
-The top is `onic_ring_sim_top<N>` (hls.rtl.ring_top, templates/net/ring_sim_top.v.j2): N
-instances of the network kernel `onic_net_kernel`, every card port as `c<k>_<port>`. Per card:
-an AxiLiteMaster host (the arguments at hls/net_regmap.py's offsets, ap_start, the done
-interrupt, ISR, STATUS, counters); its card memory, two cocotbext-axi RAM models over one
-memory (random latency and channel pauses) on m_axi_lgrad0 / m_axi_gather0, with the AXI
-protocol monitor on both; its MAC port as `eth_mac_port.MacPort` (cocotbext-eth `EthMac`, FCS
-and TUSER glue) on switch port k. The Adam kernel beside each card is a STAND-IN (the card top
-with the generated Adam RTL kernel is another part of this work): a sink with random
-back-pressure on m_axis_grad0 collects the reduced chunk, `hls.net.card.ReferenceKernel` (p, m, v
-of the card's shard, kept across steps) updates it, a source replays the result on
-s_axis_param0; its output is also the card's own chunk of the gathered vector (the Adam kernel
-writes that place in card memory itself).
+The top is `onic_ring_sim_top<M>` (hls.rtl.ring_top, templates/net/ring_sim_top.v.j2): M card
+instances, every card port as `c<k>_<port>`; a ring uses the first N <= M. The cards are
+`onic_card`s (ONIC_MANIFEST: the Adam kernel's manifest; the network kernel and the generated Adam
+RTL kernel) or, without ONIC_MANIFEST, network kernels alone with a STAND-IN Adam kernel per card
+(a sink with random back-pressure on m_axis_grad0, `hls.net.card.ReferenceKernel` on the shard, a
+source replaying the result on s_axis_param0). Per card: an AxiLiteMaster per control port (the
+Adam kernel's arguments as the driver writes them, ap_start, then the network kernel's ring
+arguments at hls/net_regmap.py's offsets, ap_start, both interrupts, ISR, STATUS, counters); card
+memory behind every m_axi port (cocotbext-axi RAM models with random latency and pauses) with the
+AXI protocol monitor on each; the MAC port as `eth_mac_port.MacPort` (cocotbext-eth `EthMac`,
+FCS and TUSER glue) on switch port k.
 
 Checked per step against a lossless ring of N `hls.net.card.Card`s with `ReferenceKernel`s run
-in Python with the same inputs: every card's reduced chunk (bit for bit = ring.reduce_scatter,
-TLAST on the last beat only), the owner's updated chunk and p, m, v, the gathered buffer in every
-card's memory (other owners' chunks; pad bytes and the own chunk's place untouched), STATUS 0;
-counters: each card's frames / bytes in and out equal what its switch port carried (bytes
-without FCS), dropped_fcs equals the damaged frames delivered to it; lossless: no
-retransmission, timeout, NAK or drop; the switch reconciles; no MAC transmit underflow or TKEEP
-error (the top's checkers), the AXI monitors clean.
+in Python with the same inputs (state carried across steps): every owner's p, m, v (card memory,
+or the stand-in's), its updated chunk (the Adam kernel's out buffer), the gathered buffer in every
+card's memory (other owners' chunks; pad bytes and the own chunk's place untouched), STATUS of
+both kernels 0; with the stand-in also the reduced chunk on the stream (bit for bit =
+ring.reduce_scatter, TLAST on the last beat only); counters: each card's frames / bytes in and out
+equal what its switch port carried (bytes without FCS), dropped_fcs equals the damaged frames
+delivered to it; lossless: no retransmission, timeout, NAK or drop; the switch reconciles; no MAC
+transmit underflow or TKEEP error (the top's checkers), the AXI monitors clean. A step that does
+not finish within ONIC_LIMIT clocks fails with every card's control words and counters.
 
 `Ring` is also the engine of `pynq_driver.net`'s rtlsim backend (`ring_server.py`).
 
-Environment: ONIC_SEED, ONIC_STEPS, ONIC_DROP, ONIC_DUP, ONIC_REORDER, ONIC_BITFLIP (per frame
-on every egress link), ONIC_GRAD_STALL (the stand-in kernel refusing its gradient beat),
-WIRE_BF16, PARAM_BF16, ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements), ONIC_RTO (clocks).
+Environment: ONIC_CARDS, ONIC_MANIFEST, ONIC_SEED, ONIC_STEPS, ONIC_LIMIT, ONIC_DROP, ONIC_DUP,
+ONIC_REORDER, ONIC_BITFLIP (per frame on every egress link), ONIC_GRAD_STALL (the stand-in kernel
+refusing its gradient beat; a quarter of it: card memory pauses), WIRE_BF16, PARAM_BF16 (the
+stand-in's dtypes), ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements),
+ONIC_RTO (retransmission timeout, clocks).
 """
 
 from __future__ import annotations

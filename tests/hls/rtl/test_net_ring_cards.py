@@ -1,11 +1,11 @@
-"""N RTL network cards in one Verilator build (hls.rtl.ring_top's generated top), each MAC port on
+"""N RTL ring cards in one Verilator build (hls.rtl.ring_top's generated top), each MAC port on
 cocotbext-eth's MAC model, through the seeded faulty switch (sim/tb/net/test_onic_ring_cards.py).
 
-Every card's reduced chunk, owner update (p, m, v) and gathered parameters bit for bit against a
-lossless reference ring of `hls.net.card.Card`s, over two steps; STATUS 0; counters against the
-switch's; the AXI monitor on every m_axi port; no MAC transmit underflow. The Adam kernel beside
-each card is the bench's stand-in (ReferenceKernel on the streams). One build per N and dtype,
-reused by every case of it.
+The cards are `onic_card`s (the network kernel and the generated Adam RTL kernel, 2 lanes, one
+stripe): every owner's p, m, v and out buffer, every card's gathered buffer bit for bit against a
+lossless reference ring of `hls.net.card.Card`s over several steps; STATUS of both kernels 0;
+counters against the switch ports; the AXI monitor on every m_axi port; no MAC transmit underflow.
+One three-card build serves the default rings of 2 and 3 cards (and NetCluster's rtlsim test).
 """
 
 from __future__ import annotations
