@@ -20,8 +20,12 @@ across steps): p, m and v of the owner's shard in card memory (bit for bit; a Na
 NaN, see `differing`), the Adam kernel's out buffer, the gathered buffer (every other owner's
 chunk; the own chunk's place and the bytes past each chunk untouched), every peer's gathered
 vector; STATUS of both kernels 0; the network counters: frames and bytes in / out equal what the
-card's switch port carried, dropped_fcs the damaged frames delivered to it, and in a lossless run
+card's switch port carried, dropped_fcs the damaged frames delivered to it, acks_sent / naks_sent
+the ACK/NAK frames it sent (every frame it sent parses), and in a lossless run
 the flows' payload bytes equal a lossless reference ring's with no retransmission, timeout or NAK.
+
+test_card_misprogrammed: the Adam kernel's n off the chunk size by ONIC_N_ERROR elements (N = 3,
+rank 1): both kernels flag it in STATUS (see `misprogrammed`).
 
 Environment: ONIC_MANIFEST (the Adam kernel's manifest.json), ONIC_SEED, ONIC_CASES ("N:r" comma
 separated, or "all:N1/N2": every rank), ONIC_STEPS (consecutive steps per case, m and v carried
@@ -66,6 +70,7 @@ from test_onic_net_kernel import (
 from hls import golden, net_regmap
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
+from hls.ports import port_array
 
 CLOCK_NS = 4
 CLOCK_S = CLOCK_NS * 1e-9
@@ -76,7 +81,6 @@ CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE = 1, 2, 4
 # card memory: the network kernel's buffers and the Adam kernel's stripes, page-spaced regions
 LGRAD, GATHER, P, M, V, OUT = 0x10000, 0x40000, 0x80000, 0xA0000, 0xC0000, 0xE0000
-NUMPY = {"fp32": np.float32, "bf16": np.uint16}
 
 
 def env_float(name: str) -> float:
@@ -184,8 +188,8 @@ def stripe_regions(tb: CardTB) -> dict[str, int]:
     regs = {}
     for name, arg in tb.adam_args.items():
         if arg["kind"] == "pointer":
-            array = name.rstrip("0123456789_rdw")
-            assert name in (f"{array}0", f"{array}0_rd", f"{array}0_wr"), f"{name}: one stripe per array expected"
+            array, index = port_array(name)
+            assert index == 0, f"{name}: one stripe per array expected"
             regs[name] = base[array]
     return regs
 
@@ -232,8 +236,11 @@ async def setup_case(tb: CardTB, n: int, r: int, seed: int) -> Ring:
     return Ring(n, r, size, payload, length, wdt, pdt, tb.spec["optimizer"], shards, peers, switch, tag)
 
 
-async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossless: bool) -> int:
-    """One ring step with the RTL card at rank c.r; every check; returns the step's clocks."""
+async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossless: bool, n_error: int = 0) -> int:
+    """One ring step with the RTL card at rank c.r; every check; returns the step's clocks.
+
+    `n_error`: the host's mistake, the Adam kernel's n off by that many elements from the chunk
+    size: both kernels must say so in STATUS (then nothing else is checked)."""
     dut, rng = tb.dut, tb.rng
     nrng = np.random.default_rng(seed)
     n, r, size = c.n, c.r, c.size
@@ -261,7 +268,7 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
 
     # the host: the Adam kernel first (it waits on its gradient stream), then the network kernel
     before = await tb.net_counters()
-    regs = {"n": size, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
+    regs = {"n": size + n_error, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
                                                 c.optimizer).registers(c.optimizer), **stripe_regions(tb)}
     for name, value in regs.items():
         await tb.adam_write(name, value)
@@ -285,16 +292,25 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     await tb.net.write_dword(GIE, 1)
     await tb.net.write_dword(IER, 1)
     port_before = c.switch.core.ports[r].as_dict()
+    assert tb.tx is not None
+    sent_before = len(tb.tx.frames)
     await tb.net.write_dword(CTRL, AP_START)
-    # the peers begin once the RTL card's step has (sizing: ~120 clocks); earlier frames would
-    # be another step's to it and come back only after a timeout
-    await ClockCycles(dut.ap_clk, 300)
+    # the peers begin with the RTL card's first frame on its MAC port: its step has begun (a
+    # peer's frame before would be another step's to it) and that frame reaches the successor
+    # only after the switch's latency, once the peer's step has begun too (otherwise the peer
+    # drops it and NAKs the gap: still correct, but not the lossless reference's counters)
+    for _ in range(3000):
+        await RisingEdge(dut.ap_clk)
+        if dut.m_axis_mac0_tvalid.value.is_resolvable and int(dut.m_axis_mac0_tvalid.value):
+            break
     for k, peer in c.peers.items():
         peer.card.update.hyper = hyper  # type: ignore[attr-defined]
         peer.start_step(step_id, grads[k], grad_scale=hyper.grad_scale)
 
     start = tb.cycle
     done = {"adam": False, "net": False}
+    if n_error:
+        return await misprogrammed(tb, c, tag, n_error)
     limit = 3_000_000
     while not (all(done.values()) and all(p.done for p in c.peers.values())):
         await ClockCycles(dut.ap_clk, 16)
@@ -350,6 +366,11 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
              "bytes_out": port["bytes_in"] - 4 * port["frames_in"],
              "bytes_in": port["bytes_out"] - 4 * port["frames_out"],
              "dropped_fcs": port["bitflipped"], "scalar_payload_bytes_out": 0}
+    # every frame the card sent parses (FCS included), and its ACK/NAK frames are the counted ones
+    sent = [wire.parse_frame(f, with_fcs=True) for f in tb.tx.frames[sent_before:]]
+    assert not any(isinstance(p, wire.Drop) for p in sent), f"{tag}: the card sent a frame that does not parse"
+    opcodes = [p.header.opcode for p in sent if not isinstance(p, wire.Drop)]
+    exact |= {"acks_sent": opcodes.count(wire.Opcode.ACK), "naks_sent": opcodes.count(wire.Opcode.NAK)}
     model = reference(n, c.length, np.zeros(c.length, np.float32), grads, c.wdt, c.pdt, c.payload,
                       step_id)["counters"][r]
     if lossless:
@@ -359,12 +380,59 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
         assert delta["rs_payload_bytes_out"] >= model["rs_payload_bytes_out"], tag
         assert delta["ag_payload_bytes_out"] >= model["ag_payload_bytes_out"], tag
     for name, value in exact.items():
-        assert delta[name] == value, f"{tag}: counter {name} {delta[name]} != {value}"
+        assert delta[name] == value, f"{tag}: counter {name} {delta[name]} != {value} (RTL counters " \
+                                     f"{ {k: v for k, v in delta.items() if v} }, switch port {port})"
     assert not tb.monitor.errors, tb.monitor.errors
     tb.monitor.check_idle()
     assert not tb.monitor.errors, tb.monitor.errors
     dut._log.info("%s: done in %d clocks; RTL counters %s", tag, clocks, {k: v for k, v in delta.items() if v})
     return clocks
+
+
+async def misprogrammed(tb: CardTB, c: Ring, tag: str, n_error: int) -> int:
+    """The Adam kernel's n does not match the chunk the network kernel streams: the network
+    kernel's parameter-length check flags it (protocol_error), and the Adam kernel never reports a
+    clean run: n short, it flags stream_long and finishes; n long, it flags stream_short at the
+    early TLAST but does not finish, as the network kernel takes only the chunk's beats of its
+    parameter stream (its ap_done waits for the stream's TLAST): the host's wait times out.
+    Nothing is silent."""
+    dut = tb.dut
+    start = tb.cycle
+    net_status, adam_done, since = 0, False, None
+    while tb.cycle - start < 100_000:
+        await ClockCycles(dut.ap_clk, 64)
+        adam_done = adam_done or bool(int(dut.interrupt_adam.value))
+        if not net_status:
+            net_status = await tb.net.read_dword(READONLY["status"])
+            since = tb.cycle if net_status else None
+        if net_status and (adam_done or tb.cycle - (since or 0) > 20_000):
+            break
+    protocol = 1 << net_regmap.STATUS_BITS["protocol_error"]
+    assert net_status == protocol, f"{tag}: network kernel STATUS {net_status:#x}, expected protocol_error"
+    bits = tb.manifest["register_map"]["status"]["bits"]
+    status = await tb.adam.read_dword(tb.adam_status)
+    if n_error < 0:
+        assert adam_done, f"{tag}: the Adam kernel did not finish"
+        assert status & 1 << int(bits["stream_long"]), f"{tag}: Adam kernel STATUS {status:#x}, expected stream_long"
+    else:  # STATUS is live while the kernel runs: stream_short is up at the early TLAST
+        assert status & 1 << int(bits["stream_short"]), f"{tag}: Adam kernel STATUS {status:#x}, expected stream_short"
+    dut._log.info("%s: n off by %d: network STATUS %#x (protocol_error); Adam kernel done: %s, STATUS %#x", tag,
+                  n_error, net_status, adam_done, status)
+    return tb.cycle - start
+
+
+@cocotb.test()
+async def test_card_misprogrammed(dut: Any) -> None:
+    """The host writes the Adam kernel's n one beat off the chunk size (ONIC_N_ERROR elements):
+    flagged, never a clean step (see `misprogrammed`). The ring does not finish; the host resets."""
+    seed = int(os.environ.get("ONIC_SEED", "1"))
+    rng = random.Random(seed)
+    manifest = json.loads(Path(os.environ["ONIC_MANIFEST"]).read_text())
+    tb = CardTB(dut, manifest, rng)
+    await tb.start()
+    n_error = int(os.environ.get("ONIC_N_ERROR", "16"))
+    c = await setup_case(tb, 3, 1, seed)
+    await run_step(tb, c, 101, 1, seed, True, n_error=n_error)
 
 
 @cocotb.test()

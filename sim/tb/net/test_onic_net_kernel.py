@@ -8,9 +8,11 @@ frames for it go into s_axis_mac0 through cocotbext-eth's 100G `EthMacRx` (pream
 inter-frame gap timing; TUSER, the FCS flag, stays 0). The switch is lossless unless the case
 asks for seeded drops and duplicates (each frame on every link).
 
-The Adam kernel beside the RTL card is a STAND-IN (no RTL here yet): a sink on m_axis_grad0 with
-random back-pressure (a stalled kernel) collects the reduced chunk, then `ReferenceKernel` on the
-card's shard computes the updated chunk, which a source replays on s_axis_param0. Card memory is
+This bench is the network kernel ALONE: its Adam side is a reference model on the streams
+(`reference_adam_streams`), not RTL: a sink on m_axis_grad0 with random back-pressure (a stalled
+kernel) collects the reduced chunk, then `ReferenceKernel` on the card's shard computes the
+updated chunk, which a source replays on s_axis_param0. The card with the real generated Adam
+kernel on these streams is test_onic_card.py (onic_card, hls.rtl.card). Card memory is
 two cocotbext-axi RAM models with random latency and channel pauses (one memory), the AXI
 protocol monitor on m_axi_lgrad0 and m_axi_gather0. The host is an AxiLiteMaster: the arguments
 at hls/net_regmap.py's offsets, ap_start, the interrupt (GIE, IER done), CTRL, ISR, STATUS and
@@ -25,7 +27,7 @@ the RTL card, ACK/NAKs sent equal the replies it sent, the flows' payload bytes 
 reference card r's, and in a lossless case no retransmission, timeout, NAK or drop.
 
 Environment: ONIC_SEED, ONIC_CASES ("N:r" comma separated, or "all:N1/N2" every rank), WIRE_BF16,
-PARAM_BF16, ONIC_DROP, ONIC_DUP (per-frame probabilities), ONIC_GRAD_STALL (the stand-in kernel
+PARAM_BF16, ONIC_DROP, ONIC_DUP (per-frame probabilities), ONIC_GRAD_STALL (the reference model
 refusing its gradient beat).
 """
 
@@ -210,9 +212,10 @@ class TB:
         return out
 
 
-async def stand_in_kernel(tb: TB, kernel: ReferenceKernel, beats: int, scale: float,
+async def reference_adam_streams(tb: TB, kernel: ReferenceKernel, beats: int, scale: float,
                           got: dict[str, Any]) -> None:
-    """The Adam kernel stand-in: the reduced chunk in, ReferenceKernel's updated chunk out."""
+    """The Adam side of the network kernel's own bench (no RTL): the reduced chunk in,
+    ReferenceKernel's updated chunk out."""
     while len(tb.grad.items) < beats:
         await RisingEdge(tb.dut.ap_clk)
     items = list(tb.grad.items[:beats])
@@ -257,7 +260,7 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     fill = bytes([0xA5]) * (n * pb * BEAT)
     tb.rd.write(gather_addr, fill)
 
-    # the peers and the RTL card's stand-in kernel
+    # the peers and the reference model on the RTL card's Adam streams
     cards = make_cards(n, length, params, wdt, pdt, payload)
     eps = endpoints(n)
     by_mac = {e.mac: k for k, e in enumerate(eps)}
@@ -266,7 +269,7 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     got: dict[str, Any] = {}
     scale = ring.step_grad_scale(None, n, grad_scale=1.0)
     assert scale is not None
-    kernel_task = cocotb.start_soon(stand_in_kernel(tb, own_kernel, wb, scale, got))
+    kernel_task = cocotb.start_soon(reference_adam_streams(tb, own_kernel, wb, scale, got))
 
     # the host: arguments, interrupt on done, ap_start
     me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
@@ -569,7 +572,7 @@ async def test_ring_switch(dut: Any) -> None:
     got: dict[str, Any] = {}
     scale = ring.step_grad_scale(None, n, grad_scale=1.0)
     assert scale is not None
-    kernel_task = cocotb.start_soon(stand_in_kernel(tb, own_kernel, wb, scale, got))
+    kernel_task = cocotb.start_soon(reference_adam_streams(tb, own_kernel, wb, scale, got))
     await program(tb, n, r, length, payload, step, lgrad_addr, gather_addr, round(rto_s / clock_s))
     await tb.write("ctrl", 1)
     await ClockCycles(dut.ap_clk, 300)

@@ -9,7 +9,8 @@ generated Adam kernel joined as v++'s stream_connect joins them, on a ring of so
   `hls.net.ring.ring_step`, several steps in a row with m and v carried in card memory, STATUS of
   both kernels 0, the network counters against the switch port and a lossless reference ring; the
   AXI monitor on every m_axi port. fp32 wire at every position of N = 2, 3, 4; bf16 wire and
-  parameters; drops, duplicates, reordering and bit flips on every link; a stalled memory port.
+  parameters; drops, duplicates, reordering and bit flips on every link; a stalled memory port;
+  the Adam kernel's n misprogrammed (both kernels flag it).
 The Adam kernel is reduced for CI (2 lanes, one stripe per array); the network kernel's buffers are
 the small ones of test_net_kernel.py.
 """
@@ -65,7 +66,7 @@ def test_render_deterministic_and_checked() -> None:
             spec.with_(name=taken)
 
 
-@pytest.mark.parametrize("dtypes", ["fp32", "bf16-fp32"])
+@pytest.mark.parametrize("dtypes", ["fp32", pytest.param("bf16-fp32", marks=pytest.mark.slow)])
 def test_lint(dtypes: str, tmp_path: Path) -> None:
     """The card top with every source: no Verilator -Wall warning, Icarus -Wall clean."""
     card = prepare_card(SPECS[dtypes], tmp_path)
@@ -86,7 +87,7 @@ def test_lint(dtypes: str, tmp_path: Path) -> None:
 
 
 def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, *, steps: int = 1,
-        extra: dict[str, str] | None = None, tag: str = "") -> None:
+        extra: dict[str, str] | None = None, tag: str = "", testcase: str = "test_card_ring") -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
     monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
@@ -98,7 +99,7 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, *, 
         sources=card.sources, toplevel=CARD_MODULE, test_module="test_onic_card", test_dir=NET_TB,
         build_dir=bdir / "verilator", simulator="verilator", parameters=SIM_PARAMS, extra_env=env,
         # the bench touches the top's ports only: no VPI handles to every internal signal
-        build_args=["--no-public-flat-rw", "--public-depth", "1"],
+        build_args=["--no-public-flat-rw", "--public-depth", "1"], testcase=testcase,
         log_file=bdir / f"run{tag}.log",
     )
     ran, failed = simulators.check_results(xml)
@@ -106,25 +107,35 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, *, 
 
 
 def test_card_ring_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
-    """fp32: every position of N = 2, 3, 4, two steps each (m and v carried in card memory)."""
-    run("fp32", "all:2/3/4", 3, monkeypatch, steps=2)
+    """fp32: every position of N = 2, 3, 4, one step each."""
+    run("fp32", "all:2/3/4", 3, monkeypatch)
 
 
 def test_card_ring_faults(monkeypatch: pytest.MonkeyPatch) -> None:
     """Drop, duplicate, reorder and bit flips on every link, every memory channel pausing 30 % of
-    clocks: bit-exact, two steps in a row."""
-    run("fp32", "3:2,4:1", 11, monkeypatch, steps=2, tag="-faults",
+    clocks: three steps in a row (m and v carried in card memory), bit-exact after each."""
+    run("fp32", "4:1", 11, monkeypatch, steps=3, tag="-faults",
         extra={"ONIC_DROP": "0.02", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
                "ONIC_MEM_STALL": "0.3"})
 
 
 def test_card_ring_stalled_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Adam kernel's parameter read and output ports and the gather port pausing 90 % of
-    clocks on a 1024-element chunk (64 beats, 22 packets a hop): the Adam kernel back-pressures
+    clocks on a 1024-element chunk (64 beats): the Adam kernel back-pressures
     the gradient stream, the network kernel its receive slots; the ring finishes bit-exact, no
     deadlock."""
     run("fp32", "3:1", 12, monkeypatch, tag="-stalled",
         extra={"ONIC_STALL_PORTS": "p0_rd,out0,gather0,v0_wr", "ONIC_SIZE": "1024"})
+
+
+@pytest.mark.parametrize("n_error", [16, -16], ids=["n-long", "n-short"])
+def test_card_misprogrammed(n_error: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's n for the Adam kernel one beat off the chunk the network kernel streams: the
+    network kernel flags protocol_error; n short, the Adam kernel stream_long; n long, the Adam
+    kernel stream_short and it never finishes (the network kernel takes only the chunk's beats
+    of its parameter stream), so the host's wait times out. Never a clean step."""
+    run("fp32", "3:1", 13, monkeypatch, testcase="test_card_misprogrammed", tag=f"-n{n_error}",
+        extra={"ONIC_N_ERROR": str(n_error)})
 
 
 @pytest.mark.slow
@@ -136,6 +147,12 @@ def test_card_ring_bf16(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
     run(dtypes, "4:3", 22, monkeypatch, steps=2, tag="-faults",
         extra={"ONIC_DROP": "0.03", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
                "ONIC_MEM_STALL": "0.3"})
+
+
+@pytest.mark.slow
+def test_card_ring_fp32_two_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp32: every position of N = 2, 3, 4, two steps each, lossless."""
+    run("fp32", "all:2/3/4", 31, monkeypatch, steps=2, tag="-two")
 
 
 @pytest.mark.slow
