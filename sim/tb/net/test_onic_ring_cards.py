@@ -447,7 +447,23 @@ class Ring:
             if self.adam is not None:
                 d |= {"adam_ctrl": await c.adam.read_dword(CTRL), "adam_status": await c.adam.read_dword(c.adam_status)}
             d |= {k: v for k, v in (await c.counters()).items() if v}
+            d |= self._senders(c.k)
             out.append(d)
+        return out
+
+    def _senders(self, k: int) -> dict[str, dict[str, int]]:
+        """The go-back-N senders' state (base, next, provided, credit, limit), read through the
+        simulator's hierarchy (Verilator --public-flat-rw); empty where the hierarchy differs."""
+        out = {}
+        card = getattr(self.dut, f"card{k}")
+        tx = card.net_inst.tx if self.adam is not None else card.tx
+        for flow in ("rs_retx", "ag_retx"):
+            try:
+                retx = getattr(tx, flow)
+                out[flow] = {n: int(getattr(retx, f"{n}_reg").value)
+                             for n in ("base", "next", "provided", "credit", "limit", "inflight")}
+            except (AttributeError, ValueError):
+                pass
         return out
 
     def tx_errors(self) -> list[str]:
