@@ -209,32 +209,47 @@ def kernel_row(spec: Any, target: Any, *, use_cache: bool = True, cache_dir: Pat
 
 def report(spec: Any, target: Any, *, units: bool = True, kernel: bool = True, matrix: bool = False,
            use_cache: bool = True, cache_dir: Path | None = None, log: Any = None,
-           targets: Any = None) -> dict[str, Any]:
+           targets: Any = None, cached_only: bool = False) -> dict[str, Any]:
     """Timing rows for every RTL unit alone and the kernel at `spec.lanes` lanes on `target`; with `matrix`
     the kernel on every target of MATRIX_TARGETS in every dtype pair of MATRIX_DTYPES (`spec`'s
-    optimizer, source and lanes), `targets` resolving a key to a Target."""
+    optimizer, source and lanes), `targets` resolving a key to a Target. `cached_only`: no yosys run
+    starts; a row whose runs are not cached is left out and named in `not_run`."""
     cache = Path(cache_dir or synth.SYNTH_DIR)
     say = log or (lambda _msg: None)
     load_start = os.getloadavg()[0]
     sources = rtl_sources.static_sources()
     unit_rows = []
+    not_run: list[str] = []
     if units:
         mods = unit_modules(sources)
         for i, (module, src) in enumerate(mods, 1):
             params = _unit_params(module, src, spec)
             say(f"[synth] unit {i}/{len(mods)}: {module} {params or ''}".rstrip())
-            if module == LANE_MODULE:  # the same run as the kernel rows' lane alone (one cache entry)
-                run = synth.synth_lane(spec, cache_dir=cache, use_cache=use_cache) | {"unit": module}
-            else:
-                run = synth.synth_module(sources, module, params, cache_dir=cache, use_cache=use_cache)
+            try:
+                if module == LANE_MODULE:  # the same run as the kernel rows' lane alone (one cache entry)
+                    run = synth.synth_lane(spec, cache_dir=cache, use_cache=use_cache,
+                                           cached_only=cached_only) | {"unit": module}
+                else:
+                    run = synth.synth_module(sources, module, params, cache_dir=cache, use_cache=use_cache,
+                                             cached_only=cached_only)
+            except synth.NotCached:
+                not_run.append(module)
+                say("[synth]   not cached: no row")
+                continue
             unit_rows.append(row(run))
             say(f"[synth]   {_progress(unit_rows[-1])}")
     configs = [(target, spec)]
     if matrix:
         configs = [(targets(t), spec.with_(target=t, grad_dtype=g, out_dtype=o))
                    for t in MATRIX_TARGETS for g, o in MATRIX_DTYPES]
-    kernel_rows = [kernel_row(s, t, use_cache=use_cache, cache_dir=cache, log=log)
-                   for t, s in (configs if kernel else ())]
+    kernel_rows = []
+    for t, s in (configs if kernel else ()):
+        try:
+            kernel_rows.append(kernel_row(s, t, use_cache=use_cache, cache_dir=cache, log=log,
+                                          cached_only=cached_only))
+        except synth.NotCached:
+            not_run.append(f"{t.key} {s.grad_dtype}->{s.out_dtype}")
+            say("[synth]   not cached: no row")
     rows = unit_rows + kernel_rows
     return {
         "spec": spec.to_dict(),
@@ -246,6 +261,7 @@ def report(spec: Any, target: Any, *, units: bool = True, kernel: bool = True, m
         "load_average": f"{load_start:.1f} (1 min) at the start, {os.getloadavg()[0]:.1f} at the end",
         "units": unit_rows,
         "kernel": kernel_rows,
+        "not_run": not_run,
         "met": all(r["met"] for r in rows),
         "kernel_met": all(r["met"] for r in kernel_rows) if kernel_rows else None,
         "caveat": "LUT levels and loads from yosys before placement; Vivado maps, replicates and retimes "
