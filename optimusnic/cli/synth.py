@@ -139,5 +139,6 @@ def format_timing(rep: dict) -> str:
         lines.append(f"not synthesized yet (no row): {', '.join(rep['not_run'])}")
     lines += [f"note: {rep['caveat']}", "I/O levels: in->reg / reg->out / in->out, not judged (a module's "
               "ports are registered, or not, by its neighbours)",
-              f"all rows: {verdict[rep['met']]}; kernel rows: {verdict[rep['kernel_met']]}"]
+              f"all rows: {verdict[rep['met']]}; kernel rows: {verdict[rep['kernel_met']]}"
+              + (f" (of the rows above; {len(rep['not_run'])} not synthesized)" if rep.get("not_run") else "")]
     return "\n".join(lines)
