@@ -60,6 +60,7 @@ fuzz: deps
 # Resource estimate of the RTL kernel with yosys: make synth SYNTH_ARGS="--target u55c --lanes 16"
 # The 16-lane timing rows of every default target and dtype (about an hour uncached on 2 cores):
 #   make synth SYNTH_ARGS="--target u55c --timing --matrix --write-results"
+# (add --cached-rows to write the rows whose yosys runs have finished, naming the others, running none)
 SYNTH_ARGS ?= --target u55c
 synth: deps deps-yosys
 	$(BIN)/optimusnic synth $(SYNTH_ARGS)

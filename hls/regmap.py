@@ -5,10 +5,14 @@ declaration order, a 64-bit pointer taking 12 bytes (low, high, reserved) and a 
 8 bytes (value, reserved). The manifest carries this map; the HLS C++, the RTL control block,
 kernel.xml and the driver all read it from there, so they cannot drift apart.
 
-After the arguments: the sticky STATUS word, then the PORT_ERR words (one bit per m_axi port in
-register-map order, 32 ports per word: an RRESP error on a read port, a BRESP error on a write
-port). Only the RTL kernel implements them: a Vitis HLS m_axi adapter does not hand RRESP or
-BRESP to the C++, and the HLS kernel reads 0 at both (its control block has nothing there).
+After the arguments: the sticky STATUS word and its control word (8 bytes), then the PORT_ERR
+words (one bit per m_axi port in register-map order, 32 ports per word: an RRESP error on a read
+port, a BRESP error on a write port). The HLS stream kernel's STATUS is its `status` output
+argument, which Vitis HLS gives the ap_vld protocol: the data word at the pragma's offset and a
+control word after it (bit 0 `status_ap_vld`, clear on read; UG1399 "S_AXILITE and Port-Level
+Protocols", "S_AXILITE Offset Option"), so PORT_ERR starts a word later. Only the RTL kernel
+implements PORT_ERR (its STATUS control word reads 0): a Vitis HLS m_axi adapter does not hand
+RRESP or BRESP to the C++, and the HLS kernel reads 0 there (its control block has nothing there).
 """
 
 from __future__ import annotations
@@ -66,6 +70,10 @@ STATUS_CAUSES = {
 # element: only a checkpoint restores a consistent state (design.md section 4).
 SUPPRESSING = ("read_response", "stream_short", "stream_keep")
 PORTS_PER_WORD = 32
+# STATUS takes its data word and a control word, as Vitis HLS lays out an output scalar on
+# s_axilite (ap_vld: `status_ap_vld` in bit 0 of the second word, clear on read): the HLS stream
+# kernel's control block has it there, so nothing else may be (the RTL kernel reads 0 there).
+STATUS_SIZE = 8
 
 
 @dataclass(frozen=True)
@@ -149,9 +157,9 @@ def pointer_ports(args: list[Arg]) -> list[str]:
 
 
 def port_error_offsets(args: list[Arg]) -> list[int]:
-    """The PORT_ERR words, right after STATUS: one per 32 m_axi ports."""
+    """The PORT_ERR words, after STATUS and its control word: one per 32 m_axi ports."""
     words = -(-len(pointer_ports(args)) // PORTS_PER_WORD)
-    return [status_offset(args) + 4 * (1 + k) for k in range(words)]
+    return [status_offset(args) + STATUS_SIZE + 4 * k for k in range(words)]
 
 
 def port_errors(ports: list[str], words: list[int]) -> list[str]:
@@ -170,7 +178,7 @@ def status_causes(value: int) -> list[str]:
 
 def address_range(args: list[Arg]) -> int:
     """Size of the AXI4-Lite address space, a power of two (at least 0x1000 as XRT expects)."""
-    end = max([status_offset(args), *port_error_offsets(args)]) + 4
+    end = max([status_offset(args) + STATUS_SIZE - 4, *port_error_offsets(args)]) + 4
     size = 0x1000
     while size < end:
         size *= 2
@@ -186,7 +194,7 @@ def to_manifest(spec: KernelSpec, stripes: StripeCounts) -> dict[str, object]:
         "address_bits": (address_range(args) - 1).bit_length(),
         "stripes": {"grad": stripes.grad, "state": stripes.state, "out": stripes.out},
         "args": [a.to_dict() for a in args],
-        "status": {"offset": status_offset(args), "bits": dict(STATUS_BITS),
+        "status": {"offset": status_offset(args), "size": STATUS_SIZE, "bits": dict(STATUS_BITS),
                    "port_errors": {"offsets": port_error_offsets(args), "ports": pointer_ports(args),
                                    "ports_per_word": PORTS_PER_WORD}},
     }

@@ -224,7 +224,10 @@ def synth_top(spec: KernelSpec, target: Target, cache_dir: Path = SYNTH_DIR, *, 
         generated.append(dest)
     sources = rtl_sources.static_sources()
     if lane_stub:
-        sources = [f for f in sources if f.stem != LANE_MODULE] + [rtl_sources.LANE_STUB]
+        # Only the lane instantiates FP units: leaving them out of the stubbed run keeps its cache key
+        # (and its minutes of yosys) independent of the lane's insides, which the lane-alone run covers.
+        sources = [f for f in sources if f.stem != LANE_MODULE and f.parent != rtl_sources.FP_RTL]
+        sources.append(rtl_sources.LANE_STUB)
         kw |= {"defines": (rtl_sources.LANE_STUB_DEFINE,), "box_src": rtl_sources.LANE_STUB.name}
     label = f"kernel top, {spec.lanes} lane(s)" + (", lanes stubbed" if lane_stub else "")
     return synth_module([*sources, *generated], spec.name, label=label, cache_dir=cache_dir, **kw)

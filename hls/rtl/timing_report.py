@@ -220,9 +220,10 @@ def kernel_row(spec: Any, target: Any, *, use_cache: bool = True, cache_dir: Pat
 
 
 def net_rows(*, use_cache: bool = True, cache_dir: Path | None = None, log: Any = None,
-             units: tuple[tuple[str, Path, str, dict[str, int]], ...] | None = None) -> list[dict[str, Any]]:
+             units: tuple[tuple[str, Path, str, dict[str, int]], ...] | None = None,
+             cached_only: bool = False) -> list[dict[str, Any]]:
     """One row per network kernel top of `units` (NET_UNITS), synthesized whole, with its resources (minutes
-    each; cached)."""
+    each; cached). `cached_only`: raise synth.NotCached rather than start a run."""
     units = NET_UNITS if units is None else units
     cache = Path(cache_dir or synth.SYNTH_DIR)
     say = log or (lambda _msg: None)
@@ -230,7 +231,7 @@ def net_rows(*, use_cache: bool = True, cache_dir: Path | None = None, log: Any 
     for label, flist, top, params in units:
         say(f"[synth] network kernel {label} (yosys takes a quarter of an hour; cached afterwards)")
         run = synth.synth_module(rtl_sources.read_filelist(flist), top, params, label=label, cache_dir=cache,
-                                 use_cache=use_cache)
+                                 use_cache=use_cache, cached_only=cached_only)
         r = row(run) | {"resources": run["resources"]}
         say(f"[synth]   {_progress(r)}")
         rows.append(r)
@@ -239,34 +240,55 @@ def net_rows(*, use_cache: bool = True, cache_dir: Path | None = None, log: Any 
 
 def report(spec: Any, target: Any, *, units: bool = True, kernel: bool = True, matrix: bool = False,
            use_cache: bool = True, cache_dir: Path | None = None, log: Any = None,
-           targets: Any = None, net: bool = False) -> dict[str, Any]:
+           targets: Any = None, net: bool = False, cached_only: bool = False) -> dict[str, Any]:
     """Timing rows for every RTL unit alone and the kernel at `spec.lanes` lanes on `target`; with `matrix`
     the kernel on every target of MATRIX_TARGETS in every dtype pair of MATRIX_DTYPES (`spec`'s
     optimizer, source and lanes), `targets` resolving a key to a Target; with `net` the network kernel
-    tops of NET_UNITS."""
+    tops of NET_UNITS. `cached_only`: no yosys run starts; a row whose runs are not cached is left out
+    and named in `not_run`."""
     cache = Path(cache_dir or synth.SYNTH_DIR)
     say = log or (lambda _msg: None)
     load_start = os.getloadavg()[0]
     sources = rtl_sources.static_sources()
     unit_rows = []
+    not_run: list[str] = []
     if units:
         mods = unit_modules(sources)
         for i, (module, src) in enumerate(mods, 1):
             params = _unit_params(module, src, spec)
             say(f"[synth] unit {i}/{len(mods)}: {module} {params or ''}".rstrip())
-            if module == LANE_MODULE:  # the same run as the kernel rows' lane alone (one cache entry)
-                run = synth.synth_lane(spec, cache_dir=cache, use_cache=use_cache) | {"unit": module}
-            else:
-                run = synth.synth_module(sources, module, params, cache_dir=cache, use_cache=use_cache)
+            try:
+                if module == LANE_MODULE:  # the same run as the kernel rows' lane alone (one cache entry)
+                    run = synth.synth_lane(spec, cache_dir=cache, use_cache=use_cache,
+                                           cached_only=cached_only) | {"unit": module}
+                else:
+                    run = synth.synth_module(sources, module, params, cache_dir=cache, use_cache=use_cache,
+                                             cached_only=cached_only)
+            except synth.NotCached:
+                not_run.append(module)
+                say("[synth]   not cached: no row")
+                continue
             unit_rows.append(row(run))
             say(f"[synth]   {_progress(unit_rows[-1])}")
     configs = [(target, spec)]
     if matrix:
         configs = [(targets(t), spec.with_(target=t, grad_dtype=g, out_dtype=o))
                    for t in MATRIX_TARGETS for g, o in MATRIX_DTYPES]
-    kernel_rows = [kernel_row(s, t, use_cache=use_cache, cache_dir=cache, log=log)
-                   for t, s in (configs if kernel else ())]
-    net_kernel_rows = net_rows(use_cache=use_cache, cache_dir=cache, log=log) if net else []
+    kernel_rows = []
+    for t, s in (configs if kernel else ()):
+        try:
+            kernel_rows.append(kernel_row(s, t, use_cache=use_cache, cache_dir=cache, log=log,
+                                          cached_only=cached_only))
+        except synth.NotCached:
+            not_run.append(f"{t.key} {s.grad_dtype}->{s.out_dtype}")
+            say("[synth]   not cached: no row")
+    net_kernel_rows = []
+    if net:
+        try:
+            net_kernel_rows = net_rows(use_cache=use_cache, cache_dir=cache, log=log, cached_only=cached_only)
+        except synth.NotCached:
+            not_run.append("network kernel")
+            say("[synth]   not cached: no row")
     rows = unit_rows + kernel_rows + net_kernel_rows
     return {
         "spec": spec.to_dict(),
@@ -279,6 +301,7 @@ def report(spec: Any, target: Any, *, units: bool = True, kernel: bool = True, m
         "units": unit_rows,
         "kernel": kernel_rows,
         "net": net_kernel_rows,
+        "not_run": not_run,
         "met": all(r["met"] for r in rows),
         "kernel_met": all(r["met"] for r in kernel_rows) if kernel_rows else None,
         "caveat": "LUT levels and loads from yosys before placement; Vivado maps, replicates and retimes "

@@ -399,7 +399,8 @@ def synth_section(rep: dict[str, Any] | None) -> list[str]:
         "",
         *notes,
         *([f"- Not synthesized yet (no row): {', '.join(rep['not_run'])}."] if rep.get("not_run") else []),
-        f"- Goal ({rep['goal']}): every row {verdict[rep['met']]}; kernel rows {verdict[rep['kernel_met']]}.",
+        f"- Goal ({rep['goal']}): every row {verdict[rep['met']]}; kernel rows {verdict[rep['kernel_met']]}"
+        + (f" (of the rows above; {len(rep['not_run'])} not synthesized, no verdict)." if rep.get("not_run") else "."),
         f"- {rep['caveat']}.",
         "",
     ]

@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--timing: the kernel on every default target (u55c, u50, u280) in fp32, bf16 and fp16->fp32 "
                    "(--target and the dtypes are ignored for the kernel rows; minutes of yosys per row, cached), and "
                    "the network kernel top (sim/rtl/net) whole with its resources")
+    p.add_argument("--cached-rows", action="store_true",
+                   help="--timing: start no yosys run; rows whose runs are not cached are named as not synthesized "
+                   "(to write the rows finished so far while the rest still run)")
     p.add_argument("--no-units", action="store_true", help="--timing: the kernel rows only")
     p.add_argument("--no-kernel", action="store_true", help="--timing: the per-module rows only")
     p.add_argument("--write-results", action="store_true",
@@ -48,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     target = get_target(spec.target, args.targets_file)
-    timing_only = [f for f, on in (("--matrix", args.matrix), ("--no-units", args.no_units),
+    timing_only = [f for f, on in (("--matrix", args.matrix), ("--cached-rows", args.cached_rows),
+                                   ("--no-units", args.no_units),
                                    ("--no-kernel", args.no_kernel), ("--write-results", args.write_results)) if on]
     if timing_only and not args.timing:
         raise UserError(f"{', '.join(timing_only)} only go with --timing")
@@ -57,12 +61,14 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--timing has no --cached form: it reads the cached yosys runs by itself")
         rep = timing.report(spec, target, units=not args.no_units, kernel=not args.no_kernel, matrix=args.matrix,
                             use_cache=not args.no_cache, log=lambda m: print(m, file=sys.stderr, flush=True),
-                            targets=lambda key: get_target(key, args.targets_file), net=args.matrix)
+                            targets=lambda key: get_target(key, args.targets_file), net=args.matrix,
+                            cached_only=args.cached_rows)
         if args.write_results:
             from optimusnic.bench.report import write_synth_section
 
             rep["command"] = (f"optimusnic synth --target {spec.target} --lanes {spec.lanes} --timing"
-                              f"{' --matrix' if args.matrix else ''} --write-results")
+                              f"{' --matrix' if args.matrix else ''}{' --cached-rows' if args.cached_rows else ''}"
+                              " --write-results")
             print(f"written: {write_synth_section(rep)}", file=sys.stderr)
         if args.json:
             emit_json(rep)
@@ -131,7 +137,10 @@ def format_timing(rep: dict) -> str:
     if rep["kernel"]:
         lines.append(f"kernel rows: {rep['kernel'][0]['method']}")
     verdict = {True: "met", False: "NOT met", None: "not run"}
+    if rep.get("not_run"):
+        lines.append(f"not synthesized yet (no row): {', '.join(rep['not_run'])}")
     lines += [f"note: {rep['caveat']}", "I/O levels: in->reg / reg->out / in->out, not judged (a module's "
               "ports are registered, or not, by its neighbours)",
-              f"all rows: {verdict[rep['met']]}; kernel rows: {verdict[rep['kernel_met']]}"]
+              f"all rows: {verdict[rep['met']]}; kernel rows: {verdict[rep['kernel_met']]}"
+              + (f" (of the rows above; {len(rep['not_run'])} not synthesized)" if rep.get("not_run") else "")]
     return "\n".join(lines)

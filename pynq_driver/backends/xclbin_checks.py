@@ -180,7 +180,7 @@ def register_reach(register_map: dict[str, Any]) -> tuple[int, str]:
     words += [(int(o) + 4, "control") for o in register_map.get("control", {}).values()]
     status = register_map.get("status") or {}
     if "offset" in status:
-        words.append((int(status["offset"]) + 4, "STATUS"))
+        words.append((int(status["offset"]) + int(status.get("size", 4)), "STATUS"))
     words += [(int(o) + 4, "PORT_ERR") for o in (status.get("port_errors") or {}).get("offsets", [])]
     return max(words, default=(0, "nothing"))
 

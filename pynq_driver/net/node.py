@@ -65,8 +65,10 @@ def check_backend(backend: str) -> None:
 
         require_network_bitstream()
     if backend not in RING_BACKENDS:
+        hint = " (RTL cards run as a whole ring in one simulation: NetCluster('rtlsim', ...))" \
+            if backend == "rtlsim" else ""
         raise UserError(f"backend {backend!r} cannot join a ring: software cards on the wire are "
-                        f"{' and '.join(RING_BACKENDS)} (the rtlsim kernel has no network port either)")
+                        f"{' and '.join(RING_BACKENDS)}{hint}")
 
 
 def ring_spec(spec: KernelSpec | None, wire_dtype: str | None) -> KernelSpec:

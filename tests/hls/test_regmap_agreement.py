@@ -108,13 +108,14 @@ def test_register_map_agrees_everywhere(spec: KernelSpec) -> None:
             assert name not in v, f"stream argument {name} must have no register"
         else:
             assert v.get(name) == offset, f"control block {name}: {v.get(name)} != manifest {offset}"
-    # STATUS, then one PORT_ERR word per 32 m_axi ports (register-map order), all inside the range
+    # STATUS and its control word (the HLS stream kernel's status_ap_vld, as Vitis HLS lays out an
+    # output scalar), then one PORT_ERR word per 32 m_axi ports (register-map order), all inside the range
     status = manifest["register_map"]["status"]
     assert v["status"] == status["offset"]
     pointers = [n for n, a in zip(names, manifest["register_map"]["args"], strict=True) if a["kind"] == "pointer"]
     assert status["port_errors"]["ports"] == pointers
     offsets = status["port_errors"]["offsets"]
-    assert offsets == [status["offset"] + 4 * (k + 1) for k in range(-(-len(pointers) // 32))]
+    assert offsets == [status["offset"] + 8 + 4 * k for k in range(-(-len(pointers) // 32))]
     assert [v.get(f"port_err_{k}") for k in range(len(offsets))] == offsets
     assert offsets[-1] + 4 <= 2 ** manifest["register_map"]["address_bits"]
     assert re.search(rf"input  wire \[{len(pointers) - 1}:0\]\s+port_err,", ctrl)

@@ -166,7 +166,7 @@ def test_status_error_names_the_port() -> None:
         per_port = status["port_errors"]
         pointers = [a["name"] for a in dev.manifest["register_map"]["args"] if a["kind"] == "pointer"]
         assert per_port["ports"] == pointers and len(per_port["offsets"]) == -(-len(pointers) // 32)
-        assert per_port["offsets"][0] == status["offset"] + 4
+        assert per_port["offsets"][0] == status["offset"] + 8
         plain = dev.read_reg
         bad = {"p1_rd": "RRESP", "v2_wr": "BRESP"}
         bits = sum(1 << pointers.index(p) for p in bad)

@@ -51,9 +51,28 @@ fp_lzc #(
 );
 
 // subnormal: value = frac * 2^-24; leading one at bit (9 - lz) gives exponent
-// (9 - lz) - 24 + 127 = 112 - lz, and the bits below it form the fraction
-wire [9:0] sub_frac = a_frac << (frac_lz + 4'd1);
-wire [7:0] sub_exp = 8'd112 - {4'd0, frac_lz};
+// (9 - lz) - 24 + 127 = 112 - lz, and the bits below it form the fraction. Neither the shift
+// nor the exponent goes through an adder: lz + 1 and 112 - lz as carry chains put the widen
+// at 8 LUT levels from its input next to the lane's multiplier.
+// (the leading one itself, bit 9 after the shift, is dropped: only the bits below it are kept)
+wire [8:0] norm_frac = a_frac[8:0] << frac_lz;
+wire [9:0] sub_frac = {norm_frac, 1'b0};
+reg  [7:0] sub_exp;
+
+always @* begin
+    case (frac_lz)
+        4'd0: sub_exp = 8'd112;
+        4'd1: sub_exp = 8'd111;
+        4'd2: sub_exp = 8'd110;
+        4'd3: sub_exp = 8'd109;
+        4'd4: sub_exp = 8'd108;
+        4'd5: sub_exp = 8'd107;
+        4'd6: sub_exp = 8'd106;
+        4'd7: sub_exp = 8'd105;
+        4'd8: sub_exp = 8'd104;
+        default: sub_exp = 8'd103;  // 9 (a nonzero 10-bit fraction has at most 9 leading zeros)
+    endcase
+end
 
 reg [31:0] y;
 

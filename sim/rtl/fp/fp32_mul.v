@@ -2,6 +2,8 @@
  * OptimusNIC floating-point units: IEEE-754 binary32 multiplier
  *
  * Round to nearest even, subnormal inputs and results kept:
+ *   0. (UNPACK_STAGE = 1 only) unpack: special-case flags, mantissas and their
+ *      leading-zero counts, registered
  *   1. unpack, normalise subnormal mantissas (leading-zero count, left shift,
  *      exponent goes below 1), add exponents, special cases
  *   2. 24 x 24 -> 48-bit mantissa product, first register (DSP); in parallel the
@@ -25,7 +27,12 @@ module fp32_mul #(
     // pipeline runs free, as onic_adam_lane uses it (no clock-enable net to fan out)
     parameter integer STALL = 1,
     // width of the pass-through tag that travels with each operand
-    parameter integer TAG_WIDTH = 1
+    parameter integer TAG_WIDTH = 1,
+    // 1: one more clock (LATENCY 6): the unpacked operands and their leading-zero counts are
+    // registered before the exponent sum, for operands that arrive from a register through logic
+    // the synthesizer folds into stage 1 (the bf16/fp16 lanes' widened gradient: 7 LUT levels
+    // in one stage without it); 0: LATENCY 5
+    parameter integer UNPACK_STAGE = 0
 ) (
     input  wire                 clk,
     input  wire                 rst,        // synchronous, active high: clears the valid pipeline only
@@ -43,43 +50,79 @@ module fp32_mul #(
 
 wire en = (STALL != 0) ? ce : 1'b1;
 
-localparam integer LATENCY = 5;
+localparam integer LATENCY = 5 + (UNPACK_STAGE != 0 ? 1 : 0);
 
-/* stage 1: unpack, normalise subnormal inputs, exponent sum, special cases */
-wire [7:0]  a_exp = in_a[30:23];
-wire [7:0]  b_exp = in_b[30:23];
-wire        a_nan = (a_exp == 8'hff) && (in_a[22:0] != 23'd0);
-wire        b_nan = (b_exp == 8'hff) && (in_b[22:0] != 23'd0);
-wire        a_inf = (a_exp == 8'hff) && (in_a[22:0] == 23'd0);
-wire        b_inf = (b_exp == 8'hff) && (in_b[22:0] == 23'd0);
-wire        a_zero = in_a[30:0] == 31'd0;
-wire        b_zero = in_b[30:0] == 31'd0;
-wire        sign = in_a[31] ^ in_b[31];
+initial begin
+    if (UNPACK_STAGE != 0 && UNPACK_STAGE != 1) begin
+        $error("UNPACK_STAGE must be 0 or 1 (instance %m)");
+        $finish;
+    end
+end
 
-wire [23:0] a_mant = {a_exp != 8'd0, in_a[22:0]};
-wire [23:0] b_mant = {b_exp != 8'd0, in_b[22:0]};
-wire [4:0]  a_lz;
-wire [4:0]  b_lz;
+/* stage 0 (combinational, or registered with UNPACK_STAGE = 1): unpack, leading-zero counts */
+wire [7:0]  u_a_exp = in_a[30:23];
+wire [7:0]  u_b_exp = in_b[30:23];
+wire        u_a_nan = (u_a_exp == 8'hff) && (in_a[22:0] != 23'd0);
+wire        u_b_nan = (u_b_exp == 8'hff) && (in_b[22:0] != 23'd0);
+wire        u_a_inf = (u_a_exp == 8'hff) && (in_a[22:0] == 23'd0);
+wire        u_b_inf = (u_b_exp == 8'hff) && (in_b[22:0] == 23'd0);
+wire        u_a_zero = in_a[30:0] == 31'd0;
+wire        u_b_zero = in_b[30:0] == 31'd0;
+wire        u_sign = in_a[31] ^ in_b[31];
+wire [23:0] u_a_mant = {u_a_exp != 8'd0, in_a[22:0]};
+wire [23:0] u_b_mant = {u_b_exp != 8'd0, in_b[22:0]};
+wire [4:0]  u_a_lz;
+wire [4:0]  u_b_lz;
 
 fp_lzc #(
     .WIDTH(24),
     .COUNT_WIDTH(5)
 ) lzc_a_inst (
-    .in_data(a_mant),
-    .out_count(a_lz)
+    .in_data(u_a_mant),
+    .out_count(u_a_lz)
 );
 
 fp_lzc #(
     .WIDTH(24),
     .COUNT_WIDTH(5)
 ) lzc_b_inst (
-    .in_data(b_mant),
-    .out_count(b_lz)
+    .in_data(u_b_mant),
+    .out_count(u_b_lz)
 );
 
-// effective exponent (subnormals: 1) minus the normalising shift, then the sum minus the bias
-wire [10:0] a_exp_n = {3'd0, (a_exp == 8'd0) ? 8'd1 : a_exp} - {6'd0, a_lz};
-wire [10:0] b_exp_n = {3'd0, (b_exp == 8'd0) ? 8'd1 : b_exp} - {6'd0, b_lz};
+// effective exponents (subnormals: 1)
+wire [7:0]  u_a_eff = (u_a_exp == 8'd0) ? 8'd1 : u_a_exp;
+wire [7:0]  u_b_eff = (u_b_exp == 8'd0) ? 8'd1 : u_b_exp;
+
+localparam integer UW = 1 + 6 + 2 * 24 + 2 * 5 + 2 * 8;
+wire [UW-1:0] u_bus = {u_sign, u_a_nan, u_b_nan, u_a_inf, u_b_inf, u_a_zero, u_b_zero,
+                       u_a_mant, u_b_mant, u_a_lz, u_b_lz, u_a_eff, u_b_eff};
+wire [UW-1:0] s0_bus;
+
+generate
+    if (UNPACK_STAGE != 0) begin : g_unpack_reg
+        reg [UW-1:0] s0_reg;
+        always @(posedge clk) begin
+            if (en) begin
+                s0_reg <= u_bus;
+            end
+        end
+        assign s0_bus = s0_reg;
+    end else begin : g_unpack_comb
+        assign s0_bus = u_bus;
+    end
+endgenerate
+
+/* stage 1: normalise subnormal inputs, exponent sum, special cases */
+wire        sign, a_nan, b_nan, a_inf, b_inf, a_zero, b_zero;
+wire [23:0] a_mant, b_mant;
+wire [4:0]  a_lz, b_lz;
+wire [7:0]  a_eff, b_eff;
+assign {sign, a_nan, b_nan, a_inf, b_inf, a_zero, b_zero, a_mant, b_mant, a_lz, b_lz, a_eff, b_eff} = s0_bus;
+
+// effective exponent minus the normalising shift, then the sum minus the bias
+wire [10:0] a_exp_n = {3'd0, a_eff} - {6'd0, a_lz};
+wire [10:0] b_exp_n = {3'd0, b_eff} - {6'd0, b_lz};
 wire [10:0] prod_exp = a_exp_n + b_exp_n - 11'd127;
 
 wire        spec = a_nan || b_nan || a_inf || b_inf || a_zero || b_zero;

@@ -16,7 +16,7 @@
  * ready. A registered credit counter holds the FIFOs' free space minus the vectors in flight
  * (input register and lanes): a vector is admitted only when a credit is left, so the FIFOs can
  * never overflow and a stalled write port stops admission instead of freezing the lanes. The
- * FIFOs are 2^OUT_FIFO_LOG2 deep, more than the lane latency (111 clocks at most) plus the
+ * FIFOs are 2^OUT_FIFO_LOG2 deep, more than the lane latency (112 clocks at most) plus the
  * credit loop (4 clocks: a popped vector returns its credit a clock late), so the credits never
  * run out while the outputs keep up.
  * The vectors are registered on the way in; the lanes' reset is a registered copy per lane

@@ -108,24 +108,28 @@ module onic_adam_lane #(
     wire [31:0] s0_v = s0_tag[T+31:T];
     wire [T-1:0] s0_u = s0_tag[T-1:0];
 
-    /* stage 1 (MUL x4): g1 = g * gs, m1 = b1 * m, v1 = b2 * v, x = p * decay | l2 * p */
+    /* stage 1 (MUL x4): g1 = g * gs, m1 = b1 * m, v1 = b2 * v, x = p * decay | l2 * p
+     * A widened gradient comes off the widen register through logic the synthesizer folds into the
+     * multiplier's unpack (7 LUT levels to its exponent sum): the four multipliers then register
+     * their unpacked operands first (UNPACK_STAGE, one clock more), all four so the stage stays aligned. */
+    localparam integer US = (GRAD_FMT != 0) ? 1 : 0;
     wire          s1_valid, s1_vm, s1_vv, s1_vx;
     wire [31:0]   s1_g, s1_m1, s1_v1, s1_x;
     wire [32+T-1:0] s1_tag;
     wire [0:0]    s1_tm, s1_tv, s1_tx;
-    fp32_mul #(.STALL(0), .TAG_WIDTH(32+T)) mul_g_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(32+T), .UNPACK_STAGE(US)) mul_g_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s0_valid), .in_a(s0_g), .in_b(gs),
         .in_tag({s0_p, s0_u}), .out_valid(s1_valid), .out_y(s1_g), .out_tag(s1_tag)
     );
-    fp32_mul #(.STALL(0), .TAG_WIDTH(1)) mul_m1_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(1), .UNPACK_STAGE(US)) mul_m1_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s0_valid), .in_a(b1), .in_b(s0_m),
         .in_tag(1'b0), .out_valid(s1_vm), .out_y(s1_m1), .out_tag(s1_tm)
     );
-    fp32_mul #(.STALL(0), .TAG_WIDTH(1)) mul_v1_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(1), .UNPACK_STAGE(US)) mul_v1_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s0_valid), .in_a(b2), .in_b(s0_v),
         .in_tag(1'b0), .out_valid(s1_vv), .out_y(s1_v1), .out_tag(s1_tv)
     );
-    fp32_mul #(.STALL(0), .TAG_WIDTH(1)) mul_x_inst (
+    fp32_mul #(.STALL(0), .TAG_WIDTH(1), .UNPACK_STAGE(US)) mul_x_inst (
         .clk(clk), .rst(rst), .ce(ce), .in_valid(s0_valid),
         .in_a(ADAMW != 0 ? s0_p : wd), .in_b(ADAMW != 0 ? wd : s0_p),
         .in_tag(1'b0), .out_valid(s1_vx), .out_y(s1_x), .out_tag(s1_tx)

@@ -4,6 +4,7 @@ FP_UNIT      unit name (module name), e.g. fp32_add
 FP_VECTORS   number of random vectors (directed cases come first), default 2000
 FP_SEED      seed of the operand generator, default 1
 FP_DIRECTED  1 (default) to stream the directed corner cases before the random ones
+FP_LATENCY   the expected LATENCY of a parameter variant (default: vectors.UNITS)
 
 Vectors stream back to back with random idle cycles (in_valid=0) and random ce=0 stalls. All
 inputs are written and all outputs read once per clock, at the falling edge, so the test behaves
@@ -27,8 +28,9 @@ MAX_REPORTED = 20  # mismatches printed in full before the test fails
 
 def expected_latency(dut: object, unit: str) -> int:
     """The elaborated `localparam LATENCY` (Verilator and Icarus both expose it through VPI),
-    cross-checked with the mirror in `vectors.UNITS` when that is set."""
-    table = vectors.UNITS[unit].latency
+    cross-checked with the mirror in `vectors.UNITS` (or FP_LATENCY for a parameter variant) when set."""
+    override = os.environ.get("FP_LATENCY")
+    table = int(override) if override else vectors.UNITS[unit].latency
     try:
         elaborated = int(dut.LATENCY.value)
     except (AttributeError, TypeError, ValueError):

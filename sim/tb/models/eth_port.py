@@ -25,7 +25,10 @@ FCS-failed flag, and sends the frame's FCS on the stream; its `EthMacTx` paces e
 `Timer`s and reports an underflow with a bare `assert` only when its queue runs dry at that pace
 (a TVALID gap shorter than the pacing slack is missed), and it expects the FCS on the stream.
 So the receive side uses cocotbext-axi's `AxiStreamSource` (it supports a bus without tready
-and per-beat TUSER) and the transmit side is a per-clock monitor written here.
+and per-beat TUSER) and the transmit side is a per-clock monitor written here. Re-examined for
+the N-card ring: with thin glue (FCS, TUSER through EthMacRx's PTP timestamp, an RTL underflow
+checker) cocotbext-eth's `EthMac` does serve the card: `eth_mac_port.MacPort`, used there; these
+adapters remain for the one-card benches and the loopback tests.
 """
 
 from __future__ import annotations

@@ -43,11 +43,16 @@ def _skip_if_missing(unit: str) -> None:
         pytest.skip(f"sim/rtl/fp/{unit}.v does not exist yet")
 
 
-def run_unit(unit: str, simulator: str, n_random: int, seed: int = 1) -> None:
+def run_unit(unit: str, simulator: str, n_random: int, seed: int = 1, params: dict[str, int] | None = None,
+             latency: int | None = None) -> None:
+    """`params`: Verilog parameters besides TAG_WIDTH (a variant of the unit, built apart); `latency`:
+    the variant's LATENCY when it differs from vectors.UNITS."""
     _skip_if_missing(unit)
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
-    build_dir = BUILD_DIR / "sim" / "fp" / f"{unit}-{simulator}"
+    params = dict(params or {})
+    variant = "".join(f"-{k}{v}" for k, v in sorted(params.items()))
+    build_dir = BUILD_DIR / "sim" / "fp" / f"{unit}{variant}-{simulator}"
     start = time.perf_counter()
     xml = simulators.run_cocotb(
         sources=unit_sources(unit),
@@ -56,11 +61,12 @@ def run_unit(unit: str, simulator: str, n_random: int, seed: int = 1) -> None:
         test_dir=FP_TB,
         build_dir=build_dir,
         simulator=simulator,
-        parameters={"TAG_WIDTH": TAG_WIDTH},
-        extra_env={"FP_UNIT": unit, "FP_VECTORS": str(n_random), "FP_SEED": str(seed)},
+        parameters={"TAG_WIDTH": TAG_WIDTH, **params},
+        extra_env={"FP_UNIT": unit, "FP_VECTORS": str(n_random), "FP_SEED": str(seed)}
+        | ({"FP_LATENCY": str(latency)} if latency is not None else {}),
     )
     ran, failed = simulators.check_results(xml)
-    print(f"{unit} on {simulator}: {n_random} random vectors, {time.perf_counter() - start:.1f} s")
+    print(f"{unit}{variant} on {simulator}: {n_random} random vectors, {time.perf_counter() - start:.1f} s")
     assert ran == 1 and failed == 0, f"{unit} on {simulator}: {failed} of {ran} cocotb tests failed ({xml})"
 
 
@@ -83,6 +89,25 @@ def test_fp_unit_verilator_full(unit: str) -> None:
 @pytest.mark.parametrize("unit", UNITS)
 def test_fp_unit_icarus(unit: str) -> None:
     run_unit(unit, "icarus", ICARUS_VECTORS, seed=3)
+
+
+# The multiplier as the bf16/fp16 lanes' first stage instantiates it: operands registered once more
+# after unpacking (LATENCY 6), the same results.
+MUL_UNPACK = {"UNPACK_STAGE": 1}
+
+
+def test_fp32_mul_unpack_stage_verilator() -> None:
+    run_unit("fp32_mul", "verilator", DEFAULT_VECTORS, seed=4, params=MUL_UNPACK, latency=6)
+
+
+@pytest.mark.slow
+def test_fp32_mul_unpack_stage_verilator_full() -> None:
+    run_unit("fp32_mul", "verilator", FULL_VECTORS, seed=5, params=MUL_UNPACK, latency=6)
+
+
+@pytest.mark.icarus
+def test_fp32_mul_unpack_stage_icarus() -> None:
+    run_unit("fp32_mul", "icarus", ICARUS_VECTORS, seed=6, params=MUL_UNPACK, latency=6)
 
 
 def test_bf16_reference_matches_torch() -> None:

@@ -7,7 +7,7 @@ on a ring of `hls.net.card.Card` software peers in cocotb (sim/tb/net/test_onic_
 - Ring steps: the RTL card at every ring position of N = 2, 3, 4 (fp32; bf16: N = 3 and N = 2
   rank 1; with --full every position for fp32, bf16 and bf16 wire / fp32 parameters, N up to 8):
   the reduced chunk handed to the Adam side (here a reference model on the streams: this is the
-  network kernel alone; the real Adam kernel beside it is test_net_card.py), the gathered buffer and every peer's
+  network kernel alone; the real Adam kernel beside it is test_card_rtl.py), the gathered buffer and every peer's
   gathered vector bit for bit against hls.net.ring / a reference ring; counters.
 - Seeded drops and duplicates on every link (the bench's own switch, 5 %), and the faulty switch
   of sim/tb/models (drop, duplicate, reorder, bit flip), recovering bit-exact; a stalled Adam

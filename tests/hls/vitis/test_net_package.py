@@ -26,6 +26,7 @@ from hls.errors import UserError
 from hls.generate import render
 from hls.net.card import COUNTER_NAMES, DROP_CAUSES
 from hls.paths import RTL_DIR
+from hls.rtl_sources import read_filelist
 from hls.spec import KernelSpec
 from hls.targets import get_target, load_catalog
 from hls.vitis import build, netpkg
@@ -116,7 +117,7 @@ def test_rail_dry_run_prints_stream_connect_and_the_mac(kernel: str, grad_port: 
                  f"-tclargs {RTL_DIR} {run / 'net' / 'optimusnic_adamw_net.xo'}",
                  f"{run / 'net' / 'optimusnic_adamw_net.xo'}", f"{run / 'net' / 'cmac_0.xo'}",
                  f"--config {run / 'net' / 'link.cfg'}", "WIRE_BF16=0", "TX_SLOTS_LOG2=7",
-                 *(str(f) for f in netpkg.NET_LIST.parent.glob("onic_net_*.v"))):
+                 *(str(f) for f in read_filelist(netpkg.NET_LIST))):
         assert line in out, line
     assert "INCOMPLETE" not in out and pkg.missing is None
     assert sum(ln.startswith(lgrad) for ln in pkg.link_cfg.splitlines()) == 1  # one port, one bank
