@@ -168,13 +168,13 @@ def simulate(case: dict[str, Any], params: dict[str, int] | None = None, build: 
     if card is not None:
         from hls.rtl.card import CARD_MODULE, prepare_card
 
-        # tests/hls/rtl/test_net_card.py's layout: `build` shares its model (same spec and parameters)
+        # tests/hls/rtl/test_card_rtl.py's layout: `build` shares its model (same spec and parameters)
         folder = bdir.parent / (build or f"onic_card-bench-{card.name}")
         project = prepare_card(card, folder / "card")
         bdir = folder / "verilator"
         sources, top, module, test = project.sources, CARD_MODULE, "bench_onic_card", "bench_card"
         extra["ONIC_MANIFEST"] = str(project.project / "manifest.json")
-        build_args = ["--no-public-flat-rw", "--public-depth", "1"]  # as tests/hls/rtl/test_net_card.py
+        build_args = ["--no-public-flat-rw", "--public-depth", "1"]  # as tests/hls/rtl/test_card_rtl.py
         parameters: dict[str, int] = dict(params)
     else:
         sources, top, module, test = (read_filelist(RTL_DIR / "net" / "net_kernel.f"), "onic_net_kernel",

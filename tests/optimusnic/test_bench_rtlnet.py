@@ -1,6 +1,6 @@
 """`optimusnic bench rtlnet` (part of `make bench`): the network RTL card in cocotb on Verilator beside
 software peers, its figures and the bit-exactness check of every step, at a tiny size: the card with
-the Adam RTL kernel (`onic_card`, tests/hls/rtl/test_net_card.py's 2-lane spec and Verilator model)
+the Adam RTL kernel (`onic_card`, tests/hls/rtl/test_card_rtl.py's 2-lane spec and Verilator model)
 and the network kernel with the stand-in (tests/hls/rtl/test_net_kernel.py's model), both with the
 card's small test buffers. No timing is asserted: the figures are simulated time, checked for what
 the protocol fixes (no frame lost for lack of buffer, no transmit underflow, fractions under the
@@ -26,7 +26,7 @@ SMALL = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX
          "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
          "MAX_BURST": 8}
 SMALL_BUILD = "onic_net_kernel-fp32-verilator"
-# tests/hls/rtl/test_net_card.py's fp32 card and its model's folder (same spec, same parameters)
+# tests/hls/rtl/test_card_rtl.py's fp32 card and its model's folder (same spec, same parameters)
 CARD = KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream", lanes=2, stripes=1,
                   out_sink="memory+stream", name="onic_card_adamw")
 CARD_BUILD = "onic_card-fp32"
