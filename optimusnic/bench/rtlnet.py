@@ -319,6 +319,7 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
         "n": n, "rank": r, "payload": payload, "size": size, "length": raw["length"], "wire_dtype": wdt,
         "param_dtype": pdt, "drop": case.get("drop", 0.0), "seed": case.get("seed"),
         "exact": raw["exact"], "mismatch": raw.get("mismatch"), "error": raw.get("error"), "status": raw.get("status"),
+        "adam_status": raw.get("adam_status"),
         "step_clocks": step_clocks, "step_s": step_s, "model": model, "step_over_model": step_s / model["step_s"],
         "line": line, "framing_cap": framing_cap(payload),
         "hop_clocks_rs": _median(rs_hops), "hop_clocks_rs_min": min(rs_hops) if rs_hops else None,

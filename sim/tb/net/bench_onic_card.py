@@ -225,10 +225,12 @@ async def bench_card(dut: Any) -> None:
                 break
         after = await tb.net_counters()
         out["counters"] = {k: after[k] - before[k] for k in after}
-        out["status"] = (await tb.net.read_dword(kt.READONLY["status"])
-                         | await tb.adam.read_dword(tb.adam_status) << 16)
+        out["status"] = await tb.net.read_dword(kt.READONLY["status"])
+        out["adam_status"] = await tb.adam.read_dword(tb.adam_status)
         out["mismatch"] = mismatches(tb, want, peers, n, r, size, pdt, (p_addr, m_addr, v_addr, out_addr, gather),
                                      pb, fill)
+        if out["adam_status"]:
+            out["mismatch"].append(f"Adam kernel STATUS {out['adam_status']:#x}")
     out["exact"] = error is None and not out["mismatch"] and out["status"] == 0
     out["frames_in"], out["frames_out"] = mon.frames_in, mon.frames_out
     out["tx_line"], out["rx_line"] = tx.line_log, rx.line_log
