@@ -269,6 +269,8 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
         "exact": raw["exact"], "mismatch": raw.get("mismatch"), "error": raw.get("error"), "status": raw.get("status"),
         "step_clocks": step_clocks, "step_s": step_s, "model": model, "step_over_model": step_s / model["step_s"],
         "line": line, "framing_cap": framing_cap(payload),
+        # the card's ACK frames per data frame it received (coalesced: K frames a cumulative ACK)
+        "acks_out": sum(1 for f in fout if f[1] == 3), "data_in": sum(1 for f in fin if f[1] in (1, 2)),
         "hop_clocks_rs": _median(rs_hops), "hop_clocks_rs_min": min(rs_hops) if rs_hops else None,
         "hop_clocks_ag": _median(ag_hops), "hop_samples": len(rs_hops) + len(ag_hops),
         "turnaround_clocks": turnaround,
@@ -359,6 +361,7 @@ def _line_summary(r: dict[str, Any]) -> dict[str, Any]:
             "rx": ln.get("rx"), "rx_rs": (ln["rx_rs"] or {}).get("fraction"),
             "rx_ag": (ln["rx_ag"] or {}).get("fraction"),
             "ack_share": (ln["tx_rs"] or {}).get("ack_share"), "tx_without_acks": ln.get("tx_without_acks"),
+            "acks_out": r["acks_out"], "data_in": r["data_in"],
             "dropped_overflow": r["dropped_overflow"], "tx_underflows": r["tx_underflows"], "exact": r["exact"],
             "meets_goal": tx is not None and tx >= GOAL_OF_CAP * r["framing_cap"]}
 
