@@ -442,18 +442,22 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         f"Payload line-rate fraction per port (N = {rep['line_world']}, one step each): payload bytes of the RS "
         "(AG) data frames, first transmissions, over the line time from the first such frame's start to the last "
         "one's end "
-        "(the RTL card's own ACK frames on the same line included); transmit: the card's m_axis_mac0 serialized "
-        "at 100 Gb/s; receive: the frames arriving at its s_axis_mac0 from its predecessor. Goal: the transmit "
+        "(the RTL card's own ACK frames on the same line included; they are coalesced, a cumulative ACK per K = 8 "
+        "accepted frames of a flow, at a chunk's last frame and within 256 clocks); transmit: the card's "
+        "m_axis_mac0 serialized at 100 Gb/s; receive: the frames arriving at its s_axis_mac0 from its "
+        "predecessor. Goal: the transmit "
         f"fraction at {rep['goal_of_cap']:.0%} of the framing cap P / (P + 88) or more.",
         "",
         "| payload | S elements | framing cap | transmit RS / AG / both | receive RS / AG / both | ACK share of the "
-        "RS line | transmit without the ACK time | dropped for lack of buffer | TX underflows | goal |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "RS line | ACK frames sent / data frames received | transmit without the ACK time | dropped for lack of "
+        "buffer | TX underflows | goal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for x in rep["line"]:
         lines.append(f"| {x['payload']} | {x['size']:,} | {x['cap']:.1%} | {_pct(x['tx_rs'])} / {_pct(x['tx_ag'])} / "
                      f"{_pct(x['tx'])} | {_pct(x['rx_rs'])} / {_pct(x['rx_ag'])} / {_pct(x['rx'])} | "
-                     f"{_pct(x['ack_share'])} | {_pct(x['tx_without_acks'])} | {x['dropped_overflow']} | "
+                     f"{_pct(x['ack_share'])} | {x.get('acks_out', '-')} / {x.get('data_in', '-')} | "
+                     f"{_pct(x['tx_without_acks'])} | {x['dropped_overflow']} | "
                      f"{x['tx_underflows']} | "
                      f"{'met' if x['meets_goal'] else 'NOT met'} |")
     lines += [
