@@ -442,8 +442,8 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         f"Payload line-rate fraction per port (N = {rep['line_world']}, one step each): payload bytes of the RS "
         "(AG) data frames, first transmissions, over the line time from the first such frame's start to the last "
         "one's end "
-        "(the RTL card's own ACK frames on the same line included; they are coalesced, a cumulative ACK per K = 8 "
-        "accepted frames of a flow, at a chunk's last frame and within 256 clocks); transmit: the card's "
+        "(the RTL card's own ACK frames on the same line included: one per data frame received, ACK coalescing "
+        "off, `ACK_EVERY` = 1); transmit: the card's "
         "m_axis_mac0 serialized at 100 Gb/s; receive: the frames arriving at its s_axis_mac0 from its "
         "predecessor. Goal: the transmit "
         f"fraction at {rep['goal_of_cap']:.0%} of the framing cap P / (P + 88) or more.",
