@@ -322,6 +322,8 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
         "adam_status": raw.get("adam_status"),
         "step_clocks": step_clocks, "step_s": step_s, "model": model, "step_over_model": step_s / model["step_s"],
         "line": line, "framing_cap": framing_cap(payload),
+        # the card's ACK frames per data frame it received (coalesced: K frames a cumulative ACK)
+        "acks_out": sum(1 for f in fout if f[1] == 3), "data_in": sum(1 for f in fin if f[1] in (1, 2)),
         "hop_clocks_rs": _median(rs_hops), "hop_clocks_rs_min": min(rs_hops) if rs_hops else None,
         "hop_clocks_ag": _median(ag_hops), "hop_samples": len(rs_hops) + len(ag_hops),
         "turnaround_clocks": turnaround,
@@ -452,6 +454,7 @@ def _line_summary(r: dict[str, Any]) -> dict[str, Any]:
             "rx": ln.get("rx"), "rx_rs": (ln["rx_rs"] or {}).get("fraction"),
             "rx_ag": (ln["rx_ag"] or {}).get("fraction"),
             "ack_share": (ln["tx_rs"] or {}).get("ack_share"), "tx_without_acks": ln.get("tx_without_acks"),
+            "acks_out": r["acks_out"], "data_in": r["data_in"],
             "dropped_overflow": r["dropped_overflow"], "tx_underflows": r["tx_underflows"], "exact": r["exact"],
             "meets_goal": tx is not None and tx >= GOAL_OF_CAP * r["framing_cap"]}
 
@@ -573,7 +576,8 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         f"Stand-in rows. Payload line-rate fraction per port (N = {rep['line_world']}, one step each): payload "
         "bytes of the RS (AG) data frames, first transmissions, over the line time from the first such frame's "
         "start to the last one's end "
-        "(the RTL card's own ACK frames on the same line included); transmit: the card's m_axis_mac0 serialized "
+        "(the RTL card's own ACK frames on the same line included: one per data frame received, ACK coalescing "
+        "off, `ACK_EVERY` = 1); transmit: the card's m_axis_mac0 serialized "
         "at 100 Gb/s; receive: the frames arriving at its s_axis_mac0 from its predecessor. Goal: the transmit "
         f"fraction at {rep['goal_of_cap']:.0%} of the framing cap P / (P + 88) or more.",
         "",
@@ -648,13 +652,15 @@ def markdown(rep: dict[str, Any]) -> list[str]:
 def _line_table(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "| payload | S elements | framing cap | transmit RS / AG / both | receive RS / AG / both | ACK share of the "
-        "RS line | transmit without the ACK time | dropped for lack of buffer | TX underflows | goal |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "RS line | ACK frames sent / data frames received | transmit without the ACK time | dropped for lack of "
+        "buffer | TX underflows | goal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for x in rows:
         lines.append(f"| {x['payload']} | {x['size']:,} | {x['cap']:.1%} | {_pct(x['tx_rs'])} / {_pct(x['tx_ag'])} / "
                      f"{_pct(x['tx'])} | {_pct(x['rx_rs'])} / {_pct(x['rx_ag'])} / {_pct(x['rx'])} | "
-                     f"{_pct(x['ack_share'])} | {_pct(x['tx_without_acks'])} | {x['dropped_overflow']} | "
+                     f"{_pct(x['ack_share'])} | {x.get('acks_out', '-')} / {x.get('data_in', '-')} | "
+                     f"{_pct(x['tx_without_acks'])} | {x['dropped_overflow']} | "
                      f"{x['tx_underflows']} | "
                      f"{'met' if x['meets_goal'] else 'NOT met'} |")
     return lines

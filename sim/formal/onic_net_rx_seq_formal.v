@@ -39,7 +39,10 @@ module onic_net_rx_seq_formal #(
     input  wire                 buf_fits,
     input  wire                 hdr_ready,
     input  wire [SLOT_LOG2:0]   hdr_count,
-    input  wire                 evt_ready
+    input  wire                 evt_ready,
+    // ACK coalescing free too: it changes which replies go when, never a delivery
+    input  wire [7:0]           cfg_ack_every,
+    input  wire [31:0]          ack_credit
 );
     wire [511:0] buf_data;
     wire [63:0]  buf_keep;
@@ -56,9 +59,11 @@ module onic_net_rx_seq_formal #(
                  dropped_overflow;
 
     onic_net_rx_seq #(
-        .SLOT_LOG2(SLOT_LOG2)
+        .SLOT_LOG2(SLOT_LOG2),
+        .ACK_HOLD(4)
     ) dut (
         .clk(clk), .rst(rst), .step_start(step_start), .step_id(step_id),
+        .cfg_ack_every(cfg_ack_every), .ack_credit(ack_credit),
         .s_data(s_data), .s_keep(s_keep), .s_valid(s_valid), .s_last(s_last), .s_user(s_user),
         .s_first(s_first),
         .s_bad_mac(s_bad[0]), .s_bad_ethertype(s_bad[1]), .s_bad_ip_header(s_bad[2]),

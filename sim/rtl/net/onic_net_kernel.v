@@ -62,7 +62,12 @@ module onic_net_kernel #(
     // datapath: gradient prefetch FIFO, gather write FIFO (log2 beats), longest AXI burst
     parameter integer RD_FIFO_LOG2 = 8,
     parameter integer WR_FIFO_LOG2 = 7,
-    parameter integer MAX_BURST = 64
+    parameter integer MAX_BURST = 64,
+    // ACK coalescing: at most ACK_EVERY accepted frames of a flow per cumulative ACK (1, the
+    // default: an ACK per frame), at most a quarter of min(window, credit); a held ACK waits at
+    // most ACK_HOLD clocks. Off by default: with 8 it cost loss recovery (sim/rtl/net/README.md)
+    parameter integer ACK_EVERY = 1,
+    parameter integer ACK_HOLD = 256
 ) (
     input  wire          ap_clk,
     input  wire          ap_rst_n,
@@ -412,14 +417,34 @@ module onic_net_kernel #(
     wire [31:0]  evt_step, evt_seq, evt_credit;
     wire [31:0]  rx_cnt [0:20];     // frames_in, bytes_in, frames_accepted, then the 18 drop causes
 
+    /* ACK coalescing (onic_net_rx_seq): frames per cumulative ACK, K = min(ACK_EVERY, a quarter of
+     * min(window, credit), at least 1), so the senders of the ring (the same window and credit)
+     * have 3 K frames of room while an ACK is held; registered from the latched arguments, steady
+     * long before step_start. */
+    wire [31:0] co_lim   = cfg_window_reg < cfg_credit_reg ? cfg_window_reg : cfg_credit_reg;
+    wire [31:0] co_q     = co_lim >> 2;
+    reg  [7:0]  ack_every_reg;
+    wire [31:0] ctl_credit;          // the credit of the reply sent (below)
+    initial begin
+        if (ACK_EVERY < 1 || ACK_EVERY > 255 || ACK_HOLD < 2 || ACK_HOLD > 65535) begin
+            $error("ACK_EVERY must be 1..255, ACK_HOLD 2..65535 (instance %m)");
+            $finish;
+        end
+    end
+    always @(posedge ap_clk) begin
+        ack_every_reg <= co_q == 32'd0 ? 8'd1 : co_q < ACK_EVERY ? co_q[7:0] : ACK_EVERY[7:0];
+    end
+
     onic_net_rx #(
         .PAYLOAD_DEPTH_LOG2(RX_PAYLOAD_DEPTH_LOG2),
         .SLOT_LOG2(RX_SLOT_LOG2),
-        .FRAME_BEATS(RX_FRAME_BEATS)
+        .FRAME_BEATS(RX_FRAME_BEATS),
+        .ACK_HOLD(ACK_HOLD)
     ) rx (
         .clk(ap_clk), .rst(rst_rx),
         .local_mac(cfg_local_mac_reg), .local_ip(cfg_local_ip_reg), .local_comm(cfg_comm_reg),
-        .step_start(start_pulse_reg), .step_id(cfg_step_reg),
+        .step_start(start_pulse_reg), .step_id(cfg_step_reg), .cfg_ack_every(ack_every_reg),
+        .ack_credit(ctl_credit),
         .s_axis_tdata(s_axis_mac0_tdata), .s_axis_tkeep(s_axis_mac0_tkeep), .s_axis_tvalid(s_axis_mac0_tvalid),
         .s_axis_tlast(s_axis_mac0_tlast), .s_axis_tuser(s_axis_mac0_tuser),
         .m_axis_hdr_tvalid(hdr_valid), .m_axis_hdr_tready(hdr_ready),
@@ -494,7 +519,7 @@ module onic_net_kernel #(
             credit_reg <= rx_free > dq_used ? rx_free[CW-1:0] - dq_used[CW-1:0] : {CW{1'b0}};
         end
     end
-    wire [31:0]   ctl_credit  = {{(32-CW){1'b0}}, credit_reg};
+    assign        ctl_credit  = {{(32-CW){1'b0}}, credit_reg};
     wire          credit_none = credit_reg == {CW{1'b0}};
 
     /* replies: the receive side's (evt) first; then a credit refresh: a flow whose last reply in

@@ -27,7 +27,9 @@ module onic_net_rx #(
     // the largest payload of a data frame, in beats (22 for 1408 bytes)
     parameter integer FRAME_BEATS = 22,
     // UDP destination port of ring frames
-    parameter [15:0]  UDP_PORT = 16'h4F4E
+    parameter [15:0]  UDP_PORT = 16'h4F4E,
+    // clocks a coalesced ACK may be held at most (onic_net_rx_seq)
+    parameter integer ACK_HOLD = 256
 ) (
     input  wire          clk,
     input  wire          rst,
@@ -38,6 +40,8 @@ module onic_net_rx #(
     input  wire [15:0]   local_comm,
     input  wire          step_start,
     input  wire [31:0]   step_id,
+    // accepted frames per cumulative ACK (0, 1: every frame; onic_net_rx_seq)
+    input  wire [7:0]    cfg_ack_every,
 
     /* MAC receive stream (no tready) */
     input  wire [511:0]  s_axis_tdata,
@@ -80,6 +84,7 @@ module onic_net_rx #(
     output wire [31:0]   evt_step,
     output wire [31:0]   evt_seq,
     output wire [31:0]   evt_credit,
+    input  wire [31:0]   ack_credit,     // the credit the reply taken carries
 
     /* counters */
     output wire [31:0]   frames_in,
@@ -151,9 +156,11 @@ module onic_net_rx #(
     wire [SLOT_LOG2:0]    h_count;
 
     onic_net_rx_seq #(
-        .SLOT_LOG2(SLOT_LOG2)
+        .SLOT_LOG2(SLOT_LOG2),
+        .ACK_HOLD(ACK_HOLD)
     ) seq (
         .clk(clk), .rst(rst), .step_start(step_start), .step_id(step_id),
+        .cfg_ack_every(cfg_ack_every), .ack_credit(ack_credit),
         .s_data(p_data), .s_keep(p_keep), .s_valid(p_valid), .s_last(p_last), .s_user(p_user),
         .s_first(p_first), .s_bad_mac(p_bad_mac), .s_bad_ethertype(p_bad_ethertype),
         .s_bad_ip_header(p_bad_ip_header), .s_bad_ip_checksum(p_bad_ip_checksum),

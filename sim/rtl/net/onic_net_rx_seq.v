@@ -27,6 +27,12 @@
  * (previous-step re-ACKs first, then RS, AG, scalar) with the flow's CURRENT next-expected
  * number and credit, and evt_ready takes it (Receiver.take_reply): evt_* may change while
  * evt_valid waits (always the newest state), so it is an event port, not a strict AXI4-Stream.
+ * ACK coalescing (cfg_ack_every = K >= 2): an ACK after an accepted frame is held until K frames
+ * of its flow were accepted since the flow's last reply, the frame carries LAST (a chunk's end),
+ * or it has waited ACK_HOLD clocks; NAKs, duplicate / overflow re-ACKs and previous-step re-ACKs
+ * go at once. K drops to half the credit the flow's last reply carried (at least 1), so a sender
+ * within that credit is never stalled waiting for a held ACK. A held flow does not block the
+ * others' replies.
  * Counters are 32-bit, saturating, named as hls.net.card's (bytes_in: without the FCS, which
  * the MAC strips; the card counts it). step_start begins step step_id: expected numbers
  * restart at 0 and the old step becomes the previous one. A frame whose end comes after
@@ -35,10 +41,18 @@
  */
 module onic_net_rx_seq #(
     // log2 of the header slots (frames) in the buffer: the credit is the free slots
-    parameter integer SLOT_LOG2 = 5
+    parameter integer SLOT_LOG2 = 5,
+    // clocks a coalesced ACK may be held at most (cfg_ack_every >= 2); 2..65535
+    parameter integer ACK_HOLD = 256
 ) (
     input  wire                 clk,
     input  wire                 rst,
+
+    /* ACK coalescing: one cumulative ACK per cfg_ack_every accepted frames of a flow (0, 1:
+       every frame, Receiver's own rule); ack_credit is the credit the reply taken at evt_ready
+       carries (the sender may not run further than that before the next ACK) */
+    input  wire [7:0]           cfg_ack_every,
+    input  wire [31:0]          ack_credit,
 
     /* step control */
     input  wire                 step_start,
@@ -119,6 +133,10 @@ module onic_net_rx_seq #(
     initial begin
         if (SLOT_LOG2 < 1 || SLOT_LOG2 > 16) begin
             $error("SLOT_LOG2 must be 1..16 (instance %m)");
+            $finish;
+        end
+        if (ACK_HOLD < 2 || ACK_HOLD > 65535) begin
+            $error("ACK_HOLD must be 2..65535 (instance %m)");
             $finish;
         end
     end
@@ -334,6 +352,15 @@ module onic_net_rx_seq #(
     wire [SLOT_LOG2:0] free_slots = slots - hdr_count;
     wire [31:0] credit = {{(31-SLOT_LOG2){1'b0}}, free_slots};
 
+    /* coalescing state per flow: accepted frames since the last reply, the threshold, a reply
+       that may go now, the clocks a held one has waited */
+    reg        co_off_reg;            // cfg_ack_every <= 1: every reply goes at once
+    reg [2:0]  due_reg;
+    reg [23:0] acc_reg;               // flow f in [8f +: 8]
+    reg [23:0] thr_reg;
+    reg [47:0] hold_reg;              // flow f in [16f +: 16]
+    wire [2:0] due = due_reg | {3{co_off_reg}};
+
     reg [2:0] sel;     // 0..2: a previous-step re-ACK of flow sel; 4..6: flow sel - 4's reply
     reg       sel_valid;
     always @(*) begin
@@ -344,11 +371,11 @@ module onic_net_rx_seq #(
             sel = 3'd1;
         end else if (late_reg[2]) begin
             sel = 3'd2;
-        end else if (reply_reg[1:0] != R_NONE) begin
+        end else if (reply_reg[1:0] != R_NONE && due[0]) begin
             sel = 3'd4;
-        end else if (reply_reg[3:2] != R_NONE) begin
+        end else if (reply_reg[3:2] != R_NONE && due[1]) begin
             sel = 3'd5;
-        end else if (reply_reg[5:4] != R_NONE) begin
+        end else if (reply_reg[5:4] != R_NONE && due[2]) begin
             sel = 3'd6;
         end else begin
             sel = 3'd7;
@@ -389,6 +416,66 @@ module onic_net_rx_seq #(
                 end
             end
             reply_next[2*f +: 2] = r;
+        end
+    end
+
+    // half the credit just sent (at least 1), capped at cfg_ack_every: the next threshold
+    wire [31:0] half_credit = ack_credit >> 1;
+    wire [7:0]  thr_take = half_credit == 32'd0 ? 8'd1
+                         : half_credit < {24'd0, cfg_ack_every} ? half_credit[7:0] : cfg_ack_every;
+    wire        last_flag = hdr_reg[160];   // the frame ends its chunk (wire.FLAG_LAST)
+    reg  [2:0]  due_next;
+    reg  [23:0] acc_next;
+    reg  [47:0] hold_next;
+    reg  [7:0]  acc_h;
+    reg         took;
+    integer h;
+    always @(*) begin
+        for (h = 0; h < 3; h = h + 1) begin
+            took = take && sel[2] && sel_f == h[1:0];
+            due_next[h] = took ? 1'b0 : due_reg[h];
+            acc_h       = took ? 8'd0 : acc_reg[8*h +: 8];
+            hold_next[16*h +: 16] = took ? 16'd0 : hold_reg[16*h +: 16];
+            if (w_end && is_data_reg && flow_reg == h[1:0]) begin
+                if (verdict == C_ACCEPT) begin
+                    acc_h = acc_h == 8'hFF ? 8'hFF : acc_h + 8'd1;
+                    if (last_flag || acc_h >= thr_reg[8*h +: 8]) begin
+                        due_next[h] = 1'b1;
+                    end
+                end else if (verdict == C_DUP || verdict == C_OVF) begin
+                    due_next[h] = 1'b1;
+                end else if (verdict == C_GAP && !nak_sent_reg[h]) begin
+                    due_next[h] = 1'b1;
+                end
+            end
+            acc_next[8*h +: 8] = acc_h;
+            // a held ACK goes after ACK_HOLD clocks at most
+            if (reply_reg[2*h +: 2] != R_NONE && !took && !due_reg[h]) begin
+                hold_next[16*h +: 16] = hold_reg[16*h +: 16] + 16'd1;
+                if (hold_reg[16*h +: 16] == ACK_HOLD[15:0] - 16'd2) begin
+                    due_next[h] = 1'b1;
+                end
+            end
+        end
+    end
+
+    integer q;
+    always @(posedge clk) begin
+        co_off_reg <= cfg_ack_every <= 8'd1;
+        for (q = 0; q < 3; q = q + 1) begin
+            if (rst || step_start) begin
+                due_reg[q]             <= 1'b0;
+                acc_reg[8*q +: 8]      <= 8'd0;
+                hold_reg[16*q +: 16]   <= 16'd0;
+                thr_reg[8*q +: 8]      <= cfg_ack_every;
+            end else begin
+                due_reg[q]             <= due_next[q];
+                acc_reg[8*q +: 8]      <= acc_next[8*q +: 8];
+                hold_reg[16*q +: 16]   <= due_next[q] ? 16'd0 : hold_next[16*q +: 16];
+                if (take && sel[2] && sel_f == q[1:0]) begin
+                    thr_reg[8*q +: 8]  <= thr_take;
+                end
+            end
         end
     end
 

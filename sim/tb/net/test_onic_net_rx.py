@@ -68,6 +68,9 @@ class TB:
         dut.step_start.value = 0
         dut.step_id.value = 0
         dut.evt_ready.value = 0
+        # an ACK per accepted frame (no coalescing): the replies rx_model predicts
+        dut.cfg_ack_every.value = 0
+        dut.ack_credit.value = 0
         dut.m_axis_hdr_tready.value = 0
 
     def random_idle(self, p: float) -> None:
