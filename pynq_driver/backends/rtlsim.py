@@ -22,8 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +36,7 @@ from hls import rtl_sources
 from hls.errors import ToolMissing, UserError
 from hls.paths import BUILD_DIR, REPO_ROOT, TB_MODELS_DIR
 from hls.spec import KernelSpec
+from pynq_driver.backends.sim_link import SimLink
 from pynq_driver.backends.soft import bank_layout
 from pynq_driver.device import Buffer, BumpAllocator, Device
 from pynq_driver.errors import DeviceError, KernelTimeout
@@ -46,7 +45,6 @@ SERVER_DIR = Path(__file__).resolve().parent
 MEM_SIZE = 1 << 44  # cocotbext-axi SparseMemory: only touched pages cost memory (banks are 64 GiB apart)
 START_TIMEOUT_S = 900.0  # building the kernel with Verilator takes minutes on 2 cores
 WAIT_SLICE_S = 0.25  # wall time the simulator polls ap_done before answering "not yet"
-HEADER_FMT = "<II"
 
 
 def kernel_sources(project_dir: Path, spec: KernelSpec) -> list[Path]:
@@ -63,8 +61,10 @@ def kernel_sources(project_dir: Path, spec: KernelSpec) -> list[Path]:
     return [*libs, *top]
 
 
-class RtlSimDevice(Device):
+class RtlSimDevice(SimLink, Device):
     backend = "rtlsim"
+    _link_error = DeviceError
+    _link_label = "rtlsim"
 
     def __init__(self, manifest: dict[str, Any], project_dir: Path, *, timeout_s: float = 10.0,
                  simulator: str = "verilator", start_timeout_s: float = START_TIMEOUT_S,
@@ -120,87 +120,9 @@ class RtlSimDevice(Device):
         finally:
             listener.close()
 
-    # ---- transport ---------------------------------------------------------------------------
-    def _accept(self, listener: socket.socket, timeout_s: float) -> socket.socket:
-        deadline = time.monotonic() + timeout_s
-        listener.settimeout(1.0)
-        while True:
-            try:
-                conn, _ = listener.accept()
-                return conn
-            except TimeoutError:
-                self._check_alive()
-                if time.monotonic() > deadline:
-                    raise DeviceError(f"rtlsim: the simulator did not start within {timeout_s:g} s; "
-                                      f"see {self.log_path}") from None
-
-    def _check_alive(self) -> None:
-        if self._proc is not None and self._proc.poll() is not None:
-            code = self._proc.returncode
-            self._proc = None
-            raise DeviceError(f"rtlsim: the simulator process exited (code {code}); "
-                              f"last lines of {self.log_path}:\n{self._tail()}")
-
-    def _tail(self, lines: int = 15) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        return "\n".join(text[-lines:])
-
-    def _recv_exact(self, n: int, deadline: float) -> bytes:
-        assert self._sock is not None
-        chunks = []
-        while n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            self._sock.settimeout(min(remaining, 1.0))
-            try:
-                data = self._sock.recv(min(n, 1 << 20))
-            except TimeoutError:
-                self._check_alive()
-                continue
-            if not data:
-                self._check_alive()
-                time.sleep(0.2)  # let the exit code arrive
-                self._check_alive()
-                raise DeviceError(f"rtlsim: the simulator closed the connection; see {self.log_path}")
-            chunks.append(data)
-            n -= len(data)
-        return b"".join(chunks)
-
-    def _recv(self, timeout_s: float) -> tuple[dict[str, Any], bytes]:
-        import struct
-
-        deadline = time.monotonic() + timeout_s
-        try:
-            jlen, plen = struct.unpack(HEADER_FMT, self._recv_exact(8, deadline))
-            reply = json.loads(self._recv_exact(jlen, deadline))
-            payload = self._recv_exact(plen, deadline) if plen else b""
-        except TimeoutError:
-            self._kill()
-            raise DeviceError(f"rtlsim: the simulator did not answer within {timeout_s:g} s (hung); it was "
-                              f"stopped, see {self.log_path}") from None
-        if not reply.get("ok"):
-            raise DeviceError(f"rtlsim: {reply.get('error')}")
-        return reply, payload
-
     def _call(self, req: dict[str, Any], payload: bytes = b"", timeout_s: float | None = None) -> tuple[dict, bytes]:
-        import struct
-
         with self._lock:
-            if self._sock is None:
-                raise DeviceError(f"rtlsim: the simulator is gone; see {self.log_path}")
-            self._check_alive()
-            body = json.dumps(req).encode()
-            try:
-                self._sock.settimeout(self.timeout_s)
-                self._sock.sendall(struct.pack(HEADER_FMT, len(body), len(payload)) + body + payload)
-            except OSError as exc:
-                self._check_alive()
-                raise DeviceError(f"rtlsim: cannot reach the simulator ({exc}); see {self.log_path}") from exc
-            return self._recv(self.timeout_s if timeout_s is None else timeout_s)
+            return self._exchange(req, payload, self.timeout_s, self.timeout_s if timeout_s is None else timeout_s)
 
     # ---- the device interface ------------------------------------------------------------------
     def _allocate(self, nbytes: int, bank: str) -> Buffer:
@@ -249,28 +171,9 @@ class RtlSimDevice(Device):
                 pass
         self._kill()
 
-    def _kill(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the session this process created for the child
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
-        if not self._log.closed:
-            self._log.close()
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
     @property
     def child_pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
-
-    def __del__(self) -> None:
-        if getattr(self, "_proc", None) is not None:
-            self._kill()
 
 
 def _child_main(config_path: str) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -27,28 +26,7 @@ import cocotb
 from cocotb.triggers import ClockCycles
 from kernel_tb import AP_DONE, CTRL, KernelTB
 
-HEADER = struct.Struct("<II")  # JSON length, payload length
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    chunks = []
-    while n:
-        data = sock.recv(min(n, 1 << 20))
-        if not data:
-            raise ConnectionError("driver closed the socket")
-        chunks.append(data)
-        n -= len(data)
-    return b"".join(chunks)
-
-
-def _recv(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
-    jlen, plen = HEADER.unpack(_recv_exact(sock, HEADER.size))
-    return json.loads(_recv_exact(sock, jlen)), _recv_exact(sock, plen) if plen else b""
-
-
-def _send(sock: socket.socket, reply: dict[str, Any], payload: bytes = b"") -> None:
-    body = json.dumps(reply).encode()
-    sock.sendall(HEADER.pack(len(body), len(payload)) + body + payload)
+from pynq_driver.backends.sim_link import recv_message, send_message
 
 
 @cocotb.test()
@@ -60,25 +38,25 @@ async def serve(dut: Any) -> None:
     await tb.reset()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(os.environ["ONIC_DRIVER_SOCKET"])
-    _send(sock, {"ok": True, "hello": "rtlsim"})
+    send_message(sock, {"ok": True, "hello": "rtlsim"})
     clk = dut.ap_clk
     while True:
         try:
-            req, payload = _recv(sock)
+            req, payload = recv_message(sock)
         except ConnectionError:
             return
         op = req["op"]
         try:
             if op == "write_reg":
                 await tb.write_reg(req["offset"], req["value"])
-                _send(sock, {"ok": True})
+                send_message(sock, {"ok": True})
             elif op == "read_reg":
-                _send(sock, {"ok": True, "value": await tb.read_reg(req["offset"])})
+                send_message(sock, {"ok": True, "value": await tb.read_reg(req["offset"])})
             elif op == "mem_write":
                 tb.mem.write(req["address"], payload)
-                _send(sock, {"ok": True})
+                send_message(sock, {"ok": True})
             elif op == "mem_read":
-                _send(sock, {"ok": True}, bytes(tb.mem.read(req["address"], req["nbytes"])))
+                send_message(sock, {"ok": True}, bytes(tb.mem.read(req["address"], req["nbytes"])))
             elif op == "wait_done":
                 # Poll ap_done (clear on read) every 16 clocks, as XRT does, for a bounded slice of
                 # wall-clock time; the driver repeats until its own timeout.
@@ -89,15 +67,15 @@ async def serve(dut: Any) -> None:
                         done = True
                         break
                     await ClockCycles(clk, 16)
-                _send(sock, {"ok": True, "done": done})
+                send_message(sock, {"ok": True, "done": done})
             elif op == "fault":
                 tb.hang()
-                _send(sock, {"ok": True})
+                send_message(sock, {"ok": True})
             elif op == "close":
-                _send(sock, {"ok": True})
+                send_message(sock, {"ok": True})
                 sock.close()
                 return
             else:
-                _send(sock, {"ok": False, "error": f"unknown request {op!r}"})
+                send_message(sock, {"ok": False, "error": f"unknown request {op!r}"})
         except Exception as exc:  # report to the driver instead of dying silently
-            _send(sock, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            send_message(sock, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})

@@ -28,14 +28,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +42,11 @@ from hls.golden import Hyper
 from hls.net import ring, wire
 from hls.paths import BUILD_DIR, REPO_ROOT, TB_DIR, TB_MODELS_DIR
 from hls.spec import KernelSpec
+from pynq_driver.backends.sim_link import SimLink
 from pynq_driver.host import host_array
 from pynq_driver.net.errors import RingError
 from pynq_driver.net.faults import Faults
 
-HEADER = struct.Struct("<II")  # JSON length, payload length (pynq_driver/backends/rtlsim.py's framing)
 START_TIMEOUT_S = 900.0  # a Verilator build of N cards takes minutes on 2 cores
 CLOCK_S = 4e-9  # the simulation's 250 MHz kernel clock
 MAX_PAYLOAD_BYTES = 256  # the simulation's receive buffer: 4 payload beats a frame
@@ -61,8 +57,11 @@ MAX_AG_PACKETS = 16
 STEP_CLOCK_LIMIT = 20_000_000
 
 
-class RtlSimRing:
+class RtlSimRing(SimLink):
     """`world` RTL cards in one simulation; `NetCluster`'s engine for the rtlsim backend."""
+
+    _link_error = RingError
+    _link_label = "rtlsim ring"
 
     def __init__(self, spec: KernelSpec, world: int, params: np.ndarray, *, payload_bytes: int = 256,
                  window: int = MAX_WINDOW, rto_s: float = 4e-6, comm: int = 0, faults: Faults | None = None,
@@ -197,100 +196,8 @@ class RtlSimRing:
                 pass
         self._kill()
 
-    # ---- transport (as pynq_driver.backends.rtlsim) ----------------------------------------------
-    def _accept(self, listener: socket.socket, timeout_s: float) -> socket.socket:
-        deadline = time.monotonic() + timeout_s
-        listener.settimeout(1.0)
-        while True:
-            try:
-                return listener.accept()[0]
-            except TimeoutError:
-                self._check_alive()
-                if time.monotonic() > deadline:
-                    raise RingError(f"rtlsim ring: the simulator did not start within {timeout_s:g} s; "
-                                    f"see {self.log_path}") from None
-
-    def _check_alive(self) -> None:
-        if self._proc is not None and self._proc.poll() is not None:
-            code = self._proc.returncode
-            self._proc = None
-            raise RingError(f"rtlsim ring: the simulator process exited (code {code}); see {self.log_path}:\n"
-                            f"{self._tail()}")
-
-    def _tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def _recv_exact(self, n: int, deadline: float) -> bytes:
-        assert self._sock is not None
-        chunks = []
-        while n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            self._sock.settimeout(min(remaining, 1.0))
-            try:
-                data = self._sock.recv(min(n, 1 << 20))
-            except TimeoutError:
-                self._check_alive()
-                continue
-            if not data:
-                self._check_alive()
-                time.sleep(0.2)
-                self._check_alive()
-                raise RingError(f"rtlsim ring: the simulator closed the connection; see {self.log_path}")
-            chunks.append(data)
-            n -= len(data)
-        return b"".join(chunks)
-
-    def _recv(self, timeout_s: float) -> tuple[dict[str, Any], bytes]:
-        deadline = time.monotonic() + timeout_s
-        try:
-            jlen, plen = HEADER.unpack(self._recv_exact(HEADER.size, deadline))
-            reply = json.loads(self._recv_exact(jlen, deadline))
-            payload = self._recv_exact(plen, deadline) if plen else b""
-        except TimeoutError:
-            self._kill()
-            raise RingError(f"rtlsim ring: the simulator did not answer within {timeout_s:g} s (hung); it was "
-                            f"stopped, see {self.log_path}") from None
-        if not reply.get("ok"):
-            raise RingError(f"rtlsim ring: {reply.get('error')}")
-        return reply, payload
-
     def _call(self, req: dict[str, Any], payload: bytes, timeout_s: float) -> tuple[dict[str, Any], bytes]:
-        if self._sock is None:
-            raise RingError(f"rtlsim ring: the simulator is gone; see {self.log_path}")
-        self._check_alive()
-        body = json.dumps(req).encode()
-        try:
-            self._sock.settimeout(30.0)
-            self._sock.sendall(HEADER.pack(len(body), len(payload)) + body + payload)
-        except OSError as exc:
-            self._check_alive()
-            raise RingError(f"rtlsim ring: cannot reach the simulator ({exc}); see {self.log_path}") from exc
-        return self._recv(timeout_s)
-
-    def _kill(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the session this process created for the child
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
-        log = getattr(self, "_log", None)
-        if log is not None and not log.closed:
-            log.close()
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __del__(self) -> None:
-        if getattr(self, "_proc", None) is not None:
-            self._kill()
+        return self._exchange(req, payload, 30.0, timeout_s)
 
 
 def _child_main(config_path: str) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -31,29 +30,7 @@ from eth_switch import PortFaults
 from test_onic_ring_cards import Ring, RingConfig
 
 from hls.golden import Hyper
-
-HEADER = struct.Struct("<II")  # JSON length, payload length
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    chunks = []
-    while n:
-        data = sock.recv(min(n, 1 << 20))
-        if not data:
-            raise ConnectionError("driver closed the socket")
-        chunks.append(data)
-        n -= len(data)
-    return b"".join(chunks)
-
-
-def _recv(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
-    jlen, plen = HEADER.unpack(_recv_exact(sock, HEADER.size))
-    return json.loads(_recv_exact(sock, jlen)), _recv_exact(sock, plen) if plen else b""
-
-
-def _send(sock: socket.socket, reply: dict[str, Any], payload: bytes = b"") -> None:
-    body = json.dumps(reply).encode()
-    sock.sendall(HEADER.pack(len(body), len(payload)) + body + payload)
+from pynq_driver.backends.sim_link import recv_message, send_message
 
 
 @cocotb.test()
@@ -67,13 +44,13 @@ async def serve(dut: Any) -> None:
     await ring_.reset()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(os.environ["ONIC_DRIVER_SOCKET"])
-    _send(sock, {"ok": True, "hello": "ringsim", "world": cfg.world})
+    send_message(sock, {"ok": True, "hello": "ringsim", "world": cfg.world})
     n, length = cfg.world, cfg.length
     gdt = "<u2" if cfg.wire_dtype == "bf16" else "<f4"
     pdt = "<u2" if cfg.param_dtype == "bf16" else "<f4"
     while True:
         try:
-            req, payload = _recv(sock)
+            req, payload = recv_message(sock)
         except ConnectionError:
             return
         op = req["op"]
@@ -94,18 +71,18 @@ async def serve(dut: Any) -> None:
                     raise RuntimeError("; ".join(bad))
                 counters = [{k: v for k, v in c.items() if not k.startswith("_")} for c in res.counters]
                 out = b"".join(np.ascontiguousarray(g[:length]).astype(pdt, copy=False).tobytes() for g in res.gathered)
-                _send(sock, {"ok": True, "clocks": res.clocks, "counters": counters,
+                send_message(sock, {"ok": True, "clocks": res.clocks, "counters": counters,
                              "switch": ring_.switch.core.reconcile()}, out)
             elif op == "state":
                 shards = ring_.card_shards()  # from card memory (onic_card) or the stand-ins
                 out = b"".join(np.asarray(getattr(s, f), np.float32).tobytes() for s in shards for f in "pmv")
-                _send(sock, {"ok": True, "size": int(shards[0].p.size)}, out)
+                send_message(sock, {"ok": True, "size": int(shards[0].p.size)}, out)
             elif op == "close":
-                _send(sock, {"ok": True})
+                send_message(sock, {"ok": True})
                 sock.close()
                 return
             else:
-                _send(sock, {"ok": False, "error": f"unknown request {op!r}"})
+                send_message(sock, {"ok": False, "error": f"unknown request {op!r}"})
         except Exception as exc:  # reported to the driver, which raises it
-            _send(sock, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            send_message(sock, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
 
