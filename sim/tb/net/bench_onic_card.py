@@ -29,9 +29,9 @@ import cocotb
 import numpy as np
 import test_onic_card as ct
 import test_onic_net_kernel as kt
-from bench_onic_net_kernel import CLOCK_PS, TimedRx, TimedTx, header_fields
+from bench_onic_net_kernel import CLOCK_PS, BeatMonitor, TimedRx, TimedTx
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
 from eth_switch import EthSwitch, PortFaults, SwitchConfig
 from soft_peer import SoftPeer
@@ -43,35 +43,6 @@ from hls.ports import port_array
 
 BEAT = 64
 
-
-class CardMonitor:
-    """Every frame's first beat on the card's MAC streams, with its clock; the clock of each interrupt."""
-
-    def __init__(self, dut: Any) -> None:
-        self.dut = dut
-        self.cycle = 0
-        self.frames_in: list[list[int]] = []   # [clock, *header_fields]
-        self.frames_out: list[list[int]] = []
-        self.done: dict[str, int] = {}
-        cocotb.start_soon(self._run())
-
-    async def _run(self) -> None:
-        d = self.dut
-        in_frame = out_frame = False
-        while True:
-            await RisingEdge(d.ap_clk)
-            self.cycle += 1
-            if int(d.s_axis_mac0_tvalid.value):
-                if not in_frame:
-                    self.frames_in.append([self.cycle, *header_fields(int(d.s_axis_mac0_tdata.value))])
-                in_frame = not int(d.s_axis_mac0_tlast.value)
-            if int(d.m_axis_mac0_tvalid.value) and int(d.m_axis_mac0_tready.value):
-                if not out_frame:
-                    self.frames_out.append([self.cycle, *header_fields(int(d.m_axis_mac0_tdata.value))])
-                out_frame = not int(d.m_axis_mac0_tlast.value)
-            for name, irq in (("adam", d.interrupt_adam), ("net", d.interrupt_net)):
-                if name not in self.done and int(irq.value):
-                    self.done[name] = self.cycle
 
 
 @cocotb.test()
@@ -105,7 +76,7 @@ async def bench_card(dut: Any) -> None:
         for side in (port.read_if, port.write_if):
             if side is not None:
                 side.clock_ns = CLOCK_PS / 1000
-    mon = CardMonitor(dut)
+    mon = BeatMonitor(dut, {"adam": dut.interrupt_adam, "net": dut.interrupt_net})
     dut.ap_rst_n.value = 0
     await ClockCycles(dut.ap_clk, 8)
     dut.ap_rst_n.value = 1
@@ -198,7 +169,7 @@ async def bench_card(dut: Any) -> None:
     peer_done: dict[int, int] = {}
     limit = int(case.get("limit_clocks", 3_000_000))
     error = None
-    while len(mon.done) < 2 or len(peer_done) < len(peers):
+    while not mon.all_done or len(peer_done) < len(peers):
         await ClockCycles(dut.ap_clk, 4)
         for k, peer in peers.items():
             if k not in peer_done and peer.done:

@@ -83,15 +83,21 @@ def header_fields(first_beat: int) -> list[int]:
 
 
 class BeatMonitor:
-    """Every frame's first beat on the card's MAC streams, with its clock; the clock of ap_done."""
+    """Every frame's first beat on the card's MAC streams, with its clock; the first clock each of
+    `interrupts` (name -> signal; the network kernel's own by default) is high, in `done`."""
 
-    def __init__(self, dut: Any) -> None:
+    def __init__(self, dut: Any, interrupts: dict[str, Any] | None = None) -> None:
         self.dut = dut
         self.cycle = 0
         self.frames_in: list[list[int]] = []   # [clock, *header_fields]
         self.frames_out: list[list[int]] = []
-        self.done_cycle: int | None = None
+        self.interrupts = interrupts if interrupts is not None else {"net": dut.interrupt}
+        self.done: dict[str, int] = {}
         cocotb.start_soon(self._run())
+
+    @property
+    def all_done(self) -> bool:
+        return len(self.done) == len(self.interrupts)
 
     async def _run(self) -> None:
         d = self.dut
@@ -107,8 +113,9 @@ class BeatMonitor:
                 if not out_frame:
                     self.frames_out.append([self.cycle, *header_fields(int(d.m_axis_mac0_tdata.value))])
                 out_frame = not int(d.m_axis_mac0_tlast.value)
-            if self.done_cycle is None and int(d.interrupt.value):
-                self.done_cycle = self.cycle
+            for name, irq in self.interrupts.items():
+                if name not in self.done and int(irq.value):
+                    self.done[name] = self.cycle
 
 
 @cocotb.test()
@@ -190,7 +197,7 @@ async def bench_ring(dut: Any) -> None:
     peer_done: dict[int, int] = {}
     limit = int(case.get("limit_clocks", 3_000_000))
     error = None
-    while mon.done_cycle is None or len(peer_done) < len(peers):
+    while not mon.all_done or len(peer_done) < len(peers):
         await ClockCycles(dut.ap_clk, 4)
         for k, peer in peers.items():
             if k not in peer_done and peer.done:
@@ -198,12 +205,12 @@ async def bench_ring(dut: Any) -> None:
             if peer.error is not None:
                 error = f"peer {k}: {peer.error}"
         if error or mon.cycle - start_cycle > limit:
-            error = error or f"not done in {limit} clocks (RTL {mon.done_cycle is not None}, peers {sorted(peer_done)})"
+            error = error or f"not done in {limit} clocks (RTL {mon.all_done}, peers {sorted(peer_done)})"
             break
     end_cycle = mon.cycle
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     out: dict[str, Any] = {"case": case, "clock_ps": CLOCK_PS, "start_cycle": start_cycle, "start_ps": start_ps,
-                           "rtl_done_cycle": mon.done_cycle,
+                           "rtl_done_cycle": mon.done.get("net"),
                            "peer_done_cycle": {str(k): v for k, v in peer_done.items()},
                            "end_cycle": end_cycle, "wall_s": wall, "cpu_s": cpu, "error": error,
                            "length": length, "chunk_beats": wb}
