@@ -28,8 +28,9 @@ it hands packets to its AG sender: 0, 1, 2, ...); the receiver takes hop, chunk 
 header and checks them (each hop's packets in index order, each exactly once, the chunk of that
 hop), so a card may send a forwarded AG packet before the rest of its own chunk (design.md 8.2:
 what breaks the all-gather deadlock of cards with bounded buffers). The card forwards a packet as
-soon as it consumed its predecessor's (streaming per packet). The model calls `update` once per step with the whole reduced chunk; the
-update is elementwise, so a kernel streaming it packet by packet computes the same bits.
+soon as it consumed its predecessor's (streaming per packet). The model calls `update` once per
+step with the whole reduced chunk; the update is elementwise, so a kernel streaming it packet by
+packet computes the same bits.
 
 The card consumes a packet at once (its copy lives in card memory), so the credit it advertises is
 always `slots`. When the successor has moved on to the next step and a retransmission of the
