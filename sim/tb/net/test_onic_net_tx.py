@@ -170,7 +170,8 @@ async def test_transmit(dut: Any) -> None:
                         ("comm", 0x1234), ("rank", 5), ("step", step), ("rto", RTO), ("rs_window", WINDOW),
                         ("rs_credit", CREDIT), ("ag_window", WINDOW - 3), ("ag_credit", CREDIT)):
         getattr(dut, f"cfg_{name}").value = value
-    for sig in ("start", "start_ag", "s_ag_desc_scalar", "s_rs_desc_valid", "s_ag_desc_valid", "s_rs_ack_valid", "s_ag_ack_valid", "s_ctl_valid"):
+    for sig in ("start", "start_ag", "s_ag_desc_scalar", "s_rs_desc_valid", "s_ag_desc_valid", "s_rs_ack_valid",
+                "s_ag_ack_valid", "s_ctl_valid"):
         getattr(dut, sig).value = 0
     mac = EthMacTx(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst, speed=100e9)
     dut.rst.value = 1
