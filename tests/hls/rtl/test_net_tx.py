@@ -123,6 +123,14 @@ def test_top_scalar(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", [41, 42, 43, 44])
+def test_top_scalar_seeds(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    params, env = TOP_CASES["p1408"]
+    env = {**env, "ONIC_SEED": str(seed), "ONIC_PACKETS": "30", "ONIC_LOSS": "0.15", "ONIC_SCALAR": "1"}
+    run("onic_net_tx", "verilator", params, env, "p1408", monkeypatch)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [21, 22, 23, 24])
 @pytest.mark.parametrize("case", sorted(RETX_CASES))
 def test_retx_seeds(case: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
