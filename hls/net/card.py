@@ -97,8 +97,8 @@ class CardConfig:
     rto: float = 1e-3
     fcs: bool = True
     # The RTL card's ag_release rule (design.md 8.4) for a software peer beside an RTL card: no AG
-    # frame before every RS frame is ACKed. Off for rings of software cards, whose receivers take
-    # frames of any flow in any order.
+    # frame before every RS frame (and every scalar frame of a two-phase step) is ACKed. Off for
+    # rings of software cards, whose receivers take frames of any flow in any order.
     ag_release: bool = False
 
     def __post_init__(self) -> None:
@@ -295,12 +295,14 @@ class Card:
             if reply is not None:
                 kind, expected, credit = reply
                 out.append(self._reply_frame(kind, fl.flow, self.step, expected, credit))
-        rs_acked = not self.config.ag_release or Flow.RS not in self._flows or self._flows[Flow.RS].sender.done
+        released = not self.config.ag_release or all(self._flows[f].sender.done for f in (Flow.RS, Flow.SCALAR)
+                                                      if f in self._flows)
         for fl in self._flows.values():
-            if fl.flow is Flow.AG and not rs_acked:
-                # the ag_release rule (design.md 8.4): no AG frame before every RS frame is ACKed, so
-                # the successor meets this card's AG frames only after all its RS frames; an RTL card
-                # takes frames in arrival order and cannot hold AG frames while it waits for RS ones
+            if fl.flow is Flow.AG and not released:
+                # the ag_release rule (design.md 8.4): no AG frame before every RS frame (and, in a
+                # two-phase step, every scalar frame) is ACKed, so the successor meets this card's AG
+                # frames only after all its RS and scalar frames; an RTL card takes frames in arrival
+                # order and cannot hold AG frames while it waits for RS or scalar ones
                 continue
             for seq in fl.sender.poll(now):
                 out.append(fl.frames[seq])

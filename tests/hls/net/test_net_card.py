@@ -218,6 +218,45 @@ def test_impossible_frame_sets_error_and_foreign_frames_are_counted() -> None:
     assert cards[1].poll(0.0) == [] and not cards[1].done
 
 
+@pytest.mark.parametrize("world", [3, 5])
+def test_ag_release_holds_ag_until_rs_and_scalars_are_acked(world: int) -> None:
+    """The ag_release rule of a software peer beside an RTL card (design.md 8.4), two-phase step over
+    a lossy, reordering switch: each card's first AG frame goes out only after its RS and scalar
+    senders are done (every frame ACKed), and the ring still equals ring_step bit for bit."""
+    rng = np.random.default_rng(world + 40)
+    length = world * 700 + 3
+    params = rng.standard_normal(length).astype(np.float32)
+    cards, kernels = make_ring(world, length, params, payload_bytes=1408, window=4, slots=6, rto=25.0,
+                               ag_release=True)
+    switch = Switch(world, drop=0.08, dup=0.03, jitter=3.0)
+    grads = grads_for(rng, world, length, "fp32")
+    hyper = Hyper(lr=1e-2, step=1)
+    for card, kernel, g in zip(cards, kernels, grads, strict=True):
+        kernel.hyper = hyper
+        card.start_step(5, g, two_phase=True, max_norm=1.0)
+    first_ag: list[bool | None] = [None] * world  # RS and scalar senders done at the card's first AG frame
+    now = 0.0
+    while not all(card.done for card in cards):
+        for r, card in enumerate(cards):
+            for frame in card.poll(now):
+                if frame[42] & 0xF == Opcode.AG and first_ag[r] is None:
+                    first_ag[r] = all(card._flows[f].sender.done for f in (wire.Flow.RS, wire.Flow.SCALAR))
+                switch.send(now, frame)
+        for dst, frame in switch.due(now):
+            cards[dst].receive(frame, now)
+        assert all(card.error is None for card in cards)
+        now += 0.5
+        assert now < 1e5, "no progress"
+    assert first_ag == [True] * world
+    want = ring.ring_step([ring.Shard.from_params(params, r, world) for r in range(world)], grads, hyper,
+                          two_phase=True, max_norm=1.0)
+    for r, card in enumerate(cards):
+        assert bits_equal(card.gathered, want.gathered).all(), r
+        for name in "pmv":
+            assert bits_equal(getattr(kernels[r].shard, name), getattr(want.shards[r], name)).all(), (r, name)
+    assert sum(card.counters["retransmitted_frames"] for card in cards) > 0
+
+
 class TrickleCard(Card):
     """A card that admits its own AG chunk one packet per poll while forwarding at once: its AG
     frames interleave hops, as an RTL card's under the bubble rule (design.md 8.2, 8.4)."""
