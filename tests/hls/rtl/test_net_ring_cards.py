@@ -133,6 +133,17 @@ def test_ring_cards_ag_large_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="known defect, open: reduce-scatter deadlock of RTL cards when a chunk has "
+                   "more RS packets than the buffers hold (here 100): every card's RS sender has base 9, provided 25, "
+                   "credit 0, its own hop-0 chunk first in sequence order (sim/rtl/net/README.md 'Known defect')")
+def test_ring_cards_rs_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lossless, three cards, 1600-element chunks of 64-byte packets (seed 18): the reduce-scatter never
+    ends (about 20 min of simulation on the loaded machine)."""
+    run(3, 18, monkeypatch, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "1600", "ONIC_STEPS": "1",
+                                   "ONIC_LIMIT": "60000"}, tag="-rsdeadlock")
+
+
+@pytest.mark.slow
 def test_ring_cards_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     run(3, 41, monkeypatch, spec="bf16", extra=FAULTS, tag="-faults")
 
