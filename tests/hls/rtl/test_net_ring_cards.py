@@ -127,7 +127,8 @@ def test_ring_cards_ag_large_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Lossless, three cards, 400-element chunks of 64-byte packets (seed 18): 25 AG packets a chunk,
     more than a card's 16 transmit plus its successor's 8 receive slots. The ring deadlocked in the
     all-gather here before AG sequence numbers became admission order with the bubble rule
-    (design.md 8.4); one step, the default three-card build."""
+    (design.md 8.4); one step, the default three-card build (about 4 min of simulation on the loaded
+    machine). Larger chunks would stop in the reduce-scatter (test_ring_cards_rs_deadlock)."""
     run(3, 18, monkeypatch, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_STEPS": "1",
                                    "ONIC_LIMIT": "60000"}, tag="-aglarge")
 
