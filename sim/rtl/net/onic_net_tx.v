@@ -14,9 +14,8 @@
  *   s_ag_axis_* (payload) ─────────────────────^                 │
  *   s_ctl_* (ACK/NAK to send) ─> onic_net_tx_header ─────────────┘  (one 64-byte beat each)
  *
- * Data packets of a flow enter in sequence order from 0 after `start` (RS: seq = hop x packets
- * per chunk + index; AG: the ring datapath's admission order; each flow's packets are numbered
- * 0, 1, 2, ...): a descriptor (the header's
+ * Data packets of a flow enter in sequence order from 0 after `start` (seq = hop x packets per
+ * chunk + index, so each flow's packets are numbered 0, 1, 2, ...): a descriptor (the header's
  * per-packet fields; opcode and step are set here) and the payload, LAST on its last beat. The
  * The two-phase step's scalar flow (design.md 8.1) borrows the AG sender: its flow is idle until
  * the update, which waits for every scalar entry. Its packets enter on s_ag_* with
