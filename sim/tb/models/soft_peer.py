@@ -6,10 +6,11 @@ now)` and transmits what `Card.poll(now)` returns, serialized at the port's line
 bytes, FCS included, reaches the switch's ingress (B + 20) x 8 / rate after it starts, back to
 back; ACK/NAK frames go before the data frames waiting, as the RTL card's arbiter sends them: a
 peer whose sender handed over a window of data frames would otherwise hold its ACKs a window's
-line time, and the predecessor's window with them). `now` is the simulation time in seconds, so the card's retransmission timeout
-(`CardConfig.rto`) runs in simulated time. The card is polled after every delivery, after every
-frame sent and every `poll_s` (the timeout's resolution). `start_step`, `done`, `gathered`,
-`counters` and `error` pass through; `wait_done()` waits for the step in simulated time.
+line time, and the predecessor's window with them). `now` is the simulation time in seconds, so
+the card's retransmission timeout (`CardConfig.rto`) runs in simulated time. The card is polled
+after every delivery, after every frame sent and every `poll_s` (the timeout's resolution).
+`start_step`, `done`, `gathered`, `counters` and `error` pass through; `wait_done()` waits for the
+step in simulated time.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from eth_switch import PS, EthSwitch, last_bit_ps, wire_ps
 
 from hls.net import wire
 from hls.net.card import Card
-
 
 _OPCODE_BYTE = wire.ETH_BYTES + wire.IPV4_BYTES + wire.UDP_BYTES  # the ring header's version/opcode byte
 _CONTROL = frozenset((int(wire.Opcode.ACK), int(wire.Opcode.NAK)))
