@@ -11,6 +11,11 @@
  * data flows, round robin between them). A frame, once chosen, is copied whole before the next
  * choice: beats of two frames never interleave. Choosing takes one clock between frames.
  *
+ * A data frame is chosen only while no other data frame waits unstarted in the FIFO: one frame
+ * leaving and one whole behind it keep the line busy (a frame is copied in fewer clocks than it
+ * takes on the line), and an ACK/NAK then waits behind at most that one, not behind a FIFO full
+ * of data frames (a held ACK holds the peer's window, a held NAK its recovery).
+ *
  * Store and forward: frames are written into a FIFO (one inferred RAM, 2^FIFO_LOG2 beats of
  * 512 data + 64 keep + 1 last bits) and a frame is offered to the MAC only once all its beats
  * are in the FIFO and have had 3 clocks to reach its read pipeline (a frame counter, incremented
@@ -96,6 +101,7 @@ module onic_net_tx_arb #(
     reg [1:0] sel_reg;
     reg       rr_ag_reg;   // the last data frame was all-gather: reduce-scatter goes next
     reg       first_reg;   // the next beat is a frame's first
+    reg       data_wait_reg;  // a data frame chosen and not yet started at the output
 
     wire fifo_s_ready;
 
@@ -142,6 +148,8 @@ module onic_net_tx_arb #(
             end else if (s_ctl_axis_tvalid) begin
                 busy_reg <= 1'b1;
                 sel_reg  <= SEL_CTL;
+            end else if (data_wait_reg) begin
+                busy_reg <= 1'b0;
             end else if (s_rs_axis_tvalid && (rr_ag_reg || !s_ag_axis_tvalid)) begin
                 busy_reg <= 1'b1;
                 sel_reg  <= SEL_RS;
@@ -164,6 +172,7 @@ module onic_net_tx_arb #(
     wire [FIFO_LOG2:0] fifo_count;
     wire               fifo_m_valid;
     wire               fifo_m_last;
+    wire               fifo_m_data;   // the beat belongs to a data frame (not ACK/NAK)
 
     /* verilator lint_off UNUSEDSIGNAL */
     wire [FIFO_LOG2:0] fifo_count_unused = fifo_count;  // frames are counted instead
@@ -174,16 +183,16 @@ module onic_net_tx_arb #(
     wire fifo_clear = drain_reg && !out_active_reg;
 
     onic_fifo #(
-        .WIDTH(577),
+        .WIDTH(578),
         .DEPTH_LOG2(FIFO_LOG2)
     ) frame_fifo (
         .clk(clk),
         .rst(fifo_rst),
         .clear(fifo_clear),
-        .s_data({in_last, w_keep, w_data}),
+        .s_data({sel_reg != SEL_CTL, in_last, w_keep, w_data}),
         .s_valid(in_fire),
         .s_ready(fifo_s_ready),
-        .m_data({fifo_m_last, m_axis_tkeep, m_axis_tdata}),
+        .m_data({fifo_m_data, fifo_m_last, m_axis_tkeep, m_axis_tdata}),
         .m_valid(fifo_m_valid),
         .m_ready(m_axis_tready && m_axis_tvalid),
         .count(fifo_count)
@@ -225,6 +234,22 @@ module onic_net_tx_arb #(
             if (out_fire) begin
                 out_active_reg <= !fifo_m_last;
             end
+        end
+    end
+
+    /* a data frame waits: set when one is chosen, cleared when it starts at the output (only
+       one at a time is chosen, so the frame starting is that one) */
+    wire data_chosen = !rst && !busy_reg && !drain_reg && !s_ctl_axis_tvalid && !data_wait_reg
+                       && (s_rs_axis_tvalid || s_ag_axis_tvalid);
+    wire data_started = out_start && fifo_m_data;
+
+    always @(posedge clk) begin
+        if (rst || fifo_clear || drain_reg) begin
+            data_wait_reg <= 1'b0;
+        end else if (data_chosen) begin
+            data_wait_reg <= 1'b1;
+        end else if (data_started) begin
+            data_wait_reg <= 1'b0;
         end
     end
 

@@ -4,10 +4,13 @@
 the switch carry their FCS): it hands every frame the switch delivers to `Card.receive(frame,
 now)` and transmits what `Card.poll(now)` returns, serialized at the port's line rate (a frame of B
 bytes, FCS included, reaches the switch's ingress (B + 20) x 8 / rate after it starts, back to
-back). `now` is the simulation time in seconds, so the card's retransmission timeout
-(`CardConfig.rto`) runs in simulated time. The card is polled after every delivery, after every
-frame sent and every `poll_s` (the timeout's resolution). `start_step`, `done`, `gathered`,
-`counters` and `error` pass through; `wait_done()` waits for the step in simulated time.
+back; ACK/NAK frames go before the data frames waiting, as the RTL card's arbiter sends them: a
+peer whose sender handed over a window of data frames would otherwise hold its ACKs a window's
+line time, and the predecessor's window with them). `now` is the simulation time in seconds, so
+the card's retransmission timeout (`CardConfig.rto`) runs in simulated time. The card is polled
+after every delivery, after every frame sent and every `poll_s` (the timeout's resolution).
+`start_step`, `done`, `gathered`, `counters` and `error` pass through; `wait_done()` waits for the
+step in simulated time.
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ from cocotb.triggers import Event, First, Timer
 from cocotb.utils import get_sim_time
 from eth_switch import PS, EthSwitch, last_bit_ps, wire_ps
 
+from hls.net import wire
 from hls.net.card import Card
+
+_OPCODE_BYTE = wire.ETH_BYTES + wire.IPV4_BYTES + wire.UDP_BYTES  # the ring header's version/opcode byte
+_CONTROL = frozenset((int(wire.Opcode.ACK), int(wire.Opcode.NAK)))
 
 
 class SoftPeer:
@@ -38,6 +45,7 @@ class SoftPeer:
         self.line_rate = switch.config.line_rate if line_rate is None else line_rate
         self.poll_s = poll_s
         self._tx: deque[bytes] = deque()
+        self._ctl: deque[bytes] = deque()  # ACK/NAK frames: sent before the data frames waiting
         self._wake = Event()
         self._free_ps = 0  # when the transmit link is free (the last frame's gap included)
         self._poll_ps = round(poll_s / PS)
@@ -97,9 +105,10 @@ class SoftPeer:
 
     async def _run(self) -> None:
         while True:
-            self._tx.extend(self.card.poll(self._now_s()))
-            if self._tx:
-                frame = self._tx.popleft()
+            for f in self.card.poll(self._now_s()):
+                (self._ctl if f[_OPCODE_BYTE] & 0xF in _CONTROL else self._tx).append(f)
+            if self._ctl or self._tx:
+                frame = (self._ctl or self._tx).popleft()
                 now = int(get_sim_time("ps"))
                 start = max(now, self._free_ps)
                 self._free_ps = start + wire_ps(len(frame), self.line_rate)
