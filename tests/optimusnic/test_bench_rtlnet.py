@@ -144,10 +144,12 @@ def test_cli_parts_option() -> None:
 def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN001
     rep = rtlnet.collect(worlds=(3,), payloads=(192,), drops=(1e-2,), repeats=1, packets=4, step_packets=4,
                          line_world=3, drop_world=3, params=SMALL, window=8, build=SMALL_BUILD, card=CARD,
-                         card_build=CARD_BUILD)
+                         card_build=CARD_BUILD, parts=("card", "stand-in", "card-drops"))
     assert rep["exact"] is True and rep["mismatches"] == [], rep["mismatches"]
-    assert len(rep["rows"]) == 7 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
-    assert [r["adam"] for r in rep["rows"]] == ["rtl2"] * 3 + ["stand-in"] * 4
+    assert len(rep["rows"]) == 8 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
+    assert [r["adam"] for r in rep["rows"]] == ["rtl2"] * 4 + ["stand-in"] * 4
+    assert [r["part"] for r in rep["rows"]][2:5] == ["card", "card-drops", "stand-in"]
+    assert set(rep["measured"]) == {"card", "stand-in", "card-drops"} and rep["ring"] is None and rep["bf16"] is None
     for r in rep["rows"]:
         assert not r["adapter_errors"] and not r["axi_errors"] and r["tx_underflows"] == 0
         assert r["dropped_overflow"] == 0 and r["dropped_step"] == 0
@@ -162,7 +164,7 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     [lat] = rep["latency"]  # one-packet chunks: one RS and one AG partial forwarded at N = 3
     assert lat["hop_rs_clocks"] > 0 and lat["hop_ag_clocks"] > 0 and lat["turnaround_clocks"] > 0
     assert lat["streaming_hop_rs_min_clocks"] > 0 and lat["streaming_turnaround_clocks"] > 0
-    assert rep["rows"][4]["size"] == 48 and rep["rows"][4]["hop_samples"] == 2
+    assert rep["rows"][5]["size"] == 48 and rep["rows"][5]["hop_samples"] == 2
     assert rep["rto_us"] == [20.0]
     [drop] = rep["drops"]
     assert drop["drop"] == 1e-2 and drop["exact"] and drop["goodput_gbps"] > 0
@@ -177,6 +179,8 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     assert lat["streaming_turnaround_clocks"] is not None and lat["streaming_update_packet_clocks"] > 0
     [line] = card["line"]
     assert 0 < line["tx"] <= cap * (1 + 1e-9) and line["dropped_overflow"] == 0 and line["tx_underflows"] == 0
+    [cdrop] = card["drops"]  # goodput under loss with the Adam RTL kernel, as the stand-in's
+    assert cdrop["drop"] == 1e-2 and cdrop["exact"] and cdrop["goodput_gbps"] > 0
 
     md = rtlnet.markdown(rep)
     assert md[0] == rtlnet.HEADING and "all exact." in md[2]
@@ -184,6 +188,8 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     # one ACK frame per data frame received (coalescing off by default)
     assert line["acks_out"] == line["data_in"] > 0
     assert "MISMATCHES" not in "\n".join(md)
+    assert any(ln.startswith("Goodput under loss with the Adam RTL kernel") for ln in md)
+    assert md[-2].startswith("Measured (per part") and "card-drops: commit " in md[-2]
     bad = copy.deepcopy(rep)
     bad["rows"][0]["exact"], bad["exact"] = False, False
     bad["mismatches"] = ["rtl2 N=3 P=192 drop=0.0 seed=1: ['gathered chunk 2']"]
