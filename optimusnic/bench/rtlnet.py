@@ -43,6 +43,17 @@ Figures (simulated time; only the simulation speed depends on the machine):
   retransmitted payload bytes (counter `retransmitted_bytes`), the peers' retransmitted frame bytes.
 - simulation speed: kernel clocks simulated per wall second for each N (the whole bench: RTL,
   switch, peers, monitors).
+- with the card (`card-drops`): goodput and retransmitted bytes at the same drop rates, as the
+  stand-in's.
+- N RTL cards (`ring`): every card of the ring an onic_card (the bench card: `card_spec()`,
+  BENCH_PARAMS) in one Verilator build of RING_CARDS cards (hls.rtl.ring_top), each MAC port on
+  cocotbext-eth's MAC model through the same switch (sim/tb/net/bench_onic_ring_cards.py, the
+  engine of test_onic_ring_cards): step time for N = 2, 3, 4 against the wire model and the
+  simulation speed; chunks within the current all-gather bound (`ag_packets_bound`).
+- bf16 (`bf16`): the stand-in with a bf16 wire and bf16 parameters: the line-rate fraction at the
+  step payload and the step times.
+`--parts` measures some of these; the others are kept from bench/results.json (`merge`), and the
+report says per part at which commit it was measured.
 """
 
 from __future__ import annotations
@@ -999,9 +1010,10 @@ def merge(previous: dict[str, Any] | None, rep: dict[str, Any], parts: tuple[str
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, previous: dict[str, Any] | None = None) -> dict[str, Any]:
     """Measure what `optimusnic bench rtlnet` asks for and print it (the report module's `rtlnet_run`
-    then replaces this section of bench/results.md)."""
+    then replaces this section of bench/results.md); `previous` (the last report) gives the parts not
+    measured."""
     worlds = tuple(getattr(args, "worlds", None) or WORLDS)
     repeats = max(1, min(getattr(args, "repeats", 3) or 3, 9))
     parts = tuple(getattr(args, "parts", None) or PARTS)
@@ -1013,10 +1025,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for m in rep["measured"].values():
         m["command"] = rep["command"]
     if set(parts) != set(PARTS):  # the other parts' figures from the last full (or partial) run
-        from optimusnic.bench.report import RESULTS_DIR
-
-        js = RESULTS_DIR / "results.json"
-        previous = json.loads(js.read_text()).get("rtlnet") if js.is_file() else None
         rep = merge(previous, rep, parts)
     if getattr(args, "json", False):
         json.dump(rep, sys.stdout, indent=2, default=str)
