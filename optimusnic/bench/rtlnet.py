@@ -104,6 +104,10 @@ PARTS = ("card", "stand-in", "card-drops", "ring", "bf16")
 # N RTL cards in one Verilator build (hls.rtl.ring_top): one top of RING_CARDS onic_cards serves the rings of
 # 2 .. RING_CARDS (the others stay idle), each card the bench card (BENCH_PARAMS, `card_spec()`).
 RING_CARDS = 4
+# Their Adam kernels: 2 lanes, the CI ring's (hls.rtl.ring_top.card_spec): a build of four 16-lane cards is
+# over two hours of C++ on the shared 2-core machine. 2 elements a clock against the line's 10.4: the owner's
+# update, fed by the last RS hop, runs at the kernel's pace (the ring's credits hold the chunk back).
+RING_LANES = 2
 BF16_BUILD = "onic_net_kernel-bench-bf16-verilator"
 Log = Callable[[str], None] | None
 
@@ -458,7 +462,7 @@ def measure_ring_case(n: int, payload: int, packets: int, seed: int = 1, log: Lo
                       params: dict[str, int] | None = None, window: int = WINDOW, cards: int = RING_CARDS,
                       card: KernelSpec | None = None, drop: float = 0.0) -> dict[str, Any]:
     """One step of N RTL cards (all onic_cards, `card`'s Adam kernel, the bench's buffers) and its figures."""
-    card = card or card_spec()
+    card = card or card_spec(RING_LANES)
     case = {"n": n, "payload": payload, "size": chunk_size(payload, packets, card.grad_dtype), "seed": seed,
             "window": window, "rto_s": rto_for(payload, window), "latency_s": LATENCY_S, "drop": drop}
     _log(log, f"[bench rtlnet] {n} RTL cards of {cards} ({card.lanes} lanes) P={payload} S={case['size']} "
@@ -501,7 +505,7 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
             log: Log = None, params: dict[str, int] | None = None, window: int = WINDOW,
             build: str | None = None, card: KernelSpec | None = None, card_build: str | None = None,
             stand_in: bool = True, parts: tuple[str, ...] = PARTS, ring_cards: int = RING_CARDS,
-            bf16_build: str | None = BF16_BUILD) -> dict[str, Any]:
+            ring_card: KernelSpec | None = None, bf16_build: str | None = BF16_BUILD) -> dict[str, Any]:
     """Every figure in one run; repeated cases (seeds 1..repeats) report medians.
 
     `card` (default `card_spec()`): the card rows, the network kernel with that Adam RTL kernel
@@ -579,11 +583,13 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
     if "ring" in parts:
         t = time.perf_counter()
         ring_rows = [measure_ring_case(n, step_payload, step_packets, s, log=log, params=params, window=window,
-                                       cards=ring_cards, card=card)
+                                       cards=ring_cards, card=ring_card or card_spec(RING_LANES))
                      for n in worlds if n <= ring_cards for s in range(1, repeats + 1)]
         rows.extend(ring_rows)
         _measured("ring", t)
-        report["ring"] = {"cards": ring_cards,
+        rc = ring_card or card_spec(RING_LANES)
+        report["ring"] = {"cards": ring_cards, "spec": {k: getattr(rc, k) for k in ("optimizer", "grad_dtype",
+                                                                                    "out_dtype", "lanes", "stripes")},
                           "steps": _by(ring_rows, "n", lambda rs: _step_summary(rs) | {
                               "clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs if r["sim_clocks_per_s"]]),
                               "retransmitted_bytes": _median([r["retransmitted_bytes"] for r in rs]),
@@ -882,11 +888,14 @@ def _ring_lines(rep: dict[str, Any], ns: float) -> list[str]:
     rg = rep.get("ring")
     if not rg or not rg.get("steps"):
         return []
-    cs = rep["card"].get("spec") or {}
+    cs = rg.get("spec") or {}
     card_steps = {x["n"]: x for x in rep["card"].get("steps") or []}
     lines = ["", f"N RTL CARDS in one simulation: every card of the ring an `onic_card` (the network kernel and the "
              f"generated Adam RTL kernel, {cs.get('optimizer', '')} {cs.get('grad_dtype', '')}, {cs.get('lanes', '')} "
-             f"lanes, the buffers above), one Verilator build of {rg['cards']} cards (hls.rtl.ring_top; a ring of N "
+             f"lanes: {cs.get('lanes', '')} elements a clock against the line's "
+             f"{LINE_RATE / 8 / (1e9 / ns) / 4:.1f}, so the owner's update paces the last RS hop (a build of four "
+             "16-lane cards is hours of C++ on this machine); the buffers above), one Verilator build of "
+             f"{rg['cards']} cards (hls.rtl.ring_top; a ring of N "
              "uses the first N, the others idle), each MAC port on cocotbext-eth's MAC model (`eth_mac_port.MacPort`, "
              f"100 Gb/s) through the same switch, kernel clock {1e3 / ns:.2f} MHz, card memory ideal (5..40 clocks of "
              "read latency, no pauses; sim/tb/net/bench_onic_ring_cards.py). Step: every card's ap_start (written in "
@@ -897,7 +906,8 @@ def _ring_lines(rep: dict[str, Any], ns: float) -> list[str]:
              "retransmission, no transmit underflow). Chunks of "
              f"{', '.join(sorted({str(x['ag_packets']) for x in rg['steps']}))} AG packets, within the current "
              f"all-gather bound (transmit slots + receive slots = {rep.get('ag_packets_bound', '-')}: beyond it RTL "
-             "cards deadlock in the all-gather, an open defect). The last column is the one-RTL-card step above.",
+             "cards deadlock in the all-gather, an open defect). The last column is the one-RTL-card step above "
+             f"({rep['card'].get('spec', {}).get('lanes', '-')} lanes).",
              "", "| N | S elements | step, N RTL cards | step / model | wire model | clocks | simulation speed, "
              "kernel clocks per wall second | retransmitted | one RTL card + N - 1 peers |",
              "|---|---|---|---|---|---|---|---|---|"]
