@@ -907,7 +907,8 @@ def _ring_lines(rep: dict[str, Any], ns: float) -> list[str]:
              f"{', '.join(sorted({str(x['ag_packets']) for x in rg['steps']}))} AG packets, within the current "
              f"all-gather bound (transmit slots + receive slots = {rep.get('ag_packets_bound', '-')}: beyond it RTL "
              "cards deadlock in the all-gather, an open defect). The last column is the one-RTL-card step above "
-             f"({rep['card'].get('spec', {}).get('lanes', '-')} lanes).",
+             f"({rep['card'].get('spec', {}).get('lanes', '-')} lanes). Runs per N (seeds 1.., medians): "
+             f"{', '.join(str(x.get('runs', '-')) for x in rg['steps'])}.",
              "", "| N | S elements | step, N RTL cards | step / model | wire model | clocks | simulation speed, "
              "kernel clocks per wall second | retransmitted | one RTL card + N - 1 peers |",
              "|---|---|---|---|---|---|---|---|---|"]
