@@ -587,12 +587,14 @@ module onic_net_kernel #(
         .RD_FIFO_LOG2(RD_FIFO_LOG2),
         .WR_FIFO_LOG2(WR_FIFO_LOG2),
         .MAX_BURST(MAX_BURST),
-        .ID_BITS(4)
+        .ID_BITS(4),
+        .TX_SLOTS_LOG2(TX_SLOTS_LOG2)
     ) dp (
         .clk(ap_clk), .rst(rst_dp),
         .start(start_pulse_reg), .cfg_rank(cfg_rank_reg[7:0]), .cfg_world(cfg_world_reg[7:0]),
         .cfg_chunk_elems(chunk_elems_reg), .cfg_pkt_beats(cfg_payload_reg[21:6]),
         .cfg_grad_addr(cfg_lgrad_reg), .cfg_gather_addr(cfg_gather_reg), .ag_release(ag_release_reg),
+        .ag_tx_base(ag_state[31:0]),
         .rs_done(dp_rs_done), .ag_done(dp_ag_done), .errors(dp_errors),
         .s_hdr_opcode(dq_opcode), .s_hdr_flags(dq_flags), .s_hdr_hop(dq_hop), .s_hdr_chunk(dq_chunk),
         .s_hdr_seq(dq_seq), .s_hdr_offset(dq_offset), .s_hdr_length(dq_length),
@@ -664,12 +666,13 @@ module onic_net_kernel #(
         .cfg_rank(cfg_rank_reg[7:0]), .cfg_step(cfg_step_reg), .cfg_rto(cfg_timeout_reg),
         .cfg_rs_window(cfg_window_reg), .cfg_rs_credit(cfg_credit_reg),
         .cfg_ag_window(cfg_window_reg), .cfg_ag_credit(cfg_credit_reg), .start(start_pulse_reg),
+        .start_ag(1'b0),  // the two-phase step is not in the top yet (README "Two-phase step")
         .s_rs_desc_dtype(rs_desc_dtype), .s_rs_desc_flags(rs_desc_flags), .s_rs_desc_hop(rs_desc_hop),
         .s_rs_desc_chunk(rs_desc_chunk), .s_rs_desc_seq(rs_desc_seq), .s_rs_desc_offset(rs_desc_offset),
         .s_rs_desc_len(rs_desc_len), .s_rs_desc_valid(rs_desc_valid), .s_rs_desc_ready(rs_desc_ready),
         .s_rs_axis_tdata(rs_tdata), .s_rs_axis_tkeep(rs_tkeep), .s_rs_axis_tlast(rs_tlast),
         .s_rs_axis_tvalid(rs_tvalid), .s_rs_axis_tready(rs_tready),
-        .s_ag_desc_dtype(ag_desc_dtype), .s_ag_desc_flags(ag_desc_flags), .s_ag_desc_hop(ag_desc_hop),
+        .s_ag_desc_scalar(1'b0), .s_ag_desc_dtype(ag_desc_dtype), .s_ag_desc_flags(ag_desc_flags), .s_ag_desc_hop(ag_desc_hop),
         .s_ag_desc_chunk(ag_desc_chunk), .s_ag_desc_seq(ag_desc_seq), .s_ag_desc_offset(ag_desc_offset),
         .s_ag_desc_len(ag_desc_len), .s_ag_desc_valid(ag_desc_valid), .s_ag_desc_ready(ag_desc_ready),
         .s_ag_axis_tdata(ag_tdata), .s_ag_axis_tkeep(ag_tkeep), .s_ag_axis_tlast(ag_tlast),

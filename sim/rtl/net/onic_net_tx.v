@@ -17,6 +17,12 @@
  * Data packets of a flow enter in sequence order from 0 after `start` (seq = hop x packets per
  * chunk + index, so each flow's packets are numbered 0, 1, 2, ...): a descriptor (the header's
  * per-packet fields; opcode and step are set here) and the payload, LAST on its last beat. The
+ * The two-phase step's scalar flow (design.md 8.1) borrows the AG sender: its flow is idle until
+ * the update, which waits for every scalar entry. Its packets enter on s_ag_* with
+ * s_ag_desc_scalar set (opcode SCALAR; seq from 0); once every one is acknowledged `start_ag`
+ * restarts the AG sender alone (sequence numbers from 0, the credit from cfg_ag_credit, its
+ * sticky errors cleared; its counters run on) for the all-gather. Routing the scalar flow's
+ * ACK/NAKs to s_ag_ack_* during the exchange is the caller's.
  * ACK/NAKs the receive side takes for this card's flows arrive on s_rs_ack_* / s_ag_ack_*;
  * the ones it wants sent (to the predecessor, cfg_pred_*) arrive on s_ctl_* (flow 1 RS, 2 AG,
  * 3 scalar; seq = the next expected,
@@ -59,6 +65,7 @@ module onic_net_tx #(
     input  wire [31:0]   cfg_ag_window,
     input  wire [31:0]   cfg_ag_credit,
     input  wire          start,            // pulse: a new step, both flows from sequence number 0
+    input  wire          start_ag,         // pulse: the AG sender alone from sequence number 0 (two-phase step)
 
     /* reduce-scatter packets: descriptor, then payload */
     input  wire [1:0]    s_rs_desc_dtype,
@@ -76,7 +83,8 @@ module onic_net_tx #(
     input  wire          s_rs_axis_tvalid,
     output wire          s_rs_axis_tready,
 
-    /* all-gather packets: descriptor, then payload */
+    /* all-gather packets (or the two-phase step's scalar packets): descriptor, then payload */
+    input  wire          s_ag_desc_scalar, // 1: a scalar packet (opcode SCALAR), 0: an AG packet
     input  wire [1:0]    s_ag_desc_dtype,
     input  wire [5:0]    s_ag_desc_flags,
     input  wire [7:0]    s_ag_desc_hop,
@@ -142,6 +150,7 @@ module onic_net_tx #(
     localparam [3:0] OP_AG  = 4'd2;
     localparam [3:0] OP_ACK = 4'd3;
     localparam [3:0] OP_NAK = 4'd4;
+    localparam [3:0] OP_SCALAR = 4'd5;
 
     /* a registered copy of the reset per block (onic_dup_reg: synthesis keeps each copy) */
     wire rst_rs_hdr_reg, rst_ag_hdr_reg, rst_ctl_hdr_reg, rst_rs_reg, rst_ag_reg, rst_arb_reg;
@@ -172,7 +181,7 @@ module onic_net_tx #(
         .clk(clk), .rst(rst_ag_hdr_reg),
         .cfg_local_mac(cfg_local_mac), .cfg_peer_mac(cfg_peer_mac), .cfg_local_ip(cfg_local_ip),
         .cfg_peer_ip(cfg_peer_ip), .cfg_udp_sport(cfg_udp_sport), .cfg_comm(cfg_comm), .cfg_rank(cfg_rank),
-        .s_hdr_opcode(OP_AG), .s_hdr_dtype(s_ag_desc_dtype), .s_hdr_flags(s_ag_desc_flags),
+        .s_hdr_opcode(s_ag_desc_scalar ? OP_SCALAR : OP_AG), .s_hdr_dtype(s_ag_desc_dtype), .s_hdr_flags(s_ag_desc_flags),
         .s_hdr_hop(s_ag_desc_hop), .s_hdr_chunk(s_ag_desc_chunk), .s_hdr_step(cfg_step),
         .s_hdr_seq(s_ag_desc_seq), .s_hdr_offset(s_ag_desc_offset), .s_hdr_len(s_ag_desc_len),
         .s_hdr_valid(s_ag_desc_valid), .s_hdr_ready(s_ag_desc_ready),
@@ -225,7 +234,7 @@ module onic_net_tx #(
     ) ag_retx (
         .clk(clk), .rst(rst_ag_reg),
         .cfg_window(cfg_ag_window), .cfg_rto(cfg_rto), .cfg_credit(cfg_ag_credit), .cfg_step(cfg_step),
-        .start(start),
+        .start(start || start_ag),
         .s_hdr_data(ag_hdr_data), .s_hdr_valid(ag_hdr_valid), .s_hdr_ready(ag_hdr_ready),
         .s_axis_tdata(s_ag_axis_tdata), .s_axis_tkeep(s_ag_axis_tkeep), .s_axis_tlast(s_ag_axis_tlast),
         .s_axis_tvalid(s_ag_axis_tvalid), .s_axis_tready(s_ag_axis_tready),

@@ -8,7 +8,13 @@ Every frame on the wire must equal hls.net.wire.build_frame for
 its header and payload (RS fp32 and AG bf16 packets of ONIC_PAYLOAD bytes, a short last packet;
 ACK/NAK frames requested on s_ctl_*), and both flows must complete.
 
-Environment: ONIC_SEED, ONIC_PAYLOAD, ONIC_PACKETS, ONIC_LOSS.
+ONIC_SCALAR=1: the AG sender first carries the two-phase step's scalar flow (s_ag_desc_scalar):
+the scalar frames rank 5 of a ring of 8 `hls.net.card.Card`s sends in a two-phase step (hops 0 .. 6,
+16 (k + 1) bytes), byte for byte as that reference card builds them, through the same lossy peer;
+once every one is acknowledged, `start_ag` restarts the AG sender for the AG packets (the scalar
+flow's late replies are then dropped, as the kernel must route them).
+
+Environment: ONIC_SEED, ONIC_PAYLOAD, ONIC_PACKETS, ONIC_LOSS, ONIC_SCALAR.
 """
 
 from __future__ import annotations
@@ -18,12 +24,15 @@ import random
 from typing import Any
 
 import cocotb
+import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 from cocotbext.eth import EthMacTx
 
-from hls.net import reliability, wire
+from hls.golden import Hyper
+from hls.net import reliability, ring, wire
+from hls.net.card import Card, CardConfig, ReferenceKernel
 
 WINDOW = 8
 CREDIT = 6
@@ -35,17 +44,56 @@ def pause(rng: random.Random, p: float):  # noqa: ANN201 - a generator for cocot
         yield rng.random() < p
 
 
+def scalar_packets(step: int, comm: int, seed: int) -> list[tuple[wire.Header, bytes]]:
+    """The scalar packets rank 5 of a lossless two-phase ring of 8 reference cards sends (clipping on)."""
+    n, r, size = 8, 5, 16
+    rng = np.random.default_rng(seed)
+    eps = tuple(wire.endpoint_for_rank(k) for k in range(n))
+    params = (rng.standard_normal(n * size) * 0.1).astype(np.float32)
+    cards = []
+    for k in range(n):
+        kernel = ReferenceKernel(ring.Shard.from_params(params, k, n), Hyper())
+        cfg = CardConfig(rank=k, world=n, length=n * size, endpoints=eps, comm=comm, payload_bytes=64,
+                         window=1 << 16, slots=1 << 16, rto=1e9, fcs=False)
+        cards.append(Card(cfg, kernel))
+        cards[k].start_step(step, (rng.standard_normal(n * size) * 4.0).astype(np.float32), two_phase=True,
+                            max_norm=1.0)
+    by_mac = {e.mac: k for k, e in enumerate(eps)}
+    sent: dict[int, tuple[wire.Header, bytes]] = {}
+    now = 0.0
+    while not all(c.done for c in cards):
+        now += 1.0
+        for k, card in enumerate(cards):
+            for frame in card.poll(now):
+                parsed = wire.parse_frame(frame, with_fcs=False)
+                assert not isinstance(parsed, wire.Drop)
+                if k == r and parsed.header.opcode is wire.Opcode.SCALAR:
+                    assert wire.build_frame(eps[r], eps[r + 1], parsed.header, parsed.payload) == frame
+                    sent[parsed.header.seq] = (parsed.header, parsed.payload)
+                cards[by_mac[frame[:6]]].receive(frame, now)
+        assert now < 1e4, "the reference ring did not finish"
+    assert sorted(sent) == list(range(n - 1))
+    return [sent[k] for k in range(n - 1)]
+
+
 class Flow:
     def __init__(self, dut: Any, name: str, rng: random.Random, packets: list[tuple[wire.Header, bytes]]) -> None:
-        self.dut, self.name, self.rng, self.packets = dut, name, rng, packets
+        self.dut, self.name, self.rng = dut, name, rng
         self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, f"s_{name}_axis"), dut.clk, dut.rst)
         self.src.set_pause_generator(pause(rng, 0.2))
+        self.restart(packets)
+
+    def restart(self, packets: list[tuple[wire.Header, bytes]], timeouts0: int = 0) -> None:
+        """A new flow on the same sender (the scalar flow, then AG): a new peer receiver."""
+        self.packets, self.timeouts0 = packets, timeouts0
         self.peer = reliability.Receiver(step=packets[0][0].step, slots=CREDIT)
         self.replies: list[tuple[bool, int, int]] = []
 
     async def drive(self) -> None:
         dut, name = self.dut, self.name
         for header, payload in self.packets:
+            if name == "ag":
+                dut.s_ag_desc_scalar.value = int(header.opcode is wire.Opcode.SCALAR)
             self.src.send_nowait(AxiStreamFrame(payload))
             for field, value in (("dtype", wire.DTYPE_CODE[header.dtype]), ("flags", header.flags),
                                  ("hop", header.hop), ("chunk", header.chunk), ("seq", header.seq),
@@ -79,7 +127,7 @@ class Flow:
         return (int(getattr(self.dut, f"{self.name}_counters").value) >> 128) & 0xFFFFFFFF
 
     def on_frame(self, seq: int, loss: float) -> None:
-        if seq == len(self.packets) - 1 and not self.timeouts():
+        if seq == len(self.packets) - 1 and self.timeouts() == self.timeouts0:
             return  # the last packet is lost until the sender has timed out once
         if self.rng.random() < loss:
             return  # lost on the wire
@@ -110,6 +158,7 @@ async def test_transmit(dut: Any) -> None:
     payload = int(os.environ.get("ONIC_PAYLOAD", "1408"))
     total = int(os.environ.get("ONIC_PACKETS", "24"))
     loss = float(os.environ.get("ONIC_LOSS", "0.08"))
+    scalar = os.environ.get("ONIC_SCALAR", "0") == "1"
     cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
     local, peer = wire.endpoint_for_rank(5), wire.endpoint_for_rank(6)
     step = rng.randrange(2**32)
@@ -121,7 +170,8 @@ async def test_transmit(dut: Any) -> None:
                         ("comm", 0x1234), ("rank", 5), ("step", step), ("rto", RTO), ("rs_window", WINDOW),
                         ("rs_credit", CREDIT), ("ag_window", WINDOW - 3), ("ag_credit", CREDIT)):
         getattr(dut, f"cfg_{name}").value = value
-    for sig in ("start", "s_rs_desc_valid", "s_ag_desc_valid", "s_rs_ack_valid", "s_ag_ack_valid", "s_ctl_valid"):
+    for sig in ("start", "start_ag", "s_ag_desc_scalar", "s_rs_desc_valid", "s_ag_desc_valid", "s_rs_ack_valid",
+                "s_ag_ack_valid", "s_ctl_valid"):
         getattr(dut, sig).value = 0
     mac = EthMacTx(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst, speed=100e9)
     dut.rst.value = 1
@@ -132,11 +182,16 @@ async def test_transmit(dut: Any) -> None:
     await RisingEdge(dut.clk)
     dut.start.value = 0
 
+    ag_packets = packets_of(wire.Opcode.AG, "bf16", step, total, payload, rng, chunk=5)
+    scalars = scalar_packets(step, 0x1234, rng.randrange(2**32)) if scalar else []
     flows = {
         "rs": Flow(dut, "rs", rng, packets_of(wire.Opcode.RS, "fp32", step, total, payload, rng, chunk=4)),
-        "ag": Flow(dut, "ag", rng, packets_of(wire.Opcode.AG, "bf16", step, total, payload, rng, chunk=5)),
+        "ag": Flow(dut, "ag", rng, scalars or ag_packets),
     }
-    expected = {name: [wire.build_frame(local, peer, h, p) for h, p in f.packets] for name, f in flows.items()}
+    expected = {"rs": [wire.build_frame(local, peer, h, p) for h, p in flows["rs"].packets],
+                "ag": [wire.build_frame(local, peer, h, p) for h, p in ag_packets],
+                "scalar": [wire.build_frame(local, peer, h, p) for h, p in scalars]}
+    phase = {"scalar": scalar}  # the AG sender carries the scalar flow until every scalar packet is ACKed
     ctl = [wire.Header(rng.choice([wire.Opcode.ACK, wire.Opcode.NAK]),
                        flags=wire.ack_flags(rng.choice(list(wire.Flow))), comm=0x1234, src=5,
                        step=rng.choice([step, step - 1 & 0xFFFFFFFF]), seq=rng.randrange(2**32),
@@ -171,26 +226,54 @@ async def test_transmit(dut: Any) -> None:
                 await RisingEdge(dut.clk)
             dut.s_ctl_valid.value = 0
 
+    async def ag_sender() -> None:
+        ag = flows["ag"]
+        if phase["scalar"]:
+            await ag.drive()
+            hops = len(scalars)
+            while not (ag.peer.expected == hops and int(dut.ag_state.value) & 0xFFFFFFFF == hops):
+                await RisingEdge(dut.clk)
+            await ClockCycles(dut.clk, rng.randrange(1, 20))
+            phase["scalar"] = False  # the scalar flow's replies from now on are not the AG sender's
+            ag.replies.clear()
+            while int(dut.s_ag_ack_valid.value):  # one on its way finishes first
+                await RisingEdge(dut.clk)
+            ag.restart(ag_packets, ag.timeouts())
+            await RisingEdge(dut.clk)
+            dut.start_ag.value = 1
+            await RisingEdge(dut.clk)
+            dut.start_ag.value = 0
+            await ClockCycles(dut.clk, 2)
+            state = int(dut.ag_state.value)
+            assert state & 0xFFFFFFFF == 0 and state >> 96 == 0, f"AG sender not restarted: {state:#x}"
+        await ag.drive()
+
     cocotb.start_soon(monitor())
+    cocotb.start_soon(flows["rs"].drive())
+    cocotb.start_soon(ag_sender())
     for f in flows.values():
-        cocotb.start_soon(f.drive())
         cocotb.start_soon(f.answer())
     ctl_task = cocotb.start_soon(send_ctl())
 
     got_ctl: list[bytes] = []
-    counts = {"rs": 0, "ag": 0}
+    counts = {"rs": 0, "ag": 0, "scalar": 0}
     def take(data: bytes) -> None:
         opcode = data[42] & 0xF
         if opcode in (wire.Opcode.ACK, wire.Opcode.NAK):
             got_ctl.append(data)
             return
-        name = "rs" if opcode == wire.Opcode.RS else "ag"
+        name = {wire.Opcode.RS: "rs", wire.Opcode.AG: "ag", wire.Opcode.SCALAR: "scalar"}[wire.Opcode(opcode)]
         seq = int.from_bytes(data[54:58], "big")
         assert data == expected[name][seq], f"{name} frame {seq} differs from build_frame"
         counts[name] += 1
-        flows[name].on_frame(seq, loss)
+        if name == "scalar" and not phase["scalar"]:
+            assert scalar, "a scalar frame with the scalar flow off"
+            return  # a retransmission queued before the last ACK: the peer would re-ACK; the caller drops it
+        assert name != "ag" or not phase["scalar"], "an AG frame during the scalar flow"
+        flows["rs" if name == "rs" else "ag"].on_frame(seq, loss)
 
-    while not all(f.peer.expected == total for f in flows.values()) or not ctl_task.done() or len(got_ctl) < len(ctl):
+    while (phase["scalar"] or not all(f.peer.expected == total for f in flows.values()) or not ctl_task.done()
+           or len(got_ctl) < len(ctl)):
         take(bytes((await mac.recv()).data))
     # the last ACKs in, then the frames sent meanwhile (retransmissions the peer no longer needs)
     settled = 0
@@ -202,10 +285,14 @@ async def test_transmit(dut: Any) -> None:
             take(bytes(mac.recv_nowait().data))
     assert got_ctl == ctl_frames
     assert not gaps, f"TVALID low mid-frame at cycles {gaps[:5]}"
+    if scalar:
+        assert counts["scalar"] >= len(scalars)
+        dut._log.info("scalar: %d frames (%d packets)", counts["scalar"], len(scalars))
     for k, name in enumerate(("rs", "ag")):
         counters = int(getattr(dut, f"{name}_counters").value)
         frames, retx, timeouts = (counters & 0xFFFFFFFF, (counters >> 64) & 0xFFFFFFFF, (counters >> 128) & 0xFFFFFFFF)
-        assert frames == counts[name], (name, frames, counts[name])
+        sent = counts[name] + (counts["scalar"] if name == "ag" else 0)  # the AG sender's counters run on
+        assert frames == sent, (name, frames, sent)
         tx = (int(dut.tx_counters.value) >> (32 * (k + 1))) & 0xFFFFFFFF
         assert tx == frames
         dut._log.info("%s: %d frames, %d retransmitted, %d timeouts", name, frames, retx, timeouts)

@@ -216,3 +216,119 @@ def test_impossible_frame_sets_error_and_foreign_frames_are_counted() -> None:
                                       with_fcs=True), 0.0)
     assert isinstance(cards[1].error, ProtocolError) and "chunk" in str(cards[1].error)
     assert cards[1].poll(0.0) == [] and not cards[1].done
+
+
+@pytest.mark.parametrize("world", [3, 5])
+def test_ag_release_holds_ag_until_rs_and_scalars_are_acked(world: int) -> None:
+    """The ag_release rule of a software peer beside an RTL card (design.md 8.4), two-phase step over
+    a lossy, reordering switch: each card's first AG frame goes out only after its RS and scalar
+    senders are done (every frame ACKed), and the ring still equals ring_step bit for bit."""
+    rng = np.random.default_rng(world + 40)
+    length = world * 700 + 3
+    params = rng.standard_normal(length).astype(np.float32)
+    cards, kernels = make_ring(world, length, params, payload_bytes=1408, window=4, slots=6, rto=25.0,
+                               ag_release=True)
+    switch = Switch(world, drop=0.08, dup=0.03, jitter=3.0)
+    grads = grads_for(rng, world, length, "fp32")
+    hyper = Hyper(lr=1e-2, step=1)
+    for card, kernel, g in zip(cards, kernels, grads, strict=True):
+        kernel.hyper = hyper
+        card.start_step(5, g, two_phase=True, max_norm=1.0)
+    first_ag: list[bool | None] = [None] * world  # RS and scalar senders done at the card's first AG frame
+    now = 0.0
+    while not all(card.done for card in cards):
+        for r, card in enumerate(cards):
+            for frame in card.poll(now):
+                if frame[42] & 0xF == Opcode.AG and first_ag[r] is None:
+                    first_ag[r] = all(card._flows[f].sender.done for f in (wire.Flow.RS, wire.Flow.SCALAR))
+                switch.send(now, frame)
+        for dst, frame in switch.due(now):
+            cards[dst].receive(frame, now)
+        assert all(card.error is None for card in cards)
+        now += 0.5
+        assert now < 1e5, "no progress"
+    assert first_ag == [True] * world
+    want = ring.ring_step([ring.Shard.from_params(params, r, world) for r in range(world)], grads, hyper,
+                          two_phase=True, max_norm=1.0)
+    for r, card in enumerate(cards):
+        assert bits_equal(card.gathered, want.gathered).all(), r
+        for name in "pmv":
+            assert bits_equal(getattr(kernels[r].shard, name), getattr(want.shards[r], name)).all(), (r, name)
+    assert sum(card.counters["retransmitted_frames"] for card in cards) > 0
+
+
+class TrickleCard(Card):
+    """A card that admits its own AG chunk one packet per poll while forwarding at once: its AG
+    frames interleave hops, as an RTL card's under the bubble rule (design.md 8.2, 8.4)."""
+
+    def __init__(self, config: CardConfig, update: ReferenceKernel) -> None:
+        super().__init__(config, update)
+        self.own: list[tuple] = []
+
+    def _provide(self, fl, opcode, dtype, hop, index, chunk, payload) -> None:  # noqa: ANN001
+        if opcode is Opcode.AG and hop == 0 and not getattr(self, "_releasing", False):
+            self.own.append((fl, opcode, dtype, hop, index, chunk, payload))
+            return
+        super()._provide(fl, opcode, dtype, hop, index, chunk, payload)
+
+    def poll(self, now: float) -> list[bytes]:
+        if self.own:
+            self._releasing = True
+            super()._provide(*self.own.pop(0))
+            self._releasing = False
+        return super().poll(now)
+
+
+@pytest.mark.parametrize("param_dtype", ["fp32", "bf16"])
+def test_ag_admission_order_interleaved(param_dtype: str) -> None:
+    """AG sequence numbers in admission order: cards that send forwards between their own chunk's
+    packets give ring_step's bits; receivers see hops interleaved; a packet of a hop out of order is
+    a protocol error (about 1 s)."""
+    world, length, payload = 4, 4 * 200, 64
+    rng = np.random.default_rng(11)
+    params = rng.standard_normal(length).astype(np.float32)
+    grads = grads_for(rng, world, length, "fp32")
+    endpoints = tuple(wire.endpoint_for_rank(r) for r in range(world))
+    kernels, cards = [], []
+    for r in range(world):
+        cfg = CardConfig(rank=r, world=world, length=length, endpoints=endpoints, param_dtype=param_dtype,
+                         payload_bytes=payload)
+        kernels.append(ReferenceKernel(ring.Shard.from_params(params, r, world), param_dtype=param_dtype))
+        cards.append(TrickleCard(cfg, kernels[-1]))
+    for r, card in enumerate(cards):
+        card.start_step(1, grads[r])
+    hops_seen: dict[int, list[int]] = {r: [] for r in range(world)}
+
+    class Recording(Switch):
+        def send(self, now: float, frame: bytes) -> None:
+            parsed = wire.parse_frame(frame, with_fcs=True)
+            assert not isinstance(parsed, wire.Drop)
+            if parsed.header.opcode is Opcode.AG:
+                hops_seen[frame[5]].append(parsed.header.hop)
+            super().send(now, frame)
+
+    shards = [ring.Shard.from_params(params, r, world) for r in range(world)]
+    run_step(cards, Recording(5, jitter=0.5), 0.0)
+    want = ring.ring_step(shards, grads, Hyper(), wire_dtype="fp32", out_dtype=param_dtype)
+    for card in cards:
+        assert bits_equal(card.gathered, want.gathered).all()
+    # some card received a forward (hop >= 1) before the last packet of the predecessor's own chunk
+    assert any(0 in h and h.index(max(h)) < len(h) - 1 - h[::-1].index(0) for h in hops_seen.values())
+
+    # a hop's packets in order, once each: a second packet 0 of a hop is a broken peer
+    cards2 = [TrickleCard(c.config, k) for c, k in zip(cards, kernels, strict=True)]
+    for r, card in enumerate(cards2):
+        card.start_step(2, grads[r])
+
+    class Repeating(Switch):
+        def send(self, now: float, frame: bytes) -> None:
+            parsed = wire.parse_frame(frame, with_fcs=True)
+            assert not isinstance(parsed, wire.Drop)
+            h = parsed.header
+            if h.opcode is Opcode.AG and h.hop == 1 and h.offset == payload // wire.ELEMENT_BYTES[param_dtype]:
+                h = Header(**{**h.__dict__, "offset": 0, "flags": 0})
+                frame = wire.build_frame(endpoints[h.src], endpoints[frame[5]], h, parsed.payload, with_fcs=True)
+            super().send(now, frame)
+
+    with pytest.raises(ProtocolError, match="in order"):
+        run_step(cards2, Repeating(5), 0.0)

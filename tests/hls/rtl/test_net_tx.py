@@ -113,6 +113,23 @@ def test_top(case: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None
     run("onic_net_tx", simulator, params, {**env, "ONIC_SEED": "3"}, case, monkeypatch)
 
 
+@pytest.mark.parametrize("simulator", SIMS)
+def test_top_scalar(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AG sender carries the two-phase scalar flow (8 reference cards' rank 5 frames, lossy), then
+    `start_ag` restarts it for the AG packets."""
+    params, env = TOP_CASES["p1408"]
+    env = {**env, "ONIC_SEED": "7", "ONIC_PACKETS": "12", "ONIC_SCALAR": "1"}
+    run("onic_net_tx", simulator, params, env, "p1408", monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [41, 42, 43, 44])
+def test_top_scalar_seeds(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    params, env = TOP_CASES["p1408"]
+    env = {**env, "ONIC_SEED": str(seed), "ONIC_PACKETS": "30", "ONIC_LOSS": "0.15", "ONIC_SCALAR": "1"}
+    run("onic_net_tx", "verilator", params, env, "p1408", monkeypatch)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [21, 22, 23, 24])
 @pytest.mark.parametrize("case", sorted(RETX_CASES))
