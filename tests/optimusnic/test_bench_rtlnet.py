@@ -4,7 +4,9 @@ the Adam RTL kernel (`onic_card`, tests/hls/rtl/test_card_rtl.py's 2-lane spec a
 and the network kernel with the stand-in (tests/hls/rtl/test_net_kernel.py's model), both with the
 card's small test buffers. No timing is asserted: the figures are simulated time, checked for what
 the protocol fixes (no frame lost for lack of buffer, no transmit underflow, fractions under the
-framing cap, first-time payload bytes).
+framing cap, first-time payload bytes). The tiny run also measures the card under loss
+(`card-drops`); the N-RTL-card rows (`ring`: a four-card build, tens of minutes) and the bf16 rows
+are checked here through their pure parts (figures, tables, `merge` of a partial run, `--parts`).
 """
 
 from __future__ import annotations
