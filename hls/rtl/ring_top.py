@@ -109,16 +109,22 @@ class RingBuild:
     manifest: Path
 
 
-def prepare_cards(cards: int, spec: KernelSpec) -> RingBuild:
+def prepare_cards(cards: int, spec: KernelSpec, *, params: dict[str, int] | None = None,
+                  as_given: bool = False) -> RingBuild:
     """`cards` `onic_card`s (network kernel + the generated Adam RTL kernel of `card_spec(spec)`)
-    in one top, rendered under BUILD_DIR; one build per (cards, spec), shared by tests and driver."""
+    in one top, rendered under BUILD_DIR; one build per (cards, spec), shared by tests and driver.
+    `params` (the network kernel's buffers, default SIM_PARAMS) and `as_given` (the Adam kernel is
+    `spec` itself, not reduced) are the bench's (`optimusnic bench rtlnet`: line-rate buffers and
+    lanes); such a build has its own folder."""
     from hls.rtl.card import CARD_MODULE, prepare_card
 
-    aspec = card_spec(spec)
-    build = BUILD_DIR / "sim" / "net" / f"ringcards{cards}-{aspec.name}-verilator"
+    aspec = spec if as_given else card_spec(spec)
+    params = dict(params or SIM_PARAMS)
+    tag = "" if params == SIM_PARAMS else "-bench"
+    build = BUILD_DIR / "sim" / "net" / f"ringcards{cards}-{aspec.name}{tag}-verilator"
     card = prepare_card(aspec, build / "card")
     top, sources = write(build / "src", cards, CARD_MODULE, card.sources)
-    return RingBuild(top=top, sources=sources, parameters=dict(SIM_PARAMS), build_dir=build,
+    return RingBuild(top=top, sources=sources, parameters=params, build_dir=build,
                      manifest=card.project / "manifest.json")
 
 

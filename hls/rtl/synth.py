@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shutil
 import time
 from pathlib import Path
@@ -127,20 +128,28 @@ def synth_module(
     defines: tuple[str, ...] = (),
     box_src: str | None = None,
     cached_only: bool = False,
+    top_defaults: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Synthesize `top` from `sources` for UltraScale+; returns cell counts and resources (cached).
 
-    `defines` are Verilog macros set for every source (`read_verilog -D`), e.g. ONIC_LANE_STUB."""
+    `defines` are Verilog macros set for every source (`read_verilog -D`), e.g. ONIC_LANE_STUB.
+    `top_defaults`: parameters of `top` set by a copy of its source with those defaults (`with_defaults`)
+    rather than `hierarchy -chparam`, which yosys 0.23 aborts on for the network kernel's top (an
+    internal assertion, `modules_.count(module->name) == 0`)."""
     params = dict(params or {})
+    top_defaults = dict(top_defaults or {})
     defines = tuple(sorted(defines))
     for d in defines:
         if not d.isidentifier():
             raise UserError(f"Verilog define {d!r} is not an identifier")
     version = yosys_version()
     key = _key({"top": top, "params": params, "sources": _file_hashes(sources), "yosys": version,
-                "script": SCRIPT_VERSION} | ({"defines": list(defines)} if defines else {}))
+                "script": SCRIPT_VERSION} | ({"defines": list(defines)} if defines else {})
+               | ({"top_defaults": top_defaults} if top_defaults else {}))
     cache = Path(cache_dir) / "units" / f"{top}-{key}.json"
     work = Path(cache_dir) / "work" / f"{top}-{key}"
+    if top_defaults:
+        sources = with_defaults(sources, top, top_defaults, work / "src")
     if use_cache and cache.is_file():
         result = json.loads(cache.read_text())
         if (result.get("timing", {}).get("analysis_version") == timing.ANALYSIS_VERSION
@@ -180,7 +189,7 @@ def synth_module(
     result = {
         "unit": label or top,
         "top": top,
-        "params": params,
+        "params": params | top_defaults,
         "defines": list(defines),
         "cells": cells,
         "resources": cell_resources(cells),
@@ -194,6 +203,24 @@ def synth_module(
     cache.parent.mkdir(parents=True, exist_ok=True)
     safe_io.atomic_write(cache, json.dumps(result, indent=2, sort_keys=True) + "\n")
     return result | {"cached": False}
+
+
+def with_defaults(sources: list[Path], top: str, defaults: dict[str, int], folder: Path) -> list[Path]:
+    """`sources` with the file defining module `top` replaced by a copy in `folder` whose parameter
+    declarations `parameter integer NAME = ...` carry `defaults` (every name must be declared)."""
+    text_of = {s: s.read_text() for s in sources}
+    src = next((s for s in sources if re.search(rf"^\s*module\s+{top}\b", text_of[s], re.M)), None)
+    if src is None:
+        raise UserError(f"no source defines module {top}")
+    text = text_of[src]
+    for name, value in defaults.items():
+        text, n = re.subn(rf"(\bparameter\s+integer\s+{name}\s*=\s*)[^,\s)]+", rf"\g<1>{int(value)}", text, count=1)
+        if n != 1:
+            raise UserError(f"module {top}: no parameter integer {name} to set")
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / src.name
+    safe_io.atomic_write(copy, text)
+    return [copy if s == src else s for s in sources]
 
 
 def synth_lane(spec: KernelSpec, **kw: Any) -> dict[str, Any]:

@@ -34,11 +34,13 @@ _MODULE = re.compile(r"^\s*module\s+(\w+)", re.M)
 # The network kernel top synthesized whole (label, file list, top, parameters): its defaults are the buffers a
 # rail build packages for the default plan (hls.vitis.netpkg.rtl_generics: 1408-byte payloads, a 128-packet
 # window: 32 receive slots of 22 beats in 1,024 beats of block RAM, 128 retransmit slots of 32 beats in
-# UltraRAM per flow), fp32 wire and parameters. The bf16 top is not here: yosys 0.23 aborts on
-# `hierarchy -chparam` of this top (an internal assertion); its bf16 blocks are in the unit rows' benches.
+# UltraRAM per flow), fp32 wire and parameters; and the same with a bf16 wire and bf16 parameters. The
+# parameters are set as the top's defaults in a copy of its source (synth.with_defaults): yosys 0.23 aborts
+# on `hierarchy -chparam` of this top (an internal assertion).
 NET_LIST = RTL_DIR / "net" / "net_kernel.f"
 NET_UNITS: tuple[tuple[str, Path, str, dict[str, int]], ...] = (
     ("onic_net_kernel (fp32, deployable buffers)", NET_LIST, "onic_net_kernel", {}),
+    ("onic_net_kernel (bf16, deployable buffers)", NET_LIST, "onic_net_kernel", {"WIRE_BF16": 1, "PARAM_BF16": 1}),
 )
 
 
@@ -230,8 +232,8 @@ def net_rows(*, use_cache: bool = True, cache_dir: Path | None = None, log: Any 
     rows = []
     for label, flist, top, params in units:
         say(f"[synth] network kernel {label} (yosys takes a quarter of an hour; cached afterwards)")
-        run = synth.synth_module(rtl_sources.read_filelist(flist), top, params, label=label, cache_dir=cache,
-                                 use_cache=use_cache, cached_only=cached_only)
+        run = synth.synth_module(rtl_sources.read_filelist(flist), top, label=label, cache_dir=cache,
+                                 use_cache=use_cache, cached_only=cached_only, top_defaults=params)
         r = row(run) | {"resources": run["resources"]}
         say(f"[synth]   {_progress(r)}")
         rows.append(r)

@@ -333,7 +333,9 @@ def rtlnet_run(args: Any) -> int:
     (and results.json's `rtlnet`) replaced; exit 1 when a step was not bit-exact."""
     from optimusnic.bench import rtlnet as bench_rtlnet
 
-    rep = bench_rtlnet.run(args)
+    js = RESULTS_DIR / "results.json"
+    previous = json.loads(js.read_text()).get("rtlnet") if js.is_file() else None
+    rep = bench_rtlnet.run(args, previous)
     print(f"written: {write_rtlnet_section(rep)}", file=sys.stderr)
     return 0 if rep["exact"] else 1
 

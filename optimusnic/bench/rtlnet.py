@@ -43,6 +43,17 @@ Figures (simulated time; only the simulation speed depends on the machine):
   retransmitted payload bytes (counter `retransmitted_bytes`), the peers' retransmitted frame bytes.
 - simulation speed: kernel clocks simulated per wall second for each N (the whole bench: RTL,
   switch, peers, monitors).
+- with the card (`card-drops`): goodput and retransmitted bytes at the same drop rates, as the
+  stand-in's.
+- N RTL cards (`ring`): every card of the ring an onic_card (the bench card: `card_spec()`,
+  BENCH_PARAMS) in one Verilator build of RING_CARDS cards (hls.rtl.ring_top), each MAC port on
+  cocotbext-eth's MAC model through the same switch (sim/tb/net/bench_onic_ring_cards.py, the
+  engine of test_onic_ring_cards): step time for N = 2, 3, 4 against the wire model and the
+  simulation speed; chunks within the current all-gather bound (`ag_packets_bound`).
+- bf16 (`bf16`): the stand-in with a bf16 wire and bf16 parameters: the line-rate fraction at the
+  step payload and the step times.
+`--parts` measures some of these; the others are kept from bench/results.json (`merge`), and the
+report says per part at which commit it was measured.
 """
 
 from __future__ import annotations
@@ -88,6 +99,16 @@ BENCH_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 12, "RX_SLOT_LOG2": 5, "RX_FRAME_BEATS"
 # 299.94 MHz is 41.7 bytes a clock): the kernel keeps up with the reduce-scatter's last hop.
 CARD_LANES = 16
 OPCODES = {1: "rs", 2: "ag", 3: "ack", 4: "nak"}
+# What one run measures (`--parts`); a run of some parts keeps the others' figures from bench/results.json.
+PARTS = ("card", "stand-in", "card-drops", "ring", "bf16")
+# N RTL cards in one Verilator build (hls.rtl.ring_top): one top of RING_CARDS onic_cards serves the rings of
+# 2 .. RING_CARDS (the others stay idle), each card the bench card (BENCH_PARAMS, `card_spec()`).
+RING_CARDS = 4
+# Their Adam kernels: 2 lanes, the CI ring's (hls.rtl.ring_top.card_spec): a build of four 16-lane cards is
+# over two hours of C++ on the shared 2-core machine. 2 elements a clock against the line's 10.4: the owner's
+# update, fed by the last RS hop, runs at the kernel's pace (the ring's credits hold the chunk back).
+RING_LANES = 2
+BF16_BUILD = "onic_net_kernel-bench-bf16-verilator"
 Log = Callable[[str], None] | None
 
 
@@ -347,19 +368,134 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
 def measure_case(n: int, payload: int, packets: int, drop: float = 0.0, seed: int = 1, log: Log = None,
                  params: dict[str, int] | None = None, window: int = WINDOW,
                  build: str | None = None, rto_s: float | None = None,
-                 card: KernelSpec | None = None) -> dict[str, Any]:
-    """One step's figures; `card`: with that Adam RTL kernel in the card (`onic_card`), not the stand-in."""
-    case = {"n": n, "rank": min(RANK, n - 1), "payload": payload, "size": chunk_size(payload, packets),
+                 card: KernelSpec | None = None, wire_dtype: str = "fp32", param_dtype: str = "fp32",
+                 part: str | None = None) -> dict[str, Any]:
+    """One step's figures; `card`: with that Adam RTL kernel in the card (`onic_card`), not the stand-in;
+    `wire_dtype`, `param_dtype`: the stand-in's (the card's are its spec's)."""
+    case = {"n": n, "rank": min(RANK, n - 1), "payload": payload, "size": chunk_size(payload, packets, wire_dtype),
             "drop": drop, "seed": seed, "window": window, "rto_s": rto_s or rto_for(payload, window),
             "latency_s": LATENCY_S}
-    what = f"card ({card.lanes} lanes)" if card else "stand-in"
+    if (wire_dtype, param_dtype) != ("fp32", "fp32"):
+        case |= {"wire_dtype": wire_dtype, "param_dtype": param_dtype}
+    what = f"card ({card.lanes} lanes)" if card else f"stand-in {wire_dtype}/{param_dtype}"
     _log(log, f"[bench rtlnet] {what} N={n} P={payload} S={case['size']} drop={drop:g} seed={seed} ...")
     row = figures(simulate(case, params, build, card))
     row["adam"] = f"rtl{card.lanes}" if card else "stand-in"
+    row["part"] = part or ("card" if card else "stand-in")
     _log(log, f"[bench rtlnet]   {row['step_clocks']:,} clocks = {row['step_s'] * 1e6:.2f} us "
               f"({row['step_over_model']:.3f}x the wire model), exact {row['exact']}, "
               f"{row['sim_clocks_per_s']:,.0f} clocks/s, {row['run_s']:.0f} s")
     return row
+
+
+# ---- N RTL cards in one build ------------------------------------------------------------------------------
+def simulate_ring(case: dict[str, Any], cards: int = RING_CARDS, params: dict[str, int] | None = None,
+                  card: KernelSpec | None = None) -> dict[str, Any]:
+    """One ring step of `case` on the first `case["n"]` of `cards` onic_cards in one Verilator build
+    (hls.rtl.ring_top, the bench's buffers and Adam kernel: sim/tb/net/bench_onic_ring_cards.py); its raw record."""
+    if not simulators.available("verilator"):
+        from hls.errors import ToolMissing
+
+        raise ToolMissing("bench rtlnet: verilator is not installed (make deps)")
+    from hls.rtl import ring_top
+
+    made = ring_top.prepare_cards(cards, card or card_spec(), params=dict(params or BENCH_PARAMS), as_given=True)
+    made.build_dir.mkdir(parents=True, exist_ok=True)
+    fd, out = tempfile.mkstemp(prefix="rtlnet-ring-", suffix=".json", dir=made.build_dir)
+    os.close(fd)
+    tag = f"n{case['n']}-p{case['payload']}-s{case['size']}-d{case.get('drop', 0)}-seed{case.get('seed', 1)}"
+    log_file = made.build_dir.parent / f"{made.top}-bench-{tag}.log"
+    old = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
+    try:
+        t0 = time.perf_counter()
+        xml = simulators.run_cocotb(
+            sources=made.sources, toplevel=made.top, test_module="bench_onic_ring_cards", test_dir=TB_DIR / "net",
+            build_dir=made.build_dir, simulator="verilator", parameters=made.parameters,
+            build_args=["--no-public-flat-rw", "--public-depth", "1"],
+            extra_env={"ONIC_BENCH": json.dumps(case), "ONIC_BENCH_OUT": out, "ONIC_MANIFEST": str(made.manifest)},
+            testcase="bench_ring_cards", log_file=log_file)
+        run_s = time.perf_counter() - t0
+        ran, failed = simulators.check_results(xml)
+        text = Path(out).read_text()
+        if ran != 1 or failed or not text:
+            raise BenchFailed(f"bench rtlnet: the ring simulation of {tag} failed; see {log_file}")
+        raw = json.loads(text)
+    finally:
+        if old is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = old
+        Path(out).unlink(missing_ok=True)
+    raw["run_s"] = run_s
+    raw["log"] = str(log_file)
+    return raw
+
+
+def ring_figures(raw: dict[str, Any], cards: int = RING_CARDS) -> dict[str, Any]:
+    """The figures of one step of N RTL cards: the step (every card's ap_start to the last card's last
+    interrupt) against the wire model, the simulation speed, the retransmissions."""
+    case = raw["case"]
+    n, payload, size = case["n"], case["payload"], case["size"]
+    wdt, pdt = raw.get("wire_dtype", "fp32"), raw.get("param_dtype", "fp32")
+    clocks = raw.get("step_clocks")
+    step_s = None if clocks is None else clocks * raw["clock_ps"] * 1e-12
+    model = wire_model_s(n, size, payload, wdt, pdt, latency_s=case.get("latency_s", LATENCY_S))
+    counters = raw.get("counters") or []
+    status = raw.get("status") or []
+    return {
+        "part": "ring", "adam": f"ring{cards}-rtl{raw.get('lanes', '')}",
+        "n": n, "rank": None, "payload": payload, "size": size, "wire_dtype": wdt, "param_dtype": pdt,
+        "drop": case.get("drop", 0.0), "seed": case.get("seed"), "exact": raw["exact"],
+        "mismatch": raw.get("mismatch"), "error": raw.get("error"), "status": status,
+        "step_clocks": clocks, "step_s": step_s, "model": model,
+        "step_over_model": None if step_s is None else step_s / model["step_s"],
+        "retransmitted_bytes": sum(c.get("retransmitted_bytes", 0) for c in counters),
+        "timeouts": sum(c.get("timeouts", 0) for c in counters),
+        "sim_clocks": raw["sim_clocks"], "sim_wall_s": raw["wall_s"],
+        "sim_clocks_per_s": raw["sim_clocks"] / raw["wall_s"] if raw["wall_s"] else None,
+        "run_s": raw["run_s"], "log": raw["log"], "clock_ps": raw["clock_ps"], "rto_us": case["rto_s"] * 1e6,
+    }
+
+
+def measure_ring_case(n: int, payload: int, packets: int, seed: int = 1, log: Log = None,
+                      params: dict[str, int] | None = None, window: int = WINDOW, cards: int = RING_CARDS,
+                      card: KernelSpec | None = None, drop: float = 0.0) -> dict[str, Any]:
+    """One step of N RTL cards (all onic_cards, `card`'s Adam kernel, the bench's buffers) and its figures."""
+    card = card or card_spec(RING_LANES)
+    case = {"n": n, "payload": payload, "size": chunk_size(payload, packets, card.grad_dtype), "seed": seed,
+            "window": window, "rto_s": rto_for(payload, window), "latency_s": LATENCY_S, "drop": drop}
+    _log(log, f"[bench rtlnet] {n} RTL cards of {cards} ({card.lanes} lanes) P={payload} S={case['size']} "
+              f"seed={seed} ...")
+    raw = simulate_ring(case, cards, params, card)
+    raw["lanes"] = card.lanes
+    row = ring_figures(raw, cards)
+    _log(log, f"[bench rtlnet]   {row['step_clocks']} clocks, "
+              f"{'-' if row['step_over_model'] is None else format(row['step_over_model'], '.3f')}x the wire model, "
+              f"exact {row['exact']}, {row['sim_clocks_per_s'] or 0:,.0f} clocks/s, {row['run_s']:.0f} s")
+    return row
+
+
+def ag_packets_bound(params: dict[str, int] | None = None) -> int:
+    """The all-gather packets a chunk could have before the AG admission order (agdl): transmit slots +
+    receive slots (beyond, those RTL cards deadlocked in the all-gather); the ring rows keep within it."""
+    p = dict(params or BENCH_PARAMS)
+    return 2 ** p["TX_SLOTS_LOG2"] + 2 ** p["RX_SLOT_LOG2"]
+
+
+def _commit() -> str:
+    """The measured commit (`-dirty`: with uncommitted changes)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + ("-dirty" if dirty else "")
 
 
 # ---- the whole bench ---------------------------------------------------------------------------------------
@@ -368,7 +504,8 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
             step_packets: int = STEP_PACKETS_PER_CHUNK, line_world: int = LINE_WORLD, drop_world: int = DROP_WORLD,
             log: Log = None, params: dict[str, int] | None = None, window: int = WINDOW,
             build: str | None = None, card: KernelSpec | None = None, card_build: str | None = None,
-            stand_in: bool = True) -> dict[str, Any]:
+            stand_in: bool = True, parts: tuple[str, ...] = PARTS, ring_cards: int = RING_CARDS,
+            ring_card: KernelSpec | None = None, bf16_build: str | None = BF16_BUILD) -> dict[str, Any]:
     """Every figure in one run; repeated cases (seeds 1..repeats) report medians.
 
     `card` (default `card_spec()`): the card rows, the network kernel with that Adam RTL kernel
@@ -377,26 +514,57 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
     network kernel with the stand-in Adam kernel: line-rate fractions at every payload, goodput under
     loss, and the step times and latencies again (the difference is what the Adam kernel adds).
     `params` (the card's buffers), `window`, `build` and `card_build` (Verilator models' folders to
-    share) are for a small CI run."""
+    share) are for a small CI run.
+
+    `parts` (PARTS) picks what is measured: "card" (the rows above with the Adam RTL kernel), "stand-in"
+    (`stand_in` False drops it too), "card-drops" (goodput under loss with the Adam RTL kernel, as the
+    stand-in's), "ring" (step time and simulation speed of N RTL cards, every card an onic_card, one
+    build of `ring_cards`), "bf16" (the stand-in with a bf16 wire and bf16 parameters: line rate at the
+    step payload and step times; model folder `bf16_build`). The report's `measured` says, per part,
+    the commit, the load and the wall time."""
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        from hls.errors import UserError
+
+        raise UserError(f"bench rtlnet: unknown part(s) {', '.join(sorted(unknown))} (of {', '.join(PARTS)})")
+    if not stand_in:
+        parts = tuple(x for x in parts if x != "stand-in")
     t0 = time.perf_counter()
     card = card or card_spec()
     kw = {"log": log, "params": params, "window": window}
     step_payload = min(wire.DEFAULT_PAYLOAD_BYTES, max(payloads))
     rows: list[dict[str, Any]] = []
 
-    def group(cases: list[dict[str, Any]], spec: KernelSpec | None) -> list[dict[str, Any]]:
-        out = [measure_case(**c, **kw, build=card_build if spec else build, card=spec) for c in cases]
+    measured: dict[str, dict[str, Any]] = {}
+    commit = _commit()
+
+    def group(cases: list[dict[str, Any]], spec: KernelSpec | None, part: str | None = None,
+              where: str | None = None) -> list[dict[str, Any]]:
+        t = time.perf_counter()
+        out = [measure_case(**c, **kw, build=where or (card_build if spec else build), card=spec, part=part)
+               for c in cases]
         rows.extend(out)
+        _measured(out[0]["part"], t)
         return out
+
+    def _measured(part: str, t: float) -> None:
+        m = measured.setdefault(part, {"commit": commit, "wall_s": 0.0})
+        m["wall_s"] += time.perf_counter() - t
+        m["load_average"] = os.getloadavg()
 
     # one packet per chunk: a partial arrives when the card's line is idle (its own frame of the hop
     # before has gone), so first beat in to first beat out is the card's own forwarding latency
     hop_cases = [{"n": line_world, "payload": p, "packets": 1, "seed": 1} for p in payloads]
     step_cases = [{"n": n, "payload": step_payload, "packets": step_packets, "seed": s}
                   for n in worlds for s in range(1, repeats + 1)]
-    card_hop = group(hop_cases, card)
-    card_line = group([{"n": line_world, "payload": step_payload, "packets": packets, "seed": 1}], card)
-    card_steps = group(step_cases, card)
+    card_hop = card_line = card_steps = []
+    if "card" in parts:
+        card_hop = group(hop_cases, card)
+        card_line = group([{"n": line_world, "payload": step_payload, "packets": packets, "seed": 1}], card)
+        card_steps = group(step_cases, card)
+    drop_cases = [{"n": drop_world, "payload": step_payload, "packets": packets, "drop": d, "seed": s}
+                  for d in drops for s in range(1, repeats + 1)]
+    card_drops = group(drop_cases, card, "card-drops") if "card-drops" in parts else []
     report: dict[str, Any] = {
         "line_rate_gbps": LINE_RATE / 1e9, "latency_ns": LATENCY_S * 1e9, "window": window,
         "rank": RANK, "line_world": line_world, "step_payload": step_payload, "drop_world": drop_world,
@@ -406,16 +574,39 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
                  "steps": _by(card_steps, "n", lambda rs: _step_summary(rs)),
                  "latency": _latency_summary(card_hop, card_line),
                  "speed": _by(card_steps, "n",
-                              lambda rs: {"clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs])})},
+                              lambda rs: {"clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs])}),
+                 "drops": _by(card_drops, "drop", lambda rs: _drop_summary(rs))},
         "adam": "reference stand-in on the card's streams (not the Adam RTL kernel)",
-        "line": [], "steps": [], "drops": [], "latency": [], "speed": [],
+        "line": [], "steps": [], "drops": [], "latency": [], "speed": [], "ring": None, "bf16": None,
+        "ag_packets_bound": ag_packets_bound(params),
     }
-    if stand_in:
+    if "ring" in parts:
+        t = time.perf_counter()
+        ring_rows = [measure_ring_case(n, step_payload, step_packets, s, log=log, params=params, window=window,
+                                       cards=ring_cards, card=ring_card or card_spec(RING_LANES))
+                     for n in worlds if n <= ring_cards for s in range(1, repeats + 1)]
+        rows.extend(ring_rows)
+        _measured("ring", t)
+        rc = ring_card or card_spec(RING_LANES)
+        report["ring"] = {"cards": ring_cards, "spec": {k: getattr(rc, k) for k in ("optimizer", "grad_dtype",
+                                                                                    "out_dtype", "lanes", "stripes")},
+                          "steps": _by(ring_rows, "n", lambda rs: _step_summary(rs) | {
+                              "clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs if r["sim_clocks_per_s"]]),
+                              "retransmitted_bytes": _median([r["retransmitted_bytes"] for r in rs]),
+                              "ag_packets": math.ceil(rs[0]["size"] * wire.ELEMENT_BYTES[rs[0]["param_dtype"]]
+                                                      / rs[0]["payload"])})}
+    if "bf16" in parts:
+        bf = {"wire_dtype": "bf16", "param_dtype": "bf16"}
+        b_line = group([{"n": line_world, "payload": step_payload, "packets": packets, "seed": 1, **bf}], None,
+                       "bf16", bf16_build)
+        b_steps = group([c | bf for c in step_cases], None, "bf16", bf16_build)
+        report["bf16"] = {"line": [_line_summary(r) for r in b_line],
+                          "steps": _by(b_steps, "n", lambda rs: _step_summary(rs))}
+    if "stand-in" in parts:
         line_rows = group([{"n": line_world, "payload": p, "packets": packets, "seed": 1} for p in payloads], None)
         hop_rows = group(hop_cases, None)
         step_rows = group(step_cases, None)
-        drop_rows = group([{"n": drop_world, "payload": step_payload, "packets": packets, "drop": d, "seed": s}
-                           for d in drops for s in range(1, repeats + 1)], None)
+        drop_rows = group(drop_cases, None)
         report |= {
             "line": [_line_summary(r) for r in line_rows],
             "steps": _by(step_rows, "n", lambda rs: _step_summary(rs)),
@@ -425,19 +616,27 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
                          lambda rs: {"clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs])}),
         }
     report |= {
+        "measured": measured,
         "clock_mhz": 1e6 / rows[0]["clock_ps"],
         "rto_us": sorted({r["rto_us"] for r in rows}),
         "exact": all(r["exact"] for r in rows),
-        "mismatches": [f"{r['adam']} N={r['n']} P={r['payload']} drop={r['drop']} seed={r['seed']}: "
-                       f"{r['error'] or r['mismatch'] or 'STATUS ' + str(r['status'])}"
-                       for r in rows if not r["exact"]],
+        "mismatches": _mismatches(rows),
         "rows": rows,
         "load_average": os.getloadavg(),
         "wall_s": time.perf_counter() - t0,
     }
-    line = report["line"] + report["card"]["line"]
-    report["meets_goal"] = bool(line) and all(x["meets_goal"] for x in line)
+    report["meets_goal"] = _meets_goal(report)
     return report
+
+
+def _mismatches(rows: list[dict[str, Any]]) -> list[str]:
+    return [f"{r['adam']} N={r['n']} P={r['payload']} drop={r['drop']} seed={r['seed']}: "
+            f"{r['error'] or r['mismatch'] or 'STATUS ' + str(r['status'])}" for r in rows if not r["exact"]]
+
+
+def _meets_goal(report: dict[str, Any]) -> bool:
+    line = report["line"] + report["card"]["line"] + ((report.get("bf16") or {}).get("line") or [])
+    return bool(line) and all(x["meets_goal"] for x in line)
 
 
 def _by(rows: list[dict[str, Any]], key: str,
@@ -460,6 +659,10 @@ def _line_summary(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _step_summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    rs = [r for r in rs if r["step_s"] is not None] or rs[:1]  # a step that never ended: the mismatches say so
+    if rs[0]["step_s"] is None:
+        return {"size": rs[0]["size"], "payload": rs[0]["payload"], "runs": 0, "step_us": None, "model_us": None,
+                "over_model": None, "step_clocks": None, "exact": False}
     return {"size": rs[0]["size"], "payload": rs[0]["payload"], "runs": len(rs),
             "step_us": _median([r["step_s"] * 1e6 for r in rs]),
             "model_us": _median([r["model"]["step_s"] * 1e6 for r in rs]),
@@ -624,14 +827,11 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         "payload bytes over the step time; "
         "retransmitted: its payload bytes sent again (counter `retransmitted_bytes`), and the peers' frame bytes.",
         "",
-        "| drop rate | frames dropped (all runs) | step | goodput per port | retransmitted by the RTL card | "
-        "by the peers | RTL timeouts |",
-        "|---|---|---|---|---|---|---|",
+        *_drop_table(rep["drops"]),
     ]
-    for x in rep["drops"]:
-        lines.append(f"| {x['drop']:g} | {x['switch_dropped']} | {x['step_us']:.2f} us | {x['goodput_gbps']:.1f} Gb/s "
-                     f"| {x['retransmitted_payload_bytes']:,.0f} B of {x['payload_bytes_out']:,.0f} | "
-                     f"{x['peer_retransmitted_bytes']:,.0f} B | {x['timeouts']:g} |")
+    lines += _card_drops_lines(rep)
+    lines += _ring_lines(rep, ns)
+    lines += _bf16_lines(rep)
     lines += [
         "",
         "| simulation speed | " + " | ".join(f"N = {x['n']}" for x in rep["speed"]) + " |",
@@ -641,11 +841,101 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         "| kernel clocks per wall second (the card with the Adam RTL kernel, N - 1 software peers) | "
         + " | ".join(_num(next((c["clocks_per_s"] for c in card["speed"] if c["n"] == x["n"]), None))
                      for x in rep["speed"]) + " |",
+        *([f"| kernel clocks per wall second (N RTL cards, every card the card above, one build of "
+           f"{rep['ring']['cards']}) | "
+           + " | ".join(_num(next((c.get("clocks_per_s") for c in rep["ring"]["steps"] if c["n"] == x["n"]), None))
+                        for x in rep["speed"]) + " |"] if (rep.get("ring") or {}).get("steps") else []),
         "",
         f"Goal (transmit line-rate fraction within 2 % of the framing cap at every payload, every row): "
         f"{'met' if rep['meets_goal'] else 'NOT met'}. Wall time of this section: {rep['wall_s']:.0f} s.",
-        "",
     ]
+    if rep.get("measured"):
+        lines.append("Measured (per part: the commit, the command, the load average at its end and its wall time): "
+                     + "; ".join(_measured_text(p, m) for p, m in sorted(rep["measured"].items())) + ".")
+    lines.append("")
+    return lines
+
+
+def _measured_text(part: str, m: dict[str, Any]) -> str:
+    if "command" not in m:
+        return f"{part}: commit {m.get('commit', 'not recorded')}"
+    load = ", ".join(f"{x:.1f}" for x in m.get("load_average") or ())
+    return f"{part}: commit {m['commit']}, `{m['command']}`, load {load}, {m.get('wall_s', 0):.0f} s"
+
+
+def _drop_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| drop rate | frames dropped (all runs) | step | goodput per port | retransmitted by the RTL card | "
+             "by the peers | RTL timeouts |", "|---|---|---|---|---|---|---|"]
+    for x in rows:
+        lines.append(f"| {x['drop']:g} | {x['switch_dropped']} | {x['step_us']:.2f} us | {x['goodput_gbps']:.1f} Gb/s "
+                     f"| {x['retransmitted_payload_bytes']:,.0f} B of {x['payload_bytes_out']:,.0f} | "
+                     f"{x['peer_retransmitted_bytes']:,.0f} B | {x['timeouts']:g} |")
+    return lines
+
+
+def _card_drops_lines(rep: dict[str, Any]) -> list[str]:
+    rows = (rep.get("card") or {}).get("drops") or []
+    if not rows:
+        return []
+    cs = rep["card"]["spec"]
+    return ["", f"Goodput under loss with the Adam RTL kernel (`onic_card`, {cs['lanes']} lanes; N = "
+            f"{rows[0]['n']}, payload {rows[0]['payload']}, S = {rows[0]['size']:,}), defined as the stand-in's "
+            "above: the same seeded drops on every egress link; each step bit-exact (p, m, v, out, the gathered "
+            "buffer, every peer) after its retransmissions.", "", *_drop_table(rows)]
+
+
+def _ring_lines(rep: dict[str, Any], ns: float) -> list[str]:
+    rg = rep.get("ring")
+    if not rg or not rg.get("steps"):
+        return []
+    cs = rg.get("spec") or {}
+    card_steps = {x["n"]: x for x in rep["card"].get("steps") or []}
+    lines = ["", f"N RTL CARDS in one simulation: every card of the ring an `onic_card` (the network kernel and the "
+             f"generated Adam RTL kernel, {cs.get('optimizer', '')} {cs.get('grad_dtype', '')}, {cs.get('lanes', '')} "
+             f"lanes: {cs.get('lanes', '')} elements a clock against the line's "
+             f"{LINE_RATE / 8 / (1e9 / ns) / 4:.1f}, so the owner's update paces the last RS hop (a build of four "
+             "16-lane cards is hours of C++ on this machine); the buffers above), one Verilator build of "
+             f"{rg['cards']} cards (hls.rtl.ring_top; a ring of N "
+             "uses the first N, the others idle), each MAC port on cocotbext-eth's MAC model (`eth_mac_port.MacPort`, "
+             f"100 Gb/s) through the same switch, kernel clock {1e3 / ns:.2f} MHz, card memory ideal (5..40 clocks of "
+             "read latency, no pauses; sim/tb/net/bench_onic_ring_cards.py). Step: every card's ap_start (written in "
+             "one clock) to the last interrupt of the last card (polled every clock; each interrupt's AXI-Lite "
+             "handling adds a few clocks), against the wire model; every step checked as test_onic_ring_cards "
+             "checks it (every owner's p, m, v and out buffer, every card's gathered buffer against a lossless "
+             "ring of `hls.net.card.Card`s, STATUS of both kernels, counters against the switch ports, no "
+             "retransmission, no transmit underflow). Chunks of "
+             f"{', '.join(sorted({str(x['ag_packets']) for x in rg['steps']}))} AG packets, within the all-gather "
+             f"bound of the RTL before the AG admission order (transmit slots + receive slots = "
+             f"{rep.get('ag_packets_bound', '-')}: beyond it those RTL cards deadlocked in the all-gather; the "
+             "measured commit is below). The last column is the one-RTL-card step above "
+             f"({rep['card'].get('spec', {}).get('lanes', '-')} lanes). Runs per N (seeds 1.., medians): "
+             f"{', '.join(str(x.get('runs', '-')) for x in rg['steps'])}.",
+             "", "| N | S elements | step, N RTL cards | step / model | wire model | clocks | simulation speed, "
+             "kernel clocks per wall second | retransmitted | one RTL card + N - 1 peers |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for x in rg["steps"]:
+        c = card_steps.get(x["n"])
+        step = "-" if x["step_us"] is None else f"{x['step_us']:.2f} us"
+        over = "-" if x["over_model"] is None else f"{x['over_model']:.3f}x"
+        model = "-" if x["model_us"] is None else f"{x['model_us']:.2f} us"
+        lines.append(f"| {x['n']} | {x['size']:,} | {step} | {over} | {model} | {_num(x['step_clocks'])} | "
+                     f"{_num(x.get('clocks_per_s'))} | {_num(x.get('retransmitted_bytes'))} B | "
+                     f"{'-' if c is None else format(c['step_us'], '.2f') + ' us'} |")
+    return lines
+
+
+def _bf16_lines(rep: dict[str, Any]) -> list[str]:
+    b = rep.get("bf16")
+    if not b:
+        return []
+    lines = ["", "bf16 wire and bf16 parameters, stand-in (the network kernel built with WIRE_BF16 = PARAM_BF16 = 1, "
+             "the stand-in Adam kernel in bf16; the same packets per chunk as fp32, so twice the elements), defined "
+             f"as the fp32 rows. Payload line-rate fraction (N = {rep['line_world']}, one step):", "",
+             *_line_table(b.get("line") or []), "", f"bf16 step time (payload {rep['step_payload']}):", "",
+             "| N | S elements | step | wire model | step / model | clocks |", "|---|---|---|---|---|---|"]
+    for x in b.get("steps") or []:
+        lines.append(f"| {x['n']} | {x['size']:,} | {x['step_us']:.2f} us | {x['model_us']:.2f} us | "
+                     f"{x['over_model']:.3f}x | {x['step_clocks']:,.0f} |")
     return lines
 
 
@@ -690,15 +980,64 @@ def format_report(rep: dict[str, Any]) -> str:
     return "\n".join(markdown(rep))
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+# where each part's figures live in the report (`merge`)
+PART_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "card": (("card", "spec"), ("card", "line"), ("card", "steps"), ("card", "latency"), ("card", "speed")),
+    "stand-in": (("line",), ("steps",), ("drops",), ("latency",), ("speed",)),
+    "card-drops": (("card", "drops"),), "ring": (("ring",),), "bf16": (("bf16",),)}
+_RUN_KEYS = ("line_rate_gbps", "latency_ns", "window", "rank", "line_world", "step_payload", "drop_world", "params",
+             "repeats", "goal_of_cap", "ag_packets_bound", "clock_mhz", "load_average", "wall_s", "command")
+
+
+def part_of(row: dict[str, Any]) -> str:
+    """The part a row was measured by (rows of reports before `part` existed: from their kernel)."""
+    return row.get("part") or ("stand-in" if row.get("adam") == "stand-in" else "card")
+
+
+def merge(previous: dict[str, Any] | None, rep: dict[str, Any], parts: tuple[str, ...]) -> dict[str, Any]:
+    """`rep`'s `parts` over `previous` (an earlier report, bench/results.json's `rtlnet`): the other parts'
+    figures and rows kept, with the commit they were measured at (`measured`; "not recorded" for a
+    report older than that record); exactness and the goal over every kept and new row."""
+    if not previous:
+        return rep
+    out = json.loads(json.dumps(previous, default=str))
+    out.setdefault("card", {})
+    for part in parts:
+        for path in PART_KEYS[part]:
+            src, dst = rep, out
+            for k in path[:-1]:
+                src, dst = src[k], dst.setdefault(k, {})
+            dst[path[-1]] = src[path[-1]]
+    for k in _RUN_KEYS:
+        if k in rep:
+            out[k] = rep[k]
+    kept = {part_of(r) for r in out.get("rows", [])} - set(parts)
+    out["measured"] = {p: {"commit": "not recorded"} for p in sorted(kept)} | (previous.get("measured") or {})
+    out["measured"] = {p: m for p, m in out["measured"].items() if p in kept} | rep["measured"]
+    out["rows"] = [r for r in out.get("rows", []) if part_of(r) not in parts] + rep["rows"]
+    out["exact"] = all(r["exact"] for r in out["rows"])
+    out["mismatches"] = _mismatches(out["rows"])
+    out["rto_us"] = sorted({r["rto_us"] for r in out["rows"]})
+    out["meets_goal"] = _meets_goal(out)
+    return out
+
+
+def run(args: argparse.Namespace, previous: dict[str, Any] | None = None) -> dict[str, Any]:
     """Measure what `optimusnic bench rtlnet` asks for and print it (the report module's `rtlnet_run`
-    then replaces this section of bench/results.md)."""
+    then replaces this section of bench/results.md); `previous` (the last report) gives the parts not
+    measured."""
     worlds = tuple(getattr(args, "worlds", None) or WORLDS)
     repeats = max(1, min(getattr(args, "repeats", 3) or 3, 9))
-    rep = collect(worlds=worlds, repeats=repeats, log=lambda s: print(s, file=sys.stderr, flush=True))
+    parts = tuple(getattr(args, "parts", None) or PARTS)
+    rep = collect(worlds=worlds, repeats=repeats, log=lambda s: print(s, file=sys.stderr, flush=True), parts=parts)
     rep["command"] = ("optimusnic bench rtlnet"
                       + (f" --worlds {','.join(map(str, worlds))}" if worlds != WORLDS else "")
-                      + f" --repeats {repeats}")
+                      + f" --repeats {repeats}"
+                      + (f" --parts {','.join(parts)}" if set(parts) != set(PARTS) else ""))
+    for m in rep["measured"].values():
+        m["command"] = rep["command"]
+    if set(parts) != set(PARTS):  # the other parts' figures from the last full (or partial) run
+        rep = merge(previous, rep, parts)
     if getattr(args, "json", False):
         json.dump(rep, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

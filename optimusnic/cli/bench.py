@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "net: elements per rank (default 1048576,4194304)")
     p.add_argument("--worlds", type=lambda t: [int_in(2, 16)(x) for x in t.split(",")], default=None,
                    help="net, rtlnet: ring sizes N, comma-separated (default 2,3,4)")
+    p.add_argument("--parts", type=lambda t: [x.strip() for x in t.split(",")], default=None,
+                   help="rtlnet: what to measure, comma-separated of card, stand-in, card-drops (goodput under loss "
+                        "with the Adam RTL kernel), ring (N RTL cards in one build), bf16 (bf16 wire and parameters, "
+                        "stand-in); default all; the other parts' figures are kept from bench/results.json")
     p.add_argument("--net-backends", type=lambda t: [x.strip() for x in t.split(",")], default=None,
                    help="net: software cards to time, comma-separated golden,csim (default both)")
     p.add_argument("--no-ddp", action="store_true", help="net: skip the DDP + AdamW (gloo) baseline")

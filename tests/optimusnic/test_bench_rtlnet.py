@@ -4,7 +4,9 @@ the Adam RTL kernel (`onic_card`, tests/hls/rtl/test_card_rtl.py's 2-lane spec a
 and the network kernel with the stand-in (tests/hls/rtl/test_net_kernel.py's model), both with the
 card's small test buffers. No timing is asserted: the figures are simulated time, checked for what
 the protocol fixes (no frame lost for lack of buffer, no transmit underflow, fractions under the
-framing cap, first-time payload bytes).
+framing cap, first-time payload bytes). The tiny run also measures the card under loss
+(`card-drops`); the N-RTL-card rows (`ring`: a four-card build, tens of minutes) and the bf16 rows
+are checked here through their pure parts (figures, tables, `merge` of a partial run, `--parts`).
 """
 
 from __future__ import annotations
@@ -57,14 +59,99 @@ def test_line_schedule() -> None:
     assert f["fraction"] == pytest.approx(2 * 1432 * 8e12 / 100e9 / (11 * per))
 
 
+def _ring_raw(n: int, clocks: int | None, seed: int = 1) -> dict:
+    return {"case": {"n": n, "payload": 1408, "size": 5632, "seed": seed, "rto_s": 20e-6, "latency_s": 500e-9,
+                     "drop": 0.0},
+            "clock_ps": 3334, "wire_dtype": "fp32", "param_dtype": "fp32", "exact": clocks is not None,
+            "error": None if clocks else "not done", "mismatch": None, "step_clocks": clocks, "status": [0] * n,
+            "counters": [{"retransmitted_bytes": 0, "timeouts": 0}] * n, "sim_clocks": 3000, "wall_s": 2.0,
+            "run_s": 30.0, "log": "x.log", "lanes": 16}
+
+
+def test_ring_figures_and_their_table() -> None:
+    """The N-RTL-card rows: the step against the wire model, the simulation speed, the AG packet bound."""
+    row = rtlnet.ring_figures(_ring_raw(3, 3000))
+    model = rtlnet.wire_model_s(3, 5632, 1408)["step_s"]
+    assert row["part"] == "ring" and row["adam"] == "ring4-rtl16" and row["exact"]
+    assert row["step_s"] == pytest.approx(3000 * 3334e-12) and row["step_over_model"] == pytest.approx(
+        3000 * 3334e-12 / model)
+    assert row["sim_clocks_per_s"] == 1500 and row["retransmitted_bytes"] == 0
+    hung = rtlnet.ring_figures(_ring_raw(3, None))
+    assert hung["step_s"] is None and hung["step_over_model"] is None and not hung["exact"]
+    assert rtlnet._step_summary([hung])["step_us"] is None  # a step that never ended: no time, not exact
+    assert rtlnet._step_summary([hung, row])["runs"] == 1
+    assert rtlnet.ag_packets_bound() == 64 and rtlnet.ag_packets_bound(SMALL) == 24
+    rep = {"card": {"spec": {"optimizer": "adamw", "grad_dtype": "fp32", "lanes": 16},
+                    "steps": [{"n": 3, "step_us": 11.7}]},
+           "ring": {"cards": 4, "steps": [rtlnet._step_summary([row]) | {"n": 3, "clocks_per_s": 1500,
+                                                                         "retransmitted_bytes": 0, "ag_packets": 16}]},
+           "ag_packets_bound": 64}
+    md = rtlnet._ring_lines(rep, 3.334)
+    assert "Chunks of 16 AG packets, within the all-gather bound of the RTL before the AG admission order " \
+        "(transmit slots + receive slots = 64" in md[1]
+    assert md[-1].startswith("| 3 | 5,632 | 10.00 us | ") and md[-1].endswith("| 3,000 | 1,500 | 0 B | 11.70 us |")
+    assert rtlnet._ring_lines({"ring": None}, 3.334) == []
+
+
+def test_merge_keeps_the_parts_not_measured() -> None:
+    """A run of some parts (`--parts`) replaces their figures and rows; the others stay, with their commit."""
+    def row(part: str, exact: bool = True) -> dict:
+        return {"part": part, "adam": "stand-in" if part == "stand-in" else "rtl16", "n": 3, "payload": 1408,
+                "drop": 0.0, "seed": 1, "exact": exact, "error": None, "mismatch": "bad" if not exact else None,
+                "status": 0, "rto_us": 20.0}
+
+    old_card = row("card")
+    del old_card["part"]  # rows of reports older than `part`
+    previous = {"line": [{"meets_goal": False}], "steps": [], "drops": ["old drops"], "latency": [], "speed": [],
+                "card": {"spec": {}, "line": [], "steps": ["old card steps"], "latency": [], "speed": [],
+                         "drops": []},
+                "rows": [old_card, row("stand-in", exact=False)], "exact": False, "mismatches": ["x"],
+                "repeats": 3, "wall_s": 300.0}
+    rep = {"card": {"drops": ["new card drops"]}, "ring": {"cards": 4, "steps": ["new ring"]}, "bf16": None,
+           "rows": [row("card-drops"), row("ring")], "measured": {"card-drops": {"commit": "abc"},
+                                                                 "ring": {"commit": "abc"}},
+           "mismatches": [], "wall_s": 60.0, "line": [], "steps": [], "drops": [], "latency": [], "speed": []}
+    out = rtlnet.merge(previous, rep, ("card-drops", "ring"))
+    assert out["card"]["steps"] == ["old card steps"] and out["card"]["drops"] == ["new card drops"]
+    assert out["drops"] == ["old drops"] and out["ring"]["steps"] == ["new ring"] and out["wall_s"] == 60.0
+    assert [rtlnet.part_of(r) for r in out["rows"]] == ["card", "stand-in", "card-drops", "ring"]
+    assert out["measured"] == {"card": {"commit": "not recorded"}, "stand-in": {"commit": "not recorded"},
+                               "card-drops": {"commit": "abc"}, "ring": {"commit": "abc"}}
+    assert out["exact"] is False and out["mismatches"] == ["stand-in N=3 P=1408 drop=0.0 seed=1: bad"]
+    assert out["meets_goal"] is False
+    again = rtlnet.merge(out, rep | {"rows": [row("stand-in")], "measured": {"stand-in": {"commit": "def"}}},
+                         ("stand-in",))
+    assert again["exact"] is True and again["measured"]["stand-in"] == {"commit": "def"}
+    assert again["measured"]["ring"] == {"commit": "abc"}
+    assert rtlnet.merge(None, rep, ("ring",)) is rep
+    assert "ring: commit abc" in rtlnet._measured_text("ring", {"commit": "abc"})
+    text = rtlnet._measured_text("ring", {"commit": "abc", "command": "c", "load_average": (1, 2, 3), "wall_s": 9})
+    assert text == "ring: commit abc, `c`, load 1.0, 2.0, 3.0, 9 s"
+    with pytest.raises(Exception, match="unknown part"):
+        rtlnet.collect(parts=("nope",))
+
+
+def test_cli_parts_option() -> None:
+    import argparse
+
+    from optimusnic.cli import bench as cli_bench
+
+    parser = argparse.ArgumentParser()
+    cli_bench.register(parser.add_subparsers())
+    args = parser.parse_args(["bench", "rtlnet", "--parts", "ring, bf16", "--json"])
+    assert args.parts == ["ring", "bf16"] and set(args.parts) <= set(rtlnet.PARTS)
+
+
 @pytest.mark.skipif(not simulators.available("verilator"), reason="verilator not installed")
 def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN001
     rep = rtlnet.collect(worlds=(3,), payloads=(192,), drops=(1e-2,), repeats=1, packets=4, step_packets=4,
                          line_world=3, drop_world=3, params=SMALL, window=8, build=SMALL_BUILD, card=CARD,
-                         card_build=CARD_BUILD)
+                         card_build=CARD_BUILD, parts=("card", "stand-in", "card-drops"))
     assert rep["exact"] is True and rep["mismatches"] == [], rep["mismatches"]
-    assert len(rep["rows"]) == 7 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
-    assert [r["adam"] for r in rep["rows"]] == ["rtl2"] * 3 + ["stand-in"] * 4
+    assert len(rep["rows"]) == 8 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
+    assert [r["adam"] for r in rep["rows"]] == ["rtl2"] * 4 + ["stand-in"] * 4
+    assert [r["part"] for r in rep["rows"]][2:5] == ["card", "card-drops", "stand-in"]
+    assert set(rep["measured"]) == {"card", "stand-in", "card-drops"} and rep["ring"] is None and rep["bf16"] is None
     for r in rep["rows"]:
         assert not r["adapter_errors"] and not r["axi_errors"] and r["tx_underflows"] == 0
         assert r["dropped_overflow"] == 0 and r["dropped_step"] == 0
@@ -79,7 +166,7 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     [lat] = rep["latency"]  # one-packet chunks: one RS and one AG partial forwarded at N = 3
     assert lat["hop_rs_clocks"] > 0 and lat["hop_ag_clocks"] > 0 and lat["turnaround_clocks"] > 0
     assert lat["streaming_hop_rs_min_clocks"] > 0 and lat["streaming_turnaround_clocks"] > 0
-    assert rep["rows"][4]["size"] == 48 and rep["rows"][4]["hop_samples"] == 2
+    assert rep["rows"][5]["size"] == 48 and rep["rows"][5]["hop_samples"] == 2
     assert rep["rto_us"] == [20.0]
     [drop] = rep["drops"]
     assert drop["drop"] == 1e-2 and drop["exact"] and drop["goodput_gbps"] > 0
@@ -94,6 +181,8 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     assert lat["streaming_turnaround_clocks"] is not None and lat["streaming_update_packet_clocks"] > 0
     [line] = card["line"]
     assert 0 < line["tx"] <= cap * (1 + 1e-9) and line["dropped_overflow"] == 0 and line["tx_underflows"] == 0
+    [cdrop] = card["drops"]  # goodput under loss with the Adam RTL kernel, as the stand-in's
+    assert cdrop["drop"] == 1e-2 and cdrop["exact"] and cdrop["goodput_gbps"] > 0
 
     md = rtlnet.markdown(rep)
     assert md[0] == rtlnet.HEADING and "all exact." in md[2]
@@ -102,6 +191,8 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     # limit add some)
     assert 0 < line["acks_out"] < line["data_in"]
     assert "MISMATCHES" not in "\n".join(md)
+    assert any(ln.startswith("Goodput under loss with the Adam RTL kernel") for ln in md)
+    assert md[-2].startswith("Measured (per part") and "card-drops: commit " in md[-2]
     bad = copy.deepcopy(rep)
     bad["rows"][0]["exact"], bad["exact"] = False, False
     bad["mismatches"] = ["rtl2 N=3 P=192 drop=0.0 seed=1: ['gathered chunk 2']"]

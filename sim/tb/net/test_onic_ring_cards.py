@@ -304,8 +304,11 @@ class Ring:
 
     def __init__(self, dut: Any, cfg: RingConfig, params: np.ndarray, *, faults: PortFaults | None = None,
                  buffer_bytes: int | None = None, grad_stall: float = 0.3, seed: int = 1,
-                 adam: dict[str, Any] | None = None) -> None:
+                 adam: dict[str, Any] | None = None, clock_ps: int = CLOCK_NS * 1000, poll: int = 16) -> None:
+        # clock_ps, poll (clocks between interrupt polls): the bench's 300 MHz and exact done clocks
         self.dut, self.cfg = dut, cfg
+        self.clock_ps, self.poll = clock_ps, poll
+        self.done_cycle: dict[int, int] = {}  # per card: the clock its last interrupt was seen, this step
         n = cfg.world
         if not hasattr(dut, f"c{n - 1}_m_axis_mac0_tvalid"):
             raise ValueError(f"a ring of {n}: the top has fewer cards")
@@ -329,7 +332,7 @@ class Ring:
             self.cycle += 1
 
     async def reset(self) -> None:
-        cocotb.start_soon(Clock(self.dut.ap_clk, CLOCK_NS, unit="ns").start())
+        cocotb.start_soon(Clock(self.dut.ap_clk, self.clock_ps, unit="ps").start())
         self.dut.ap_rst_n.value = 0
         await ClockCycles(self.dut.ap_clk, 8)
         self.dut.ap_rst_n.value = 1
@@ -373,6 +376,7 @@ class Ring:
             await _all([c.start_adam(size, hyper, scale, cfg.optimizer) for c in self.cards])
         await _all([c.program(cfg, step) for c in self.cards])
         start = self.cycle
+        self.done_cycle = {}
         await _all([c.write("ctrl", 1) for c in self.cards])
         await _all([self._wait_done(c, start, limit) for c in self.cards])
         clocks = self.cycle - start
@@ -425,14 +429,15 @@ class Ring:
     async def _wait_done(self, card: RtlCard, start: int, limit: int) -> None:
         pending = dict(card.irq)
         while pending:
-            await ClockCycles(self.dut.ap_clk, 16)
+            await ClockCycles(self.dut.ap_clk, self.poll)
             for name, irq in list(pending.items()):
                 if int(irq.value):
+                    self.done_cycle[card.k] = self.cycle
                     host = card.host if name == "net" else card.adam
                     assert await host.read_dword(CTRL) & AP_DONE, f"card {card.k}: {name} interrupt without ap_done"
                     await host.write_dword(ISR, 1)
                     del pending[name]
-            if card.k == 0 and (self.cycle - start) % 20000 < 16:
+            if card.k == 0 and (self.cycle - start) % 20000 < self.poll:
                 self.dut._log.info("%d clocks into the step: switch %s", self.cycle - start,
                                    {k: v for k, v in self.switch.counters().items() if v})
             if self.cycle - start > limit:

@@ -416,3 +416,31 @@ def test_net_rows_through_the_report_and_markdown(tmp_path: Path, monkeypatch: p
     assert header[:2] == ["network kernel", "LUT levels"] and "URAM" in header and rows[0][0] == row["unit"]
     md = "\n".join(timing_report.markdown(rep))
     assert "| network kernel | LUT levels |" in md and "| lut_chain (fixture) | 5 |" in md
+
+
+def test_top_defaults_set_by_a_copy_of_the_top(tmp_path: Path) -> None:
+    """The network kernel's bf16 row: its parameters set as the top's defaults in a copy of its source (yosys
+    0.23 aborts on `hierarchy -chparam` of that top); the other sources untouched, an unknown name refused."""
+    other = tmp_path / "other.v"
+    other.write_text("module other; endmodule\n")
+    copies = synth.with_defaults([other, FIXTURE], "lut_chain", {"STAGES": 3}, tmp_path / "src")
+    assert copies[0] == other and copies[1] == tmp_path / "src" / FIXTURE.name
+    text = copies[1].read_text()
+    assert "parameter integer STAGES = 3," in text and "parameter integer FANOUT = 64" in text
+    assert FIXTURE.read_text().count("STAGES = 5") == 1
+    with pytest.raises(synth.UserError, match="no parameter integer NOPE"):
+        synth.with_defaults([FIXTURE], "lut_chain", {"NOPE": 1}, tmp_path / "src")
+    with pytest.raises(synth.UserError, match="no source defines module absent"):
+        synth.with_defaults([FIXTURE], "absent", {"STAGES": 1}, tmp_path / "src")
+    units = dict((label, params) for label, _f, _t, params in timing_report.NET_UNITS)
+    assert units["onic_net_kernel (bf16, deployable buffers)"] == {"WIRE_BF16": 1, "PARAM_BF16": 1}
+
+
+@needs_yosys
+def test_top_defaults_synthesize_like_chparam(tmp_path: Path) -> None:
+    """The fixture with STAGES = 3 through a copy of its source: the same LUT depth as `-chparam STAGES 3`."""
+    by_copy = synth.synth_module([FIXTURE], "lut_chain", cache_dir=tmp_path, top_defaults={"STAGES": 3, "FANOUT": 8})
+    by_chparam = synth.synth_module([FIXTURE], "lut_chain", {"STAGES": 3, "FANOUT": 8}, cache_dir=tmp_path)
+    assert by_copy["params"] == {"STAGES": 3, "FANOUT": 8} and by_copy["key"] != by_chparam["key"]
+    assert by_copy["timing"]["lut_levels"] == by_chparam["timing"]["lut_levels"] == 3
+    assert by_copy["resources"] == by_chparam["resources"]
