@@ -807,25 +807,40 @@ module onic_net_kernel #(
         .m_axi_sum0_rvalid(out_en && sel_p2 && m_axi_lgrad0_rvalid), .m_axi_sum0_rready(tp_rready)
     );
 
-    /* the AG port of the transmit side: the scalar flow in phase one, the all-gather after it */
-    wire [1:0]   tx_ag_dtype  = sel_p1 ? 2'd0 : ag_desc_dtype;
-    wire [5:0]   tx_ag_flags  = sel_p1 ? 6'd1 : ag_desc_flags;     // a scalar packet is its hop's last
-    wire [7:0]   tx_ag_hop    = sel_p1 ? sc_desc_hop : ag_desc_hop;
-    wire [15:0]  tx_ag_chunk  = sel_p1 ? 16'd0 : ag_desc_chunk;
-    wire [31:0]  tx_ag_seq    = sel_p1 ? sc_desc_seq : ag_desc_seq;
-    wire [31:0]  tx_ag_offset = sel_p1 ? 32'd0 : ag_desc_offset;
-    wire [15:0]  tx_ag_len    = sel_p1 ? sc_desc_len : ag_desc_len;
-    wire         tx_ag_valid  = sel_p1 ? sc_desc_valid : ag_desc_valid;
+    /* the AG port of the transmit side: the scalar flow in phase one, the all-gather after it.
+     * From the clock after start1 only: the scalar block keeps the previous step's state until
+     * start1 while the latched world may already be the next step's, so it can offer a hop of no
+     * step in between (a frame with the old step's addresses in its checksum, seen in the bench). */
+    reg sc_go_reg, sc_run_reg;
+    always @(posedge ap_clk) begin
+        if (rst) begin
+            sc_go_reg  <= 1'b0;
+            sc_run_reg <= 1'b0;
+        end else begin
+            sc_go_reg <= start_pulse_reg && sel_p1;
+            if (sc_go_reg) sc_run_reg <= 1'b1;
+            else if (p2_start_reg || start_pulse_reg) sc_run_reg <= 1'b0;
+        end
+    end
+    wire sel_sc = sc_run_reg;
+    wire [1:0]   tx_ag_dtype  = sel_sc ? 2'd0 : ag_desc_dtype;
+    wire [5:0]   tx_ag_flags  = sel_sc ? 6'd1 : ag_desc_flags;     // a scalar packet is its hop's last
+    wire [7:0]   tx_ag_hop    = sel_sc ? sc_desc_hop : ag_desc_hop;
+    wire [15:0]  tx_ag_chunk  = sel_sc ? 16'd0 : ag_desc_chunk;
+    wire [31:0]  tx_ag_seq    = sel_sc ? sc_desc_seq : ag_desc_seq;
+    wire [31:0]  tx_ag_offset = sel_sc ? 32'd0 : ag_desc_offset;
+    wire [15:0]  tx_ag_len    = sel_sc ? sc_desc_len : ag_desc_len;
+    wire         tx_ag_valid  = sel_sc ? sc_desc_valid : ag_desc_valid;
     wire         tx_ag_ready;
-    assign sc_desc_ready = sel_p1 && tx_ag_ready;
-    assign ag_desc_ready = !sel_p1 && tx_ag_ready;
-    wire [511:0] tx_ag_tdata  = sel_p1 ? sc_tdata : ag_tdata;
-    wire [63:0]  tx_ag_tkeep  = sel_p1 ? sc_tkeep : ag_tkeep;
-    wire         tx_ag_tlast  = sel_p1 ? sc_tlast : ag_tlast;
-    wire         tx_ag_tvalid = sel_p1 ? sc_tvalid : ag_tvalid;
+    assign sc_desc_ready = sel_sc && tx_ag_ready;
+    assign ag_desc_ready = !sel_sc && tx_ag_ready;
+    wire [511:0] tx_ag_tdata  = sel_sc ? sc_tdata : ag_tdata;
+    wire [63:0]  tx_ag_tkeep  = sel_sc ? sc_tkeep : ag_tkeep;
+    wire         tx_ag_tlast  = sel_sc ? sc_tlast : ag_tlast;
+    wire         tx_ag_tvalid = sel_sc ? sc_tvalid : ag_tvalid;
     wire         tx_ag_tready;
-    assign sc_tready = sel_p1 && tx_ag_tready;
-    assign ag_tready = !sel_p1 && tx_ag_tready;
+    assign sc_tready = sel_sc && tx_ag_tready;
+    assign ag_tready = !sel_sc && tx_ag_tready;
 
     /* ---- transmit side ---- */
     /* After a reset and before the next step the senders are empty, but cfg_step_reg still holds
@@ -862,7 +877,7 @@ module onic_net_kernel #(
         .s_rs_desc_len(rs_desc_len), .s_rs_desc_valid(rs_desc_valid), .s_rs_desc_ready(rs_desc_ready),
         .s_rs_axis_tdata(rs_tdata), .s_rs_axis_tkeep(rs_tkeep), .s_rs_axis_tlast(rs_tlast),
         .s_rs_axis_tvalid(rs_tvalid), .s_rs_axis_tready(rs_tready),
-        .s_ag_desc_scalar(sel_p1), .s_ag_desc_dtype(tx_ag_dtype), .s_ag_desc_flags(tx_ag_flags),
+        .s_ag_desc_scalar(sel_sc), .s_ag_desc_dtype(tx_ag_dtype), .s_ag_desc_flags(tx_ag_flags),
         .s_ag_desc_hop(tx_ag_hop), .s_ag_desc_chunk(tx_ag_chunk), .s_ag_desc_seq(tx_ag_seq),
         .s_ag_desc_offset(tx_ag_offset), .s_ag_desc_len(tx_ag_len), .s_ag_desc_valid(tx_ag_valid),
         .s_ag_desc_ready(tx_ag_ready),

@@ -17,6 +17,7 @@ Verilator; the simulation sizes are small (8 receive slots, 16-beat retransmit s
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from types import SimpleNamespace
@@ -80,7 +81,7 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, tes
         pytest.skip("verilator not installed")
     monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     wire_bf16, param_bf16 = DTYPES[dtypes]
-    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16),
+    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "ONIC_TRACE": os.environ.get("ONIC_TRACE", "0"), "WIRE_BF16": str(wire_bf16),
            "PARAM_BF16": str(param_bf16), **(extra or {})}
     xml = simulators.run_cocotb(
         sources=SOURCES, toplevel="onic_net_kernel", test_module="test_onic_net_kernel", test_dir=NET_TB,
@@ -95,7 +96,7 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, tes
 def test_two_phase(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two-phase steps, one RTL card and software peers: a clip that triggers (N = 2, rank 0), one that
     does not (N = 3, rank 1), a non-finite gradient (N = 3, rank 2): bit for bit against hls.net.card."""
-    run("fp32", "2:0,3:1,3:2", 7, monkeypatch, testcase="test_two_phase")
+    run("fp32", os.environ.get("ONIC_TP_CASES", "2:0,3:1,3:2"), 7, monkeypatch, testcase="test_two_phase")
 
 
 def test_registers(monkeypatch: pytest.MonkeyPatch) -> None:
