@@ -32,14 +32,27 @@
  * bit1 write_response (a BRESP error on m_axi_gather0), bit2 protocol_error (a non-data opcode
  * reached the datapath, the parameter stream's TLAST misplaced, an ACK beyond the packets sent,
  * a packet too long for a retransmit slot), bit3 timeout_exhausted (never set: the senders retry
- * without a budget; the host's wait times out instead), bit4 config_error. Only one-phase steps
- * exist: the map has no two-phase argument, and a scalar frame is refused (protocol_error).
+ * without a budget; the host's wait times out instead), bit4 config_error (also: `phase` 3, or
+ * phase 2 without a finished phase one of the latched step).
+ *
+ * Two-phase step (argument `phase`, docs/design.md 8.1; sim/rtl/net/README.md "Two-phase step"):
+ * phase 1 runs the step as above, but the owner's reduced chunk goes to onic_net_twophase
+ * (to card memory at sum0 through m_axi_gather0, its sum of squares and non-finite flag), the
+ * scalar exchange runs on the AG sender (s_ag_desc_scalar) with scalar headers and their payload
+ * routed to the scalar block in queue order, and ap_done comes once the sum is in memory, every
+ * entry is known and the RS and scalar flows are acknowledged. The host reads the N entries
+ * (`entry`, ENTRY_REGS), derives the scale or the skip and starts phase 2: no argument is read,
+ * the receive side is not restarted (AG frames that came early wait in its slots), the AG sender
+ * restarts (start_ag) and the sum is read back through m_axi_lgrad0 as m_axis_grad0; then the
+ * all-gather as in a one-phase step. In a one-phase step (phase 0) a scalar frame is refused
+ * (protocol_error).
  *
  * Counters (net_regmap.counter_names() order, 64-bit registers): 32-bit saturating values in the
  * low word, high word 0, cleared by reset only (since the card was made, as hls.net.card).
  * Sums of two flows (retransmissions, timeouts, ACK/NAKs received, stale replies) saturate.
  * frames_out / bytes_out count at m_axis_mac0; bytes exclude the FCS the MAC appends (as
- * bytes_in: the MAC strips it); scalar_payload_bytes_out is 0.
+ * bytes_in: the MAC strips it); scalar_payload_bytes_out is the AG sender's payload bytes during
+ * phase one (ag_payload_bytes_out the rest).
  *
  * The Ethernet addresses are numbers in network order: MAC 02:00:00:00:00:05 is 0x0000_0200
  * (local_mac_hi) and 0x0000_0005 (local_mac_lo); IPv4 10.0.0.1 is 0x0A000001. succ_port is not

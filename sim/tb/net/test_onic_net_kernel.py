@@ -415,7 +415,8 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     delta = {k: after[k] - before[k] for k in after}
     model = ref["counters"][r]
     ops = [wire.parse_frame(f) for f in carried["from_rtl"]]
-    assert not any(isinstance(p, wire.Drop) for p in ops), [(p, f[:64].hex()) for p, f in zip(ops, carried["from_rtl"], strict=True) if isinstance(p, wire.Drop)][:3]
+    bad = [(p, f[:64].hex()) for p, f in zip(ops, carried["from_rtl"], strict=True) if isinstance(p, wire.Drop)]
+    assert not bad, f"{tag}: frames the RTL card sent that a receiver drops: {bad[:3]}"
     replies = [p for p in ops if not isinstance(p, wire.Drop) and p.header.opcode in (wire.Opcode.ACK, wire.Opcode.NAK)]
     inbound = [wire.parse_frame(f) for f in carried["to_rtl"]]
     acks_in = sum(1 for p in inbound if not isinstance(p, wire.Drop) and p.header.opcode is wire.Opcode.ACK)

@@ -81,8 +81,8 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, tes
         pytest.skip("verilator not installed")
     monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     wire_bf16, param_bf16 = DTYPES[dtypes]
-    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "ONIC_TRACE": os.environ.get("ONIC_TRACE", "0"), "WIRE_BF16": str(wire_bf16),
-           "PARAM_BF16": str(param_bf16), **(extra or {})}
+    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "ONIC_TRACE": os.environ.get("ONIC_TRACE", "0"),
+           "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16), **(extra or {})}
     xml = simulators.run_cocotb(
         sources=SOURCES, toplevel="onic_net_kernel", test_module="test_onic_net_kernel", test_dir=NET_TB,
         build_dir=BUILD_DIR / "sim" / "net" / f"onic_net_kernel-{dtypes}-verilator", simulator="verilator",
