@@ -22,10 +22,15 @@ parameters. `ReferenceKernel` is that callable on a `hls.net.ring.Shard` with `h
 
 Flows: reduce-scatter (RS), all-gather (AG) and the two-phase step's scalar exchange each have their
 own go-back-N sender towards the successor and receiver from the predecessor
-(`hls.net.reliability`); sequence numbers run over the phase's hops: seq = hop x packets per
-chunk + packet index. The card forwards a packet as soon as it consumed its predecessor's
-(streaming per packet). The model calls `update` once per step with the whole reduced chunk; the
-update is elementwise, so a kernel streaming it packet by packet computes the same bits.
+(`hls.net.reliability`). RS and scalar sequence numbers run over the phase's hops: seq = hop x
+packets per chunk + packet index. AG sequence numbers are the sender's admission order (the order
+it hands packets to its AG sender: 0, 1, 2, ...); the receiver takes hop, chunk and offset from the
+header and checks them (each hop's packets in index order, each exactly once, the chunk of that
+hop), so a card may send a forwarded AG packet before the rest of its own chunk (design.md 8.2:
+what breaks the all-gather deadlock of cards with bounded buffers). The card forwards a packet as
+soon as it consumed its predecessor's (streaming per packet). The model calls `update` once per
+step with the whole reduced chunk; the update is elementwise, so a kernel streaming it packet by
+packet computes the same bits.
 
 The card consumes a packet at once (its copy lives in card memory), so the credit it advertises is
 always `slots`. When the successor has moved on to the next step and a retransmission of the
@@ -155,6 +160,9 @@ class _Flow:
     receiver: Receiver
     frames: dict[int, bytes] = field(default_factory=dict)  # seq -> frame, kept for retransmission
     payload_bytes: dict[int, int] = field(default_factory=dict)
+    # AG: packets handed to the sender (the next admission-order seq); each hop's next packet index received
+    admitted: int = 0
+    next_index: dict[int, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -324,7 +332,8 @@ class Card:
         """Build the frame of packet `index` of hop `hop` and hand it to the flow's sender."""
         c = self.config
         assert self.step is not None
-        seq = hop * fl.per_hop + index
+        seq = fl.admitted if fl.flow is Flow.AG else hop * fl.per_hop + index
+        fl.admitted += 1
         offset = self._span(dtype, index)[0] if opcode is not Opcode.SCALAR else 0
         flags = wire.FLAG_LAST if index == fl.per_hop - 1 else 0
         header = Header(opcode, dtype, flags, c.comm, c.rank, hop, chunk, self.step, seq, offset, len(payload))
@@ -376,20 +385,34 @@ class Card:
         if verdict is not Verdict.ACCEPT:
             self._totals[f"dropped_{verdict.value}"] += 1
             return
+        if flow is Flow.AG:
+            hop, index = h.hop, h.offset // self._elems_per_packet[c.param_dtype]
+            if index != fl.next_index.get(hop, 0):
+                raise ProtocolError(f"card {c.rank}: AG seq {h.seq}: packet {index} of hop {hop}, expected "
+                                    f"packet {fl.next_index.get(hop, 0)} (a hop's packets come in order, once each)")
+            fl.next_index[hop] = index + 1
+            self._consume_ag(hop, index, payload)
+            return
         hop, index = divmod(h.seq, fl.per_hop)
         if flow is Flow.RS:
             self._consume_rs(hop, index, payload)
-        elif flow is Flow.AG:
-            self._consume_ag(hop, index, payload)
         else:
             self._consume_scalars(hop, payload)
 
     def _check_data(self, h: Header, fl: _Flow) -> None:
-        """Every field of a data frame follows from its sequence number; anything else is a broken peer."""
+        """Every field of an RS or scalar frame follows from its sequence number, of an AG frame from its
+        hop and offset (the order within a hop is checked once the frame is accepted); anything else is a
+        broken peer."""
         c = self.config
         if h.seq >= fl.total:
             raise ProtocolError(f"card {c.rank}: {h.opcode.name} seq {h.seq} beyond the flow's {fl.total} packets")
         hop, index = divmod(h.seq, fl.per_hop)
+        if fl.flow is Flow.AG:
+            per = self._elems_per_packet[c.param_dtype]
+            if h.hop > c.world - 2 or h.offset % per or h.offset // per >= fl.per_hop:
+                raise ProtocolError(f"card {c.rank}: AG seq {h.seq}: hop {h.hop}, offset {h.offset}: no packet "
+                                    f"of a {c.world}-card ring's all-gather with {fl.per_hop} packets per hop")
+            hop, index = h.hop, h.offset // per
         if fl.flow is Flow.SCALAR:
             want = (hop, 0, (hop + 1) * SCALAR_ENTRY_BYTES, "fp32", 0)
             got = (h.hop, h.chunk, h.length, h.dtype, h.offset)

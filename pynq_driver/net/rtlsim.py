@@ -19,8 +19,9 @@ Sizes are the CI simulation's (8 receive slots of up to 4 payload beats, 16-beat
 slots), so `payload_bytes` is a multiple of 64 up to 256 and `window` (also the receive slots
 advertised) at most 8; a real card's buffers are larger. `rto_s` defaults to 4 us: many round
 trips of such a window through the simulated switch (500 ns latency), so a lost frame costs
-little simulated time. A chunk of more than 16 all-gather packets is refused: it would meet the
-open all-gather deadlock of RTL cards (docs/changelog.md).
+little simulated time. Any chunk size: the all-gather of RTL cards no longer deadlocks on chunks
+larger than their buffers (design.md 8.4); the reduce-scatter does above about 25 packets a chunk
+at these buffers (sim/rtl/net/README.md, "Known defect").
 """
 
 from __future__ import annotations
@@ -51,9 +52,6 @@ START_TIMEOUT_S = 900.0  # a Verilator build of N cards takes minutes on 2 cores
 CLOCK_S = 4e-9  # the simulation's 250 MHz kernel clock
 MAX_PAYLOAD_BYTES = 256  # the simulation's receive buffer: 4 payload beats a frame
 MAX_WINDOW = 8  # the simulation's receive slots (RX_SLOT_LOG2 = 3)
-# The simulation's transmit slots (TX_SLOTS_LOG2 = 4): a chunk of more all-gather packets meets the
-# open all-gather deadlock of RTL cards (docs/changelog.md), so such a ring is refused, not hung.
-MAX_AG_PACKETS = 16
 STEP_CLOCK_LIMIT = 20_000_000
 
 
@@ -95,12 +93,6 @@ class RtlSimRing(SimLink):
         from hls.rtl.card import check_card_spec
 
         check_card_spec(ring_top.card_spec(spec))  # SpecError (a UserError) for a spec no card can hold
-        size = ring.chunk_elems(int(params.size), world)
-        ag_packets = -(-size * wire.ELEMENT_BYTES[spec.out_dtype] // payload_bytes)
-        if ag_packets > MAX_AG_PACKETS:
-            raise UserError(f"rtlsim ring: a chunk of {size} elements is {ag_packets} all-gather packets of "
-                            f"{payload_bytes} bytes; at most {MAX_AG_PACKETS} (the simulation's transmit slots): "
-                            "larger chunks meet the open all-gather deadlock of RTL cards (docs/changelog.md)")
         self.spec, self.world, self.length = spec, world, int(params.size)
         self.wire_dtype, self.param_dtype = spec.grad_dtype, spec.out_dtype
         self.chunk_elems = ring.chunk_elems(self.length, world)

@@ -716,12 +716,14 @@ module onic_net_kernel #(
         .RD_FIFO_LOG2(RD_FIFO_LOG2),
         .WR_FIFO_LOG2(WR_FIFO_LOG2),
         .MAX_BURST(MAX_BURST),
-        .ID_BITS(4)
+        .ID_BITS(4),
+        .TX_SLOTS_LOG2(TX_SLOTS_LOG2)
     ) dp (
         .clk(ap_clk), .rst(rst_dp),
         .start(start_pulse_reg), .cfg_rank(cfg_rank_reg[7:0]), .cfg_world(cfg_world_reg[7:0]),
         .cfg_chunk_elems(chunk_elems_reg), .cfg_pkt_beats(cfg_payload_reg[21:6]),
         .cfg_grad_addr(cfg_lgrad_reg), .cfg_gather_addr(cfg_gather_reg), .ag_release(ag_release_reg),
+        .ag_tx_base(sel_p1 ? 32'd0 : ag_state[31:0]),  // the AG sender carries the scalar flow in phase one
         .rs_done(dp_rs_done), .ag_done(dp_ag_done), .errors(dp_errors),
         .s_hdr_opcode(dq_opcode), .s_hdr_flags(dq_flags), .s_hdr_hop(dq_hop), .s_hdr_chunk(dq_chunk),
         .s_hdr_seq(dq_seq), .s_hdr_offset(dq_offset), .s_hdr_length(dq_length),

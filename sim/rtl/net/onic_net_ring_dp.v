@@ -13,31 +13,42 @@
  *                     ├ chunk r-1 ─> onic_net_packetize (RS hop 0) ───────────────> RS tx
  *                     └ the rest ─> onic_net_reduce (b) ─┬ hops 1..N-2 (forward) ─> RS tx
  *   rx RS payload ──────────────> onic_net_reduce (a)    └ hop N-2's sum (owner) ─> m_grad_* (Adam kernel)
- *   s_param_* (Adam kernel out) ─> onic_net_packetize (AG hop 0, after ag_release) ─> AG tx
- *   rx AG payload ─┬─> onic_axi_wr: chunk c at gather_addr + c x beats(S) x 64
- *                  └─> AG tx (hop + 1), unless this rank is c - 1 (the chunk's last receiver)
+ *   s_param_* (Adam kernel out) ─> onic_net_packetize (AG hop 0, after ag_release) ─┐
+ *   rx AG payload ─┬─> onic_axi_wr: one run per packet, chunk c's packet at         ├ packet by packet ─> AG tx
+ *                  │   gather_addr + c x beats(S) x 64 + its offset                  │
+ *                  └─> forwarded (hop + 1), unless this rank is c - 1 (the chunk's last receiver)
  *
  * Received packets are taken one at a time in the order onic_net_rx delivers them (go-back-N:
- * each flow in sequence order). A forwarded packet's descriptor is the received header with
- * hop + 1 and seq + packets per chunk (the card's own hop-0 count); offset, length and the
- * LAST flag are kept. Headers must be data frames (opcode 1 RS or 2 AG; the network kernel top
+ * each flow in sequence order). A forwarded RS packet's descriptor is the received header with
+ * hop + 1 and seq + packets per chunk (the card's own hop-0 count); a forwarded AG packet's is
+ * the received header with hop + 1 and the AG flow's next admission-order sequence number
+ * (design.md 8.2); offset, length and the LAST flag are kept. Headers must be data frames (opcode 1 RS or 2 AG; the network kernel top
  * routes ACK/NAKs to the transmit side): anything else sets err_opcode and its payload is
  * dropped. The header fields are trusted (onic_net_rx checks step and sequence, not the chunk,
  * hop or length a sequence number implies).
  *
  * Sequence order into the transmit flows: RS hop-0 packets all go before the first forwarded
  * one (its descriptor waits for the last hop-0 descriptor; its beats come after chunk r-1's in
- * the reader's order). The AG flow starts with the card's own chunk; a received AG packet to
- * forward waits until that is all handed over, which cannot deadlock only because the own chunk
- * needs nothing more from the receive stream: `ag_release` (the top drives it when the RS sender
- * has every packet acknowledged) holds the own chunk back until then, so the predecessor's first
- * AG frame reaches this card after every RS frame it sent. Stalls (the Adam kernel's input, a
- * memory port, the transmit side) back up into onic_net_rx's buffer; nothing is dropped.
+ * the reader's order). The AG flow admits whole packets, one at a time, from two sources: a
+ * received packet to forward (first, whenever one waits) and the card's own chunk, whose next
+ * packet is admitted only while at least two of the AG sender's 2^TX_SLOTS_LOG2 retransmit slots
+ * are free (the bubble rule: admitted - acknowledged base <= slots - 2). A forward needs one, so
+ * the own chunks of all cards can never fill every transmit buffer of the ring: some buffer
+ * always has room for the packet ahead of it, and the all-gather cannot deadlock whatever the
+ * chunk size (before, the own chunk went first, whole, and a chunk of more packets than the
+ * transmit slots plus the successor's receive slots deadlocked every ring of RTL cards).
+ * `ag_release` (the top drives it when the RS sender has every packet acknowledged) holds the
+ * own chunk back until then, so the predecessor's first AG frame reaches this card after every
+ * RS frame it sent. Stalls (the Adam kernel's input, a memory port, the transmit side) back up
+ * into onic_net_rx's buffer; nothing is dropped.
  *
  * Card memory: the local gradient is one stripe, chunk c at grad_addr + c x beats(S) x 64 (wire
  * dtype); the gathered parameters one stripe, chunk c at gather_addr + c x beats(S) x 64 (param
  * dtype); each chunk starts on a 64-byte beat (see onic_net_grad_reader). One onic_axi_wr run per
- * received chunk; the last beat's bytes past the chunk are not written.
+ * received AG packet (the chunks of several hops arrive interleaved), at the chunk's address
+ * (chunk x beats per chunk, one registered multiply) plus the packet's offset; the last beat's
+ * bytes past the packet are not written. A run starts once the previous one has every write
+ * response back.
  *
  * Configuration is steady from `start` until the step is done (rs_done and ag_done).
  */
@@ -53,7 +64,9 @@ module onic_net_ring_dp #(
     // longest AXI burst in beats (both memory ports)
     parameter integer MAX_BURST = 64,
     // AXI ID width of both ports: the engines' reset epoch (onic_axi_rd / onic_axi_wr)
-    parameter integer ID_BITS = 4
+    parameter integer ID_BITS = 4,
+    // log2 of the AG sender's retransmit slots (onic_net_tx SLOTS_LOG2): the bubble rule
+    parameter integer TX_SLOTS_LOG2 = 7
 ) (
     input  wire          clk,
     input  wire          rst,
@@ -67,6 +80,7 @@ module onic_net_ring_dp #(
     input  wire [63:0]   cfg_grad_addr,
     input  wire [63:0]   cfg_gather_addr,
     input  wire          ag_release,         // level: the own AG chunk may go (RS flow all ACKed)
+    input  wire [31:0]   ag_tx_base,         // the AG sender's acknowledged base (its slots below are free)
     output wire          rs_done,            // the owner's sum is in the Adam kernel (its TLAST taken)
     output wire          ag_done,            // own chunk handed over, every received chunk forwarded and written
     output wire [4:0]    errors,             // sticky per step: opcode, param length, RS gen length, RRESP, BRESP
@@ -184,7 +198,6 @@ module onic_net_ring_dp #(
     reg  [31:0] rs_bytes_reg, ag_bytes_reg;     // S x element bytes
     reg  [31:0] rs_beats_reg, ag_beats_reg;     // beats per chunk
     reg  [31:0] rs_pelems_reg, ag_pelems_reg;   // elements per full packet
-    reg  [6:0]  ag_last_bytes_reg;
     reg  [7:0]  owner_hop_reg;                  // N - 2: the hop whose sum is this card's
     reg  [15:0] rs_chunk0_reg;                  // (r - 1) mod N
     reg  [2:0]  go_sr;                          // start, delayed until the values above are current
@@ -200,7 +213,6 @@ module onic_net_ring_dp #(
         ag_beats_reg      <= (ag_bytes_reg + 32'd63) >> 6;
         rs_pelems_reg     <= (WIRE_BF16 != 0) ? {11'd0, cfg_pkt_beats, 5'd0} : {12'd0, cfg_pkt_beats, 4'd0};
         ag_pelems_reg     <= (PARAM_BF16 != 0) ? {11'd0, cfg_pkt_beats, 5'd0} : {12'd0, cfg_pkt_beats, 4'd0};
-        ag_last_bytes_reg <= (ag_bytes_reg[5:0] == 6'd0) ? 7'd64 : {1'b0, ag_bytes_reg[5:0]};
         owner_hop_reg     <= cfg_world - 8'd2;
         rs_chunk0_reg     <= {8'd0, (cfg_rank == 8'd0) ? cfg_world - 8'd1 : cfg_rank - 8'd1};
         go_sr             <= rst ? 3'd0 : {go_sr[1:0], start};
@@ -277,7 +289,14 @@ module onic_net_ring_dp #(
     wire [511:0] ao_tdata;
     wire [63:0]  ao_tkeep;
     wire         ao_tlast, ao_tvalid;
-    reg          ag_fwd_mode_reg;  // the own chunk's payload is all out
+    reg          ag_fwd_mode_reg;  // the own chunk is all handed over
+
+    // the AG flow's admission: one whole packet at a time, from the forward or the own chunk
+    localparam [1:0] AG_IDLE = 2'd0, AG_OWN = 2'd1, AG_FWD = 2'd2;
+    reg  [1:0]   ag_cur_reg;       // whose payload follows the descriptor taken last
+    reg  [31:0]  ag_seq_reg;       // admission-order sequence number of the next AG packet
+    reg          bubble_ok_reg;    // at least two AG retransmit slots free (one clock old)
+    wire         ag_own_sel;       // the own chunk's descriptor is the one offered
 
     onic_net_packetize ag_gen_inst (
         .clk(clk), .rst(rst),
@@ -288,9 +307,9 @@ module onic_net_ring_dp #(
         .s_tdata(s_param_tdata), .s_tlast(s_param_tlast), .s_tvalid(s_param_tvalid), .s_tready(s_param_tready),
         .m_desc_dtype(ao_d_dtype), .m_desc_flags(ao_d_flags), .m_desc_hop(ao_d_hop), .m_desc_chunk(ao_d_chunk),
         .m_desc_seq(ao_d_seq), .m_desc_offset(ao_d_offset), .m_desc_len(ao_d_len), .m_desc_valid(ao_d_valid),
-        .m_desc_ready(m_ag_desc_ready),
+        .m_desc_ready(m_ag_desc_ready && ag_own_sel),
         .m_tdata(ao_tdata), .m_tkeep(ao_tkeep), .m_tlast(ao_tlast), .m_tvalid(ao_tvalid),
-        .m_tready(m_ag_axis_tready && !ag_fwd_mode_reg)
+        .m_tready(m_ag_axis_tready && ag_cur_reg == AG_OWN)
     );
 
     /* ---- received packets, one at a time ---- */
@@ -318,15 +337,18 @@ module onic_net_ring_dp #(
     reg  [31:0]  f_offset_reg;
     reg  [15:0]  f_len_reg;
 
-    // the gather write engine
+    // the gather write engine: one run per received AG packet
     reg          wr_start_reg;
-    reg          walk_adv_reg;
+    reg  [1:0]   ag_prep_reg;      // clocks since the header: its address is ready at 2
+    reg  [39:0]  ag_mul_reg;       // chunk x beats per chunk
+    reg  [33:0]  ag_offb_reg;      // the packet's byte offset in its chunk
+    reg  [63:0]  ag_addr_reg;
+    reg  [31:0]  ag_wbeats_reg;
+    reg  [6:0]   ag_wlast_reg;
     reg  [7:0]   ag_chunks_reg;    // received AG chunks completed
     reg          err_op_reg;
     reg          rs_done_reg;
     wire         wr_busy, wr_err, wr_s_ready;
-    wire         walk_ready;
-    wire [63:0]  walk_addr;
 
     // reduce
     wire         red_a_tready, red_b_tready;
@@ -346,10 +368,39 @@ module onic_net_ring_dp #(
         end
     end
 
+    // the received AG packet's place in the gather buffer (h_* change only in D_IDLE)
+    always @(posedge clk) begin
+        ag_mul_reg    <= h_chunk_reg[7:0] * ag_beats_reg;
+        ag_offb_reg   <= (PARAM_BF16 != 0) ? {1'b0, h_offset_reg, 1'b0} : {h_offset_reg, 2'b00};
+        ag_addr_reg   <= cfg_gather_addr + {18'd0, ag_mul_reg, 6'd0} + {30'd0, ag_offb_reg};
+        ag_wbeats_reg <= {16'd0, h_length_reg + 16'd63} >> 6;
+        ag_wlast_reg  <= (h_length_reg[5:0] == 6'd0) ? 7'd64 : {1'b0, h_length_reg[5:0]};
+    end
+
+    wire ag_desc_fire = m_ag_desc_valid && m_ag_desc_ready;
+    wire ag_pay_end   = m_ag_axis_tvalid && m_ag_axis_tready && m_ag_axis_tlast;
+
+    always @(posedge clk) begin
+        if (rst || go) begin
+            ag_cur_reg    <= AG_IDLE;
+            ag_seq_reg    <= 32'd0;
+            bubble_ok_reg <= 1'b0;
+        end else begin
+            // stale by one clock at most: a descriptor taken is followed by at least one payload
+            // clock before the next can be, and the base only grows
+            bubble_ok_reg <= ag_seq_reg - ag_tx_base <= (32'd1 << TX_SLOTS_LOG2) - 32'd2;
+            if (ag_desc_fire) begin
+                ag_seq_reg <= ag_seq_reg + 32'd1;
+                ag_cur_reg <= af_valid_reg ? AG_FWD : AG_OWN;
+            end else if (ag_pay_end) begin
+                ag_cur_reg <= AG_IDLE;
+            end
+        end
+    end
+
     always @(posedge clk) begin
         hdr_take_reg <= 1'b0;
         wr_start_reg <= 1'b0;
-        walk_adv_reg <= 1'b0;
         if (rst) begin
             d_state_reg   <= D_IDLE;
             rf_valid_reg  <= 1'b0;
@@ -384,7 +435,7 @@ module onic_net_ring_dp #(
             if (rf_valid_reg && m_rs_desc_ready) begin
                 rf_valid_reg <= 1'b0;
             end
-            if (af_valid_reg && m_ag_desc_ready) begin
+            if (af_valid_reg && m_ag_desc_ready && ag_cur_reg == AG_IDLE) begin
                 af_valid_reg <= 1'b0;
             end
             if (m_grad_tvalid && m_grad_tready && m_grad_tlast) begin
@@ -401,6 +452,7 @@ module onic_net_ring_dp #(
                         h_seq_reg    <= s_hdr_seq;
                         h_offset_reg <= s_hdr_offset;
                         h_length_reg <= s_hdr_length;
+                        ag_prep_reg  <= 2'd0;
                         h_owner_reg  <= s_hdr_hop == owner_hop_reg;
                         h_fwd_reg    <= s_hdr_hop != owner_hop_reg;
                         if (s_hdr_length == 16'd0) begin
@@ -437,18 +489,16 @@ module onic_net_ring_dp #(
                     end
                 end
                 D_AG_WAIT: begin
-                    // a chunk's first packet starts its write run (the previous run finished)
-                    if ((h_offset_reg != 32'd0 || (walk_ready && !wr_busy && !wr_start_reg && !walk_adv_reg))
-                        && (!h_fwd_reg || (ag_fwd_mode_reg && !af_valid_reg))) begin
-                        if (h_offset_reg == 32'd0) begin
-                            wr_start_reg <= 1'b1;
-                        end
+                    // each packet its own write run, once the previous one is complete
+                    if (ag_prep_reg != 2'd2) begin
+                        ag_prep_reg <= ag_prep_reg + 2'd1;
+                    end else if (!wr_busy && !wr_start_reg && (!h_fwd_reg || !af_valid_reg)) begin
+                        wr_start_reg <= 1'b1;
                         if (h_fwd_reg) begin
                             af_valid_reg <= 1'b1;
                             f_flags_reg  <= h_flags_reg;
                             f_hop_reg    <= h_hop_reg + 8'd1;
                             f_chunk_reg  <= h_chunk_reg;
-                            f_seq_reg    <= h_seq_reg + ag_packets;
                             f_offset_reg <= h_offset_reg;
                             f_len_reg    <= h_length_reg;
                         end
@@ -456,9 +506,6 @@ module onic_net_ring_dp #(
                     end
                 end
                 D_AG_PAY: begin
-                    if (wr_start_reg) begin
-                        walk_adv_reg <= 1'b1;  // the engine took the address with its start
-                    end
                     if (pay_fire && s_pay_tlast) begin
                         d_state_reg <= D_IDLE;
                         if (h_flags_reg[0]) begin
@@ -485,9 +532,9 @@ module onic_net_ring_dp #(
     // in its own clock (a beat already taken by one is marked), so neither TVALID ever drops
     reg  agw_done_reg, agt_done_reg;
     wire ag_w_valid = s_pay_tvalid && in_ag && !agw_done_reg;
-    wire ag_t_valid = s_pay_tvalid && in_ag && h_fwd_reg && !agt_done_reg;
+    wire ag_t_valid = s_pay_tvalid && in_ag && h_fwd_reg && !agt_done_reg && ag_cur_reg == AG_FWD;
     wire ag_w_ok    = agw_done_reg || wr_s_ready;
-    wire ag_t_ok    = !h_fwd_reg || agt_done_reg || m_ag_axis_tready;
+    wire ag_t_ok    = !h_fwd_reg || agt_done_reg || (m_ag_axis_tready && ag_cur_reg == AG_FWD);
     wire ag_ready   = in_ag && ag_w_ok && ag_t_ok;
 
     always @(posedge clk) begin
@@ -539,33 +586,23 @@ module onic_net_ring_dp #(
     assign m_rs_axis_tlast  = rs_fwd_mode_reg ? red_tlast : rg_tlast;
     assign m_rs_axis_tvalid = rs_fwd_mode_reg ? (red_tvalid && !red_tuser[0]) : rg_tvalid;
 
+    // a forward first; the own chunk's next packet only under the bubble rule (module comment)
     assign m_ag_desc_dtype  = PARAM_CODE;
     assign m_ag_desc_flags  = af_valid_reg ? f_flags_reg : ao_d_flags;
     assign m_ag_desc_hop    = af_valid_reg ? f_hop_reg : ao_d_hop;
     assign m_ag_desc_chunk  = af_valid_reg ? f_chunk_reg : ao_d_chunk;
-    assign m_ag_desc_seq    = af_valid_reg ? f_seq_reg : ao_d_seq;
+    assign m_ag_desc_seq    = ag_seq_reg;
     assign m_ag_desc_offset = af_valid_reg ? f_offset_reg : ao_d_offset;
     assign m_ag_desc_len    = af_valid_reg ? f_len_reg : ao_d_len;
-    assign m_ag_desc_valid  = af_valid_reg || ao_d_valid;
+    assign ag_own_sel       = ag_cur_reg == AG_IDLE && !af_valid_reg && bubble_ok_reg;
+    assign m_ag_desc_valid  = ag_cur_reg == AG_IDLE && (af_valid_reg || (ao_d_valid && bubble_ok_reg));
 
-    assign m_ag_axis_tdata  = ag_fwd_mode_reg ? s_pay_tdata : ao_tdata;
-    assign m_ag_axis_tkeep  = ag_fwd_mode_reg ? s_pay_tkeep : ao_tkeep;
-    assign m_ag_axis_tlast  = ag_fwd_mode_reg ? s_pay_tlast : ao_tlast;
-    assign m_ag_axis_tvalid = ag_fwd_mode_reg ? ag_t_valid : ao_tvalid;
+    assign m_ag_axis_tdata  = ag_cur_reg == AG_FWD ? s_pay_tdata : ao_tdata;
+    assign m_ag_axis_tkeep  = ag_cur_reg == AG_FWD ? s_pay_tkeep : ao_tkeep;
+    assign m_ag_axis_tlast  = ag_cur_reg == AG_FWD ? s_pay_tlast : ao_tlast;
+    assign m_ag_axis_tvalid = ag_cur_reg == AG_FWD ? ag_t_valid : (ag_cur_reg == AG_OWN && ao_tvalid);
 
-    /* ---- received AG chunks into card memory ---- */
-    onic_net_chunk_walk ag_walk_inst (
-        .clk(clk), .rst(rst),
-        .start(go),
-        .base(cfg_gather_addr),
-        .rank(cfg_rank),
-        .world(cfg_world),
-        .chunk_beats(ag_beats_reg),
-        .advance(walk_adv_reg),
-        .ready(walk_ready),
-        .addr(walk_addr)
-    );
-
+    /* ---- received AG packets into card memory ---- */
     onic_axi_wr #(
         .FIFO_LOG2(WR_FIFO_LOG2),
         .MAX_BURST(MAX_BURST),
@@ -573,9 +610,9 @@ module onic_net_ring_dp #(
     ) wr_inst (
         .clk(clk), .rst(rst),
         .start(wr_start_reg),
-        .addr(walk_addr),
-        .beats(ag_beats_reg),
-        .last_bytes(ag_last_bytes_reg),
+        .addr(ag_addr_reg),
+        .beats(ag_wbeats_reg),
+        .last_bytes(ag_wlast_reg),
         .busy(wr_busy),
         .suppress(1'b0),
         .resp_err(wr_err),
@@ -615,7 +652,8 @@ module onic_net_ring_dp #(
     assign ag_done = ag_done_reg;
     assign errors  = {wr_err_reg, rd_err_reg, rg_err, ag_err, err_op_reg};
 
-    wire _unused_ok = &{1'b0, lg_done, s_param_tkeep, cfg_chunk_elems[31:30], rg_d_dtype, ao_d_dtype, h_opcode_reg, h_length_reg,
+    wire _unused_ok = &{1'b0, lg_done, s_param_tkeep, cfg_chunk_elems[31:30], rg_d_dtype, ao_d_dtype, h_opcode_reg,
+                       ag_packets, ao_d_seq, ag_mul_reg[39:38],
                        1'b0};
 
 endmodule

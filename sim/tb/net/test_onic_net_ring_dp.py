@@ -11,8 +11,14 @@ the pad bytes of each chunk's last beat junk. The Adam kernel is a stand-in (no 
 gradient input m_grad_* is a sink, its parameter output s_param_* replays what card r's
 reference kernel returned. Every output back-pressures at random.
 
-Checked per case: every RS and AG descriptor equals the header card r sent (seq order, first
-transmissions), every payload beat's kept bytes, TKEEP and TLAST equal its payload; m_grad_* is
+Checked per case: every RS descriptor equals the header card r sent (seq order, first
+transmissions); the AG descriptors are numbered 0, 1, 2, ... in the order the datapath admits
+them (design.md 8.2), and each equals the header card r sent for the same hop and offset, each
+hop's packets in offset order, every one exactly once (the own chunk and the forwards may
+interleave); every payload beat's kept bytes, TKEEP and TLAST equal its payload; the AG sender's
+acknowledged base (`ag_tx_base`) follows the descriptors taken, a random number of packets behind
+(ONIC_AG_LAG at most, default 3), and the admitted packets never exceed it by more than
+2^TX_SLOTS_LOG2 - 1 with an own-chunk packet; m_grad_* is
 the reduced chunk hls.net.ring.reduce_scatter gives (bit for bit, TLAST on the last beat only);
 the gathered buffer holds every other owner's chunk at its address, bytes past each chunk and
 the own chunk's place untouched; rs_done, ag_done, no error bits; the AXI monitor saw no
@@ -24,6 +30,7 @@ ONIC_IDLE, ONIC_STALL.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from typing import Any
@@ -163,6 +170,27 @@ class TB:
         for channel in (self.rd.ar_channel, self.rd.r_channel, self.wr.aw_channel, self.wr.w_channel):
             channel.set_pause_generator(self._pauses(0.2))
         self.monitor = AxiMonitor(dut, ["grad", "gather"], dut.clk, _NotReset(dut.rst))
+        self.bubble_errors: list[str] = []
+        dut.ag_tx_base.value = 0
+        cocotb.start_soon(self._ag_sender(int(os.environ.get("ONIC_AG_LAG", "3")),
+                                          1 << int(os.environ.get("ONIC_TX_SLOTS_LOG2", "7"))))
+
+    async def _ag_sender(self, lag: int, slots: int) -> None:
+        """The AG sender's acknowledged base, a random number of packets behind the descriptors taken;
+        checks the bubble rule at every own-chunk (hop 0) descriptor taken."""
+        base = 0
+        seen = 0
+        items = self.sinks["ag_desc"].items
+        while True:
+            await RisingEdge(self.dut.clk)
+            if len(items) < seen:  # a new case: the sink was cleared before start
+                seen = base = 0
+            for d in items[seen:]:
+                if d["hop"] == 0 and d["seq"] - base > slots - 2:
+                    self.bubble_errors.append(f"own packet seq {d['seq']} admitted at base {base} ({slots} slots)")
+            seen = len(items)
+            base = max(base, seen - self.rng.randrange(lag + 1))
+            self.dut.ag_tx_base.value = base
 
     def _pauses(self, p: float):  # noqa: ANN202 - a generator for cocotbext-axi
         rng = random.Random(self.rng.random())
@@ -240,13 +268,15 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
     tag = f"N={n} r={r} S={size} P={payload} {wdt}/{pdt}"
     assert finished, f"{tag}: not done in {limit} clocks (rs_done {dut.rs_done.value}, ag_done " \
                             f"{dut.ag_done.value}, sinks {[len(s.items) for s in tb.sinks.values()]}, " \
-                            f"sent hdr {tb.hdr.sent}/{len(hdrs)} pay {tb.pay.sent}/{len(pays)})"
+                            f"sent hdr {tb.hdr.sent}/{len(hdrs)} pay {tb.pay.sent}/{len(pays)}, " \
+                            f"ag_tx_base {dut.ag_tx_base.value}, param {tb.param.sent}/{len(param_beats)})"
     await t_hdr
     await t_pay
     await t_param
     assert int(dut.errors.value) == 0, f"{tag}: errors {int(dut.errors.value):#x}"
     for s in tb.sinks.values():
         assert not s.errors, s.errors
+    assert not tb.bubble_errors, tb.bubble_errors
 
     # descriptors and payload per flow, in sequence order
     for op, name in ((1, "rs"), (2, "ag")):
@@ -254,7 +284,22 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
         assert len(descs) == len(want[op]), f"{tag} {name}: {len(descs)} descriptors, expected {len(want[op])}"
         assert len(beats) == want_beats[op], f"{tag} {name}: {len(beats)} beats, expected {want_beats[op]}"
         k = 0
-        for d, f in zip(descs, want[op], strict=True):
+        if op == 2:
+            # admission order: match each descriptor to the reference packet of its hop and offset
+            by_place = {(f.header.hop, f.header.offset): f for f in want[op]}
+            order = []
+            for i, d in enumerate(descs):
+                assert d["seq"] == i, f"{tag} ag: descriptor {i} has seq {d['seq']}"
+                place = (d["hop"], d["offset"])
+                assert place in by_place, f"{tag} ag: descriptor {d} names no packet (or one twice)"
+                order.append(by_place.pop(place))
+            for hop in {f.header.hop for f in order}:
+                offs = [f.header.offset for f in order if f.header.hop == hop]
+                assert offs == sorted(offs), f"{tag} ag hop {hop}: offsets out of order {offs}"
+            want_op = [dataclasses.replace(f, header=dataclasses.replace(f.header, seq=i)) for i, f in enumerate(order)]
+        else:
+            want_op = want[op]
+        for d, f in zip(descs, want_op, strict=True):
             h = f.header
             exp = {"dtype": wire.DTYPE_CODE[h.dtype], "flags": h.flags, "hop": h.hop, "chunk": h.chunk,
                    "seq": h.seq, "offset": h.offset, "len": h.length}

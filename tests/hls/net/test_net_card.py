@@ -255,3 +255,80 @@ def test_ag_release_holds_ag_until_rs_and_scalars_are_acked(world: int) -> None:
         for name in "pmv":
             assert bits_equal(getattr(kernels[r].shard, name), getattr(want.shards[r], name)).all(), (r, name)
     assert sum(card.counters["retransmitted_frames"] for card in cards) > 0
+
+
+class TrickleCard(Card):
+    """A card that admits its own AG chunk one packet per poll while forwarding at once: its AG
+    frames interleave hops, as an RTL card's under the bubble rule (design.md 8.2, 8.4)."""
+
+    def __init__(self, config: CardConfig, update: ReferenceKernel) -> None:
+        super().__init__(config, update)
+        self.own: list[tuple] = []
+
+    def _provide(self, fl, opcode, dtype, hop, index, chunk, payload) -> None:  # noqa: ANN001
+        if opcode is Opcode.AG and hop == 0 and not getattr(self, "_releasing", False):
+            self.own.append((fl, opcode, dtype, hop, index, chunk, payload))
+            return
+        super()._provide(fl, opcode, dtype, hop, index, chunk, payload)
+
+    def poll(self, now: float) -> list[bytes]:
+        if self.own:
+            self._releasing = True
+            super()._provide(*self.own.pop(0))
+            self._releasing = False
+        return super().poll(now)
+
+
+@pytest.mark.parametrize("param_dtype", ["fp32", "bf16"])
+def test_ag_admission_order_interleaved(param_dtype: str) -> None:
+    """AG sequence numbers in admission order: cards that send forwards between their own chunk's
+    packets give ring_step's bits; receivers see hops interleaved; a packet of a hop out of order is
+    a protocol error (about 1 s)."""
+    world, length, payload = 4, 4 * 200, 64
+    rng = np.random.default_rng(11)
+    params = rng.standard_normal(length).astype(np.float32)
+    grads = grads_for(rng, world, length, "fp32")
+    endpoints = tuple(wire.endpoint_for_rank(r) for r in range(world))
+    kernels, cards = [], []
+    for r in range(world):
+        cfg = CardConfig(rank=r, world=world, length=length, endpoints=endpoints, param_dtype=param_dtype,
+                         payload_bytes=payload)
+        kernels.append(ReferenceKernel(ring.Shard.from_params(params, r, world), param_dtype=param_dtype))
+        cards.append(TrickleCard(cfg, kernels[-1]))
+    for r, card in enumerate(cards):
+        card.start_step(1, grads[r])
+    hops_seen: dict[int, list[int]] = {r: [] for r in range(world)}
+
+    class Recording(Switch):
+        def send(self, now: float, frame: bytes) -> None:
+            parsed = wire.parse_frame(frame, with_fcs=True)
+            assert not isinstance(parsed, wire.Drop)
+            if parsed.header.opcode is Opcode.AG:
+                hops_seen[frame[5]].append(parsed.header.hop)
+            super().send(now, frame)
+
+    shards = [ring.Shard.from_params(params, r, world) for r in range(world)]
+    run_step(cards, Recording(5, jitter=0.5), 0.0)
+    want = ring.ring_step(shards, grads, Hyper(), wire_dtype="fp32", out_dtype=param_dtype)
+    for card in cards:
+        assert bits_equal(card.gathered, want.gathered).all()
+    # some card received a forward (hop >= 1) before the last packet of the predecessor's own chunk
+    assert any(0 in h and h.index(max(h)) < len(h) - 1 - h[::-1].index(0) for h in hops_seen.values())
+
+    # a hop's packets in order, once each: a second packet 0 of a hop is a broken peer
+    cards2 = [TrickleCard(c.config, k) for c, k in zip(cards, kernels, strict=True)]
+    for r, card in enumerate(cards2):
+        card.start_step(2, grads[r])
+
+    class Repeating(Switch):
+        def send(self, now: float, frame: bytes) -> None:
+            parsed = wire.parse_frame(frame, with_fcs=True)
+            assert not isinstance(parsed, wire.Drop)
+            h = parsed.header
+            if h.opcode is Opcode.AG and h.hop == 1 and h.offset == payload // wire.ELEMENT_BYTES[param_dtype]:
+                h = Header(**{**h.__dict__, "offset": 0, "flags": 0})
+                frame = wire.build_frame(endpoints[h.src], endpoints[frame[5]], h, parsed.payload, with_fcs=True)
+            super().send(now, frame)
+
+    with pytest.raises(ProtocolError, match="in order"):
+        run_step(cards2, Repeating(5), 0.0)

@@ -76,10 +76,11 @@ DTYPES = {"fp32": (0, 0), "bf16": (1, 1), "bf16-fp32": (1, 0)}  # wire / paramet
 def ring_dp(dtypes: str, simulator: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch,
             extra: dict[str, str] | None = None, tag: str = "") -> None:
     wire_bf16, param_bf16 = DTYPES[dtypes]
+    # 4 AG retransmit slots: the bubble rule holds the own chunk back at every step
     params = {"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
-              "MAX_BURST": 8}
+              "MAX_BURST": 8, "TX_SLOTS_LOG2": 2}
     env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16),
-           **(extra or {})}
+           "ONIC_TX_SLOTS_LOG2": "2", **(extra or {})}
     run("onic_net_ring_dp", simulator, params, env, dtypes + tag, monkeypatch)
 
 
