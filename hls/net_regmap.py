@@ -57,7 +57,17 @@ SCALARS = (
     ("credit", "receive slots advertised to the predecessor"),
     ("payload_bytes", "payload bytes per data frame"),
     ("step", "the step number of the next ring step"),
+    ("phase", "0: a one-phase step; two-phase step: 1 phase one (the owner's sum to sum0, the scalar "
+              "exchange), 2 phase two (the sum to the Adam kernel, the all-gather; no other argument read)"),
+    ("sum0_lo", "scratch address of the owner's reduced chunk in a two-phase step, low 32 bits "
+                "(64-byte aligned, written through gather0 and read through lgrad0)"),
+    ("sum0_hi", "scratch address of the owner's reduced chunk, high 32 bits"),
+    ("entry", "the rank whose scalar entry entry_sumsq / entry_flag show (after phase one)"),
 )
+
+# Read-only words after the counters: the scalar entry of rank `entry` (sum of squares as float64
+# bits, the non-finite flag in bit 0), valid once phase one is done.
+ENTRY_REGS = ("entry_sumsq", "entry_flag")
 
 _STREAMS = {"lgrad": "local gradient (host DMA in, reduce-scatter source)",
             "gather": "gathered parameters (all-gather destination, host DMA out)"}
@@ -89,12 +99,12 @@ def register_map(network: NetworkPlan) -> list[Arg]:
 
 
 def readonly_map(args: list[Arg]) -> list[dict[str, object]]:
-    """STATUS, then the 64-bit counters, right after the arguments."""
+    """STATUS, then the 64-bit counters, then ENTRY_REGS, right after the arguments."""
     offset = max(a.offset + a.size for a in args if a.offset is not None)
     regs: list[dict[str, object]] = [{"name": "status", "offset": offset, "size": 4}]
     offset += 8  # STATUS and one reserved word, so the 64-bit counters are 8-byte aligned
     offset += -offset % COUNTER_STRIDE
-    for name in counter_names():
+    for name in [*counter_names(), *ENTRY_REGS]:
         regs.append({"name": name, "offset": offset, "size": COUNTER_STRIDE})
         offset += COUNTER_STRIDE
     return regs

@@ -477,8 +477,8 @@ def measure_ring_case(n: int, payload: int, packets: int, seed: int = 1, log: Lo
 
 
 def ag_packets_bound(params: dict[str, int] | None = None) -> int:
-    """The all-gather packets a chunk could have before the AG admission order (agdl): transmit slots +
-    receive slots (beyond, those RTL cards deadlocked in the all-gather); the ring rows keep within it."""
+    """The all-gather packets a chunk may have in a ring of RTL cards: transmit slots + receive slots
+    (beyond, the ring deadlocks in the all-gather: an open defect); the ring rows keep within it."""
     p = dict(params or BENCH_PARAMS)
     return 2 ** p["TX_SLOTS_LOG2"] + 2 ** p["RX_SLOT_LOG2"]
 
@@ -905,8 +905,9 @@ def _ring_lines(rep: dict[str, Any], ns: float) -> list[str]:
              "ring of `hls.net.card.Card`s, STATUS of both kernels, counters against the switch ports, no "
              "retransmission, no transmit underflow). Chunks of "
              f"{', '.join(sorted({str(x['ag_packets']) for x in rg['steps']}))} AG packets, within the all-gather "
-             f"bound of the RTL before the AG admission order (transmit slots + receive slots = "
-             f"{rep.get('ag_packets_bound', '-')}: beyond it those RTL cards deadlocked in the all-gather; the "
+             f"bound (transmit slots + receive slots = "
+             f"{rep.get('ag_packets_bound', '-')}: beyond it rings of RTL cards deadlock in the all-gather, an "
+             "open defect; the "
              "measured commit is below). The last column is the one-RTL-card step above "
              f"({rep['card'].get('spec', {}).get('lanes', '-')} lanes). Runs per N (seeds 1.., medians): "
              f"{', '.join(str(x.get('runs', '-')) for x in rg['steps'])}.",

@@ -103,10 +103,10 @@ class NetCluster:
             raise UserError(f"local_grads: {len(local_grads)} gradients for {self.world} ranks")
         if self.sim is not None:
             if two_phase or max_norm is not None:
-                raise UserError("two_phase / max_norm: the RTL network kernel (rtlsim) runs one-phase steps only; "
-                                "its transmit side carries the scalar flow, but onic_net_kernel does not yet keep "
-                                "the owner's sum in card memory, exchange the scalars or take the second start "
-                                "(sim/rtl/net/README.md, \"Two-phase step\"); use the golden or csim backend")
+                raise UserError("two_phase / max_norm: the rtlsim ring runs one-phase steps only: its ring "
+                                "server does not sequence the network kernel's two phases (phase argument, the "
+                                "host's scale between them) on N RTL cards yet (sim/rtl/net/README.md, "
+                                "\"Two-phase step\"); use the golden or csim backend")
             return self.sim.step(list(local_grads), hyper, timeout_s)
         for node, grad in zip(self.nodes, local_grads, strict=True):
             node.start(grad, hyper, two_phase=two_phase, max_norm=max_norm)

@@ -22,4 +22,9 @@ onic_net_tx_arb.v
 onic_net_tx.v
 onic_net_div.v
 onic_net_control_s_axi.v
+../fp/fp64_add.v
+../fp/fp32_sq_f64.v
+onic_net_sumsq.v
+onic_net_scalar.v
+onic_net_twophase.v
 onic_net_kernel.v

@@ -17,9 +17,11 @@
  *   0x10 lgrad0 (low word; high word at 0x14), 0x1C gather0 (0x20)
  *   0x28 + 8k  scalar k of net_regmap.SCALARS: local_mac_lo, local_mac_hi, local_ip, local_port,
  *              succ_mac_lo, succ_mac_hi, succ_ip, succ_port, pred_mac_lo, pred_mac_hi, pred_ip,
- *              comm, rank, world, length, window, timeout, credit, payload_bytes, step
- *   0xC8 STATUS (read only, sticky for a step: cleared when a step starts)
- *   0xD0 + 8k  counter k of net_regmap.counter_names() (read only): low word, high word at + 4
+ *              comm, rank, world, length, window, timeout, credit, payload_bytes, step, phase,
+ *              sum0_lo, sum0_hi, entry
+ *   0xE8 STATUS (read only, sticky for a step: cleared when a step starts)
+ *   0xF0 + 8k  counter k of net_regmap.counter_names(), then net_regmap.ENTRY_REGS (read only):
+ *              low word, high word at + 4
  * Reserved words read 0 and ignore writes. The addresses are the localparams below;
  * tests/hls/rtl/test_net_kernel.py checks them against hls/net_regmap.py register by register.
  */
@@ -28,8 +30,10 @@ module onic_net_control_s_axi #(
     parameter integer ADDR_BITS = 12,
     // counters after STATUS (len(net_regmap.counter_names()))
     parameter integer N_COUNTERS = 33,
+    // 64-bit read-only words after the counters (len(net_regmap.ENTRY_REGS))
+    parameter integer N_EXTRA = 2,
     // scalar arguments after the pointers (len(net_regmap.SCALARS))
-    parameter integer N_SCALARS = 20
+    parameter integer N_SCALARS = 24
 ) (
     input  wire                      clk,
     input  wire                      rst,
@@ -62,7 +66,7 @@ module onic_net_control_s_axi #(
     input  wire                      ap_ready,
     input  wire                      ap_idle,
     input  wire [31:0]               status,
-    input  wire [64*N_COUNTERS-1:0]  counters,     // counter k at [64k +: 64]
+    input  wire [64*(N_COUNTERS+N_EXTRA)-1:0] counters,  // counter k at [64k +: 64], then the extra words
 
     /* arguments */
     output wire [63:0]               lgrad0,
@@ -79,11 +83,11 @@ module onic_net_control_s_axi #(
     localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_0  = 'h1C;
     localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_1  = 'h20;
     localparam [ADDR_BITS-1:0] ADDR_SCALARS         = 'h28;   // scalar k at + 8k
-    localparam [ADDR_BITS-1:0] ADDR_STATUS          = 'hC8;
-    localparam [ADDR_BITS-1:0] ADDR_COUNTERS        = 'hD0;   // counter k at + 8k (low), + 8k + 4 (high)
+    localparam [ADDR_BITS-1:0] ADDR_STATUS          = 'hE8;
+    localparam [ADDR_BITS-1:0] ADDR_COUNTERS        = 'hF0;   // counter k at + 8k (low), + 8k + 4 (high)
 
     localparam integer ADDR_SCALARS32 = 'h28;
-    localparam integer ADDR_COUNTERS32 = 'hD0;
+    localparam integer ADDR_COUNTERS32 = 'hF0;
 
     localparam [1:0] WR_IDLE = 2'd0, WR_DATA = 2'd1, WR_RESP = 2'd2;
     localparam [0:0] RD_IDLE = 1'd0, RD_DATA = 1'd1;
@@ -122,7 +126,7 @@ module onic_net_control_s_axi #(
                                         && !raddr[2];
     wire                 w_in_scalars = waddr32 >= ADDR_SCALARS32 && waddr32 < ADDR_SCALARS32 + 8 * N_SCALARS
                                         && !waddr_reg[2];
-    wire                 r_in_counters = raddr32 >= ADDR_COUNTERS32 && raddr32 < ADDR_COUNTERS32 + 8 * N_COUNTERS;
+    wire                 r_in_counters = raddr32 >= ADDR_COUNTERS32 && raddr32 < ADDR_COUNTERS32 + 8 * (N_COUNTERS + N_EXTRA);
     wire [4:0]           r_sidx = r_soff[7:3];    // N_SCALARS <= 32
     wire [4:0]           w_sidx = w_soff[7:3];
     wire [ADDR_BITS-3:0] r_cword = r_coff[ADDR_BITS-1:2];    // 32-bit word of the counter bus

@@ -32,14 +32,27 @@
  * bit1 write_response (a BRESP error on m_axi_gather0), bit2 protocol_error (a non-data opcode
  * reached the datapath, the parameter stream's TLAST misplaced, an ACK beyond the packets sent,
  * a packet too long for a retransmit slot), bit3 timeout_exhausted (never set: the senders retry
- * without a budget; the host's wait times out instead), bit4 config_error. Only one-phase steps
- * exist: the map has no two-phase argument, and a scalar frame is refused (protocol_error).
+ * without a budget; the host's wait times out instead), bit4 config_error (also: `phase` 3, or
+ * phase 2 without a finished phase one of the latched step).
+ *
+ * Two-phase step (argument `phase`, docs/design.md 8.1; sim/rtl/net/README.md "Two-phase step"):
+ * phase 1 runs the step as above, but the owner's reduced chunk goes to onic_net_twophase
+ * (to card memory at sum0 through m_axi_gather0, its sum of squares and non-finite flag), the
+ * scalar exchange runs on the AG sender (s_ag_desc_scalar) with scalar headers and their payload
+ * routed to the scalar block in queue order, and ap_done comes once the sum is in memory, every
+ * entry is known and the RS and scalar flows are acknowledged. The host reads the N entries
+ * (`entry`, ENTRY_REGS), derives the scale or the skip and starts phase 2: no argument is read,
+ * the receive side is not restarted (AG frames that came early wait in its slots), the AG sender
+ * restarts (start_ag) and the sum is read back through m_axi_lgrad0 as m_axis_grad0; then the
+ * all-gather as in a one-phase step. In a one-phase step (phase 0) a scalar frame is refused
+ * (protocol_error).
  *
  * Counters (net_regmap.counter_names() order, 64-bit registers): 32-bit saturating values in the
  * low word, high word 0, cleared by reset only (since the card was made, as hls.net.card).
  * Sums of two flows (retransmissions, timeouts, ACK/NAKs received, stale replies) saturate.
  * frames_out / bytes_out count at m_axis_mac0; bytes exclude the FCS the MAC appends (as
- * bytes_in: the MAC strips it); scalar_payload_bytes_out is 0.
+ * bytes_in: the MAC strips it); scalar_payload_bytes_out is the AG sender's payload bytes during
+ * phase one (ag_payload_bytes_out the rest).
  *
  * The Ethernet addresses are numbers in network order: MAC 02:00:00:00:00:05 is 0x0000_0200
  * (local_mac_hi) and 0x0000_0005 (local_mac_lo); IPv4 10.0.0.1 is 0x0A000001. succ_port is not
@@ -166,8 +179,9 @@ module onic_net_kernel #(
     input  wire          s_axis_param0_tlast
 );
 
-    localparam integer N_SCALARS  = 20;
+    localparam integer N_SCALARS  = 24;
     localparam integer N_COUNTERS = 33;
+    localparam integer N_EXTRA    = 2;    // net_regmap.ENTRY_REGS
     // the largest payload (beats) both the retransmit slot (header beat + payload) and the receive buffer hold
     localparam integer TX_MAX_BEATS = (1 << TX_BEATS_LOG2) - 1;
     localparam integer MAX_PAYLOAD_BEATS = (TX_MAX_BEATS < RX_FRAME_BEATS) ? TX_MAX_BEATS : RX_FRAME_BEATS;
@@ -190,13 +204,14 @@ module onic_net_kernel #(
     wire          ap_start;
     reg           ap_done_reg, ap_idle_reg;
     reg  [31:0]   status_reg;
-    wire [64*N_COUNTERS-1:0] counters;
+    wire [64*(N_COUNTERS+N_EXTRA)-1:0] counters;
     wire [63:0]   arg_lgrad0, arg_gather0;
     wire [32*N_SCALARS-1:0] scalars;
 
     onic_net_control_s_axi #(
         .ADDR_BITS(12),
         .N_COUNTERS(N_COUNTERS),
+        .N_EXTRA(N_EXTRA),
         .N_SCALARS(N_SCALARS)
     ) control (
         .clk(ap_clk), .rst(rst_ctl),
@@ -221,6 +236,10 @@ module onic_net_kernel #(
     reg  [15:0] cfg_local_port_reg, cfg_comm_reg;
     reg  [31:0] cfg_rank_reg, cfg_world_reg, cfg_length_reg, cfg_window_reg, cfg_timeout_reg;
     reg  [31:0] cfg_credit_reg, cfg_payload_reg, cfg_step_reg;
+    reg  [1:0]  cfg_phase_reg;      // 0 one-phase step, 1 phase one, 2 phase two (net_regmap "phase")
+    reg  [63:0] cfg_sum_reg;        // the owner's sum in card memory (two-phase step)
+    reg         p1_ok_reg;          // phase one of the latched step is done: phase two may start
+    reg         p2_start_reg;       // pulse: phase two begins (no new step on the receive side)
 
     wire [31:0] arg [0:N_SCALARS-1];   // net_regmap.SCALARS order
     genvar g;
@@ -232,7 +251,7 @@ module onic_net_kernel #(
 
     /* ---- the step's state machine ---- */
     localparam [3:0] S_IDLE = 4'd0, S_CHECK = 4'd1, S_DIV_RANK = 4'd2, S_DIV_RS = 4'd3, S_DIV_AG = 4'd4,
-                     S_TOTAL = 4'd5, S_HOLD = 4'd6, S_RUN = 4'd7, S_DONE = 4'd8;
+                     S_TOTAL = 4'd5, S_HOLD = 4'd6, S_RUN = 4'd7, S_DONE = 4'd8, S_P2 = 4'd9;
     reg  [3:0]  state_reg;
     reg  [3:0]  hold_reg;           // clocks the configuration has been steady / since the start pulse
     reg         start_pulse_reg;
@@ -257,7 +276,7 @@ module onic_net_kernel #(
                             && cfg_length_reg != 32'd0 && cfg_length_reg <= 32'hF000_0000
                             && cfg_payload_reg[5:0] == 6'd0 && cfg_payload_reg >= 32'd64
                             && {6'd0, cfg_payload_reg[31:6]} <= MAX_PAYLOAD_BEATS
-                            && cfg_window_reg != 32'd0 && cfg_credit_reg != 32'd0;
+                            && cfg_window_reg != 32'd0 && cfg_credit_reg != 32'd0 && cfg_phase_reg != 2'd3;
     // registered: its 32-bit compares are 7 LUT levels from the arguments to the divider's load otherwise
     // (S_CHECK reads it on its second clock, the arguments latched two clocks before)
     reg         config_ok_reg;
@@ -269,6 +288,13 @@ module onic_net_kernel #(
     wire [3:0]   tx_errors;
     wire         step_complete = dp_rs_done && dp_ag_done && rs_state[31:0] == rs_total_reg
                                  && ag_state[31:0] == ag_total_reg;
+    // phase one: the sum in memory, every scalar entry known and the RS and scalar flows
+    // acknowledged (the scalar flow runs on the AG sender: N - 1 packets)
+    wire         tp_phase1_done;
+    wire         tp_phase2_done;    // the stream's last beat taken: dp_ag_done implies it
+    wire [2:0]   tp_errors;
+    wire         phase1_complete = dp_rs_done && tp_phase1_done && rs_state[31:0] == rs_total_reg
+                                   && ag_state[31:0] == cfg_world_reg - 32'd1;
 
     always @(posedge ap_clk) begin
         if (rst) begin
@@ -280,6 +306,9 @@ module onic_net_kernel #(
             ap_idle_reg     <= 1'b1;
             status_reg      <= 32'd0;
             ag_release_reg  <= 1'b0;
+            p2_start_reg    <= 1'b0;
+            p1_ok_reg       <= 1'b0;
+            cfg_phase_reg   <= 2'd0;
             chunk_elems_reg <= 32'd16;
             rs_per_hop_reg  <= 32'd1;
             ag_per_hop_reg  <= 32'd1;
@@ -289,10 +318,28 @@ module onic_net_kernel #(
             div_den_reg     <= 32'd1;
         end else begin
             start_pulse_reg <= 1'b0;
+            p2_start_reg    <= 1'b0;
             div_start_reg   <= 1'b0;
             ap_done_reg     <= 1'b0;
             case (state_reg)
-                S_IDLE: if (ap_start && !ap_done_reg) begin   // ap_start falls the clock after ap_ready
+                S_IDLE: if (ap_start && !ap_done_reg && arg[20][1:0] == 2'd2) begin
+                    // phase two of the latched step: no other argument is read, nothing restarts
+                    // but the AG sender (the scalar flow's until now)
+                    status_reg  <= 32'd0;
+                    ap_idle_reg <= 1'b0;
+                    hold_reg    <= 4'd0;
+                    if (p1_ok_reg) begin
+                        cfg_phase_reg <= 2'd2;
+                        state_reg     <= S_P2;
+                    end else begin
+                        status_reg[4] <= 1'b1;
+                        state_reg     <= S_DONE;
+                    end
+                    p1_ok_reg <= 1'b0;
+                end else if (ap_start && !ap_done_reg) begin   // ap_start falls the clock after ap_ready
+                    cfg_phase_reg      <= arg[20][1:0];
+                    cfg_sum_reg        <= {arg[22], arg[21]};
+                    p1_ok_reg          <= 1'b0;
                     cfg_lgrad_reg      <= arg_lgrad0;
                     cfg_gather_reg     <= arg_gather0;
                     cfg_local_mac_reg  <= {arg[1][15:0], arg[0]};
@@ -380,10 +427,15 @@ module onic_net_kernel #(
                     if (hold_reg != 4'd15) hold_reg <= hold_reg + 4'd1;
                     if (hold_reg == 4'd15) begin
                         ag_release_reg <= rs_state[31:0] == rs_total_reg;
-                        if (step_complete) state_reg <= S_DONE;
+                        if (cfg_phase_reg == 2'd1 ? phase1_complete : step_complete) state_reg <= S_DONE;
                     end
                 end
+                S_P2: begin
+                    p2_start_reg <= 1'b1;
+                    state_reg    <= S_RUN;
+                end
                 S_DONE: begin
+                    p1_ok_reg   <= cfg_phase_reg == 2'd1 && !status_reg[4];
                     ap_done_reg <= 1'b1;
                     ap_idle_reg <= 1'b1;
                     hold_reg    <= 4'd0;
@@ -392,9 +444,9 @@ module onic_net_kernel #(
                 default: state_reg <= S_IDLE;
             endcase
             if (state_reg == S_RUN || state_reg == S_DONE) begin
-                status_reg[0] <= status_reg[0] | dp_errors[3];
-                status_reg[1] <= status_reg[1] | dp_errors[4];
-                status_reg[2] <= status_reg[2] | (|dp_errors[2:0]) | (|tx_errors);
+                status_reg[0] <= status_reg[0] | dp_errors[3] | tp_errors[1];
+                status_reg[1] <= status_reg[1] | dp_errors[4] | tp_errors[2];
+                status_reg[2] <= status_reg[2] | (|dp_errors[2:0]) | (|tx_errors) | tp_errors[0];
             end
         end
     end
@@ -481,10 +533,12 @@ module onic_net_kernel #(
     wire [DQ_WIDTH-1:0] dq_m_data;
     wire [RX_SLOT_LOG2:0] dq_count;
     wire rs_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd1;
-    wire ag_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd2;
+    // the AG sender answers to the scalar flow's replies in phase one, to the AG flow's after it
+    wire ag_flow_now  = cfg_phase_reg == 2'd1 ? hdr_flow == 2'd3 : hdr_flow == 2'd2;
+    wire ag_ack_valid = hdr_valid && hdr_reply && ag_flow_now;
     assign hdr_ready = !hdr_reply ? dq_s_ready
                      : hdr_flow == 2'd1 ? rs_ack_ready
-                     : hdr_flow == 2'd2 ? ag_ack_ready
+                     : ag_flow_now ? ag_ack_ready
                      : 1'b1;
 
     onic_fifo #(
@@ -494,7 +548,7 @@ module onic_net_kernel #(
         .clk(ap_clk), .rst(rst), .clear(1'b0),
         .s_data({hdr_opcode, hdr_flags, hdr_hop, hdr_chunk, hdr_seq, hdr_offset, hdr_length}),
         .s_valid(hdr_valid && !hdr_reply), .s_ready(dq_s_ready),
-        .m_data(dq_m_data), .m_valid(dq_m_valid), .m_ready(dp_hdr_ready), .count(dq_count)
+        .m_data(dq_m_data), .m_valid(dq_m_valid), .m_ready(dq_m_ready), .count(dq_count)
     );
 
     wire [3:0]  dq_opcode = dq_m_data[113:110];
@@ -504,6 +558,28 @@ module onic_net_kernel #(
     wire [31:0] dq_seq    = dq_m_data[79:48];
     wire [31:0] dq_offset = dq_m_data[47:16];
     wire [15:0] dq_length = dq_m_data[15:0];
+
+    /* scalar data headers (two-phase step) to the scalar exchange, the rest to the datapath, in
+     * queue order; the payload beats follow their headers: a header goes to one side only while
+     * the other has no payload outstanding (headers taken, TLAST not yet) */
+    wire        dq_to_sc = dq_opcode == 4'd5 && cfg_phase_reg != 2'd0;
+    reg  [15:0] out_dp_reg, out_sc_reg;
+    wire        sc_hdr_ready, sc_pay_tready, dp_pay_tready;
+    wire        dp_hdr_valid = dq_m_valid && !dq_to_sc && out_sc_reg == 16'd0;
+    wire        sc_hdr_valid = dq_m_valid && dq_to_sc && out_dp_reg == 16'd0;
+    wire        dq_m_ready   = dq_to_sc ? sc_hdr_ready && out_dp_reg == 16'd0 : dp_hdr_ready && out_sc_reg == 16'd0;
+    wire        pay_to_sc    = out_sc_reg != 16'd0;
+    assign pay_tready = pay_to_sc ? sc_pay_tready : dp_pay_tready;
+    wire        pay_end      = pay_tvalid && pay_tready && pay_tlast;
+    always @(posedge ap_clk) begin
+        if (rst) begin
+            out_dp_reg <= 16'd0;
+            out_sc_reg <= 16'd0;
+        end else begin
+            out_dp_reg <= out_dp_reg + {15'd0, dp_hdr_valid && dp_hdr_ready} - {15'd0, pay_end && !pay_to_sc};
+            out_sc_reg <= out_sc_reg + {15'd0, sc_hdr_valid && sc_hdr_ready} - {15'd0, pay_end && pay_to_sc};
+        end
+    end
 
     // free slots = the receive side's free header slots less the headers queued here, registered (the
     // header counts are a carry chain and a compare away from the reply state otherwise): the value of the
@@ -564,13 +640,66 @@ module onic_net_kernel #(
      * MAC's transmit stream is not gated: onic_net_tx_arb finishes a frame part-sent. */
     wire out_en = ap_rst_n && !rst_reg;
     wire dp_grad_tvalid, dp_param_tready, dp_arvalid, dp_rready, dp_awvalid, dp_wvalid, dp_bready;
-    assign m_axis_grad0_tvalid  = out_en && dp_grad_tvalid;
+    wire [511:0] dp_grad_tdata, tp_grad_tdata;
+    wire [63:0]  dp_grad_tkeep, tp_grad_tkeep;
+    wire         dp_grad_tlast, tp_grad_tlast, tp_grad_tvalid, tp_sum_tready;
+    wire         tp_arvalid, tp_rready, tp_awvalid, tp_wvalid, tp_bready;
+    // two-phase step: phase one the owner's sum to onic_net_twophase (card memory through gather0),
+    // phase two read back through lgrad0 as the Adam kernel's stream; gather0 and lgrad0 are idle
+    // on the datapath's side meanwhile (no AG chunk is written before the own update, every local
+    // gradient beat is read before the own sum is complete)
+    wire sel_p1 = cfg_phase_reg == 2'd1;
+    wire sel_p2 = cfg_phase_reg == 2'd2;
+    wire dp_grad_tready = out_en && (sel_p1 ? tp_sum_tready : m_axis_grad0_tready && !sel_p2);
+    assign m_axis_grad0_tvalid  = out_en && (sel_p2 ? tp_grad_tvalid : dp_grad_tvalid && !sel_p1);
+    assign m_axis_grad0_tdata   = sel_p2 ? tp_grad_tdata : dp_grad_tdata;
+    assign m_axis_grad0_tkeep   = sel_p2 ? tp_grad_tkeep : dp_grad_tkeep;
+    assign m_axis_grad0_tlast   = sel_p2 ? tp_grad_tlast : dp_grad_tlast;
     assign s_axis_param0_tready = out_en && dp_param_tready;
-    assign m_axi_lgrad0_arvalid = out_en && dp_arvalid;
-    assign m_axi_lgrad0_rready  = out_en && dp_rready;
-    assign m_axi_gather0_awvalid = out_en && dp_awvalid;
-    assign m_axi_gather0_wvalid  = out_en && dp_wvalid;
-    assign m_axi_gather0_bready  = out_en && dp_bready;
+    assign m_axi_lgrad0_arvalid = out_en && (sel_p2 ? tp_arvalid : dp_arvalid);
+    assign m_axi_lgrad0_rready  = out_en && (sel_p2 ? tp_rready : dp_rready);
+    assign m_axi_gather0_awvalid = out_en && (sel_p1 ? tp_awvalid : dp_awvalid);
+    assign m_axi_gather0_wvalid  = out_en && (sel_p1 ? tp_wvalid : dp_wvalid);
+    assign m_axi_gather0_bready  = out_en && (sel_p1 ? tp_bready : dp_bready);
+    wire [3:0]   dp_arid, dp_awid;
+    wire [63:0]  dp_araddr, dp_awaddr;
+    wire [7:0]   dp_arlen, dp_awlen;
+    wire [2:0]   dp_arsize, dp_awsize, dp_arprot, dp_awprot;
+    wire [1:0]   dp_arburst, dp_awburst;
+    wire         dp_arlock, dp_awlock, dp_wlast;
+    wire [3:0]   dp_arcache, dp_awcache, dp_arqos, dp_awqos;
+    wire [511:0] dp_wdata;
+    wire [63:0]  dp_wstrb;
+    wire [0:0]   tp_arid, tp_awid;
+    wire [63:0]  tp_araddr, tp_awaddr;
+    wire [7:0]   tp_arlen, tp_awlen;
+    wire [2:0]   tp_arsize, tp_awsize, tp_arprot, tp_awprot;
+    wire [1:0]   tp_arburst, tp_awburst;
+    wire         tp_arlock, tp_awlock, tp_wlast;
+    wire [3:0]   tp_arcache, tp_awcache, tp_arqos, tp_awqos;
+    wire [511:0] tp_wdata;
+    wire [63:0]  tp_wstrb;
+    assign m_axi_lgrad0_arid    = sel_p2 ? {3'd0, tp_arid} : dp_arid;
+    assign m_axi_lgrad0_araddr  = sel_p2 ? tp_araddr : dp_araddr;
+    assign m_axi_lgrad0_arlen   = sel_p2 ? tp_arlen : dp_arlen;
+    assign m_axi_lgrad0_arsize  = sel_p2 ? tp_arsize : dp_arsize;
+    assign m_axi_lgrad0_arburst = sel_p2 ? tp_arburst : dp_arburst;
+    assign m_axi_lgrad0_arlock  = sel_p2 ? tp_arlock : dp_arlock;
+    assign m_axi_lgrad0_arcache = sel_p2 ? tp_arcache : dp_arcache;
+    assign m_axi_lgrad0_arprot  = sel_p2 ? tp_arprot : dp_arprot;
+    assign m_axi_lgrad0_arqos   = sel_p2 ? tp_arqos : dp_arqos;
+    assign m_axi_gather0_awid    = sel_p1 ? {3'd0, tp_awid} : dp_awid;
+    assign m_axi_gather0_awaddr  = sel_p1 ? tp_awaddr : dp_awaddr;
+    assign m_axi_gather0_awlen   = sel_p1 ? tp_awlen : dp_awlen;
+    assign m_axi_gather0_awsize  = sel_p1 ? tp_awsize : dp_awsize;
+    assign m_axi_gather0_awburst = sel_p1 ? tp_awburst : dp_awburst;
+    assign m_axi_gather0_awlock  = sel_p1 ? tp_awlock : dp_awlock;
+    assign m_axi_gather0_awcache = sel_p1 ? tp_awcache : dp_awcache;
+    assign m_axi_gather0_awprot  = sel_p1 ? tp_awprot : dp_awprot;
+    assign m_axi_gather0_awqos   = sel_p1 ? tp_awqos : dp_awqos;
+    assign m_axi_gather0_wdata   = sel_p1 ? tp_wdata : dp_wdata;
+    assign m_axi_gather0_wstrb   = sel_p1 ? tp_wstrb : dp_wstrb;
+    assign m_axi_gather0_wlast   = sel_p1 ? tp_wlast : dp_wlast;
 
     wire [1:0]   rs_desc_dtype, ag_desc_dtype;
     wire [5:0]   rs_desc_flags, ag_desc_flags;
@@ -597,11 +726,11 @@ module onic_net_kernel #(
         .rs_done(dp_rs_done), .ag_done(dp_ag_done), .errors(dp_errors),
         .s_hdr_opcode(dq_opcode), .s_hdr_flags(dq_flags), .s_hdr_hop(dq_hop), .s_hdr_chunk(dq_chunk),
         .s_hdr_seq(dq_seq), .s_hdr_offset(dq_offset), .s_hdr_length(dq_length),
-        .s_hdr_valid(dq_m_valid), .s_hdr_ready(dp_hdr_ready),
-        .s_pay_tdata(pay_tdata), .s_pay_tkeep(pay_tkeep), .s_pay_tlast(pay_tlast), .s_pay_tvalid(pay_tvalid),
-        .s_pay_tready(pay_tready),
-        .m_grad_tdata(m_axis_grad0_tdata), .m_grad_tkeep(m_axis_grad0_tkeep), .m_grad_tlast(m_axis_grad0_tlast),
-        .m_grad_tvalid(dp_grad_tvalid), .m_grad_tready(out_en && m_axis_grad0_tready),
+        .s_hdr_valid(dp_hdr_valid), .s_hdr_ready(dp_hdr_ready),
+        .s_pay_tdata(pay_tdata), .s_pay_tkeep(pay_tkeep), .s_pay_tlast(pay_tlast),
+        .s_pay_tvalid(pay_tvalid && !pay_to_sc), .s_pay_tready(dp_pay_tready),
+        .m_grad_tdata(dp_grad_tdata), .m_grad_tkeep(dp_grad_tkeep), .m_grad_tlast(dp_grad_tlast),
+        .m_grad_tvalid(dp_grad_tvalid), .m_grad_tready(dp_grad_tready),
         .s_param_tdata(s_axis_param0_tdata), .s_param_tkeep(s_axis_param0_tkeep),
         .s_param_tlast(s_axis_param0_tlast), .s_param_tvalid(out_en && s_axis_param0_tvalid),
         .s_param_tready(dp_param_tready),
@@ -615,26 +744,117 @@ module onic_net_kernel #(
         .m_ag_desc_len(ag_desc_len), .m_ag_desc_valid(ag_desc_valid), .m_ag_desc_ready(ag_desc_ready),
         .m_ag_axis_tdata(ag_tdata), .m_ag_axis_tkeep(ag_tkeep), .m_ag_axis_tlast(ag_tlast),
         .m_ag_axis_tvalid(ag_tvalid), .m_ag_axis_tready(ag_tready),
-        .m_axi_grad_arid(m_axi_lgrad0_arid), .m_axi_grad_araddr(m_axi_lgrad0_araddr),
-        .m_axi_grad_arlen(m_axi_lgrad0_arlen), .m_axi_grad_arsize(m_axi_lgrad0_arsize),
-        .m_axi_grad_arburst(m_axi_lgrad0_arburst), .m_axi_grad_arlock(m_axi_lgrad0_arlock),
-        .m_axi_grad_arcache(m_axi_lgrad0_arcache), .m_axi_grad_arprot(m_axi_lgrad0_arprot),
-        .m_axi_grad_arqos(m_axi_lgrad0_arqos), .m_axi_grad_arvalid(dp_arvalid),
-        .m_axi_grad_arready(out_en && m_axi_lgrad0_arready), .m_axi_grad_rid(m_axi_lgrad0_rid),
+        .m_axi_grad_arid(dp_arid), .m_axi_grad_araddr(dp_araddr),
+        .m_axi_grad_arlen(dp_arlen), .m_axi_grad_arsize(dp_arsize),
+        .m_axi_grad_arburst(dp_arburst), .m_axi_grad_arlock(dp_arlock),
+        .m_axi_grad_arcache(dp_arcache), .m_axi_grad_arprot(dp_arprot),
+        .m_axi_grad_arqos(dp_arqos), .m_axi_grad_arvalid(dp_arvalid),
+        .m_axi_grad_arready(out_en && !sel_p2 && m_axi_lgrad0_arready), .m_axi_grad_rid(m_axi_lgrad0_rid),
         .m_axi_grad_rdata(m_axi_lgrad0_rdata), .m_axi_grad_rresp(m_axi_lgrad0_rresp),
-        .m_axi_grad_rlast(m_axi_lgrad0_rlast), .m_axi_grad_rvalid(out_en && m_axi_lgrad0_rvalid),
+        .m_axi_grad_rlast(m_axi_lgrad0_rlast), .m_axi_grad_rvalid(out_en && !sel_p2 && m_axi_lgrad0_rvalid),
         .m_axi_grad_rready(dp_rready),
-        .m_axi_gather_awid(m_axi_gather0_awid), .m_axi_gather_awaddr(m_axi_gather0_awaddr),
-        .m_axi_gather_awlen(m_axi_gather0_awlen), .m_axi_gather_awsize(m_axi_gather0_awsize),
-        .m_axi_gather_awburst(m_axi_gather0_awburst), .m_axi_gather_awlock(m_axi_gather0_awlock),
-        .m_axi_gather_awcache(m_axi_gather0_awcache), .m_axi_gather_awprot(m_axi_gather0_awprot),
-        .m_axi_gather_awqos(m_axi_gather0_awqos), .m_axi_gather_awvalid(dp_awvalid),
-        .m_axi_gather_awready(out_en && m_axi_gather0_awready), .m_axi_gather_wdata(m_axi_gather0_wdata),
-        .m_axi_gather_wstrb(m_axi_gather0_wstrb), .m_axi_gather_wlast(m_axi_gather0_wlast),
-        .m_axi_gather_wvalid(dp_wvalid), .m_axi_gather_wready(out_en && m_axi_gather0_wready),
+        .m_axi_gather_awid(dp_awid), .m_axi_gather_awaddr(dp_awaddr),
+        .m_axi_gather_awlen(dp_awlen), .m_axi_gather_awsize(dp_awsize),
+        .m_axi_gather_awburst(dp_awburst), .m_axi_gather_awlock(dp_awlock),
+        .m_axi_gather_awcache(dp_awcache), .m_axi_gather_awprot(dp_awprot),
+        .m_axi_gather_awqos(dp_awqos), .m_axi_gather_awvalid(dp_awvalid),
+        .m_axi_gather_awready(out_en && !sel_p1 && m_axi_gather0_awready), .m_axi_gather_wdata(dp_wdata),
+        .m_axi_gather_wstrb(dp_wstrb), .m_axi_gather_wlast(dp_wlast),
+        .m_axi_gather_wvalid(dp_wvalid), .m_axi_gather_wready(out_en && !sel_p1 && m_axi_gather0_wready),
         .m_axi_gather_bid(m_axi_gather0_bid), .m_axi_gather_bresp(m_axi_gather0_bresp),
-        .m_axi_gather_bvalid(out_en && m_axi_gather0_bvalid), .m_axi_gather_bready(dp_bready)
+        .m_axi_gather_bvalid(out_en && !sel_p1 && m_axi_gather0_bvalid), .m_axi_gather_bready(dp_bready)
     );
+
+    /* ---- the two-phase step's card-memory side and scalar exchange ---- */
+    wire [7:0]   sc_desc_hop;
+    wire [31:0]  sc_desc_seq;
+    wire [15:0]  sc_desc_len;
+    wire         sc_desc_valid, sc_desc_ready;
+    wire [511:0] sc_tdata;
+    wire [63:0]  sc_tkeep;
+    wire         sc_tlast, sc_tvalid, sc_tready;
+    wire [63:0]  entry_sumsq;
+    wire         entry_flag;
+    // the owner's chunk in 64-byte beats: S is a multiple of 16 (fp32: S / 16 beats of 64 bytes;
+    // bf16: ceil(S / 32), the last one 32 bytes when S / 16 is odd)
+    wire [31:0]  sum_beats = (WIRE_BF16 != 0) ? {5'd0, chunk_elems_reg[31:5]} + {31'd0, chunk_elems_reg[4]}
+                                              : {4'd0, chunk_elems_reg[31:4]};
+    wire [6:0]   sum_last  = (WIRE_BF16 != 0 && chunk_elems_reg[4]) ? 7'd32 : 7'd64;
+
+    onic_net_twophase #(
+        .WIRE_BF16(WIRE_BF16),
+        .WR_FIFO_LOG2(WR_FIFO_LOG2),
+        .RD_FIFO_LOG2(RD_FIFO_LOG2),
+        .MAX_BURST(MAX_BURST)
+    ) twophase (
+        .clk(ap_clk), .rst(rst_dp),
+        .cfg_rank(cfg_rank_reg[7:0]), .cfg_world(cfg_world_reg[7:0]), .cfg_sum_addr(cfg_sum_reg),
+        .cfg_chunk_beats(sum_beats), .cfg_last_bytes(sum_last),
+        .start1(start_pulse_reg && sel_p1), .start2(p2_start_reg),
+        .phase1_done(tp_phase1_done), .phase2_done(tp_phase2_done), .errors(tp_errors),
+        .s_sum_tdata(dp_grad_tdata), .s_sum_tkeep(dp_grad_tkeep), .s_sum_tlast(dp_grad_tlast),
+        .s_sum_tvalid(out_en && sel_p1 && dp_grad_tvalid), .s_sum_tready(tp_sum_tready),
+        .s_hdr_hop(dq_hop), .s_hdr_len(dq_length), .s_hdr_valid(sc_hdr_valid), .s_hdr_ready(sc_hdr_ready),
+        .s_pay_tdata(pay_tdata), .s_pay_tlast(pay_tlast), .s_pay_tvalid(pay_tvalid && pay_to_sc),
+        .s_pay_tready(sc_pay_tready),
+        .m_desc_hop(sc_desc_hop), .m_desc_seq(sc_desc_seq), .m_desc_len(sc_desc_len),
+        .m_desc_valid(sc_desc_valid), .m_desc_ready(sc_desc_ready),
+        .m_axis_tdata(sc_tdata), .m_axis_tkeep(sc_tkeep), .m_axis_tlast(sc_tlast),
+        .m_axis_tvalid(sc_tvalid), .m_axis_tready(sc_tready),
+        .rd_rank(arg[23][7:0]), .rd_sumsq(entry_sumsq), .rd_flag(entry_flag),
+        .m_grad_tdata(tp_grad_tdata), .m_grad_tkeep(tp_grad_tkeep), .m_grad_tlast(tp_grad_tlast),
+        .m_grad_tvalid(tp_grad_tvalid), .m_grad_tready(out_en && sel_p2 && m_axis_grad0_tready),
+        .m_axi_sum0_awid(tp_awid), .m_axi_sum0_awaddr(tp_awaddr), .m_axi_sum0_awlen(tp_awlen),
+        .m_axi_sum0_awsize(tp_awsize), .m_axi_sum0_awburst(tp_awburst), .m_axi_sum0_awlock(tp_awlock),
+        .m_axi_sum0_awcache(tp_awcache), .m_axi_sum0_awprot(tp_awprot), .m_axi_sum0_awqos(tp_awqos),
+        .m_axi_sum0_awvalid(tp_awvalid), .m_axi_sum0_awready(out_en && sel_p1 && m_axi_gather0_awready),
+        .m_axi_sum0_wdata(tp_wdata), .m_axi_sum0_wstrb(tp_wstrb), .m_axi_sum0_wlast(tp_wlast),
+        .m_axi_sum0_wvalid(tp_wvalid), .m_axi_sum0_wready(out_en && sel_p1 && m_axi_gather0_wready),
+        .m_axi_sum0_bid(m_axi_gather0_bid[0]), .m_axi_sum0_bresp(m_axi_gather0_bresp),
+        .m_axi_sum0_bvalid(out_en && sel_p1 && m_axi_gather0_bvalid), .m_axi_sum0_bready(tp_bready),
+        .m_axi_sum0_arid(tp_arid), .m_axi_sum0_araddr(tp_araddr), .m_axi_sum0_arlen(tp_arlen),
+        .m_axi_sum0_arsize(tp_arsize), .m_axi_sum0_arburst(tp_arburst), .m_axi_sum0_arlock(tp_arlock),
+        .m_axi_sum0_arcache(tp_arcache), .m_axi_sum0_arprot(tp_arprot), .m_axi_sum0_arqos(tp_arqos),
+        .m_axi_sum0_arvalid(tp_arvalid), .m_axi_sum0_arready(out_en && sel_p2 && m_axi_lgrad0_arready),
+        .m_axi_sum0_rid(m_axi_lgrad0_rid[0]), .m_axi_sum0_rdata(m_axi_lgrad0_rdata),
+        .m_axi_sum0_rresp(m_axi_lgrad0_rresp), .m_axi_sum0_rlast(m_axi_lgrad0_rlast),
+        .m_axi_sum0_rvalid(out_en && sel_p2 && m_axi_lgrad0_rvalid), .m_axi_sum0_rready(tp_rready)
+    );
+
+    /* the AG port of the transmit side: the scalar flow in phase one, the all-gather after it.
+     * From the clock after start1 only: the scalar block keeps the previous step's state until
+     * start1 while the latched world may already be the next step's, so it can offer a hop of no
+     * step in between (a frame with the old step's addresses in its checksum, seen in the bench). */
+    reg sc_go_reg, sc_run_reg;
+    always @(posedge ap_clk) begin
+        if (rst) begin
+            sc_go_reg  <= 1'b0;
+            sc_run_reg <= 1'b0;
+        end else begin
+            sc_go_reg <= start_pulse_reg && sel_p1;
+            if (sc_go_reg) sc_run_reg <= 1'b1;
+            else if (p2_start_reg || start_pulse_reg) sc_run_reg <= 1'b0;
+        end
+    end
+    wire sel_sc = sc_run_reg;
+    wire [1:0]   tx_ag_dtype  = sel_sc ? 2'd0 : ag_desc_dtype;
+    wire [5:0]   tx_ag_flags  = sel_sc ? 6'd1 : ag_desc_flags;     // a scalar packet is its hop's last
+    wire [7:0]   tx_ag_hop    = sel_sc ? sc_desc_hop : ag_desc_hop;
+    wire [15:0]  tx_ag_chunk  = sel_sc ? 16'd0 : ag_desc_chunk;
+    wire [31:0]  tx_ag_seq    = sel_sc ? sc_desc_seq : ag_desc_seq;
+    wire [31:0]  tx_ag_offset = sel_sc ? 32'd0 : ag_desc_offset;
+    wire [15:0]  tx_ag_len    = sel_sc ? sc_desc_len : ag_desc_len;
+    wire         tx_ag_valid  = sel_sc ? sc_desc_valid : ag_desc_valid;
+    wire         tx_ag_ready;
+    assign sc_desc_ready = sel_sc && tx_ag_ready;
+    assign ag_desc_ready = !sel_sc && tx_ag_ready;
+    wire [511:0] tx_ag_tdata  = sel_sc ? sc_tdata : ag_tdata;
+    wire [63:0]  tx_ag_tkeep  = sel_sc ? sc_tkeep : ag_tkeep;
+    wire         tx_ag_tlast  = sel_sc ? sc_tlast : ag_tlast;
+    wire         tx_ag_tvalid = sel_sc ? sc_tvalid : ag_tvalid;
+    wire         tx_ag_tready;
+    assign sc_tready = sel_sc && tx_ag_tready;
+    assign ag_tready = !sel_sc && tx_ag_tready;
 
     /* ---- transmit side ---- */
     /* After a reset and before the next step the senders are empty, but cfg_step_reg still holds
@@ -665,17 +885,18 @@ module onic_net_kernel #(
         .cfg_rank(cfg_rank_reg[7:0]), .cfg_step(cfg_step_reg), .cfg_rto(cfg_timeout_reg),
         .cfg_rs_window(cfg_window_reg), .cfg_rs_credit(cfg_credit_reg),
         .cfg_ag_window(cfg_window_reg), .cfg_ag_credit(cfg_credit_reg), .start(start_pulse_reg),
-        .start_ag(1'b0),  // the two-phase step is not in the top yet (README "Two-phase step")
+        .start_ag(p2_start_reg),
         .s_rs_desc_dtype(rs_desc_dtype), .s_rs_desc_flags(rs_desc_flags), .s_rs_desc_hop(rs_desc_hop),
         .s_rs_desc_chunk(rs_desc_chunk), .s_rs_desc_seq(rs_desc_seq), .s_rs_desc_offset(rs_desc_offset),
         .s_rs_desc_len(rs_desc_len), .s_rs_desc_valid(rs_desc_valid), .s_rs_desc_ready(rs_desc_ready),
         .s_rs_axis_tdata(rs_tdata), .s_rs_axis_tkeep(rs_tkeep), .s_rs_axis_tlast(rs_tlast),
         .s_rs_axis_tvalid(rs_tvalid), .s_rs_axis_tready(rs_tready),
-        .s_ag_desc_scalar(1'b0), .s_ag_desc_dtype(ag_desc_dtype), .s_ag_desc_flags(ag_desc_flags), .s_ag_desc_hop(ag_desc_hop),
-        .s_ag_desc_chunk(ag_desc_chunk), .s_ag_desc_seq(ag_desc_seq), .s_ag_desc_offset(ag_desc_offset),
-        .s_ag_desc_len(ag_desc_len), .s_ag_desc_valid(ag_desc_valid), .s_ag_desc_ready(ag_desc_ready),
-        .s_ag_axis_tdata(ag_tdata), .s_ag_axis_tkeep(ag_tkeep), .s_ag_axis_tlast(ag_tlast),
-        .s_ag_axis_tvalid(ag_tvalid), .s_ag_axis_tready(ag_tready),
+        .s_ag_desc_scalar(sel_sc), .s_ag_desc_dtype(tx_ag_dtype), .s_ag_desc_flags(tx_ag_flags),
+        .s_ag_desc_hop(tx_ag_hop), .s_ag_desc_chunk(tx_ag_chunk), .s_ag_desc_seq(tx_ag_seq),
+        .s_ag_desc_offset(tx_ag_offset), .s_ag_desc_len(tx_ag_len), .s_ag_desc_valid(tx_ag_valid),
+        .s_ag_desc_ready(tx_ag_ready),
+        .s_ag_axis_tdata(tx_ag_tdata), .s_ag_axis_tkeep(tx_ag_tkeep), .s_ag_axis_tlast(tx_ag_tlast),
+        .s_ag_axis_tvalid(tx_ag_tvalid), .s_ag_axis_tready(tx_ag_tready),
         .s_rs_ack_valid(rs_ack_valid), .s_rs_ack_ready(rs_ack_ready), .s_rs_ack_nak(hdr_opcode == OP_NAK),
         .s_rs_ack_step(ack_step), .s_rs_ack_seq(hdr_seq), .s_rs_ack_credit(hdr_offset),
         .s_ag_ack_valid(ag_ack_valid), .s_ag_ack_ready(ag_ack_ready), .s_ag_ack_nak(hdr_opcode == OP_NAK),
@@ -734,7 +955,7 @@ module onic_net_kernel #(
     end
 
     /* the register view, net_regmap.counter_names() order; flow sums registered */
-    reg  [31:0] sum_reg [0:6];
+    reg  [31:0] sum_reg [0:5];
     always @(posedge ap_clk) begin
         sum_reg[0] <= sat_add(rs_counters[95:64], ag_counters[95:64]);     // retransmitted_frames
         sum_reg[1] <= sat_add(rs_counters[127:96], ag_counters[127:96]);   // retransmitted_bytes
@@ -742,7 +963,19 @@ module onic_net_kernel #(
         sum_reg[3] <= sat_add(rs_counters[223:192], ag_counters[223:192]); // naks_received
         sum_reg[4] <= sat_add(rs_counters[159:128], ag_counters[159:128]); // timeouts
         sum_reg[5] <= sat_add(rs_counters[255:224], ag_counters[255:224]); // stale replies
-        sum_reg[6] <= 32'd0;
+    end
+    // the AG sender's payload bytes while it carries the scalar flow (phase one) are the scalar flow's
+    reg  [31:0] sc_base_reg, sc_prev_reg, sc_view_reg;
+    always @(posedge ap_clk) begin
+        if (rst) begin
+            sc_base_reg <= 32'd0;
+            sc_prev_reg <= 32'd0;
+            sc_view_reg <= 32'd0;
+        end else begin
+            if (start_pulse_reg && sel_p1) sc_base_reg <= ag_counters[63:32];
+            if (sel_p1) sc_view_reg <= sc_prev_reg + (ag_counters[63:32] - sc_base_reg);
+            if (p2_start_reg || (start_pulse_reg && !sel_p1)) sc_prev_reg <= sc_view_reg;
+        end
     end
 
     wire [31:0] view [0:N_COUNTERS-1];
@@ -758,8 +991,8 @@ module onic_net_kernel #(
     assign view[9]  = sum_reg[3];
     assign view[10] = sum_reg[4];
     assign view[11] = rs_counters[63:32];   // rs_payload_bytes_out
-    assign view[12] = ag_counters[63:32];   // ag_payload_bytes_out
-    assign view[13] = sum_reg[6];           // scalar_payload_bytes_out: no scalar flow
+    assign view[12] = ag_counters[63:32] - sc_view_reg;  // ag_payload_bytes_out
+    assign view[13] = sc_view_reg;          // scalar_payload_bytes_out
     generate
         for (g = 0; g < 18; g = g + 1) begin : g_drop
             assign view[14 + g] = rx_cnt[3 + g];   // dropped_truncated .. dropped_overflow
@@ -769,11 +1002,14 @@ module onic_net_kernel #(
         end
     endgenerate
     assign view[N_COUNTERS - 1] = sum_reg[5];  // dropped_stale_reply
+    assign counters[64 * N_COUNTERS +: 64]       = entry_sumsq;              // entry_sumsq
+    assign counters[64 * (N_COUNTERS + 1) +: 64] = {63'd0, entry_flag};      // entry_flag
 
     // header fields the datapath and the senders do not use (the receive side checked them)
     wire _unused_ok = &{1'b0, hdr_src_mac, hdr_src_ip, hdr_src_port, hdr_version, hdr_dtype, hdr_comm, hdr_src,
                         rx_cnt[2], tx_counters, evt_credit[31:CW], rs_counters[31:0], ag_counters[31:0], rs_state[127:32], ag_state[127:32], arg[7],
-                        cfg_world_reg[31:8], cfg_rank_reg[31:8], cfg_payload_reg[31:22], 1'b0};
+                        cfg_world_reg[31:8], cfg_rank_reg[31:8], cfg_payload_reg[31:22], arg[20][31:2],
+                        arg[23][31:8], tp_phase2_done, m_axi_gather0_bid[3:1], m_axi_lgrad0_rid[3:1], 1'b0};
 
 endmodule
 

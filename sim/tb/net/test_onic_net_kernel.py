@@ -106,11 +106,12 @@ def make_cards(n: int, length: int, params: np.ndarray, wdt: str, pdt: str, payl
 
 
 def reference(n: int, length: int, params: np.ndarray, grads: list[np.ndarray], wdt: str, pdt: str,
-              payload: int, step: int) -> dict[str, Any]:
-    """A lossless ring of N reference cards: the gathered vector and every card's counters."""
+              payload: int, step: int, **start: Any) -> dict[str, Any]:
+    """A lossless ring of N reference cards: the gathered vector, every card's counters and (a
+    two-phase step: `start` = start_step's keywords) the scalar entries in rank order."""
     cards = make_cards(n, length, params, wdt, pdt, payload)
     for k, c in enumerate(cards):
-        c.start_step(step, grads[k])
+        c.start_step(step, grads[k], **start)
     by_mac = {e.mac: k for k, e in enumerate(endpoints(n))}
     now = 0.0
     while not all(c.done for c in cards):
@@ -123,7 +124,8 @@ def reference(n: int, length: int, params: np.ndarray, grads: list[np.ndarray], 
     assert gathered is not None
     for c in cards:
         assert c.error is None and c.gathered is not None and c.gathered.tobytes() == gathered.tobytes()
-    return {"gathered": ring.pad(gathered, n), "counters": [c.counters for c in cards]}
+    entries = [cards[0]._scalars[k] for k in range(n)] if start.get("two_phase") else None
+    return {"gathered": ring.pad(gathered, n), "counters": [c.counters for c in cards], "entries": entries}
 
 
 def differing(got: bytes, want: bytes, dtype: str) -> list[int]:
@@ -234,7 +236,9 @@ async def reference_adam_streams(tb: TB, kernel: ReferenceKernel, beats: int, sc
 
 
 async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: int, drop: float,
-                   dup: float) -> None:
+                   dup: float, two_phase: str = "") -> None:
+    """two_phase: "" a one-phase step; "clip" / "noclip" a two-phase step whose clipping to
+    max_norm 1 triggers / does not; "nonfinite" a two-phase step with an inf in one gradient (skip)."""
     dut, rng = tb.dut, tb.rng
     nrng = np.random.default_rng(seed)
     size = int(rng.choice([48, 80, 112]))
@@ -242,11 +246,24 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     length = n * size - int(nrng.integers(0, 16))
     assert ring.chunk_elems(length, n) == size
     params = (nrng.standard_normal(length) * 0.1).astype(np.float32)
-    grads = [local_gradient(nrng, length, wdt) for _ in range(n)]
-    ref = reference(n, length, params, grads, wdt, pdt, payload, step)
+    if two_phase:
+        # finite gradients (local_gradient mixes in infinities); the sum of squares sets the clip
+        amp = {"clip": 1.0, "noclip": 1e-4, "nonfinite": 1.0}[two_phase]
+        grads = [(nrng.standard_normal(length) * amp).astype(np.float32) for _ in range(n)]
+        if two_phase == "nonfinite":
+            grads[int(nrng.integers(0, n))][int(nrng.integers(0, length))] = np.float32(np.inf)
+        if wdt == "bf16":
+            grads = [to_bf16_bits(g) for g in grads]
+    else:
+        grads = [local_gradient(nrng, length, wdt) for _ in range(n)]
+    start_kw: dict[str, Any] = {"two_phase": True, "max_norm": 1.0} if two_phase else {}
+    ref = reference(n, length, params, grads, wdt, pdt, payload, step, **start_kw)
     want_reduced = ring.reduce_scatter(grads, wdt)[r]
     wb, pb = chunk_beats(size, wdt), chunk_beats(size, pdt)
-    tag = f"N={n} r={r} S={size} P={payload} {wdt}/{pdt} drop={drop} dup={dup}"
+    tag = f"N={n} r={r} S={size} P={payload} {wdt}/{pdt} drop={drop} dup={dup} two_phase={two_phase or '-'}"
+    sum_addr = 0xC0000 + BEAT * rng.randrange(0, 40)
+    if two_phase:
+        tb.rd.write(sum_addr, bytes([0x5A]) * (wb + 1) * BEAT)
 
     # card memory: the local gradient (chunk c from a beat, junk in the pad bytes), the gather buffer filled
     lgrad_addr = 0x20000 - BEAT * rng.randrange(0, 40)
@@ -269,7 +286,8 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     got: dict[str, Any] = {}
     scale = ring.step_grad_scale(None, n, grad_scale=1.0)
     assert scale is not None
-    kernel_task = cocotb.start_soon(reference_adam_streams(tb, own_kernel, wb, scale, got))
+    # a two-phase step: the Adam side starts once the host knows the scale (after phase one)
+    kernel_task = None if two_phase else cocotb.start_soon(reference_adam_streams(tb, own_kernel, wb, scale, got))
 
     # the host: arguments, interrupt on done, ap_start
     me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
@@ -284,7 +302,9 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
                         ("pred_mac_lo", plo), ("pred_mac_hi", phi), ("pred_ip", int.from_bytes(pred.ip_bytes, "big")),
                         ("comm", 0),
                         ("rank", r), ("world", n), ("length", length), ("window", WINDOW), ("timeout", RTO),
-                        ("credit", WINDOW), ("payload_bytes", payload), ("step", step), ("gie", 1), ("ier", 1)):
+                        ("credit", WINDOW), ("payload_bytes", payload), ("step", step), ("gie", 1), ("ier", 1),
+                        ("phase", 1 if two_phase else 0), ("sum0_lo", sum_addr & 0xFFFFFFFF),
+                        ("sum0_hi", sum_addr >> 32)):
         await tb.write(name, value)
     await tb.write("ctrl", 1)
     # the peers begin once the RTL card's step has (sizing: ~120 clocks): a frame arriving before
@@ -292,7 +312,7 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     await ClockCycles(dut.ap_clk, 300)
     for k, card in enumerate(cards):
         if k != r:
-            card.start_step(step, grads[k])
+            card.start_step(step, grads[k], **start_kw)
 
     # the switch
     carried = {"to_rtl": [], "from_rtl": []}
@@ -339,7 +359,14 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
             ctrl = await tb.read(CTRL)
             assert ctrl & 0x2, f"{tag}: interrupt without ap_done (CTRL {ctrl:#x})"
             await tb.write("isr", 1)
-            rtl_done = True
+            if two_phase and kernel_task is None:
+                scale = await phase_one_done(tb, n, r, tag, ref, sum_addr, want_reduced, wdt)
+                got["scale"] = scale
+                kernel_task = cocotb.start_soon(reference_adam_streams(tb, own_kernel, wb, scale, got))
+                await tb.write("phase", 2)
+                await tb.write("ctrl", 1)
+            else:
+                rtl_done = True
         if rtl_done and all(c.done for k, c in enumerate(cards) if k != r):
             break
         assert now - start < limit, f"{tag}: not done in {limit} clocks (RTL done {rtl_done}, peers done " \
@@ -351,6 +378,7 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     # are counted in frames_out: carried, not routed
     while not tb.mac_tx.empty():
         carried["from_rtl"].append(bytes(tb.mac_tx.recv_nowait().data))
+    assert kernel_task is not None
     await kernel_task
     assert int(await tb.read(CTRL)) & 0x4, f"{tag}: not idle after done"
     status = await tb.read(READONLY["status"])
@@ -387,7 +415,8 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     delta = {k: after[k] - before[k] for k in after}
     model = ref["counters"][r]
     ops = [wire.parse_frame(f) for f in carried["from_rtl"]]
-    assert not any(isinstance(p, wire.Drop) for p in ops)
+    bad = [(p, f[:64].hex()) for p, f in zip(ops, carried["from_rtl"], strict=True) if isinstance(p, wire.Drop)]
+    assert not bad, f"{tag}: frames the RTL card sent that a receiver drops: {bad[:3]}"
     replies = [p for p in ops if not isinstance(p, wire.Drop) and p.header.opcode in (wire.Opcode.ACK, wire.Opcode.NAK)]
     inbound = [wire.parse_frame(f) for f in carried["to_rtl"]]
     acks_in = sum(1 for p in inbound if not isinstance(p, wire.Drop) and p.header.opcode is wire.Opcode.ACK)
@@ -396,8 +425,11 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
         "frames_out": len(carried["from_rtl"]), "bytes_out": sum(map(len, carried["from_rtl"])),
         "acks_sent": sum(1 for p in replies if p.header.opcode is wire.Opcode.ACK),
         "naks_sent": sum(1 for p in replies if p.header.opcode is wire.Opcode.NAK),
-        "scalar_payload_bytes_out": 0,
     }
+    if not two_phase:
+        exact["scalar_payload_bytes_out"] = 0
+    elif not drop and not dup:
+        exact["scalar_payload_bytes_out"] = model["scalar_payload_bytes_out"]
     if not drop and not dup:
         exact |= {name: model[name] for name in ("rs_payload_bytes_out", "ag_payload_bytes_out",
                                                  "retransmitted_frames", "timeouts", "naks_received")}
@@ -414,6 +446,32 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     dut._log.info("%s: done in %d clocks; %d frames out, %d in, %d lost; RTL counters %s", tag, clocks,
                   len(carried["from_rtl"]), len(carried["to_rtl"]), lost[0],
                   {k: v for k, v in delta.items() if v})
+
+
+async def phase_one_done(tb: TB, n: int, r: int, tag: str, ref: dict[str, Any], sum_addr: int,
+                         want_reduced: np.ndarray, wdt: str) -> float | None:
+    """The host between the phases: STATUS, the sum in card memory, no gradient beat to the Adam
+    kernel yet, every rank's entry against the reference; returns the scale (None: skip)."""
+    status = await tb.read(READONLY["status"])
+    assert status == 0, f"{tag}: STATUS {status:#x} after phase one"
+    assert not tb.grad.items, f"{tag}: {len(tb.grad.items)} gradient beats during phase one"
+    data = want_reduced.tobytes()
+    region = tb.rd.read(sum_addr, len(data) + BEAT)
+    assert not differing(region[:len(data)], data, wdt), f"{tag}: the sum in card memory differs"
+    entries = []
+    for k in range(n):
+        await tb.write("entry", k)
+        lo = await tb.read(READONLY["entry_sumsq"])
+        hi = await tb.read(READONLY["entry_sumsq"] + 4)
+        flag = await tb.read(READONLY["entry_flag"])
+        sumsq = float(np.array(hi << 32 | lo, dtype=np.uint64).view(np.float64))
+        entries.append((sumsq, bool(flag & 1)))
+        want_sumsq, want_flag = ref["entries"][k]
+        assert bool(flag & 1) == want_flag, f"{tag}: rank {k} flag {flag} != {want_flag}"
+        same = (np.isnan(sumsq) and np.isnan(want_sumsq)) or \
+            np.array(sumsq).view(np.uint64) == np.array(want_sumsq, dtype=np.float64).view(np.uint64)
+        assert same, f"{tag}: rank {k} sum of squares {sumsq!r} != {want_sumsq!r}"
+    return ring.step_grad_scale(entries, n, grad_scale=1.0, max_norm=1.0)
 
 
 def cases(spec: str) -> list[tuple[int, int]]:
@@ -452,6 +510,22 @@ async def test_ring(dut: Any) -> None:
     drop, dup = float(os.environ.get("ONIC_DROP", "0")), float(os.environ.get("ONIC_DUP", "0"))
     for k, (n, r) in enumerate(cases(os.environ.get("ONIC_CASES", "2:0,3:1"))):
         await run_case(tb, n, r, wdt, pdt, seed * 1000 + k, 100 + k, drop, dup)
+
+
+@cocotb.test()
+async def test_two_phase(dut: Any) -> None:
+    """Two-phase steps (clip triggering, clip not triggering, a non-finite gradient: skip) with the
+    RTL card at each ring position of the cases, one simulation."""
+    seed = int(os.environ.get("ONIC_SEED", "1"))
+    rng = random.Random(seed)
+    wdt, pdt = dtypes()
+    tb = TB(dut, rng, float(os.environ.get("ONIC_GRAD_STALL", "0.3")))
+    await reset(dut)
+    drop, dup = float(os.environ.get("ONIC_DROP", "0")), float(os.environ.get("ONIC_DUP", "0"))
+    kinds = ("clip", "noclip", "nonfinite")
+    for k, (n, r) in enumerate(cases(os.environ.get("ONIC_CASES", "2:0,3:1"))):
+        kind = kinds[k % 3]
+        await run_case(tb, n, r, wdt, pdt, seed * 1000 + k, 200 + k, drop, dup, two_phase=kind)
 
 
 @cocotb.test()

@@ -17,6 +17,7 @@ Verilator; the simulation sizes are small (8 receive slots, 16-beat retransmit s
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from types import SimpleNamespace
@@ -62,13 +63,15 @@ def test_control_addresses_match_regmap() -> None:
         assert local["ADDR_SCALARS"] + 8 * k == a.offset, a.name
     assert readonly[0]["name"] == "status" and local["ADDR_STATUS"] == readonly[0]["offset"]
     counters = readonly[1:]
-    assert params["N_COUNTERS"] == len(counters) == len(net_regmap.counter_names())
+    assert params["N_COUNTERS"] == len(net_regmap.counter_names())
+    assert params["N_EXTRA"] == len(net_regmap.ENTRY_REGS)
+    assert [r["name"] for r in counters] == [*net_regmap.counter_names(), *net_regmap.ENTRY_REGS]
     for k, reg in enumerate(counters):
         assert local["ADDR_COUNTERS"] + 8 * k == reg["offset"], reg["name"]
     assert 2 ** 12 == net_regmap.address_range(args)
     # the top's counter view names each counter of the map, in order
     top = (NET_RTL / "onic_net_kernel.v").read_text()
-    assert f"localparam integer N_COUNTERS = {len(counters)};" in top
+    assert f"localparam integer N_COUNTERS = {len(net_regmap.counter_names())};" in top
     assert f"localparam integer N_SCALARS  = {len(scalars)};" in top
 
 
@@ -78,8 +81,8 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, tes
         pytest.skip("verilator not installed")
     monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     wire_bf16, param_bf16 = DTYPES[dtypes]
-    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16),
-           "PARAM_BF16": str(param_bf16), **(extra or {})}
+    env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "ONIC_TRACE": os.environ.get("ONIC_TRACE", "0"),
+           "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16), **(extra or {})}
     xml = simulators.run_cocotb(
         sources=SOURCES, toplevel="onic_net_kernel", test_module="test_onic_net_kernel", test_dir=NET_TB,
         build_dir=BUILD_DIR / "sim" / "net" / f"onic_net_kernel-{dtypes}-verilator", simulator="verilator",
@@ -88,6 +91,12 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, tes
     )
     ran, failed = simulators.check_results(xml)
     assert ran == 1 and failed == 0, f"onic_net_kernel ({dtypes}{tag}, {testcase}): see {xml}"
+
+
+def test_two_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two-phase steps, one RTL card and software peers: a clip that triggers (N = 2, rank 0), one that
+    does not (N = 3, rank 1), a non-finite gradient (N = 3, rank 2): bit for bit against hls.net.card."""
+    run("fp32", os.environ.get("ONIC_TP_CASES", "2:0,3:1,3:2"), 7, monkeypatch, testcase="test_two_phase")
 
 
 def test_registers(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,7 +61,7 @@ def test_network_register_map_has_no_overlaps_and_every_card_counter(target: str
     names = [name for name, _, _ in regs]
     assert len(names) == len(set(names))
     assert man["counters"] == [*COUNTER_NAMES, *(f"dropped_{c}" for c in DROP_CAUSES)]
-    assert [r["name"] for r in man["readonly"]] == ["status", *man["counters"]]
+    assert [r["name"] for r in man["readonly"]] == ["status", *man["counters"], *net_regmap.ENTRY_REGS]
     assert all(r["offset"] % 8 == 0 for r in man["readonly"][1:])  # 64-bit counters, 8-byte aligned
     for wanted in ("local_mac_lo", "local_ip", "local_port", "comm", "rank", "world", "window", "timeout",
                    "credit", "payload_bytes", "step"):
