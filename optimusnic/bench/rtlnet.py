@@ -208,20 +208,24 @@ def simulate(case: dict[str, Any], params: dict[str, int] | None = None, build: 
     os.close(fd)
     tag = f"n{case['n']}-p{case['payload']}-s{case['size']}-d{case.get('drop', 0)}-seed{case.get('seed', 1)}"
     log_file = bdir.parent / f"{top}-bench-{tag}.log"
+    return _run_bench(tag, out, log_file, sources=sources, toplevel=top, test_module=module,
+                      build_dir=bdir, parameters=parameters, build_args=build_args,
+                      extra_env={"ONIC_BENCH": json.dumps(case), "ONIC_BENCH_OUT": out, **extra}, testcase=test)
+
+
+def _run_bench(what: str, out: str, log_file: Path, **run: Any) -> dict[str, Any]:
+    """One cocotb bench run on Verilator (`run`: simulators.run_cocotb's arguments), its JSON record
+    read from `out` (then removed), with the wall time and the log's path."""
     old = os.environ.get("MAKEFLAGS")
     os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"  # as tests/hls/rtl/test_net_kernel.py builds it
     try:
         t0 = time.perf_counter()
-        xml = simulators.run_cocotb(
-            sources=sources, toplevel=top, test_module=module, test_dir=TB_DIR / "net", build_dir=bdir,
-            simulator="verilator", parameters=parameters, build_args=build_args,
-            extra_env={"ONIC_BENCH": json.dumps(case), "ONIC_BENCH_OUT": out, **extra}, testcase=test,
-            log_file=log_file)
+        xml = simulators.run_cocotb(test_dir=TB_DIR / "net", simulator="verilator", log_file=log_file, **run)
         run_s = time.perf_counter() - t0
         ran, failed = simulators.check_results(xml)
         text = Path(out).read_text()
         if ran != 1 or failed or not text:
-            raise BenchFailed(f"bench rtlnet: the simulation of {tag} failed; see {log_file}")
+            raise BenchFailed(f"bench rtlnet: the simulation of {what} failed; see {log_file}")
         raw = json.loads(text)
     finally:
         if old is None:
@@ -405,31 +409,12 @@ def simulate_ring(case: dict[str, Any], cards: int = RING_CARDS, params: dict[st
     os.close(fd)
     tag = f"n{case['n']}-p{case['payload']}-s{case['size']}-d{case.get('drop', 0)}-seed{case.get('seed', 1)}"
     log_file = made.build_dir.parent / f"{made.top}-bench-{tag}.log"
-    old = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
-    try:
-        t0 = time.perf_counter()
-        xml = simulators.run_cocotb(
-            sources=made.sources, toplevel=made.top, test_module="bench_onic_ring_cards", test_dir=TB_DIR / "net",
-            build_dir=made.build_dir, simulator="verilator", parameters=made.parameters,
-            build_args=["--no-public-flat-rw", "--public-depth", "1"],
-            extra_env={"ONIC_BENCH": json.dumps(case), "ONIC_BENCH_OUT": out, "ONIC_MANIFEST": str(made.manifest)},
-            testcase="bench_ring_cards", log_file=log_file)
-        run_s = time.perf_counter() - t0
-        ran, failed = simulators.check_results(xml)
-        text = Path(out).read_text()
-        if ran != 1 or failed or not text:
-            raise BenchFailed(f"bench rtlnet: the ring simulation of {tag} failed; see {log_file}")
-        raw = json.loads(text)
-    finally:
-        if old is None:
-            os.environ.pop("MAKEFLAGS", None)
-        else:
-            os.environ["MAKEFLAGS"] = old
-        Path(out).unlink(missing_ok=True)
-    raw["run_s"] = run_s
-    raw["log"] = str(log_file)
-    return raw
+    return _run_bench(f"the ring {tag}", out, log_file, sources=made.sources, toplevel=made.top,
+                      test_module="bench_onic_ring_cards", build_dir=made.build_dir, parameters=made.parameters,
+                      build_args=["--no-public-flat-rw", "--public-depth", "1"],
+                      extra_env={"ONIC_BENCH": json.dumps(case), "ONIC_BENCH_OUT": out,
+                                 "ONIC_MANIFEST": str(made.manifest)},
+                      testcase="bench_ring_cards")
 
 
 def ring_figures(raw: dict[str, Any], cards: int = RING_CARDS) -> dict[str, Any]:
