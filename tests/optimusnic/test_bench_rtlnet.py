@@ -87,7 +87,7 @@ def test_ring_figures_and_their_table() -> None:
                                                                          "retransmitted_bytes": 0, "ag_packets": 16}]},
            "ag_packets_bound": 64}
     md = rtlnet._ring_lines(rep, 3.334)
-    assert "Chunks of 16 AG packets, within the all-gather bound of the RTL before the AG admission order " \
+    assert "Chunks of 16 AG packets, within the all-gather bound " \
         "(transmit slots + receive slots = 64" in md[1]
     assert md[-1].startswith("| 3 | 5,632 | 10.00 us | ") and md[-1].endswith("| 3,000 | 1,500 | 0 B | 11.70 us |")
     assert rtlnet._ring_lines({"ring": None}, 3.334) == []
