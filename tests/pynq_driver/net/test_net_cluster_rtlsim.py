@@ -42,7 +42,7 @@ def test_rtlsim_equals_golden(wire_dtype: str) -> None:
                     faults=faults) as sim:
         assert (sim.wire_dtype, sim.param_dtype, sim.length) == (wire_dtype, wire_dtype, LENGTH)
         got, got_sd = _steps(sim, params, 2)
-        with pytest.raises(UserError, match="two-phase"):
+        with pytest.raises(UserError, match="runs one-phase steps only"):
             sim.step([np.zeros(LENGTH, np.float32)] * 2, hyper(3), two_phase=True)
         counters = sim.counters()
         clocks = sim.sim.clocks
