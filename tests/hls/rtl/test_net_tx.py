@@ -89,13 +89,10 @@ def test_retx(case: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> Non
     run("onic_net_tx_retx", simulator, params, env, case, monkeypatch)
 
 
-@pytest.mark.xfail(run=False, strict=True, reason="known defect, open: this bench of onic_net_tx_arb alone (256-beat "
-                   "FIFO, frames up to 129 beats, random back-pressure) never ends since the arbiter's one-waiting-"
-                   "data-frame rule (7acd43f): seen in the fresh-clone run of 59b92e1 (over 13 min on Verilator, over "
-                   "200 s on Icarus); not diagnosed. The kernel, card and ring benches with that arbiter pass")
 @pytest.mark.parametrize("simulator", SIMS)
 def test_arb(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 256-beat FIFO (two jumbo frames) so the FIFO fills and empties often."""
+    """A 256-beat FIFO (two jumbo frames) so the FIFO fills and empties often; an ACK/NAK waits
+    behind at most one data frame. Its receives are time-limited: a stall fails, it cannot hang."""
     params = {"FIFO_LOG2": 8, "MAX_FRAME_BEATS": 129}
     run("onic_net_tx_arb", simulator, params, {"ONIC_SEED": "9", "ONIC_FRAMES": "40", "ONIC_MAX_BEATS": "129"},
         "f8", monkeypatch)
