@@ -7,6 +7,7 @@ Debian's `iverilog`, optional. Both are located here once, so tests, the CLI and
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sys
@@ -97,7 +98,27 @@ def run_cocotb(
     Returns the results XML path; raises AssertionError-free: the caller checks results with
     `cocotb_tools.check_results.get_results`. `build_dir` is keyed by the caller so that
     different parameterizations never share (and never clobber) a compiled model.
+
+    Several processes may name one build folder (test modules sharing a model, pytest-xdist
+    workers, the CLI): the build and the run hold it exclusively (`.cocotb.lock`, not the kernel
+    bench's `.lock`, which a caller may already hold), and each run writes its own results file.
     """
+    Path(build_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(build_dir) / ".cocotb.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _run_cocotb(sources=sources, toplevel=toplevel, test_module=test_module, test_dir=test_dir,
+                               build_dir=build_dir, simulator=simulator, parameters=parameters, includes=includes,
+                               extra_env=extra_env, testcase=testcase, seed=seed, waves=waves,
+                               build_args=build_args, log_file=log_file)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _run_cocotb(*, sources: Sequence[Path], toplevel: str, test_module: str, test_dir: Path, build_dir: Path,
+                simulator: str, parameters: Mapping[str, object] | None, includes: Sequence[Path],
+                extra_env: Mapping[str, str] | None, testcase: str | Sequence[str] | None, seed: int | None,
+                waves: bool, build_args: Sequence[str], log_file: Path | None) -> Path:
     from cocotb_tools.runner import get_runner
 
     apply_env(simulator)
@@ -134,7 +155,7 @@ def run_cocotb(
             waves=waves,
             log_file=log_file,
             # Absolute, inside the build dir: otherwise cocotb writes results next to the testbench sources.
-            results_xml=str(Path(build_dir).resolve() / "results.xml"),
+            results_xml=str(Path(build_dir).resolve() / f"results-{os.getpid()}.xml"),
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import functools
 import hashlib
 import json
@@ -33,21 +34,35 @@ def rendered_manifest(spec: KernelSpec) -> dict[str, Any]:
 def project_for(spec: KernelSpec, project_dir: str | Path | None) -> tuple[Path, dict[str, Any]]:
     """The generated project of `spec`: the given folder (checked against the spec) or one in build/."""
     if project_dir is None:
-        key = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
-        project_dir = BUILD_DIR / "driver" / f"{spec.name}-{key}"
-        try:
-            current = read_manifest(project_dir / MANIFEST)
-        except UserError:  # missing, unreadable or malformed: the cache is rewritten whole
-            current = None
-        # The whole manifest, not only the files: a toolkit whose sizing changed (same templates, new
-        # figures) must not keep a project that its own verification then rejects.
-        if current != _rendered(spec):
-            write_project(spec, project_dir)
-    project_dir = Path(project_dir)
-    manifest = load_manifest(project_dir)  # trusted only when whole: every sha256, spec -> files (hls/manifest.py)
+        project_dir, manifest = _cached_project(spec)
+    else:
+        project_dir = Path(project_dir)
+        manifest = load_manifest(project_dir)  # trusted only when whole: every sha256, spec -> files (hls/manifest.py)
     if manifest.get("spec") != spec.to_dict():
         raise UserError(f"{project_dir}: generated for spec {manifest.get('spec')}, not {spec.to_dict()}")
     return project_dir, manifest
+
+
+def _cached_project(spec: KernelSpec) -> tuple[Path, dict[str, Any]]:
+    key = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+    project_dir = BUILD_DIR / "driver" / f"{spec.name}-{key}"
+    project_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Checked and rewritten under a lock: another process (a pytest-xdist worker, a second driver)
+    # may be writing the same project, and a half-written one fails verification.
+    with open(project_dir.parent / f".{project_dir.name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            try:
+                current = read_manifest(project_dir / MANIFEST)
+            except UserError:  # missing, unreadable or malformed: the cache is rewritten whole
+                current = None
+            # The whole manifest, not only the files: a toolkit whose sizing changed (same templates, new
+            # figures) must not keep a project that its own verification then rejects.
+            if current != _rendered(spec):
+                write_project(spec, project_dir)
+            return project_dir, load_manifest(project_dir)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def open_device(

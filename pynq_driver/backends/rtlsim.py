@@ -91,7 +91,8 @@ class RtlSimDevice(SimLink, Device):
         key = hashlib.sha256(json.dumps([manifest["files"], simulator], sort_keys=True).encode()).hexdigest()[:12]
         self.build_dir = BUILD_DIR / "rtlsim_driver" / f"{self.spec.name}-{simulator}-{key}"
         self.build_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.build_dir / "driver_sim.log"
+        # one log per driver: several processes (pytest-xdist workers) may drive one build at once
+        self.log_path = self.build_dir / f"driver_sim-{os.getpid()}-{id(self):x}.log"
         self._tmp = Path(tempfile.mkdtemp(prefix="onic-rtlsim-"))
         sock_path = self._tmp / "sock"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -30,7 +30,7 @@ _kernels: dict[tuple[str, str], CsimKernel] = {}
 
 def kernel_for(spec: KernelSpec, headers: str = "amd") -> CsimKernel:
     if (spec.name, headers) not in _kernels:
-        project = BUILD_DIR / "test_csim" / spec.name
+        project = BUILD_DIR / "test_csim_param_stream" / spec.name  # not test_csim.py's folder: xdist workers
         write_project(spec, project)
         _kernels[spec.name, headers] = CsimKernel(project, headers=headers)
     return _kernels[spec.name, headers]
