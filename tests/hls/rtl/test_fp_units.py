@@ -1,6 +1,6 @@
 """Bit-exact simulation of the floating-point units in sim/rtl/fp against numpy references.
 
-Default run: directed corner cases + 20,000 random vectors per unit on Verilator.
+Default run: directed corner cases + 5,000 random vectors per unit on Verilator.
 `--full` (marker slow): 200,000 random vectors per unit on Verilator.
 Marker icarus: directed cases + 2,000 random vectors per unit on Icarus.
 """
@@ -24,7 +24,7 @@ sys.path.insert(0, str(FP_TB))
 import vectors  # noqa: E402  (lives next to the cocotb test, not in a package)
 
 UNITS = list(vectors.UNITS)
-DEFAULT_VECTORS = 20_000
+DEFAULT_VECTORS = 5_000
 FULL_VECTORS = 200_000
 ICARUS_VECTORS = 2_000
 TAG_WIDTH = 7  # odd width so a tag slice or swap shows up

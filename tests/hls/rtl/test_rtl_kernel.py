@@ -125,8 +125,12 @@ CHECKS = ("test_update", "test_control", "test_status", "test_reset", "test_rese
           "test_suppress", "test_stream_keep", "test_random")
 
 
-@pytest.mark.parametrize(("spec", "memory"), list(zip(DEFAULT, DEFAULT_MEMORY, strict=True)),
-                         ids=[_id(s) for s in DEFAULT])
+# The 16-lane stream kernel alone took 22 min (Verilator build and bench, loaded 2-core machine) in
+# the fresh-clone run of 2026-12-02: under --full. By default its stream input and parameter stream
+# run in onic_card (tests/hls/rtl/test_card_rtl.py) and its RTL is linted and compiled above.
+@pytest.mark.parametrize(("spec", "memory"), [
+    pytest.param(s, m, id=_id(s), marks=pytest.mark.slow if s.lanes == 16 else ())
+    for s, m in zip(DEFAULT, DEFAULT_MEMORY, strict=True)])
 def test_kernel_bit_exact_and_control(spec: KernelSpec, memory: str) -> None:
     seed = bench_seed()
     tests = CHECKS + (("test_param_stream",) if spec.param_stream else ())
