@@ -22,18 +22,16 @@ and reusable by any other cocotb test, e.g. the driver's `rtlsim` backend.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hls import safe_io
+from hls import file_lock, safe_io
 from hls.errors import UserError
 from hls.generate import write_project
 from hls.paths import BUILD_DIR, REPO_ROOT, TB_DIR, TB_MODELS_DIR
@@ -134,17 +132,10 @@ def _sources_digest(sources: list[Path], extra: str) -> str:
     return h.hexdigest()
 
 
-@contextmanager
-def locked(bdir: Path, *, exclusive: bool) -> Iterator[None]:
+def locked(bdir: Path, *, exclusive: bool) -> AbstractContextManager[None]:
     """Several processes (tests, the CLI, the driver's rtlsim backend) may use one build folder:
     building takes it exclusively, running a simulation shares it."""
-    bdir.mkdir(parents=True, exist_ok=True)
-    with open(bdir / ".lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return file_lock.locked(bdir / ".lock", exclusive=exclusive)
 
 
 def build(spec: KernelSpec, simulator: str = "verilator", *, waves: bool = False,

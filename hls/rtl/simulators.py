@@ -7,7 +7,6 @@ Debian's `iverilog`, optional. Both are located here once, so tests, the CLI and
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import sys
@@ -16,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hls.errors import ToolMissing
+from hls.file_lock import locked
 from hls.paths import TB_MODELS_DIR
 
 SIMULATORS = ("verilator", "icarus")
@@ -103,60 +103,45 @@ def run_cocotb(
     workers, the CLI): the build and the run hold it exclusively (`.cocotb.lock`, not the kernel
     bench's `.lock`, which a caller may already hold), and each run writes its own results file.
     """
-    Path(build_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(build_dir) / ".cocotb.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            return _run_cocotb(sources=sources, toplevel=toplevel, test_module=test_module, test_dir=test_dir,
-                               build_dir=build_dir, simulator=simulator, parameters=parameters, includes=includes,
-                               extra_env=extra_env, testcase=testcase, seed=seed, waves=waves,
-                               build_args=build_args, log_file=log_file)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _run_cocotb(*, sources: Sequence[Path], toplevel: str, test_module: str, test_dir: Path, build_dir: Path,
-                simulator: str, parameters: Mapping[str, object] | None, includes: Sequence[Path],
-                extra_env: Mapping[str, str] | None, testcase: str | Sequence[str] | None, seed: int | None,
-                waves: bool, build_args: Sequence[str], log_file: Path | None) -> Path:
     from cocotb_tools.runner import get_runner
 
-    apply_env(simulator)
-    runner = get_runner(simulator)
-    args = list(build_args)
-    if simulator == "verilator":
-        # Verilator warnings are errors by default; lint is a separate, stricter check.
-        args += ["-Wno-fatal", "-Wno-WIDTHTRUNC", "-Wno-WIDTHEXPAND", "--x-assign", "0", "--x-initial", "0"]
-        if waves:
-            args += ["--trace-fst", "--trace-structs"]
-    runner.build(
-        sources=[Path(s) for s in sources],
-        includes=list(includes),
-        hdl_toplevel=toplevel,
-        parameters=dict(parameters or {}),
-        build_args=args,
-        build_dir=build_dir,
-        timescale=("1ns", "1ps"),
-        waves=waves,
-        log_file=log_file,
-    )
-    env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(TB_MODELS_DIR), os.environ.get("PYTHONPATH", "")])}
-    env.update(extra_env or {})
-    with python_path(Path(test_dir), TB_MODELS_DIR):
-        return runner.test(
-            test_module=test_module,
+    with locked(Path(build_dir) / ".cocotb.lock"):
+        apply_env(simulator)
+        runner = get_runner(simulator)
+        args = list(build_args)
+        if simulator == "verilator":
+            # Verilator warnings are errors by default; lint is a separate, stricter check.
+            args += ["-Wno-fatal", "-Wno-WIDTHTRUNC", "-Wno-WIDTHEXPAND", "--x-assign", "0", "--x-initial", "0"]
+            if waves:
+                args += ["--trace-fst", "--trace-structs"]
+        runner.build(
+            sources=[Path(s) for s in sources],
+            includes=list(includes),
             hdl_toplevel=toplevel,
-            test_dir=test_dir,
-            build_dir=build_dir,
             parameters=dict(parameters or {}),
-            extra_env=env,
-            testcase=testcase,
-            seed=seed,
+            build_args=args,
+            build_dir=build_dir,
+            timescale=("1ns", "1ps"),
             waves=waves,
             log_file=log_file,
-            # Absolute, inside the build dir: otherwise cocotb writes results next to the testbench sources.
-            results_xml=str(Path(build_dir).resolve() / f"results-{os.getpid()}.xml"),
         )
+        env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(TB_MODELS_DIR), os.environ.get("PYTHONPATH", "")])}
+        env.update(extra_env or {})
+        with python_path(Path(test_dir), TB_MODELS_DIR):
+            return runner.test(
+                test_module=test_module,
+                hdl_toplevel=toplevel,
+                test_dir=test_dir,
+                build_dir=build_dir,
+                parameters=dict(parameters or {}),
+                extra_env=env,
+                testcase=testcase,
+                seed=seed,
+                waves=waves,
+                log_file=log_file,
+                # Absolute, inside the build dir: otherwise cocotb writes results next to the testbench sources.
+                results_xml=str(Path(build_dir).resolve() / f"results-{os.getpid()}.xml"),
+            )
 
 
 @contextmanager

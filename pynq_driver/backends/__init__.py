@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import fcntl
 import functools
 import hashlib
 import json
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hls.errors import UserError
+from hls.file_lock import locked
 from hls.generate import render, write_project
 from hls.manifest import MANIFEST, load_manifest, read_manifest
 from hls.paths import BUILD_DIR
@@ -49,21 +49,16 @@ def _cached_project(spec: KernelSpec) -> tuple[Path, dict[str, Any]]:
     project_dir.parent.mkdir(parents=True, exist_ok=True)
     # Checked and rewritten under a lock: another process (a pytest-xdist worker, a second driver)
     # may be writing the same project, and a half-written one fails verification.
-    with open(project_dir.parent / f".{project_dir.name}.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(project_dir.parent / f".{project_dir.name}.lock"):
         try:
-            try:
-                current = read_manifest(project_dir / MANIFEST)
-            except UserError:  # missing, unreadable or malformed: the cache is rewritten whole
-                current = None
-            # The whole manifest, not only the files: a toolkit whose sizing changed (same templates, new
-            # figures) must not keep a project that its own verification then rejects.
-            if current != _rendered(spec):
-                write_project(spec, project_dir)
-            return project_dir, load_manifest(project_dir)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
+            current = read_manifest(project_dir / MANIFEST)
+        except UserError:  # missing, unreadable or malformed: the cache is rewritten whole
+            current = None
+        # The whole manifest, not only the files: a toolkit whose sizing changed (same templates, new
+        # figures) must not keep a project that its own verification then rejects.
+        if current != _rendered(spec):
+            write_project(spec, project_dir)
+        return project_dir, load_manifest(project_dir)
 
 def open_device(
     backend: str = "csim",
