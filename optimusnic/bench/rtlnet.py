@@ -216,8 +216,6 @@ def simulate(case: dict[str, Any], params: dict[str, int] | None = None, build: 
 def _run_bench(what: str, out: str, log_file: Path, **run: Any) -> dict[str, Any]:
     """One cocotb bench run on Verilator (`run`: simulators.run_cocotb's arguments), its JSON record
     read from `out` (then removed), with the wall time and the log's path."""
-    old = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"  # as tests/hls/rtl/test_net_kernel.py builds it
     try:
         t0 = time.perf_counter()
         xml = simulators.run_cocotb(test_dir=TB_DIR / "net", simulator="verilator", log_file=log_file, **run)
@@ -228,10 +226,6 @@ def _run_bench(what: str, out: str, log_file: Path, **run: Any) -> dict[str, Any
             raise BenchFailed(f"bench rtlnet: the simulation of {what} failed; see {log_file}")
         raw = json.loads(text)
     finally:
-        if old is None:
-            os.environ.pop("MAKEFLAGS", None)
-        else:
-            os.environ["MAKEFLAGS"] = old
         Path(out).unlink(missing_ok=True)
     raw["run_s"] = run_s
     raw["log"] = str(log_file)

@@ -90,7 +90,6 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, *, 
         extra: dict[str, str] | None = None, tag: str = "", testcase: str = "test_card_ring") -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     bdir = build_dir(dtypes)
     card = prepare_card(SPECS[dtypes], bdir / "card")
     env = {"ONIC_MANIFEST": str(card.project / "manifest.json"), "ONIC_SEED": str(seed), "ONIC_CASES": cases,

@@ -27,8 +27,6 @@ def _run(simulator: str, monkeypatch: pytest.MonkeyPatch, seed: int = 1,
          testcase: tuple[str, ...] = TESTS) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
-    if simulator == "verilator":
-        monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     xml = simulators.run_cocotb(
         sources=[TOP], toplevel="eth_port_loop", test_module="test_eth_switch", test_dir=NET_TB,
         build_dir=BUILD_DIR / "sim" / "net" / f"eth-switch-{simulator}", simulator=simulator,

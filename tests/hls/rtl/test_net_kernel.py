@@ -79,7 +79,6 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, tes
         extra: dict[str, str] | None = None, tag: str = "") -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     wire_bf16, param_bf16 = DTYPES[dtypes]
     env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "ONIC_TRACE": os.environ.get("ONIC_TRACE", "0"),
            "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16), **(extra or {})}

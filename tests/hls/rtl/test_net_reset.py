@@ -21,7 +21,6 @@ from hls.rtl import simulators
 def run(dtypes: str, points: str, seed: int, monkeypatch: pytest.MonkeyPatch, tag: str = "") -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     wire_bf16, param_bf16 = DTYPES[dtypes]
     env = {"ONIC_SEED": str(seed), "ONIC_POINTS": points, "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16)}
     xml = simulators.run_cocotb(

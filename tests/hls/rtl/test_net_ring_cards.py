@@ -31,7 +31,6 @@ def run(cards: int, seed: int, monkeypatch: pytest.MonkeyPatch, *, top_cards: in
     of one build; spec "stand-in": network kernels alone, the Adam update the bench's stand-in."""
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     env = {"ONIC_SEED": str(seed), "ONIC_CARDS": str(cards), **(extra or {})}
     if spec == "stand-in":
         build = ring_top.sim_build_dir(top_cards, 0, 0)

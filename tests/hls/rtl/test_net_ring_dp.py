@@ -34,8 +34,6 @@ def run(module: str, simulator: str, params: dict[str, int], env: dict[str, str]
         monkeypatch: pytest.MonkeyPatch, expect: int = 1) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
-    if simulator == "verilator":
-        monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     xml = simulators.run_cocotb(
         sources=SOURCES, toplevel=module, test_module=f"test_{module}", test_dir=NET_TB,
         build_dir=BUILD_DIR / "sim" / "net" / f"{module}-{tag}-{simulator}", simulator=simulator,

@@ -32,8 +32,6 @@ def _run(simulator: str, monkeypatch: pytest.MonkeyPatch, frames: int, seed: int
          params: dict[str, int] = PARAMS) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
-    if simulator == "verilator":
-        monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     xml = simulators.run_cocotb(
         sources=read_filelist(RX_LIST), toplevel="onic_net_rx", test_module="test_onic_net_rx", test_dir=NET_TB,
         build_dir=BUILD_DIR / "sim" / "net" / f"rx-{simulator}-{params['PAYLOAD_DEPTH_LOG2']}-{params['SLOT_LOG2']}",

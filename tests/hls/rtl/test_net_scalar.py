@@ -17,8 +17,6 @@ from hls.rtl import simulators
 def run(simulator: str, worlds: str, seed: int, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
-    if simulator == "verilator":
-        monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     xml = simulators.run_cocotb(
         sources=[RTL_DIR / "net" / "onic_net_scalar.v"], toplevel="onic_net_scalar",
         test_module="test_onic_net_scalar", test_dir=TB_DIR / "net",

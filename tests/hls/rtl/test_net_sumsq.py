@@ -26,8 +26,6 @@ WIRES = {"fp32": 0, "bf16": 1}
 def run(wire: str, simulator: str, chunks: int, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
-    if simulator == "verilator":
-        monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     xml = simulators.run_cocotb(
         sources=SOURCES, toplevel="onic_net_sumsq", test_module="test_onic_net_sumsq", test_dir=TB_DIR / "net",
         build_dir=BUILD_DIR / "sim" / "net" / f"onic_net_sumsq-{wire}-{simulator}", simulator=simulator,

@@ -19,7 +19,6 @@ WIRES = {"fp32": 0, "bf16": 1}
 def run(wire: str, worlds: str, seed: int, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     xml = simulators.run_cocotb(
         sources=read_filelist(RTL_DIR / "net" / "net_twophase.f"), toplevel="onic_net_twophase",
         test_module="test_onic_net_twophase", test_dir=TB_DIR / "net",

