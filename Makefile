@@ -9,7 +9,8 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` / `test-full`: one per core by default. A test module stays
 # on one worker (--dist loadfile: its tests share simulator builds); builds shared across modules
-# are locked (hls/rtl/simulators.py). TEST_JOBS=0 runs everything in this one process.
+# are locked (hls/rtl/simulators.py). TEST_JOBS=0 runs everything in this one process. The 20 slowest tests are
+# listed at the end of a run.
 TEST_JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 XDIST      := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
@@ -47,11 +48,11 @@ demo: deps
 
 # yosys: the synth tests run real synthesis (they skip only where it cannot be installed).
 test: deps deps-yosys
-	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=20 $(XDIST) $(PYTEST_ARGS)
 
 # The long sweeps: 200,000 vectors per FP unit, every kernel variant.
 test-full: deps deps-yosys
-	$(BIN)/python -m pytest -q --full $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --full --durations=20 $(XDIST) $(PYTEST_ARGS)
 
 # The property-based fuzz suite, long: thousands of examples per property and shrinking of
 # any failure (the default `make test` runs the same properties with a few dozen examples).

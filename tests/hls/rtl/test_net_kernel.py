@@ -4,8 +4,8 @@ on a ring of `hls.net.card.Card` software peers in cocotb (sim/tb/net/test_onic_
 - The control block's addresses (localparams of onic_net_control_s_axi.v) against hls/net_regmap.py,
   register by register; in simulation every argument written and read back at net_regmap's offsets,
   the read-only words, and bad configurations refused with STATUS config_error.
-- Ring steps: the RTL card at every ring position of N = 2, 3, 4 (fp32; bf16: N = 3 and N = 2
-  rank 1; with --full every position for fp32, bf16 and bf16 wire / fp32 parameters, N up to 8):
+- Ring steps: the RTL card at every ring position of N = 2, 3, 4 (fp32; with --full bf16 N = 3 and
+  N = 2 rank 1, every position for fp32, bf16 and bf16 wire / fp32 parameters, N up to 8):
   the reduced chunk handed to the Adam side (here a reference model on the streams: this is the
   network kernel alone; the real Adam kernel beside it is test_card_rtl.py), the gathered buffer and every peer's
   gathered vector bit for bit against hls.net.ring / a reference ring; counters.
@@ -104,7 +104,9 @@ def test_registers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(("dtypes", "cases"), [
     pytest.param("fp32", "all:2/3/4", id="fp32"),
-    pytest.param("bf16", "all:3,2:1", id="bf16"),
+    # bf16 by default in the ring datapath (test_net_ring_dp) and the adder (test_reduce): a second
+    # kernel build is --full's
+    pytest.param("bf16", "all:3,2:1", id="bf16", marks=pytest.mark.slow),
 ])
 def test_ring(dtypes: str, cases: str, monkeypatch: pytest.MonkeyPatch) -> None:
     run(dtypes, cases, 3, monkeypatch)

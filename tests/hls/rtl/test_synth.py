@@ -2,8 +2,8 @@
 and fan-out, real synthesis runs.
 
 The default run synthesizes one small FP unit and a small fixture (tests/fixtures/synth/lut_chain.v,
-a known LUT depth and fan-out) in seconds each, and the kernel top at 2 lanes with its lanes stubbed
-(about a minute) to check the 16-lane method; the kernel at 1 lane (one lane plus the top, about
+a known LUT depth and fan-out) in seconds each; the kernel top at 2 lanes with its lanes stubbed
+(about two minutes) to check the 16-lane method, the kernel at 1 lane (one lane plus the top, about
 4 minutes), the full 4- and 16-lane tops and the real 16-lane timing rows are behind the `slow` marker
 (and in `make bench`).
 """
@@ -263,6 +263,7 @@ def _stub_lane_as_lane(kernel: dict, lanes: int) -> dict:
                                     "in_to_out": None}}}
 
 
+@pytest.mark.slow  # about two minutes of yosys in a loaded run
 @needs_yosys
 def test_kernel_with_stubbed_lanes_composes_real_lane_loads(tmp_path: Path) -> None:
     """The method at 2 lanes and one stripe per array (about a minute of yosys): the top with its lanes
