@@ -81,3 +81,17 @@ def test_icarus_compiles(module_file: Path, tmp_path: Path) -> None:
     ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_verilator_make_vars_join_the_callers_makeflags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every model build gets the make variables once; one the caller's MAKEFLAGS names is the caller's."""
+    monkeypatch.setenv("MAKEFLAGS", "-k OPT_FAST=-O3")
+    simulators.apply_env("verilator")
+    simulators.apply_env("verilator")
+    words = os.environ["MAKEFLAGS"].split()
+    assert words.count("OPT_FAST=-O3") == 1 and not any(w.startswith("OPT_FAST=-O1") for w in words)
+    assert words[0] == "-k" and words.count("CFG_CXXFLAGS_PCH_I=-include") == 1
+    assert words.count(f"OPT_GLOBAL={simulators.VERILATOR_MAKE_VARS['OPT_GLOBAL']}") == 1
+    monkeypatch.setenv("MAKEFLAGS", "")
+    simulators.apply_env("icarus")
+    assert os.environ["MAKEFLAGS"] == ""
