@@ -86,7 +86,7 @@ def test_lint(dtypes: str, tmp_path: Path) -> None:
         pytest.skip("neither verilator nor iverilog installed")
 
 
-def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, *, steps: int = 1,
+def run(dtypes: str, cases: str, seed: int, *, steps: int = 1,
         extra: dict[str, str] | None = None, tag: str = "", testcase: str = "test_card_ring") -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
@@ -105,64 +105,64 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, *, 
     assert ran == 1 and failed == 0, f"onic_card ({dtypes}{tag}): see {xml}"
 
 
-def test_card_ring_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_card_ring_fp32() -> None:
     """fp32: every position of N = 2, 3, 4, one step each."""
-    run("fp32", "all:2/3/4", 3, monkeypatch)
+    run("fp32", "all:2/3/4", 3)
 
 
-def test_card_ring_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_card_ring_faults() -> None:
     """Drop, duplicate, reorder and bit flips on every link, every memory channel pausing 30 % of
     clocks: three steps in a row (m and v carried in card memory), bit-exact after each."""
-    run("fp32", "4:1", 11, monkeypatch, steps=3, tag="-faults",
+    run("fp32", "4:1", 11, steps=3, tag="-faults",
         extra={"ONIC_DROP": "0.02", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
                "ONIC_MEM_STALL": "0.3"})
 
 
-def test_card_ring_stalled_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_card_ring_stalled_memory() -> None:
     """The Adam kernel's parameter read and output ports and the gather port pausing 90 % of
     clocks on a 1024-element chunk (64 beats): the Adam kernel back-pressures
     the gradient stream, the network kernel its receive slots; the ring finishes bit-exact, no
     deadlock."""
-    run("fp32", "3:1", 12, monkeypatch, tag="-stalled",
+    run("fp32", "3:1", 12, tag="-stalled",
         extra={"ONIC_STALL_PORTS": "p0_rd,out0,gather0,v0_wr", "ONIC_SIZE": "1024"})
 
 
 @pytest.mark.parametrize("n_error", [16, -16], ids=["n-long", "n-short"])
-def test_card_misprogrammed(n_error: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_card_misprogrammed(n_error: int) -> None:
     """The host's n for the Adam kernel one beat off the chunk the network kernel streams: the
     network kernel flags protocol_error; n short, the Adam kernel stream_long; n long, the Adam
     kernel stream_short and it never finishes (the network kernel takes only the chunk's beats
     of its parameter stream), so the host's wait times out. Never a clean step."""
-    run("fp32", "3:1", 13, monkeypatch, testcase="test_card_misprogrammed", tag=f"-n{n_error}",
+    run("fp32", "3:1", 13, testcase="test_card_misprogrammed", tag=f"-n{n_error}",
         extra={"ONIC_N_ERROR": str(n_error)})
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtypes", ["bf16", "bf16-fp32"])
-def test_card_ring_bf16(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_card_ring_bf16(dtypes: str) -> None:
     """bf16 wire (bf16 or fp32 parameters): every position of N = 2, 3, 4, two steps each, then
     a lossy N = 4."""
-    run(dtypes, "all:2/3/4", 21, monkeypatch, steps=2)
-    run(dtypes, "4:3", 22, monkeypatch, steps=2, tag="-faults",
+    run(dtypes, "all:2/3/4", 21, steps=2)
+    run(dtypes, "4:3", 22, steps=2, tag="-faults",
         extra={"ONIC_DROP": "0.03", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
                "ONIC_MEM_STALL": "0.3"})
 
 
 @pytest.mark.slow
-def test_card_ring_fp32_two_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_card_ring_fp32_two_steps() -> None:
     """fp32: every position of N = 2, 3, 4, two steps each, lossless."""
-    run("fp32", "all:2/3/4", 31, monkeypatch, steps=2, tag="-two")
+    run("fp32", "all:2/3/4", 31, steps=2, tag="-two")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [5, 6, 8])
-def test_card_ring_large(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_card_ring_large(n: int) -> None:
     """Every position of N = 5, 6, 8, one step each."""
-    run("fp32", f"all:{n}", 40 + n, monkeypatch, tag=f"-n{n}")
+    run("fp32", f"all:{n}", 40 + n, tag=f"-n{n}")
 
 
 @pytest.mark.slow
-def test_card_ring_many_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_card_ring_many_steps() -> None:
     """Eight steps in a row at two positions with faults: m and v carried in card memory."""
-    run("fp32", "3:0,5:4", 51, monkeypatch, steps=8, tag="-steps",
+    run("fp32", "3:0,5:4", 51, steps=8, tag="-steps",
         extra={"ONIC_DROP": "0.01", "ONIC_DUP": "0.01", "ONIC_MEM_STALL": "0.2"})

@@ -23,7 +23,7 @@ TESTS = ("ring_lossless", "ring_two_phase", "ring_drop", "ring_faults", "ring_bu
          "port_loopback", "port_bitflip", "port_tx_underflow")
 
 
-def _run(simulator: str, monkeypatch: pytest.MonkeyPatch, seed: int = 1,
+def _run(simulator: str, seed: int = 1,
          testcase: tuple[str, ...] = TESTS) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
@@ -36,19 +36,19 @@ def _run(simulator: str, monkeypatch: pytest.MonkeyPatch, seed: int = 1,
     assert ran == len(testcase) and failed == 0, f"eth switch bench on {simulator}: see {xml}"
 
 
-def test_eth_switch_verilator(monkeypatch: pytest.MonkeyPatch) -> None:
-    _run("verilator", monkeypatch)
+def test_eth_switch_verilator() -> None:
+    _run("verilator")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [2, 3, 4])
-def test_eth_switch_verilator_seeds(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    _run("verilator", monkeypatch, seed=seed)
+def test_eth_switch_verilator_seeds(seed: int) -> None:
+    _run("verilator", seed=seed)
 
 
 @pytest.mark.icarus
-def test_eth_switch_icarus_ports(monkeypatch: pytest.MonkeyPatch) -> None:
-    _run("icarus", monkeypatch, testcase=("ring_lossless", "port_loopback", "port_bitflip", "port_tx_underflow"))
+def test_eth_switch_icarus_ports() -> None:
+    _run("icarus", testcase=("ring_lossless", "port_loopback", "port_bitflip", "port_tx_underflow"))
 
 
 def test_eth_port_loop_lint() -> None:

@@ -75,7 +75,7 @@ def test_control_addresses_match_regmap() -> None:
     assert f"localparam integer N_SCALARS  = {len(scalars)};" in top
 
 
-def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, testcase: str = "test_ring",
+def run(dtypes: str, cases: str, seed: int, testcase: str = "test_ring",
         extra: dict[str, str] | None = None, tag: str = "") -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
@@ -92,14 +92,14 @@ def run(dtypes: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch, tes
     assert ran == 1 and failed == 0, f"onic_net_kernel ({dtypes}{tag}, {testcase}): see {xml}"
 
 
-def test_two_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_phase() -> None:
     """Two-phase steps, one RTL card and software peers: a clip that triggers (N = 2, rank 0), one that
     does not (N = 3, rank 1), a non-finite gradient (N = 3, rank 2): bit for bit against hls.net.card."""
-    run("fp32", os.environ.get("ONIC_TP_CASES", "2:0,3:1,3:2"), 7, monkeypatch, testcase="test_two_phase")
+    run("fp32", os.environ.get("ONIC_TP_CASES", "2:0,3:1,3:2"), 7, testcase="test_two_phase")
 
 
-def test_registers(monkeypatch: pytest.MonkeyPatch) -> None:
-    run("fp32", "2:0", 1, monkeypatch, testcase="test_registers")
+def test_registers() -> None:
+    run("fp32", "2:0", 1, testcase="test_registers")
 
 
 @pytest.mark.parametrize(("dtypes", "cases"), [
@@ -108,13 +108,13 @@ def test_registers(monkeypatch: pytest.MonkeyPatch) -> None:
     # kernel build is --full's
     pytest.param("bf16", "all:3,2:1", id="bf16", marks=pytest.mark.slow),
 ])
-def test_ring(dtypes: str, cases: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    run(dtypes, cases, 3, monkeypatch)
+def test_ring(dtypes: str, cases: str) -> None:
+    run(dtypes, cases, 3)
 
 
-def test_ring_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_faults() -> None:
     """Drops 5 %, duplicates 5 % on every link, a stalled Adam kernel: bit-exact, no deadlock."""
-    run("fp32", "3:2,4:1", 11, monkeypatch, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_GRAD_STALL": "0.9"},
+    run("fp32", "3:2,4:1", 11, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_GRAD_STALL": "0.9"},
         tag="-faults")
 
 
@@ -122,35 +122,35 @@ def test_ring_faults(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.param("4:2", {"ONIC_DROP": "0.01", "ONIC_DUP": "0.01", "ONIC_REORDER": "0.01", "ONIC_BITFLIP": "0.01"},
                  id="n4-all-faults"),
 ])
-def test_ring_switch(cases: str, faults: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_switch(cases: str, faults: dict[str, str]) -> None:
     """Through the seeded faulty switch of sim/tb/models (drop, duplicate, reorder, bit flips)."""
-    run("fp32", cases, 61, monkeypatch, testcase="test_ring_switch", extra=faults, tag="-switch")
+    run("fp32", cases, 61, testcase="test_ring_switch", extra=faults, tag="-switch")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("cases", "seed"), [("3:0", 71), ("5:4", 72), ("8:3", 73)])
-def test_ring_switch_sweep(cases: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    run("fp32", cases, seed, monkeypatch, testcase="test_ring_switch", tag=f"-switch{seed}",
+def test_ring_switch_sweep(cases: str, seed: int) -> None:
+    run("fp32", cases, seed, testcase="test_ring_switch", tag=f"-switch{seed}",
         extra={"ONIC_DROP": "0.03", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02", "ONIC_BITFLIP": "0.01",
                "ONIC_GRAD_STALL": "0.8"})
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtypes", sorted(DTYPES))
-def test_ring_every_position(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    run(dtypes, "all:2/3/4", 21, monkeypatch, tag="-all")
+def test_ring_every_position(dtypes: str) -> None:
+    run(dtypes, "all:2/3/4", 21, tag="-all")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [5, 6, 8])
-def test_ring_large(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    run("fp32", f"all:{n}", 30 + n, monkeypatch, tag=f"-n{n}")
+def test_ring_large(n: int) -> None:
+    run("fp32", f"all:{n}", 30 + n, tag=f"-n{n}")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("drop", "dup", "seed"), [("0.01", "0", 51), ("0.05", "0.05", 52), ("0", "0.1", 53)])
-def test_ring_faults_sweep(drop: str, dup: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    run("bf16", "all:3,4:1", seed, monkeypatch, extra={"ONIC_DROP": drop, "ONIC_DUP": dup, "ONIC_GRAD_STALL": "0.7"},
+def test_ring_faults_sweep(drop: str, dup: str, seed: int) -> None:
+    run("bf16", "all:3,4:1", seed, extra={"ONIC_DROP": drop, "ONIC_DUP": dup, "ONIC_GRAD_STALL": "0.7"},
         tag=f"-faults{seed}")
 
 

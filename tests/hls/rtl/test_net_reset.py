@@ -18,7 +18,7 @@ from hls.paths import BUILD_DIR
 from hls.rtl import simulators
 
 
-def run(dtypes: str, points: str, seed: int, monkeypatch: pytest.MonkeyPatch, tag: str = "") -> None:
+def run(dtypes: str, points: str, seed: int, tag: str = "") -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
     wire_bf16, param_bf16 = DTYPES[dtypes]
@@ -34,9 +34,9 @@ def run(dtypes: str, points: str, seed: int, monkeypatch: pytest.MonkeyPatch, ta
     assert ran == 1 and failed == 0, f"onic_net_kernel reset ({dtypes}{tag}): see {xml}"
 
 
-def test_reset_mid_step(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reset_mid_step() -> None:
     """N = 3, rank 1: a reset at each of the four points, each followed by a restarted step."""
-    run("fp32", "rx_mid,tx_mid,update,ag", 5, monkeypatch)
+    run("fp32", "rx_mid,tx_mid,update,ag", 5)
 
 
 @pytest.mark.slow
@@ -44,6 +44,6 @@ def test_reset_mid_step(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.param("fp32", "rx_mid@2:0,tx_mid@2:1,update@4:3,ag@4:0,rx_mid@5:2,ag@3:2", 41, id="fp32-positions"),
     pytest.param("bf16", "rx_mid@3:0,tx_mid@3:2,update@3:1,ag@4:2", 42, id="bf16"),
 ])
-def test_reset_mid_step_sweep(dtypes: str, points: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    run(dtypes, points, seed, monkeypatch, tag=f"-{seed}")
+def test_reset_mid_step_sweep(dtypes: str, points: str, seed: int) -> None:
+    run(dtypes, points, seed, tag=f"-{seed}")
 

@@ -25,7 +25,7 @@ SPECS = {"fp32": KernelSpec(), "bf16": KernelSpec(optimizer="adam", grad_dtype="
 FAULTS = {"ONIC_DROP": "0.03", "ONIC_DUP": "0.03", "ONIC_REORDER": "0.03", "ONIC_BITFLIP": "0.02"}
 
 
-def run(cards: int, seed: int, monkeypatch: pytest.MonkeyPatch, *, top_cards: int = 3, spec: str = "fp32",
+def run(cards: int, seed: int, *, top_cards: int = 3, spec: str = "fp32",
         extra: dict[str, str] | None = None, tag: str = "") -> None:
     """A ring of `cards` of the `top_cards` onic_cards (network kernel + Adam RTL kernel of SPECS[spec])
     of one build; spec "stand-in": network kernels alone, the Adam update the bench's stand-in."""
@@ -84,41 +84,41 @@ def test_lint_top(tmp_path: Path) -> None:
         assert proc.returncode == 0 and not (proc.stdout + proc.stderr).strip(), proc.stdout + proc.stderr
 
 
-def test_ring_cards_lossless(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_cards_lossless() -> None:
     """Two onic_cards (of the three-card build), lossless, two steps."""
-    run(2, 7, monkeypatch)
+    run(2, 7)
 
 
-def test_ring_cards_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_cards_faults() -> None:
     """Three onic_cards: drop, duplicate, reorder, bit flips on every egress link, stalled memory."""
-    run(3, 18, monkeypatch, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_REORDER": "0.05",
+    run(3, 18, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_REORDER": "0.05",
                                    "ONIC_BITFLIP": "0.03", "ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "160"},
         tag="-faults")
 
 
 @pytest.mark.slow
-def test_ring_cards_three_lossless(monkeypatch: pytest.MonkeyPatch) -> None:
-    run(3, 8, monkeypatch, extra={"ONIC_STEPS": "3"})
+def test_ring_cards_three_lossless() -> None:
+    run(3, 8, extra={"ONIC_STEPS": "3"})
 
 
 @pytest.mark.slow
-def test_ring_cards_four(monkeypatch: pytest.MonkeyPatch) -> None:
-    run(4, 24, monkeypatch, top_cards=4)
-    run(4, 25, monkeypatch, top_cards=4, extra={**FAULTS, "ONIC_STEPS": "3", "ONIC_SIZE": "400"}, tag="-faults")
+def test_ring_cards_four() -> None:
+    run(4, 24, top_cards=4)
+    run(4, 25, top_cards=4, extra={**FAULTS, "ONIC_STEPS": "3", "ONIC_SIZE": "400"}, tag="-faults")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [31, 32])
-def test_ring_cards_fault_sweep(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    run(3, seed, monkeypatch, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_REORDER": "0.05",
+def test_ring_cards_fault_sweep(seed: int) -> None:
+    run(3, seed, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_REORDER": "0.05",
                                      "ONIC_BITFLIP": "0.03", "ONIC_GRAD_STALL": "0.9", "ONIC_STEPS": "4",
                                      "ONIC_BUFFER": "4096", "ONIC_SIZE": "600"}, tag=f"-sweep{seed}")
 
 
 @pytest.mark.slow
-def test_ring_cards_long_rto(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_cards_long_rto() -> None:
     """A 20 us retransmission timeout (a few windows at 100G) and 400-element chunks under faults."""
-    run(3, 19, monkeypatch, extra={**FAULTS, "ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_RTO": "5000"},
+    run(3, 19, extra={**FAULTS, "ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_RTO": "5000"},
         tag="-rto")
 
 
@@ -127,19 +127,19 @@ def test_ring_cards_long_rto(monkeypatch: pytest.MonkeyPatch) -> None:
                    "more AG packets than the transmit slots plus the receive slots (here 25 > 16 + 8): every "
                    "card's AG sender holds its own chunk's unsent packets with credit 0, every receiver's slots "
                    "hold the predecessor's chunk waiting for transmit space to forward it")
-def test_ring_cards_ag_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_cards_ag_deadlock() -> None:
     """Lossless, three cards, 400-element chunks of 64-byte packets (seed 18): the first step never ends."""
-    run(3, 18, monkeypatch, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_LIMIT": "30000"},
+    run(3, 18, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_LIMIT": "30000"},
         tag="-agdeadlock")
 
 
 @pytest.mark.slow
-def test_ring_cards_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
-    run(3, 41, monkeypatch, spec="bf16", extra=FAULTS, tag="-faults")
+def test_ring_cards_bf16() -> None:
+    run(3, 41, spec="bf16", extra=FAULTS, tag="-faults")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cards", [2, 3])
-def test_ring_cards_stand_in(cards: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_cards_stand_in(cards: int) -> None:
     """Network kernels alone, the bench's Adam stand-in checking the reduced chunk on the stream itself."""
-    run(cards, 15 + cards, monkeypatch, spec="stand-in", extra={**FAULTS, "ONIC_SIZE": "400"}, tag="-faults")
+    run(cards, 15 + cards, spec="stand-in", extra={**FAULTS, "ONIC_SIZE": "400"}, tag="-faults")

@@ -30,8 +30,7 @@ NET_TB = TB_DIR / "net"
 SOURCES = read_filelist(NET_RTL / "net_ring.f")
 
 
-def run(module: str, simulator: str, params: dict[str, int], env: dict[str, str], tag: str,
-        monkeypatch: pytest.MonkeyPatch, expect: int = 1) -> None:
+def run(module: str, simulator: str, params: dict[str, int], env: dict[str, str], tag: str, expect: int = 1) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
     xml = simulators.run_cocotb(
@@ -54,61 +53,61 @@ WIRES = {"fp32": 0, "bf16": 1}
     pytest.param("bf16", "icarus", marks=pytest.mark.icarus, id="bf16-icarus"),
     pytest.param("fp32", "icarus", marks=(pytest.mark.icarus, pytest.mark.slow), id="fp32-icarus"),
 ])
-def test_reduce(wire: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reduce(wire: str, simulator: str) -> None:
     beats = "400" if simulator == "verilator" else "120"
     run("onic_net_reduce", simulator, {"WIRE_BF16": WIRES[wire]},
-        {"ONIC_SEED": "7", "ONIC_BEATS": beats, "ONIC_WIRE": wire}, wire, monkeypatch, expect=2)
+        {"ONIC_SEED": "7", "ONIC_BEATS": beats, "ONIC_WIRE": wire}, wire, expect=2)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [31, 32])
 @pytest.mark.parametrize("wire", sorted(WIRES))
-def test_reduce_sweep(wire: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reduce_sweep(wire: str, seed: int) -> None:
     run("onic_net_reduce", "verilator", {"WIRE_BF16": WIRES[wire]},
-        {"ONIC_SEED": str(seed), "ONIC_BEATS": "5000", "ONIC_WIRE": wire}, wire, monkeypatch, expect=2)
+        {"ONIC_SEED": str(seed), "ONIC_BEATS": "5000", "ONIC_WIRE": wire}, wire, expect=2)
 
 
 DTYPES = {"fp32": (0, 0), "bf16": (1, 1), "bf16-fp32": (1, 0)}  # wire / parameter dtype
 
 
-def ring_dp(dtypes: str, simulator: str, cases: str, seed: int, monkeypatch: pytest.MonkeyPatch,
+def ring_dp(dtypes: str, simulator: str, cases: str, seed: int,
             extra: dict[str, str] | None = None, tag: str = "") -> None:
     wire_bf16, param_bf16 = DTYPES[dtypes]
     params = {"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
               "MAX_BURST": 8}
     env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16),
            **(extra or {})}
-    run("onic_net_ring_dp", simulator, params, env, dtypes + tag, monkeypatch)
+    run("onic_net_ring_dp", simulator, params, env, dtypes + tag)
 
 
 @pytest.mark.parametrize("dtypes", [
     pytest.param("fp32", id="fp32"),
     pytest.param("bf16", marks=pytest.mark.slow, id="bf16"),  # by default on Icarus below
 ])
-def test_ring_dp(dtypes: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_dp(dtypes: str) -> None:
     """N = 2, 3, 4 at every rank: nine steps in one simulation (Verilator)."""
-    ring_dp(dtypes, "verilator", "all:2/3/4", 3, monkeypatch)
+    ring_dp(dtypes, "verilator", "all:2/3/4", 3)
 
 
 @pytest.mark.icarus
-def test_ring_dp_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_dp_icarus() -> None:
     """The bf16 wire and parameters (partial last beats) at every rank of N = 3, and N = 2, rank 1."""
-    ring_dp("bf16", "icarus", "all:3,2:1:48:64", 4, monkeypatch)
+    ring_dp("bf16", "icarus", "all:3,2:1:48:64", 4)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [41, 42])
 @pytest.mark.parametrize("dtypes", sorted(DTYPES))
-def test_ring_dp_sweep(dtypes: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_dp_sweep(dtypes: str, seed: int) -> None:
     """N = 2 .. 6 at every rank, more seeds, the mixed bf16 wire / fp32 parameters."""
-    ring_dp(dtypes, "verilator", "all:2/3/4/5/6", seed, monkeypatch)
+    ring_dp(dtypes, "verilator", "all:2/3/4/5/6", seed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.icarus)])
-def test_ring_dp_starved(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ring_dp_starved(simulator: str) -> None:
     """Inputs idle 60 % of clocks, every output refusing 85 %: nothing lost, nothing reordered."""
-    ring_dp("fp32", simulator, "all:3,4:2:112:64", 9, monkeypatch, {"ONIC_IDLE": "0.6", "ONIC_STALL": "0.85"})
+    ring_dp("fp32", simulator, "all:3,4:2:112:64", 9, {"ONIC_IDLE": "0.6", "ONIC_STALL": "0.85"})
 
 
 def _shape(module: str, params: dict[str, int]) -> dict[str, object]:

@@ -28,7 +28,7 @@ RX_LIST = NET_RTL / "net_rx.f"
 PARAMS = {"PAYLOAD_DEPTH_LOG2": 5, "SLOT_LOG2": 3, "FRAME_BEATS": 4}
 
 
-def _run(simulator: str, monkeypatch: pytest.MonkeyPatch, frames: int, seed: int = 11,
+def _run(simulator: str, frames: int, seed: int = 11,
          params: dict[str, int] = PARAMS) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
@@ -42,25 +42,25 @@ def _run(simulator: str, monkeypatch: pytest.MonkeyPatch, frames: int, seed: int
     assert ran == 4 and failed == 0, f"onic_net_rx on {simulator}: see {xml}"
 
 
-def test_net_rx_verilator(monkeypatch: pytest.MonkeyPatch) -> None:
-    _run("verilator", monkeypatch, frames=600)
+def test_net_rx_verilator() -> None:
+    _run("verilator", frames=600)
 
 
 @pytest.mark.icarus
-def test_net_rx_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
-    _run("icarus", monkeypatch, frames=150)
+def test_net_rx_icarus() -> None:
+    _run("icarus", frames=150)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_net_rx_verilator_sweep(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    _run("verilator", monkeypatch, frames=4000, seed=seed)
+def test_net_rx_verilator_sweep(seed: int) -> None:
+    _run("verilator", frames=4000, seed=seed)
 
 
 @pytest.mark.slow
-def test_net_rx_verilator_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_net_rx_verilator_defaults() -> None:
     """The module's default sizes: 1024-beat payload RAM, 32 slots, 1408-byte (22-beat) payloads."""
-    _run("verilator", monkeypatch, frames=1500, seed=5,
+    _run("verilator", frames=1500, seed=5,
          params={"PAYLOAD_DEPTH_LOG2": 10, "SLOT_LOG2": 5, "FRAME_BEATS": 22})
 
 

@@ -14,7 +14,7 @@ from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
 from hls.rtl import simulators
 
 
-def run(simulator: str, worlds: str, seed: int, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def run(simulator: str, worlds: str, seed: int, tag: str) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
     xml = simulators.run_cocotb(
@@ -28,15 +28,15 @@ def run(simulator: str, worlds: str, seed: int, tag: str, monkeypatch: pytest.Mo
 
 
 @pytest.mark.slow  # onic_net_twophase's default test runs this block on Verilator (N = 2, 3)
-def test_scalar(monkeypatch: pytest.MonkeyPatch) -> None:
-    run("verilator", "2,3,4", 3, "default", monkeypatch)
+def test_scalar() -> None:
+    run("verilator", "2,3,4", 3, "default")
 
 
 @pytest.mark.icarus
-def test_scalar_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
-    run("icarus", "2,3", 4, "default", monkeypatch)
+def test_scalar_icarus() -> None:
+    run("icarus", "2,3", 4, "default")
 
 
 @pytest.mark.slow
-def test_scalar_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
-    run("verilator", "2,3,4,5,6,7,8", 5, "sweep", monkeypatch)
+def test_scalar_sweep() -> None:
+    run("verilator", "2,3,4,5,6,7,8", 5, "sweep")

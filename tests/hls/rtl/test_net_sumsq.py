@@ -23,7 +23,7 @@ SOURCES = [FP / "fp_delay.v", FP / "fp_lzc.v", FP / "fp64_add.v", FP / "fp32_sq_
 WIRES = {"fp32": 0, "bf16": 1}
 
 
-def run(wire: str, simulator: str, chunks: int, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def run(wire: str, simulator: str, chunks: int, seed: int) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
     xml = simulators.run_cocotb(
@@ -40,19 +40,19 @@ def run(wire: str, simulator: str, chunks: int, seed: int, monkeypatch: pytest.M
 # and on Verilator inside test_net_twophase; these with --full
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", sorted(WIRES))
-def test_sumsq(wire: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    run(wire, "verilator", 28, 5, monkeypatch)
+def test_sumsq(wire: str) -> None:
+    run(wire, "verilator", 28, 5)
 
 
 @pytest.mark.icarus
-def test_sumsq_icarus(monkeypatch: pytest.MonkeyPatch) -> None:
-    run("fp32", "icarus", 6, 6, monkeypatch)
+def test_sumsq_icarus() -> None:
+    run("fp32", "icarus", 6, 6)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", sorted(WIRES))
-def test_sumsq_sweep(wire: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    run(wire, "verilator", 300, 7, monkeypatch)
+def test_sumsq_sweep(wire: str) -> None:
+    run(wire, "verilator", 300, 7)
 
 
 SYNTH_SOURCES = [*SOURCES, RTL_DIR / "net" / "onic_net_scalar.v"]

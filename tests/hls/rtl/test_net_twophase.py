@@ -16,7 +16,7 @@ from hls.rtl_sources import read_filelist
 WIRES = {"fp32": 0, "bf16": 1}
 
 
-def run(wire: str, worlds: str, seed: int, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def run(wire: str, worlds: str, seed: int, tag: str) -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
     xml = simulators.run_cocotb(
@@ -30,11 +30,11 @@ def run(wire: str, worlds: str, seed: int, tag: str, monkeypatch: pytest.MonkeyP
     assert ran == 1 and failed == 0, f"onic_net_twophase ({tag}): see {xml}"
 
 
-def test_twophase(monkeypatch: pytest.MonkeyPatch) -> None:
-    run("fp32", "2,3", 11, "default", monkeypatch)
+def test_twophase() -> None:
+    run("fp32", "2,3", 11, "default")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", sorted(WIRES))
-def test_twophase_sweep(wire: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    run(wire, "2,3,4,5", 12, "sweep", monkeypatch)
+def test_twophase_sweep(wire: str) -> None:
+    run(wire, "2,3,4,5", 12, "sweep")

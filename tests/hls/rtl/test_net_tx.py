@@ -38,8 +38,7 @@ def sources(module: str) -> list[Path]:
     return SOURCES if names is None else [f for f in SOURCES if f.name in names]
 
 
-def run(module: str, simulator: str, params: dict[str, int], env: dict[str, str], tag: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def run(module: str, simulator: str, params: dict[str, int], env: dict[str, str], tag: str) -> None:
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
     xml = simulators.run_cocotb(
@@ -55,8 +54,8 @@ SIMS = ["verilator", pytest.param("icarus", marks=pytest.mark.icarus)]
 
 
 @pytest.mark.parametrize("simulator", SIMS)
-def test_header(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    run("onic_net_tx_header", simulator, {}, {"ONIC_SEED": "11", "ONIC_HEADERS": "400"}, "default", monkeypatch)
+def test_header(simulator: str) -> None:
+    run("onic_net_tx_header", simulator, {}, {"ONIC_SEED": "11", "ONIC_HEADERS": "400"}, "default")
 
 
 RETX_CASES = {
@@ -81,19 +80,19 @@ def cases(names: list[str]) -> list[object]:
 
 
 @pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"]))
-def test_retx(case: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retx(case: str, simulator: str) -> None:
     params, env = RETX_CASES[case]
     env = {**env, "ONIC_SEED": "5", "SLOTS_LOG2": str(params["SLOTS_LOG2"])}
-    run("onic_net_tx_retx", simulator, params, env, case, monkeypatch)
+    run("onic_net_tx_retx", simulator, params, env, case)
 
 
 @pytest.mark.parametrize("simulator", SIMS)
-def test_arb(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_arb(simulator: str) -> None:
     """A 256-beat FIFO (two jumbo frames) so the FIFO fills and empties often; an ACK/NAK waits
     behind at most one data frame. Its receives are time-limited: a stall fails, it cannot hang."""
     params = {"FIFO_LOG2": 8, "MAX_FRAME_BEATS": 129}
     run("onic_net_tx_arb", simulator, params, {"ONIC_SEED": "9", "ONIC_FRAMES": "40", "ONIC_MAX_BEATS": "129"},
-        "f8", monkeypatch)
+        "f8")
 
 
 TOP_CASES = {
@@ -106,46 +105,46 @@ TOP_CASES = {
 
 
 @pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"]))
-def test_top(case: str, simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_top(case: str, simulator: str) -> None:
     """onic_net_tx end to end: EthMacTx at 100 Gb/s, a lossy peer, frames equal build_frame."""
     params, env = TOP_CASES[case]
-    run("onic_net_tx", simulator, params, {**env, "ONIC_SEED": "3"}, case, monkeypatch)
+    run("onic_net_tx", simulator, params, {**env, "ONIC_SEED": "3"}, case)
 
 
 @pytest.mark.parametrize("simulator", SIMS)
-def test_top_scalar(simulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_top_scalar(simulator: str) -> None:
     """The AG sender carries the two-phase scalar flow (8 reference cards' rank 5 frames, lossy), then
     `start_ag` restarts it for the AG packets."""
     params, env = TOP_CASES["p1408"]
     env = {**env, "ONIC_SEED": "7", "ONIC_PACKETS": "12", "ONIC_SCALAR": "1"}
-    run("onic_net_tx", simulator, params, env, "p1408", monkeypatch)
+    run("onic_net_tx", simulator, params, env, "p1408")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [41, 42, 43, 44])
-def test_top_scalar_seeds(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_top_scalar_seeds(seed: int) -> None:
     params, env = TOP_CASES["p1408"]
     env = {**env, "ONIC_SEED": str(seed), "ONIC_PACKETS": "30", "ONIC_LOSS": "0.15", "ONIC_SCALAR": "1"}
-    run("onic_net_tx", "verilator", params, env, "p1408", monkeypatch)
+    run("onic_net_tx", "verilator", params, env, "p1408")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [21, 22, 23, 24])
 @pytest.mark.parametrize("case", sorted(RETX_CASES))
-def test_retx_seeds(case: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retx_seeds(case: str, seed: int) -> None:
     params, env = RETX_CASES[case]
     env = {**env, "ONIC_SEED": str(seed), "SLOTS_LOG2": str(params["SLOTS_LOG2"]),
            "ONIC_EVENTS": str(4 * int(env["ONIC_EVENTS"]))}
-    run("onic_net_tx_retx", "verilator", params, env, case, monkeypatch)
+    run("onic_net_tx_retx", "verilator", params, env, case)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [31, 32, 33, 34])
 @pytest.mark.parametrize("case", sorted(TOP_CASES))
-def test_top_seeds(case: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_top_seeds(case: str, seed: int) -> None:
     params, env = TOP_CASES[case]
     env = {**env, "ONIC_SEED": str(seed), "ONIC_PACKETS": str(3 * int(env["ONIC_PACKETS"])), "ONIC_LOSS": "0.15"}
-    run("onic_net_tx", "verilator", params, env, case, monkeypatch)
+    run("onic_net_tx", "verilator", params, env, case)
 
 
 @pytest.mark.parametrize(("module", "params"), [

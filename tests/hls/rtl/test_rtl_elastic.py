@@ -35,7 +35,7 @@ def _yosys() -> None:
 
 
 @pytest.mark.parametrize("lanes", [2])
-def test_core_backpressure_bit_exact(lanes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_core_backpressure_bit_exact(lanes: int) -> None:
     simulator = "verilator" if simulators.available("verilator") else "icarus"
     core = ("onic_fifo.v", "onic_dup_reg.v", "onic_adam_lane.v", "onic_adam_core.v")
     sources = read_filelist(FP_UNITS_LIST) + [KERNEL_RTL / f for f in core]
