@@ -758,8 +758,8 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         f"Stand-in rows. Payload line-rate fraction per port (N = {rep['line_world']}, one step each): payload "
         "bytes of the RS (AG) data frames, first transmissions, over the line time from the first such frame's "
         "start to the last one's end "
-        "(the RTL card's own ACK frames on the same line included: one per data frame received, ACK coalescing "
-        "off, `ACK_EVERY` = 1); transmit: the card's m_axis_mac0 serialized "
+        "(the RTL card's own ACK frames on the same line included: ACK coalescing at the kernel's default, "
+        "`ACK_EVERY` = 8 in onic_net_kernel.v); transmit: the card's m_axis_mac0 serialized "
         "at 100 Gb/s; receive: the frames arriving at its s_axis_mac0 from its predecessor. Goal: the transmit "
         f"fraction at {rep['goal_of_cap']:.0%} of the framing cap P / (P + 88) or more.",
         "",
