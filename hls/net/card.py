@@ -22,8 +22,10 @@ parameters. `ReferenceKernel` is that callable on a `hls.net.ring.Shard` with `h
 
 Flows: reduce-scatter (RS), all-gather (AG) and the two-phase step's scalar exchange each have their
 own go-back-N sender towards the successor and receiver from the predecessor
-(`hls.net.reliability`); sequence numbers run over the phase's hops: seq = hop x packets per
-chunk + packet index. The card forwards a packet as soon as it consumed its predecessor's
+(`hls.net.reliability`); sequence numbers run over the phase's hops, hop-major (seq = hop x
+packets per chunk + packet index) or, with `segment` B, round-major (`wire.seq_of`: B packets of
+the own chunk, then the same packets of every later hop, then the next B; a ring of cards with
+finite buffers cannot deadlock when 2 B < transmit + receive slots: sim/rtl/net/README.md). The card forwards a packet as soon as it consumed its predecessor's
 (streaming per packet). The model calls `update` once per step with the whole reduced chunk; the
 update is elementwise, so a kernel streaming it packet by packet computes the same bits.
 
@@ -95,6 +97,8 @@ class CardConfig:
     # frame before every RS frame (and every scalar frame of a two-phase step) is ACKed. Off for
     # rings of software cards, whose receivers take frames of any flow in any order.
     ag_release: bool = False
+    # Packets per round of the RS and AG flows' sequence numbers (design.md 8.2); 0: the whole chunk.
+    segment: int = 0
 
     def __post_init__(self) -> None:
         ring.validate_world(self.world)
@@ -112,6 +116,7 @@ class CardConfig:
         if self.window < 1 or self.slots < 1 or not self.rto > 0:
             raise ValueError("window and slots must be >= 1 and rto > 0")
         ring.chunk_elems(self.length, self.world)  # validates length
+        wire.validate_segment(self.segment)
 
     @property
     def chunk_elems(self) -> int:
@@ -313,6 +318,12 @@ class Card:
         per = self._elems_per_packet[dtype]
         return index * per, min((index + 1) * per, self._size)
 
+    def _seq(self, fl: _Flow, hop: int, index: int) -> int:
+        return wire.seq_of(hop, index, fl.per_hop, self.config.world - 1, self.config.segment)
+
+    def _hop_index(self, fl: _Flow, seq: int) -> tuple[int, int]:
+        return wire.hop_index_of(seq, fl.per_hop, self.config.world - 1, self.config.segment)
+
     def _new_flow(self, flow: Flow, per_hop: int, hops: int) -> _Flow:
         c = self.config
         assert self.step is not None
@@ -324,7 +335,7 @@ class Card:
         """Build the frame of packet `index` of hop `hop` and hand it to the flow's sender."""
         c = self.config
         assert self.step is not None
-        seq = hop * fl.per_hop + index
+        seq = self._seq(fl, hop, index)
         offset = self._span(dtype, index)[0] if opcode is not Opcode.SCALAR else 0
         flags = wire.FLAG_LAST if index == fl.per_hop - 1 else 0
         header = Header(opcode, dtype, flags, c.comm, c.rank, hop, chunk, self.step, seq, offset, len(payload))
@@ -376,7 +387,7 @@ class Card:
         if verdict is not Verdict.ACCEPT:
             self._totals[f"dropped_{verdict.value}"] += 1
             return
-        hop, index = divmod(h.seq, fl.per_hop)
+        hop, index = self._hop_index(fl, h.seq)
         if flow is Flow.RS:
             self._consume_rs(hop, index, payload)
         elif flow is Flow.AG:
@@ -389,7 +400,7 @@ class Card:
         c = self.config
         if h.seq >= fl.total:
             raise ProtocolError(f"card {c.rank}: {h.opcode.name} seq {h.seq} beyond the flow's {fl.total} packets")
-        hop, index = divmod(h.seq, fl.per_hop)
+        hop, index = self._hop_index(fl, h.seq)
         if fl.flow is Flow.SCALAR:
             want = (hop, 0, (hop + 1) * SCALAR_ENTRY_BYTES, "fp32", 0)
             got = (h.hop, h.chunk, h.length, h.dtype, h.offset)

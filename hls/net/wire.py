@@ -307,3 +307,31 @@ def parse_frame(frame: bytes, *, local: Endpoint | None = None, with_fcs: bool =
 def packets_per_chunk(chunk_elems: int, dtype: str, payload_bytes: int = DEFAULT_PAYLOAD_BYTES) -> int:
     """How many packets carry one chunk of `chunk_elems` elements of `dtype`."""
     return math.ceil(chunk_elems * ELEMENT_BYTES[validate_wire_dtype(dtype)] / validate_payload_bytes(payload_bytes))
+
+
+def validate_segment(segment: int) -> int:
+    """A flow's packets per round (8.2): 0 is the whole chunk (hop-major order), else 1 .. 65535."""
+    if isinstance(segment, bool) or not isinstance(segment, int) or not 0 <= segment <= 0xFFFF:
+        raise ValueError(f"segment: {segment!r} is not a packet count in 0 .. 65535 (0: the whole chunk)")
+    return segment
+
+
+def seq_of(hop: int, index: int, per_hop: int, hops: int, segment: int = 0) -> int:
+    """The sequence number of packet `index` of hop `hop` in a flow of `hops` hops of `per_hop`
+    packets, numbered round-major (8.2): round r holds packets r·B .. r·B + B - 1 of every hop,
+    hop by hop, B = `segment` (0: the whole chunk, one round: seq = hop x per_hop + index)."""
+    b = segment or per_hop
+    if not (0 <= hop < hops and 0 <= index < per_hop):
+        raise ValueError(f"packet {index} of hop {hop}: out of {per_hop} packets x {hops} hops")
+    r, j = divmod(index, b)
+    return r * b * hops + hop * min(b, per_hop - r * b) + j
+
+
+def hop_index_of(seq: int, per_hop: int, hops: int, segment: int = 0) -> tuple[int, int]:
+    """(hop, packet index) of sequence number `seq`: the inverse of `seq_of`."""
+    b = segment or per_hop
+    if not 0 <= seq < per_hop * hops:
+        raise ValueError(f"seq {seq}: out of the flow's {per_hop * hops} packets")
+    r = seq // (b * hops)  # rounds before the last are full: b packets x hops
+    hop, j = divmod(seq - r * b * hops, min(b, per_hop - r * b))
+    return hop, r * b + j

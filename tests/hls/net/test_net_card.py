@@ -255,3 +255,83 @@ def test_ag_release_holds_ag_until_rs_and_scalars_are_acked(world: int) -> None:
         for name in "pmv":
             assert bits_equal(getattr(kernels[r].shard, name), getattr(want.shards[r], name)).all(), (r, name)
     assert sum(card.counters["retransmitted_frames"] for card in cards) > 0
+
+
+@pytest.mark.parametrize(("world", "wire_dtype", "param_dtype", "segment", "two_phase"), [
+    (3, "fp32", "fp32", 1, False),
+    (4, "bf16", "fp32", 2, True),
+    (5, "fp32", "bf16", 3, False),
+])
+def test_round_major_ring_equals_ring_step(world: int, wire_dtype: str, param_dtype: str, segment: int,
+                                          two_phase: bool) -> None:
+    """Round-major sequence numbers (segment B: several rounds, a short last one) under drops, duplicates,
+    bit flips and reordering: the same bits as the hop-major ring step, over three steps."""
+    seed = 31 * world + segment
+    rng = np.random.default_rng(seed)
+    per_packet = 1408 // wire.ELEMENT_BYTES[wire_dtype]
+    length = world * (7 * per_packet + per_packet // 2) - 3  # 8 packets per chunk, a short last one
+    params = rng.standard_normal(length).astype(np.float32)
+    cards, kernels = make_ring(world, length, params, wire_dtype=wire_dtype, param_dtype=param_dtype,
+                               window=4, slots=6, rto=25.0, segment=segment)
+    switch = Switch(seed, drop=0.04, dup=0.03, flip=0.02, jitter=3.0)
+    plans = [(Hyper(lr=1e-2, step=t), grads_for(rng, world, length, wire_dtype),
+              {"two_phase": two_phase, "max_norm": 1.0 if two_phase else None}) for t in range(1, 4)]
+    snaps = run_steps(cards, kernels, switch, plans)
+    shards = [ring.Shard.from_params(params, r, world) for r in range(world)]
+    for t, (hyper, grads, kw) in enumerate(plans):
+        want = ring.ring_step(shards, grads, hyper, wire_dtype=wire_dtype, out_dtype=param_dtype, **kw)
+        shards = want.shards
+        for r in range(world):
+            gathered, *pmv = snaps[r][t]
+            assert bits_equal(gathered, want.gathered).all(), (t, r)
+            for name, got in zip("pmv", pmv, strict=True):
+                assert bits_equal(got, getattr(shards[r], name)).all(), (t, r, name)
+    assert sum(card.counters["retransmitted_frames"] for card in cards) > 0
+
+
+def test_round_major_frames_leave_in_round_order() -> None:
+    """On a clean wire every data frame of a flow leaves in sequence order, and with B = 2 that order is
+    B packets of the own chunk, the same packets of each later hop, then the next B (wire.seq_of)."""
+    world, segment = 4, 2
+    per_packet = 1408 // 4
+    length = world * 5 * per_packet  # 5 packets per chunk: rounds of 2, 2, 1
+    rng = np.random.default_rng(5)
+    params = rng.standard_normal(length).astype(np.float32)
+    cards, _ = make_ring(world, length, params, rto=1e9, segment=segment)
+    sent: dict[tuple[int, int], list] = {}
+    for card, g in zip(cards, grads_for(rng, world, length, "fp32"), strict=True):
+        card.start_step(0, g)
+    now = 0.0
+    switch = Switch(0)
+    while not all(card.done for card in cards):
+        for card in cards:
+            for frame in card.poll(now):
+                h = wire.parse_frame(frame, with_fcs=True).header
+                if h.opcode in (Opcode.RS, Opcode.AG):
+                    sent.setdefault((card.config.rank, h.opcode.value), []).append((h.seq, h.hop, h.offset))
+                switch.send(now, frame)
+        for dst, frame in switch.due(now):
+            cards[dst].receive(frame, now)
+        now += 0.5
+    order = [(hop, index) for r in range(3) for hop in range(world - 1)
+             for index in range(2 * r, min(2 * r + 2, 5))]
+    for frames in sent.values():
+        assert [s for s, _, _ in frames] == list(range(5 * (world - 1)))
+        assert [(hop, off // per_packet) for _, hop, off in frames] == order
+
+
+def test_segment_is_validated_and_must_match_on_the_ring() -> None:
+    endpoints = tuple(wire.endpoint_for_rank(r) for r in range(3))
+    for bad in (-1, 1 << 16, 1.5, True):
+        with pytest.raises(ValueError, match="segment"):
+            CardConfig(rank=0, world=3, length=3000, endpoints=endpoints, segment=bad)
+    rng = np.random.default_rng(2)
+    length = 3 * 4 * 352
+    params = rng.standard_normal(length).astype(np.float32)
+    cards, _ = make_ring(3, length, params, rto=1e9)
+    cards[1] = Card(CardConfig(rank=1, world=3, length=length, endpoints=endpoints, segment=1),
+                    cards[1].update)
+    for card, g in zip(cards, grads_for(rng, 3, length, "fp32"), strict=True):
+        card.start_step(0, g)
+    with pytest.raises(ProtocolError, match="expected"):
+        run_step(cards, Switch(0), 0.0)

@@ -136,3 +136,29 @@ def test_header_fields_out_of_range_raise() -> None:
         Header(Opcode.RS, flags=64).pack()
     with pytest.raises(wire.WireError):
         wire.build_frame(wire.endpoint_for_rank(0), wire.endpoint_for_rank(1), Header(Opcode.RS, length=3), b"")
+
+
+def test_round_major_sequence_numbers_are_a_bijection() -> None:
+    """seq_of / hop_index_of: every (hop, index) once, inverse of each other; B = 0 or B >= the chunk is
+    hop-major; within a round every hop's packets follow the previous hop's."""
+    for per_hop in range(1, 10):
+        for hops in range(1, 6):
+            for b in range(0, 12):
+                seqs = {(h, i): wire.seq_of(h, i, per_hop, hops, b) for h in range(hops) for i in range(per_hop)}
+                assert sorted(seqs.values()) == list(range(per_hop * hops))
+                assert all(wire.hop_index_of(s, per_hop, hops, b) == hi for hi, s in seqs.items())
+                if b == 0 or b >= per_hop:
+                    assert all(s == h * per_hop + i for (h, i), s in seqs.items())
+                else:
+                    assert all(seqs[(h, i)] < seqs[(h + 1, i)] for h in range(hops - 1) for i in range(per_hop))
+                    assert all(seqs[(hops - 1, i)] < seqs[(0, i + b)] for i in range(per_hop - b))
+    assert [wire.seq_of(h, i, 5, 3, 2) for i in range(5) for h in range(3)] == [0, 2, 4, 1, 3, 5, 6, 8, 10,
+                                                                                7, 9, 11, 12, 13, 14]
+    for bad in ((3, 0, 5, 3), (0, 5, 5, 3)):
+        with pytest.raises(ValueError):
+            wire.seq_of(*bad)
+    with pytest.raises(ValueError):
+        wire.hop_index_of(15, 5, 3, 2)
+    for bad in (-1, 1 << 16, 2.0, False):
+        with pytest.raises(ValueError, match="segment"):
+            wire.validate_segment(bad)
