@@ -25,9 +25,10 @@ own go-back-N sender towards the successor and receiver from the predecessor
 (`hls.net.reliability`); sequence numbers run over the phase's hops, hop-major (seq = hop x
 packets per chunk + packet index) or, with `segment` B, round-major (`wire.seq_of`: B packets of
 the own chunk, then the same packets of every later hop, then the next B; a ring of cards with
-finite buffers cannot deadlock when 2 B < transmit + receive slots: sim/rtl/net/README.md). The card forwards a packet as soon as it consumed its predecessor's
-(streaming per packet). The model calls `update` once per step with the whole reduced chunk; the
-update is elementwise, so a kernel streaming it packet by packet computes the same bits.
+finite buffers cannot deadlock when 2 B < transmit + receive slots: sim/rtl/net/README.md). The
+card forwards a packet as soon as it consumed its predecessor's (streaming per packet). The model
+calls `update` once per step with the whole reduced chunk; the update is elementwise, so a kernel
+streaming it packet by packet computes the same bits.
 
 The card consumes a packet at once (its copy lives in card memory), so the credit it advertises is
 always `slots`. When the successor has moved on to the next step and a retransmission of the
