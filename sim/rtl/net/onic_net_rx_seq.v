@@ -57,6 +57,7 @@ module onic_net_rx_seq #(
     /* step control */
     input  wire                 step_start,
     input  wire [31:0]          step_id,
+    input  wire [31:0]          step_next,     // step_id's value from the next clock on (evt_now)
 
     /* from onic_net_rx_parse */
     input  wire [511:0]         s_data,
@@ -105,6 +106,7 @@ module onic_net_rx_seq #(
     output wire [31:0]          evt_step,
     output wire [31:0]          evt_seq,       // the next sequence number expected
     output wire [31:0]          evt_credit,    // free slots, in packets
+    output wire                 evt_now,       // evt_step == step_id, from registered compares
 
     /* counters (hls.net.card names) */
     output wire [31:0]          frames_in,
@@ -390,6 +392,20 @@ module onic_net_rx_seq #(
     assign evt_step   = sel[2] ? cur_step_reg : prev_step_reg;
     assign evt_seq    = sel[2] ? expected_reg[32*sel_f +: 32] : prev_expected_reg[32*sel_f +: 32];
     assign evt_credit = credit;
+
+    /* evt_now = (evt_step == step_id) without a 32-bit compare behind the reply state: each step
+     * register's next value (as the block below loads it) is compared with step_id's next value
+     * (step_next, the caller's) and registered, so the flags hold the compares of this clock's
+     * values; the caller's decision on evt_* then stays a few LUTs from registers (README "Timing
+     * shape"). Holds from the first clock after a reset on (the flags are loaded in every clock). */
+    reg         cur_now_reg, prev_now_reg;
+    wire [31:0] cur_step_nx  = rst ? 32'd0 : step_start ? step_id : cur_step_reg;
+    wire [31:0] prev_step_nx = rst ? 32'd0 : step_start ? cur_step_reg : prev_step_reg;
+    always @(posedge clk) begin
+        cur_now_reg  <= cur_step_nx == step_next;
+        prev_now_reg <= prev_step_nx == step_next;
+    end
+    assign evt_now = sel[2] ? cur_now_reg : prev_now_reg;
     wire take = evt_valid && evt_ready;
 
     // next reply, expected number and NAK flag of each flow (Receiver.on_frame / take_reply)
