@@ -625,7 +625,7 @@ module onic_net_kernel #(
     wire        ctl_nak   = evt_valid && evt_nak;
     wire [1:0]  ctl_flow  = evt_valid ? evt_flow : (ref_rs ? 2'd1 : 2'd2);
     wire [31:0] ctl_step  = evt_valid ? evt_step : cfg_step_reg;
-    wire [31:0] ctl_seq   = evt_valid ? evt_seq : last_seq_reg[ref_rs ? 0 : 1];
+    wire [31:0] ctl_seq   = evt_valid ? evt_seq : ref_rs ? last_seq_reg[0] : last_seq_reg[1];
     wire        ctl_take  = ctl_valid && ctl_ready;
     assign evt_ready = ctl_ready;
 
@@ -635,12 +635,22 @@ module onic_net_kernel #(
             last_seq_reg[0] <= 32'd0;
             last_seq_reg[1] <= 32'd0;
         end else if (ctl_take) begin
-            // evt_now: evt_step == cfg_step_reg, from registers (no compare on this path)
-            if (evt_valid && evt_now && (evt_flow == 2'd1 || evt_flow == 2'd2)) begin
-                last_seq_reg[evt_flow == 2'd2] <= evt_seq;
-                zero_reg[evt_flow == 2'd2]     <= credit_none;
-            end else if (!evt_valid) begin
-                zero_reg[!ref_rs] <= 1'b0;
+            // evt_now: evt_step == cfg_step_reg, from registers (no compare on this path). Each flow's
+            // register written on its own (no computed index: yosys builds `zero_reg[evt_flow == 2'd2]`
+            // as a 32-bit $sub / $shift, a carry chain behind the reply state)
+            if (evt_valid) begin
+                if (evt_now && evt_flow == 2'd1) begin
+                    last_seq_reg[0] <= evt_seq;
+                    zero_reg[0]     <= credit_none;
+                end
+                if (evt_now && evt_flow == 2'd2) begin
+                    last_seq_reg[1] <= evt_seq;
+                    zero_reg[1]     <= credit_none;
+                end
+            end else if (ref_rs) begin
+                zero_reg[0] <= 1'b0;
+            end else begin
+                zero_reg[1] <= 1'b0;
             end
         end
     end

@@ -386,11 +386,38 @@ module onic_net_rx_seq #(
     end
 
     wire [1:0] sel_f = sel[1:0] == 2'd3 ? 2'd0 : sel[1:0];
+    /* the selected flow's fields by explicit muxes (a computed part-select such as
+       reply_reg[2*sel_f +: 2] becomes a 32-bit offset computation and $shiftx in yosys) */
+    reg [1:0]  sel_reply;
+    reg [31:0] sel_exp, sel_prev_exp;
+    reg [1:0]  sel_flow;
+    always @(*) begin
+        case (sel_f)
+            2'd1: begin
+                sel_reply    = reply_reg[3:2];
+                sel_exp      = expected_reg[63:32];
+                sel_prev_exp = prev_expected_reg[63:32];
+                sel_flow     = 2'd2;
+            end
+            2'd2: begin
+                sel_reply    = reply_reg[5:4];
+                sel_exp      = expected_reg[95:64];
+                sel_prev_exp = prev_expected_reg[95:64];
+                sel_flow     = 2'd3;
+            end
+            default: begin
+                sel_reply    = reply_reg[1:0];
+                sel_exp      = expected_reg[31:0];
+                sel_prev_exp = prev_expected_reg[31:0];
+                sel_flow     = 2'd1;
+            end
+        endcase
+    end
     assign evt_valid  = sel_valid;
-    assign evt_nak    = sel[2] && reply_reg[2*sel_f +: 2] == R_NAK;
-    assign evt_flow   = sel_f + 2'd1;
+    assign evt_nak    = sel[2] && sel_reply == R_NAK;
+    assign evt_flow   = sel_flow;
     assign evt_step   = sel[2] ? cur_step_reg : prev_step_reg;
-    assign evt_seq    = sel[2] ? expected_reg[32*sel_f +: 32] : prev_expected_reg[32*sel_f +: 32];
+    assign evt_seq    = sel[2] ? sel_exp : sel_prev_exp;
     assign evt_credit = credit;
 
     /* evt_now = (evt_step == step_id) without a 32-bit compare behind the reply state: each step
