@@ -187,6 +187,7 @@ module onic_net_rx_seq #(
 
     /* per-flow receiver state (flow f in bits [32f +: 32] / [2f +: 2]) */
     reg [95:0] expected_reg;
+    reg [95:0] expected1_reg;        // expected_reg + 1 per flow
     reg [95:0] prev_expected_reg;
     reg [5:0]  reply_reg;
     reg [2:0]  nak_sent_reg;
@@ -216,16 +217,38 @@ module onic_net_rx_seq #(
     wire [1:0]  s_flow   = s_opcode == 4'd1 ? 2'd0 : s_opcode == 4'd2 ? 2'd1 : 2'd2;
     wire [31:0] s_step   = be32(s_data, 50);
     wire [31:0] s_seq    = be32(s_data, 54);
-    wire [31:0] s_exp    = s_flow == 2'd0 ? expected_reg[31:0] :
-                           s_flow == 2'd1 ? expected_reg[63:32] : expected_reg[95:64];
-    wire [31:0] s_exp1   = s_exp + 32'd1;
+    /* seq against every flow's expected number (and + 1, kept in a register of its own), then the
+       frame's flow picks one: no flow mux and no adder between the frame's bytes and a compare */
+    reg  [2:0]  s_lt_f, s_eq0_f, s_eq1_f;
+    integer e;
+    always @(*) begin
+        for (e = 0; e < 3; e = e + 1) begin
+            s_lt_f[e]  = s_seq < expected_reg[32*e +: 32];
+            s_eq0_f[e] = s_seq == expected_reg[32*e +: 32];
+            s_eq1_f[e] = s_seq == expected1_reg[32*e +: 32];
+        end
+    end
+    wire        s_rs     = s_opcode == 4'd1;
+    wire        s_ag     = s_opcode == 4'd2;
+    wire        s_lt     = s_rs ? s_lt_f[0] : s_ag ? s_lt_f[1] : s_lt_f[2];
+    wire        s_eq0    = s_rs ? s_eq0_f[0] : s_ag ? s_eq0_f[1] : s_eq0_f[2];
+    wire        s_eq1    = s_rs ? s_eq1_f[0] : s_ag ? s_eq1_f[1] : s_eq1_f[2];
+    // the steps this frame is matched against: the new ones when step_start loads them in this clock
+    wire [31:0] m_cur_step  = step_start ? step_id : cur_step_reg;
+    wire        m_cur_valid = step_start || cur_valid_reg;
+    wire [31:0] m_prev_step = step_start ? cur_step_reg : prev_step_reg;
+    wire        m_prev_valid = step_start ? cur_valid_reg : prev_valid_reg;
 
-    wire [10:0] beat_no = s_first ? 11'd1 : beat_no_reg + 11'd1;
     wire [31:0] hdr_step;   // the latched frame's step and sequence number (in hdr_reg)
     wire [31:0] hdr_seq;
     // what the frame's end must look like: its IPv4 length, the first beat's or the latched one
-    wire [10:0] exp_b   = s_first ? s_exp_beats : exp_beats_reg;
     wire [63:0] exp_k   = s_first ? s_exp_keep : exp_keep_reg;
+    /* the beat's number (1 at the first; else beat_nx_reg, the number after the last beat's) against
+       the IPv4 length's beats (beat > expected, ==) and the TKEEP check, each worked out for the
+       first beat and for the others, then picked: no adder or operand mux before the compares */
+    wire        b_gt = s_first ? s_exp_beats == 11'd0 : beat_nx_reg > exp_beats_reg;
+    wire        b_eq = s_first ? s_exp_beats == 11'd1 : beat_nx_reg == exp_beats_reg;
+    wire        k_ok = s_first ? (s_keep & s_exp_keep) == s_exp_keep : (s_keep & exp_keep_reg) == exp_keep_reg;
 
     reg [271:0] hdr_reg;
     reg [4:0]   cause_a_reg, cause_b_reg;
@@ -233,7 +256,7 @@ module onic_net_rx_seq #(
     reg [10:0]  exp_beats_reg;
     reg [63:0]  exp_keep_reg;
     reg         hdr_ok_reg;         // no header cause: worth buffering
-    reg [10:0]  beat_no_reg;        // the number of the beat now in stage W (1 = the first)
+    reg [10:0]  beat_nx_reg;        // the number of the beat now in stage W (1 = the first) + 1
     reg         len_ok_reg;         // the beat in W, if last, ends at or after where IPv4 says
     reg         in_pay_reg;         // the beat in W is within the IPv4 length (not Ethernet padding)
     reg         pay_last_reg;       // ... and the last such beat
@@ -257,22 +280,20 @@ module onic_net_rx_seq #(
             is_data_reg   <= s_opcode == 4'd1 || s_opcode == 4'd2 || s_opcode == 4'd5;
             flow_reg      <= s_flow;
             hdr_ok_reg    <= cause_a == C_ACCEPT && cause_b == C_ACCEPT;
+            cur_match_reg <= m_cur_valid && s_step == m_cur_step;
+            prv_match_reg <= m_prev_valid && s_step == m_prev_step;
             if (step_start) begin
                 // the new step applies to this frame: every expected number restarts at 0
                 lt0_reg       <= 1'b0;
                 eq0_reg       <= s_seq == 32'd0;
                 eq1_reg       <= s_seq == 32'd1;
                 bump_reg      <= 1'b0;
-                cur_match_reg <= s_step == step_id;
-                prv_match_reg <= cur_valid_reg && s_step == cur_step_reg;
             end else begin
-                lt0_reg       <= s_seq < s_exp;
-                eq0_reg       <= s_seq == s_exp;
-                eq1_reg       <= s_seq == s_exp1;
+                lt0_reg       <= s_lt;
+                eq0_reg       <= s_eq0;
+                eq1_reg       <= s_eq1;
                 // at most one frame ends between the latch and this frame's end: the one in W now
                 bump_reg      <= accept && is_data_reg && flow_reg == s_flow;
-                cur_match_reg <= cur_valid_reg && s_step == cur_step_reg;
-                prv_match_reg <= prev_valid_reg && s_step == prev_step_reg;
             end
         end else if (step_start) begin
             // a frame past its latch whose end is still to come is judged in the new step
@@ -284,12 +305,12 @@ module onic_net_rx_seq #(
             prv_match_reg <= cur_match_reg;
         end
         if (s_valid) begin
-            beat_no_reg <= beat_no;
+            beat_nx_reg <= s_first ? 11'd2 : beat_nx_reg + 11'd1;
         end
-        len_ok_reg   <= beat_no > exp_b || (beat_no == exp_b && (s_keep & exp_k) == exp_k);
-        in_pay_reg   <= beat_no <= exp_b;
-        pay_last_reg <= beat_no == exp_b;
-        pay_keep_reg <= beat_no == exp_b ? exp_k : s_keep;
+        len_ok_reg   <= b_gt || (b_eq && k_ok);
+        in_pay_reg   <= !b_gt;
+        pay_last_reg <= b_eq;
+        pay_keep_reg <= b_eq ? exp_k : s_keep;
     end
 
     assign hdr_step = hdr_reg[111:80];
@@ -438,11 +459,13 @@ module onic_net_rx_seq #(
     // next reply, expected number and NAK flag of each flow (Receiver.on_frame / take_reply)
     reg [5:0]  reply_next;
     reg [95:0] expected_next;
+    reg [95:0] expected1_next;
     reg [2:0]  nak_sent_next;
     reg [1:0]  r;
     integer f;
     always @(*) begin
         expected_next = expected_reg;
+        expected1_next = expected1_reg;
         nak_sent_next = nak_sent_reg;
         for (f = 0; f < 3; f = f + 1) begin
             r = (take && sel[2] && sel_f == f[1:0]) ? R_NONE : reply_reg[2*f +: 2];
@@ -450,6 +473,7 @@ module onic_net_rx_seq #(
                 if (verdict == C_ACCEPT) begin
                     r = R_ACK;               // a NAK not yet sent is moot: the gap is filled
                     expected_next[32*f +: 32] = expected_reg[32*f +: 32] + 32'd1;
+                    expected1_next[32*f +: 32] = expected1_reg[32*f +: 32] + 32'd1;
                     nak_sent_next[f] = 1'b0;
                 end else if (verdict == C_DUP || verdict == C_OVF) begin
                     r = r == R_NONE ? R_ACK : r;
@@ -470,8 +494,8 @@ module onic_net_rx_seq #(
     reg  [2:0]  due_next;
     reg  [23:0] acc_next;
     reg  [47:0] hold_next;
-    reg  [7:0]  acc_h;
-    reg         took;
+    reg  [7:0]  acc_h, acc_inc;
+    reg         took, acc_ge;
     integer h;
     always @(*) begin
         for (h = 0; h < 3; h = h + 1) begin
@@ -479,10 +503,15 @@ module onic_net_rx_seq #(
             due_next[h] = took ? 1'b0 : due_reg[h];
             acc_h       = took ? 8'd0 : acc_reg[8*h +: 8];
             hold_next[16*h +: 16] = took ? 16'd0 : hold_reg[16*h +: 16];
+            /* the count after an accepted frame and its threshold compare for both cases of took
+               (count restarted: 1; else the register's + 1, saturating), both from registers, so
+               the reply selection (took) only picks one */
+            acc_inc = acc_reg[8*h +: 8] == 8'hFF ? 8'hFF : acc_reg[8*h +: 8] + 8'd1;
+            acc_ge  = took ? thr_reg[8*h +: 8] <= 8'd1 : acc_inc >= thr_reg[8*h +: 8];
             if (w_end && is_data_reg && flow_reg == h[1:0]) begin
                 if (verdict == C_ACCEPT) begin
-                    acc_h = acc_h == 8'hFF ? 8'hFF : acc_h + 8'd1;
-                    if (last_flag || acc_h >= thr_reg[8*h +: 8]) begin
+                    acc_h = took ? 8'd1 : acc_inc;
+                    if (last_flag || acc_ge) begin
                         due_next[h] = 1'b1;
                     end
                 end else if (verdict == C_DUP || verdict == C_OVF) begin
@@ -539,6 +568,7 @@ module onic_net_rx_seq #(
     always @(posedge clk) begin
         if (rst) begin
             expected_reg      <= 96'd0;
+            expected1_reg     <= {3{32'd1}};
             prev_expected_reg <= 96'd0;
             reply_reg         <= 6'd0;
             nak_sent_reg      <= 3'd0;
@@ -549,6 +579,7 @@ module onic_net_rx_seq #(
             prev_valid_reg    <= 1'b0;
         end else if (step_start) begin
             expected_reg      <= 96'd0;
+            expected1_reg     <= {3{32'd1}};
             prev_expected_reg <= expected_next;  // with a frame accepted in this clock
             reply_reg         <= 6'd0;
             nak_sent_reg      <= 3'd0;
@@ -559,6 +590,7 @@ module onic_net_rx_seq #(
             prev_valid_reg    <= cur_valid_reg;
         end else begin
             expected_reg <= expected_next;
+            expected1_reg <= expected1_next;
             reply_reg    <= reply_next;
             nak_sent_reg <= nak_sent_next;
             late_reg     <= late_next;
@@ -594,7 +626,7 @@ module onic_net_rx_seq #(
     always @(posedge clk) begin
         cnt_rst_reg   <= rst;
         cnt_cause_reg <= verdict;
-        cnt_beats_reg <= beat_no_reg;
+        cnt_beats_reg <= beat_nx_reg - 11'd1;
         cnt_keep_reg  <= w_keep_reg;
         cnt_end_reg   <= rst ? 1'b0 : w_end;
         if (cnt_rst_reg) begin
