@@ -577,20 +577,29 @@ module onic_net_kernel #(
      * the other has no payload outstanding (headers taken, TLAST not yet) */
     wire        dq_to_sc = dq_opcode == 4'd5 && cfg_phase_reg != 2'd0;
     reg  [15:0] out_dp_reg, out_sc_reg;
+    // out_*_reg != 0 kept in registers of their own (the 16-bit OR was two LUT levels on the payload path)
+    reg         out_dp_nz_reg, out_sc_nz_reg;
     wire        sc_hdr_ready, sc_pay_tready, dp_pay_tready;
-    wire        dp_hdr_valid = dq_m_valid && !dq_to_sc && out_sc_reg == 16'd0;
-    wire        sc_hdr_valid = dq_m_valid && dq_to_sc && out_dp_reg == 16'd0;
-    wire        dq_m_ready   = dq_to_sc ? sc_hdr_ready && out_dp_reg == 16'd0 : dp_hdr_ready && out_sc_reg == 16'd0;
-    wire        pay_to_sc    = out_sc_reg != 16'd0;
+    wire        dp_hdr_valid = dq_m_valid && !dq_to_sc && !out_sc_nz_reg;
+    wire        sc_hdr_valid = dq_m_valid && dq_to_sc && !out_dp_nz_reg;
+    wire        dq_m_ready   = dq_to_sc ? sc_hdr_ready && !out_dp_nz_reg : dp_hdr_ready && !out_sc_nz_reg;
+    wire        pay_to_sc    = out_sc_nz_reg;
     assign pay_tready = pay_to_sc ? sc_pay_tready : dp_pay_tready;
     wire        pay_end      = pay_tvalid && pay_tready && pay_tlast;
+    wire        dp_inc = dp_hdr_valid && dp_hdr_ready, dp_dec = pay_end && !pay_to_sc;
+    wire        sc_inc = sc_hdr_valid && sc_hdr_ready, sc_dec = pay_end && pay_to_sc;
     always @(posedge ap_clk) begin
         if (rst) begin
-            out_dp_reg <= 16'd0;
-            out_sc_reg <= 16'd0;
+            out_dp_reg    <= 16'd0;
+            out_sc_reg    <= 16'd0;
+            out_dp_nz_reg <= 1'b0;
+            out_sc_nz_reg <= 1'b0;
         end else begin
-            out_dp_reg <= out_dp_reg + {15'd0, dp_hdr_valid && dp_hdr_ready} - {15'd0, pay_end && !pay_to_sc};
-            out_sc_reg <= out_sc_reg + {15'd0, sc_hdr_valid && sc_hdr_ready} - {15'd0, pay_end && pay_to_sc};
+            out_dp_reg <= out_dp_reg + {15'd0, dp_inc} - {15'd0, dp_dec};
+            out_sc_reg <= out_sc_reg + {15'd0, sc_inc} - {15'd0, sc_dec};
+            // non-zero after the clock: one more, or one fewer from a count other than 1, or as before
+            out_dp_nz_reg <= dp_inc && !dp_dec ? 1'b1 : dp_dec && !dp_inc ? out_dp_reg != 16'd1 : out_dp_nz_reg;
+            out_sc_nz_reg <= sc_inc && !sc_dec ? 1'b1 : sc_dec && !sc_inc ? out_sc_reg != 16'd1 : out_sc_nz_reg;
         end
     end
 
@@ -937,12 +946,21 @@ module onic_net_kernel #(
     reg  [31:0] frames_out_reg, bytes_out_reg, acks_sent_reg, naks_sent_reg;
     reg         out_beat_reg, out_last_reg;
     reg  [63:0] out_keep_reg;
-    reg  [6:0]  out_bytes;
-    integer b;
-    always @(*) begin
-        out_bytes = 7'd0;
-        for (b = 0; b < 64; b = b + 1) out_bytes = out_bytes + {6'd0, out_keep_reg[b]};
-    end
+    /* a beat's bytes in two registered steps (the 64-bit popcount and the 32-bit saturating add in one
+       clock were 7 LUT levels): the bytes of each 16-bit quarter of TKEEP, then their sum into the
+       counter; bytes_out counts a beat a clock later than frames_out */
+    reg         out_beat2_reg;
+    reg  [19:0] out_quarter_reg;        // quarter q's bytes in [5q +: 5]
+    function [4:0] ones16;
+        input [15:0] k;
+        integer i;
+        begin
+            ones16 = 5'd0;
+            for (i = 0; i < 16; i = i + 1) ones16 = ones16 + {4'd0, k[i]};
+        end
+    endfunction
+    wire [6:0]  out_bytes = {2'd0, out_quarter_reg[4:0]} + {2'd0, out_quarter_reg[9:5]}
+                          + {2'd0, out_quarter_reg[14:10]} + {2'd0, out_quarter_reg[19:15]};
 
     function [31:0] sat_add;
         input [31:0] a;
@@ -963,12 +981,19 @@ module onic_net_kernel #(
             out_beat_reg   <= 1'b0;
             out_last_reg   <= 1'b0;
             out_keep_reg   <= 64'd0;
+            out_beat2_reg  <= 1'b0;
+            out_quarter_reg <= 20'd0;
         end else begin
             out_beat_reg <= m_axis_mac0_tvalid && m_axis_mac0_tready;
             out_last_reg <= m_axis_mac0_tlast;
             out_keep_reg <= m_axis_mac0_tkeep;
-            if (out_beat_reg) begin
+            out_beat2_reg <= out_beat_reg;
+            out_quarter_reg <= {ones16(out_keep_reg[63:48]), ones16(out_keep_reg[47:32]),
+                                ones16(out_keep_reg[31:16]), ones16(out_keep_reg[15:0])};
+            if (out_beat2_reg) begin
                 bytes_out_reg <= sat_add(bytes_out_reg, {25'd0, out_bytes});
+            end
+            if (out_beat_reg) begin
                 if (out_last_reg) frames_out_reg <= sat_add(frames_out_reg, 32'd1);
             end
             if (ctl_take) begin
@@ -990,12 +1015,16 @@ module onic_net_kernel #(
     end
     // the AG sender's payload bytes while it carries the scalar flow (phase one) are the scalar flow's
     reg  [31:0] sc_base_reg, sc_prev_reg, sc_view_reg;
+    // the AG flow's own bytes registered (the subtraction in front of the register read mux was 7 LUT levels)
+    reg  [31:0] ag_view_reg;
     always @(posedge ap_clk) begin
         if (rst) begin
             sc_base_reg <= 32'd0;
             sc_prev_reg <= 32'd0;
             sc_view_reg <= 32'd0;
+            ag_view_reg <= 32'd0;
         end else begin
+            ag_view_reg <= ag_counters[63:32] - sc_view_reg;
             if (start_pulse_reg && sel_p1) sc_base_reg <= ag_counters[63:32];
             if (sel_p1) sc_view_reg <= sc_prev_reg + (ag_counters[63:32] - sc_base_reg);
             if (p2_start_reg || (start_pulse_reg && !sel_p1)) sc_prev_reg <= sc_view_reg;
@@ -1015,7 +1044,7 @@ module onic_net_kernel #(
     assign view[9]  = sum_reg[3];
     assign view[10] = sum_reg[4];
     assign view[11] = rs_counters[63:32];   // rs_payload_bytes_out
-    assign view[12] = ag_counters[63:32] - sc_view_reg;  // ag_payload_bytes_out
+    assign view[12] = ag_view_reg;          // ag_payload_bytes_out
     assign view[13] = sc_view_reg;          // scalar_payload_bytes_out
     generate
         for (g = 0; g < 18; g = g + 1) begin : g_drop
