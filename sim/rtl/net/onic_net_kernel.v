@@ -237,6 +237,7 @@ module onic_net_kernel #(
     reg  [31:0] cfg_local_ip_reg, cfg_succ_ip_reg, cfg_pred_ip_reg;
     reg  [15:0] cfg_local_port_reg, cfg_comm_reg;
     reg  [31:0] cfg_rank_reg, cfg_world_reg, cfg_length_reg, cfg_window_reg, cfg_timeout_reg;
+    reg  [31:0] cfg_world_m1_reg;
     reg  [31:0] cfg_credit_reg, cfg_payload_reg;
     reg  [31:0] cfg_step_reg;       // loaded in its own block below (cfg_step_nx)
     reg  [1:0]  cfg_phase_reg;      // 0 one-phase step, 1 phase one, 2 phase two (net_regmap "phase")
@@ -297,7 +298,7 @@ module onic_net_kernel #(
     wire         tp_phase2_done;    // the stream's last beat taken: dp_ag_done implies it
     wire [2:0]   tp_errors;
     wire         phase1_complete = dp_rs_done && tp_phase1_done && rs_state[31:0] == rs_total_reg
-                                   && ag_state[31:0] == cfg_world_reg - 32'd1;
+                                   && ag_state[31:0] == cfg_world_m1_reg;
 
     always @(posedge ap_clk) begin
         if (rst) begin
@@ -355,6 +356,7 @@ module onic_net_kernel #(
                     cfg_comm_reg       <= arg[11][15:0];
                     cfg_rank_reg       <= arg[12];
                     cfg_world_reg      <= arg[13];
+                    cfg_world_m1_reg   <= arg[13] - 32'd1;  // N - 1 for phase1_complete (no subtraction there)
                     cfg_length_reg     <= arg[14];
                     cfg_window_reg     <= arg[15];
                     cfg_timeout_reg    <= arg[16];

@@ -380,7 +380,8 @@ module onic_net_rx_seq #(
     reg        co_off_reg;            // cfg_ack_every <= 1: every reply goes at once
     reg [2:0]  due_reg;
     reg [23:0] acc_reg;               // flow f in [8f +: 8]
-    reg [23:0] thr_reg;
+    reg [23:0] thr_m1_reg;            // the threshold K - 1 (flow f in [8f +: 8])
+    reg [2:0]  thr_le1_reg;           // K <= 1
     reg [47:0] hold_reg;              // flow f in [16f +: 16]
     wire [2:0] due = due_reg | {3{co_off_reg}};
 
@@ -507,7 +508,8 @@ module onic_net_rx_seq #(
                (count restarted: 1; else the register's + 1, saturating), both from registers, so
                the reply selection (took) only picks one */
             acc_inc = acc_reg[8*h +: 8] == 8'hFF ? 8'hFF : acc_reg[8*h +: 8] + 8'd1;
-            acc_ge  = took ? thr_reg[8*h +: 8] <= 8'd1 : acc_inc >= thr_reg[8*h +: 8];
+            // acc + 1 >= K (saturating at 255, K <= 255) as K <= 1 || acc >= K - 1, K - 1 registered
+            acc_ge  = thr_le1_reg[h] || (!took && acc_reg[8*h +: 8] >= thr_m1_reg[8*h +: 8]);
             if (w_end && is_data_reg && flow_reg == h[1:0]) begin
                 if (verdict == C_ACCEPT) begin
                     acc_h = took ? 8'd1 : acc_inc;
@@ -539,13 +541,15 @@ module onic_net_rx_seq #(
                 due_reg[q]             <= 1'b0;
                 acc_reg[8*q +: 8]      <= 8'd0;
                 hold_reg[16*q +: 16]   <= 16'd0;
-                thr_reg[8*q +: 8]      <= cfg_ack_every;
+                thr_m1_reg[8*q +: 8]   <= cfg_ack_every - 8'd1;
+                thr_le1_reg[q]         <= cfg_ack_every <= 8'd1;
             end else begin
                 due_reg[q]             <= due_next[q];
                 acc_reg[8*q +: 8]      <= acc_next[8*q +: 8];
                 hold_reg[16*q +: 16]   <= due_next[q] ? 16'd0 : hold_next[16*q +: 16];
                 if (take && sel[2] && sel_f == q[1:0]) begin
-                    thr_reg[8*q +: 8]  <= thr_take;
+                    thr_m1_reg[8*q +: 8] <= thr_take - 8'd1;
+                    thr_le1_reg[q]       <= thr_take <= 8'd1;
                 end
             end
         end
@@ -600,13 +604,13 @@ module onic_net_rx_seq #(
     /* counters: the verdict registered, then the increment */
     reg        cnt_end_reg;
     reg [4:0]  cnt_cause_reg;
-    reg [10:0] cnt_beats_reg;
-    reg [63:0] cnt_keep_reg;
+    reg [10:0] cnt_bm1_reg;            // the frame's beats - 1
+    reg [6:0]  cnt_kb_reg;             // the bytes of its last beat
     reg [31:0] cnt_reg [0:NCNT-1];
     reg [31:0] frame_bytes;
 
     always @(*) begin
-        frame_bytes = {15'd0, cnt_beats_reg - 11'd1, 6'd0} + {25'd0, keep_bytes(cnt_keep_reg)};
+        frame_bytes = {15'd0, cnt_bm1_reg, 6'd0} + {25'd0, cnt_kb_reg};
     end
 
     function [31:0] sat_add;
@@ -626,8 +630,10 @@ module onic_net_rx_seq #(
     always @(posedge clk) begin
         cnt_rst_reg   <= rst;
         cnt_cause_reg <= verdict;
-        cnt_beats_reg <= beat_nx_reg - 11'd1;
-        cnt_keep_reg  <= w_keep_reg;
+        // the byte count of the last beat's TKEEP and beats - 1 registered here, the sum and the
+        // saturating add a clock later (all three in one clock were 7 LUT levels)
+        cnt_bm1_reg   <= beat_nx_reg - 11'd2;
+        cnt_kb_reg    <= keep_bytes(w_keep_reg);
         cnt_end_reg   <= rst ? 1'b0 : w_end;
         if (cnt_rst_reg) begin
             for (c = 0; c < NCNT; c = c + 1) begin
