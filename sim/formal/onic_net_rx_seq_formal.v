@@ -63,6 +63,7 @@ module onic_net_rx_seq_formal #(
         .ACK_HOLD(4)
     ) dut (
         .clk(clk), .rst(rst), .step_start(step_start), .step_id(step_id),
+        .step_next(step_id),   // evt_now is not checked here (step_id may change at any clock)
         .cfg_ack_every(cfg_ack_every), .ack_credit(ack_credit),
         .s_data(s_data), .s_keep(s_keep), .s_valid(s_valid), .s_last(s_last), .s_user(s_user),
         .s_first(s_first),
@@ -76,7 +77,7 @@ module onic_net_rx_seq_formal #(
         .buf_end(buf_end), .buf_commit(buf_commit), .buf_fits(buf_fits),
         .hdr_data(hdr_data), .hdr_push(hdr_push), .hdr_ready(hdr_ready), .hdr_count(hdr_count),
         .evt_valid(evt_valid), .evt_ready(evt_ready), .evt_nak(evt_nak), .evt_flow(evt_flow),
-        .evt_step(evt_step), .evt_seq(evt_seq), .evt_credit(evt_credit),
+        .evt_step(evt_step), .evt_seq(evt_seq), .evt_credit(evt_credit), .evt_now(),
         .frames_in(frames_in), .bytes_in(bytes_in), .frames_accepted(frames_accepted),
         .dropped_truncated(dropped_truncated), .dropped_fcs(dropped_fcs), .dropped_mac(dropped_mac),
         .dropped_ethertype(dropped_ethertype), .dropped_ip_header(dropped_ip_header),

@@ -118,17 +118,13 @@ module onic_net_control_s_axi #(
 
     /* the scalar and counter windows: index and word of an address inside them */
     wire [ADDR_BITS-1:0] r_soff = raddr - ADDR_SCALARS;
-    wire [ADDR_BITS-1:0] w_soff = waddr_reg - ADDR_SCALARS;
     wire [ADDR_BITS-1:0] r_coff = raddr - ADDR_COUNTERS;
     wire [31:0]          raddr32 = {{(32 - ADDR_BITS){1'b0}}, raddr};
     wire [31:0]          waddr32 = {{(32 - ADDR_BITS){1'b0}}, waddr_reg};
     wire                 r_in_scalars = raddr32 >= ADDR_SCALARS32 && raddr32 < ADDR_SCALARS32 + 8 * N_SCALARS
                                         && !raddr[2];
-    wire                 w_in_scalars = waddr32 >= ADDR_SCALARS32 && waddr32 < ADDR_SCALARS32 + 8 * N_SCALARS
-                                        && !waddr_reg[2];
     wire                 r_in_counters = raddr32 >= ADDR_COUNTERS32 && raddr32 < ADDR_COUNTERS32 + 8 * (N_COUNTERS + N_EXTRA);
     wire [4:0]           r_sidx = r_soff[7:3];    // N_SCALARS <= 32
-    wire [4:0]           w_sidx = w_soff[7:3];
     wire [ADDR_BITS-3:0] r_cword = r_coff[ADDR_BITS-1:2];    // 32-bit word of the counter bus
 
     assign s_axi_control_awready = wstate_reg == WR_IDLE;
@@ -260,8 +256,11 @@ module onic_net_control_s_axi #(
                 int_gather0_reg[31:0] <= (s_axi_control_wdata & wmask) | (int_gather0_reg[31:0] & ~wmask);
             if (waddr_reg == ADDR_GATHER0_DATA_1)
                 int_gather0_reg[63:32] <= (s_axi_control_wdata & wmask) | (int_gather0_reg[63:32] & ~wmask);
-            if (w_in_scalars)
-                int_scalar_reg[w_sidx] <= (s_axi_control_wdata & wmask) | (int_scalar_reg[w_sidx] & ~wmask);
+            // scalar k by its own address compare (a computed index, waddr - ADDR_SCALARS, put a
+            // subtraction and a decoder in front of every scalar's write)
+            for (k = 0; k < N_SCALARS; k = k + 1)
+                if (waddr32 == ADDR_SCALARS32 + 8 * k)
+                    int_scalar_reg[k] <= (s_axi_control_wdata & wmask) | (int_scalar_reg[k] & ~wmask);
         end
     end
 
@@ -278,8 +277,8 @@ module onic_net_control_s_axi #(
     assign gather0   = int_gather0_reg;
 
     // registers are words: the byte address bits only matter through WSTRB
-    wire _unused_ok = &{1'b0, s_axi_control_awaddr[1:0], s_axi_control_araddr[1:0], r_soff[2:0], w_soff[2:0], r_soff[ADDR_BITS-1:8], w_soff[ADDR_BITS-1:8],
-                        r_coff[1:0], r_sidx, w_sidx, 1'b0};
+    wire _unused_ok = &{1'b0, s_axi_control_awaddr[1:0], s_axi_control_araddr[1:0], r_soff[2:0], r_soff[ADDR_BITS-1:8],
+                        r_coff[1:0], r_sidx, 1'b0};
 
 endmodule
 

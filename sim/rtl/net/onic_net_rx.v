@@ -40,6 +40,7 @@ module onic_net_rx #(
     input  wire [15:0]   local_comm,
     input  wire          step_start,
     input  wire [31:0]   step_id,
+    input  wire [31:0]   step_next,      // step_id's value from the next clock on (onic_net_rx_seq)
     // accepted frames per cumulative ACK (0, 1: every frame; onic_net_rx_seq)
     input  wire [7:0]    cfg_ack_every,
 
@@ -84,6 +85,7 @@ module onic_net_rx #(
     output wire [31:0]   evt_step,
     output wire [31:0]   evt_seq,
     output wire [31:0]   evt_credit,
+    output wire          evt_now,        // evt_step == step_id, from registers
     input  wire [31:0]   ack_credit,     // the credit the reply taken carries
 
     /* counters */
@@ -159,7 +161,7 @@ module onic_net_rx #(
         .SLOT_LOG2(SLOT_LOG2),
         .ACK_HOLD(ACK_HOLD)
     ) seq (
-        .clk(clk), .rst(rst), .step_start(step_start), .step_id(step_id),
+        .clk(clk), .rst(rst), .step_start(step_start), .step_id(step_id), .step_next(step_next),
         .cfg_ack_every(cfg_ack_every), .ack_credit(ack_credit),
         .s_data(p_data), .s_keep(p_keep), .s_valid(p_valid), .s_last(p_last), .s_user(p_user),
         .s_first(p_first), .s_bad_mac(p_bad_mac), .s_bad_ethertype(p_bad_ethertype),
@@ -173,7 +175,7 @@ module onic_net_rx #(
         .buf_end(b_end), .buf_commit(b_commit), .buf_fits(b_fits),
         .hdr_data(h_data), .hdr_push(h_push), .hdr_ready(h_ready), .hdr_count(h_count),
         .evt_valid(evt_valid), .evt_ready(evt_ready), .evt_nak(evt_nak), .evt_flow(evt_flow),
-        .evt_step(evt_step), .evt_seq(evt_seq), .evt_credit(evt_credit),
+        .evt_step(evt_step), .evt_seq(evt_seq), .evt_credit(evt_credit), .evt_now(evt_now),
         .frames_in(frames_in), .bytes_in(bytes_in), .frames_accepted(frames_accepted),
         .dropped_truncated(dropped_truncated), .dropped_fcs(dropped_fcs), .dropped_mac(dropped_mac),
         .dropped_ethertype(dropped_ethertype), .dropped_ip_header(dropped_ip_header),

@@ -57,6 +57,7 @@ module onic_net_rx_seq #(
     /* step control */
     input  wire                 step_start,
     input  wire [31:0]          step_id,
+    input  wire [31:0]          step_next,     // step_id's value from the next clock on (evt_now)
 
     /* from onic_net_rx_parse */
     input  wire [511:0]         s_data,
@@ -105,6 +106,7 @@ module onic_net_rx_seq #(
     output wire [31:0]          evt_step,
     output wire [31:0]          evt_seq,       // the next sequence number expected
     output wire [31:0]          evt_credit,    // free slots, in packets
+    output wire                 evt_now,       // evt_step == step_id, from registered compares
 
     /* counters (hls.net.card names) */
     output wire [31:0]          frames_in,
@@ -185,6 +187,7 @@ module onic_net_rx_seq #(
 
     /* per-flow receiver state (flow f in bits [32f +: 32] / [2f +: 2]) */
     reg [95:0] expected_reg;
+    reg [95:0] expected1_reg;        // expected_reg + 1 per flow
     reg [95:0] prev_expected_reg;
     reg [5:0]  reply_reg;
     reg [2:0]  nak_sent_reg;
@@ -214,16 +217,38 @@ module onic_net_rx_seq #(
     wire [1:0]  s_flow   = s_opcode == 4'd1 ? 2'd0 : s_opcode == 4'd2 ? 2'd1 : 2'd2;
     wire [31:0] s_step   = be32(s_data, 50);
     wire [31:0] s_seq    = be32(s_data, 54);
-    wire [31:0] s_exp    = s_flow == 2'd0 ? expected_reg[31:0] :
-                           s_flow == 2'd1 ? expected_reg[63:32] : expected_reg[95:64];
-    wire [31:0] s_exp1   = s_exp + 32'd1;
+    /* seq against every flow's expected number (and + 1, kept in a register of its own), then the
+       frame's flow picks one: no flow mux and no adder between the frame's bytes and a compare */
+    reg  [2:0]  s_lt_f, s_eq0_f, s_eq1_f;
+    integer e;
+    always @(*) begin
+        for (e = 0; e < 3; e = e + 1) begin
+            s_lt_f[e]  = s_seq < expected_reg[32*e +: 32];
+            s_eq0_f[e] = s_seq == expected_reg[32*e +: 32];
+            s_eq1_f[e] = s_seq == expected1_reg[32*e +: 32];
+        end
+    end
+    wire        s_rs     = s_opcode == 4'd1;
+    wire        s_ag     = s_opcode == 4'd2;
+    wire        s_lt     = s_rs ? s_lt_f[0] : s_ag ? s_lt_f[1] : s_lt_f[2];
+    wire        s_eq0    = s_rs ? s_eq0_f[0] : s_ag ? s_eq0_f[1] : s_eq0_f[2];
+    wire        s_eq1    = s_rs ? s_eq1_f[0] : s_ag ? s_eq1_f[1] : s_eq1_f[2];
+    // the steps this frame is matched against: the new ones when step_start loads them in this clock
+    wire [31:0] m_cur_step  = step_start ? step_id : cur_step_reg;
+    wire        m_cur_valid = step_start || cur_valid_reg;
+    wire [31:0] m_prev_step = step_start ? cur_step_reg : prev_step_reg;
+    wire        m_prev_valid = step_start ? cur_valid_reg : prev_valid_reg;
 
-    wire [10:0] beat_no = s_first ? 11'd1 : beat_no_reg + 11'd1;
     wire [31:0] hdr_step;   // the latched frame's step and sequence number (in hdr_reg)
     wire [31:0] hdr_seq;
     // what the frame's end must look like: its IPv4 length, the first beat's or the latched one
-    wire [10:0] exp_b   = s_first ? s_exp_beats : exp_beats_reg;
     wire [63:0] exp_k   = s_first ? s_exp_keep : exp_keep_reg;
+    /* the beat's number (1 at the first; else beat_nx_reg, the number after the last beat's) against
+       the IPv4 length's beats (beat > expected, ==) and the TKEEP check, each worked out for the
+       first beat and for the others, then picked: no adder or operand mux before the compares */
+    wire        b_gt = s_first ? s_exp_beats == 11'd0 : beat_nx_reg > exp_beats_reg;
+    wire        b_eq = s_first ? s_exp_beats == 11'd1 : beat_nx_reg == exp_beats_reg;
+    wire        k_ok = s_first ? (s_keep & s_exp_keep) == s_exp_keep : (s_keep & exp_keep_reg) == exp_keep_reg;
 
     reg [271:0] hdr_reg;
     reg [4:0]   cause_a_reg, cause_b_reg;
@@ -231,7 +256,7 @@ module onic_net_rx_seq #(
     reg [10:0]  exp_beats_reg;
     reg [63:0]  exp_keep_reg;
     reg         hdr_ok_reg;         // no header cause: worth buffering
-    reg [10:0]  beat_no_reg;        // the number of the beat now in stage W (1 = the first)
+    reg [10:0]  beat_nx_reg;        // the number of the beat now in stage W (1 = the first) + 1
     reg         len_ok_reg;         // the beat in W, if last, ends at or after where IPv4 says
     reg         in_pay_reg;         // the beat in W is within the IPv4 length (not Ethernet padding)
     reg         pay_last_reg;       // ... and the last such beat
@@ -255,22 +280,20 @@ module onic_net_rx_seq #(
             is_data_reg   <= s_opcode == 4'd1 || s_opcode == 4'd2 || s_opcode == 4'd5;
             flow_reg      <= s_flow;
             hdr_ok_reg    <= cause_a == C_ACCEPT && cause_b == C_ACCEPT;
+            cur_match_reg <= m_cur_valid && s_step == m_cur_step;
+            prv_match_reg <= m_prev_valid && s_step == m_prev_step;
             if (step_start) begin
                 // the new step applies to this frame: every expected number restarts at 0
                 lt0_reg       <= 1'b0;
                 eq0_reg       <= s_seq == 32'd0;
                 eq1_reg       <= s_seq == 32'd1;
                 bump_reg      <= 1'b0;
-                cur_match_reg <= s_step == step_id;
-                prv_match_reg <= cur_valid_reg && s_step == cur_step_reg;
             end else begin
-                lt0_reg       <= s_seq < s_exp;
-                eq0_reg       <= s_seq == s_exp;
-                eq1_reg       <= s_seq == s_exp1;
+                lt0_reg       <= s_lt;
+                eq0_reg       <= s_eq0;
+                eq1_reg       <= s_eq1;
                 // at most one frame ends between the latch and this frame's end: the one in W now
                 bump_reg      <= accept && is_data_reg && flow_reg == s_flow;
-                cur_match_reg <= cur_valid_reg && s_step == cur_step_reg;
-                prv_match_reg <= prev_valid_reg && s_step == prev_step_reg;
             end
         end else if (step_start) begin
             // a frame past its latch whose end is still to come is judged in the new step
@@ -282,12 +305,12 @@ module onic_net_rx_seq #(
             prv_match_reg <= cur_match_reg;
         end
         if (s_valid) begin
-            beat_no_reg <= beat_no;
+            beat_nx_reg <= s_first ? 11'd2 : beat_nx_reg + 11'd1;
         end
-        len_ok_reg   <= beat_no > exp_b || (beat_no == exp_b && (s_keep & exp_k) == exp_k);
-        in_pay_reg   <= beat_no <= exp_b;
-        pay_last_reg <= beat_no == exp_b;
-        pay_keep_reg <= beat_no == exp_b ? exp_k : s_keep;
+        len_ok_reg   <= b_gt || (b_eq && k_ok);
+        in_pay_reg   <= !b_gt;
+        pay_last_reg <= b_eq;
+        pay_keep_reg <= b_eq ? exp_k : s_keep;
     end
 
     assign hdr_step = hdr_reg[111:80];
@@ -357,7 +380,8 @@ module onic_net_rx_seq #(
     reg        co_off_reg;            // cfg_ack_every <= 1: every reply goes at once
     reg [2:0]  due_reg;
     reg [23:0] acc_reg;               // flow f in [8f +: 8]
-    reg [23:0] thr_reg;
+    reg [23:0] thr_m1_reg;            // the threshold K - 1 (flow f in [8f +: 8])
+    reg [2:0]  thr_le1_reg;           // K <= 1
     reg [47:0] hold_reg;              // flow f in [16f +: 16]
     wire [2:0] due = due_reg | {3{co_off_reg}};
 
@@ -384,22 +408,65 @@ module onic_net_rx_seq #(
     end
 
     wire [1:0] sel_f = sel[1:0] == 2'd3 ? 2'd0 : sel[1:0];
+    /* the selected flow's fields by explicit muxes (a computed part-select such as
+       reply_reg[2*sel_f +: 2] becomes a 32-bit offset computation and $shiftx in yosys) */
+    reg [1:0]  sel_reply;
+    reg [31:0] sel_exp, sel_prev_exp;
+    reg [1:0]  sel_flow;
+    always @(*) begin
+        case (sel_f)
+            2'd1: begin
+                sel_reply    = reply_reg[3:2];
+                sel_exp      = expected_reg[63:32];
+                sel_prev_exp = prev_expected_reg[63:32];
+                sel_flow     = 2'd2;
+            end
+            2'd2: begin
+                sel_reply    = reply_reg[5:4];
+                sel_exp      = expected_reg[95:64];
+                sel_prev_exp = prev_expected_reg[95:64];
+                sel_flow     = 2'd3;
+            end
+            default: begin
+                sel_reply    = reply_reg[1:0];
+                sel_exp      = expected_reg[31:0];
+                sel_prev_exp = prev_expected_reg[31:0];
+                sel_flow     = 2'd1;
+            end
+        endcase
+    end
     assign evt_valid  = sel_valid;
-    assign evt_nak    = sel[2] && reply_reg[2*sel_f +: 2] == R_NAK;
-    assign evt_flow   = sel_f + 2'd1;
+    assign evt_nak    = sel[2] && sel_reply == R_NAK;
+    assign evt_flow   = sel_flow;
     assign evt_step   = sel[2] ? cur_step_reg : prev_step_reg;
-    assign evt_seq    = sel[2] ? expected_reg[32*sel_f +: 32] : prev_expected_reg[32*sel_f +: 32];
+    assign evt_seq    = sel[2] ? sel_exp : sel_prev_exp;
     assign evt_credit = credit;
+
+    /* evt_now = (evt_step == step_id) without a 32-bit compare behind the reply state: each step
+     * register's next value (as the block below loads it) is compared with step_id's next value
+     * (step_next, the caller's) and registered, so the flags hold the compares of this clock's
+     * values; the caller's decision on evt_* then stays a few LUTs from registers (README "Timing
+     * shape"). Holds from the first clock after a reset on (the flags are loaded in every clock). */
+    reg         cur_now_reg, prev_now_reg;
+    wire [31:0] cur_step_nx  = rst ? 32'd0 : step_start ? step_id : cur_step_reg;
+    wire [31:0] prev_step_nx = rst ? 32'd0 : step_start ? cur_step_reg : prev_step_reg;
+    always @(posedge clk) begin
+        cur_now_reg  <= cur_step_nx == step_next;
+        prev_now_reg <= prev_step_nx == step_next;
+    end
+    assign evt_now = sel[2] ? cur_now_reg : prev_now_reg;
     wire take = evt_valid && evt_ready;
 
     // next reply, expected number and NAK flag of each flow (Receiver.on_frame / take_reply)
     reg [5:0]  reply_next;
     reg [95:0] expected_next;
+    reg [95:0] expected1_next;
     reg [2:0]  nak_sent_next;
     reg [1:0]  r;
     integer f;
     always @(*) begin
         expected_next = expected_reg;
+        expected1_next = expected1_reg;
         nak_sent_next = nak_sent_reg;
         for (f = 0; f < 3; f = f + 1) begin
             r = (take && sel[2] && sel_f == f[1:0]) ? R_NONE : reply_reg[2*f +: 2];
@@ -407,6 +474,7 @@ module onic_net_rx_seq #(
                 if (verdict == C_ACCEPT) begin
                     r = R_ACK;               // a NAK not yet sent is moot: the gap is filled
                     expected_next[32*f +: 32] = expected_reg[32*f +: 32] + 32'd1;
+                    expected1_next[32*f +: 32] = expected1_reg[32*f +: 32] + 32'd1;
                     nak_sent_next[f] = 1'b0;
                 end else if (verdict == C_DUP || verdict == C_OVF) begin
                     r = r == R_NONE ? R_ACK : r;
@@ -427,8 +495,8 @@ module onic_net_rx_seq #(
     reg  [2:0]  due_next;
     reg  [23:0] acc_next;
     reg  [47:0] hold_next;
-    reg  [7:0]  acc_h;
-    reg         took;
+    reg  [7:0]  acc_h, acc_inc;
+    reg         took, acc_ge;
     integer h;
     always @(*) begin
         for (h = 0; h < 3; h = h + 1) begin
@@ -436,10 +504,16 @@ module onic_net_rx_seq #(
             due_next[h] = took ? 1'b0 : due_reg[h];
             acc_h       = took ? 8'd0 : acc_reg[8*h +: 8];
             hold_next[16*h +: 16] = took ? 16'd0 : hold_reg[16*h +: 16];
+            /* the count after an accepted frame and its threshold compare for both cases of took
+               (count restarted: 1; else the register's + 1, saturating), both from registers, so
+               the reply selection (took) only picks one */
+            acc_inc = acc_reg[8*h +: 8] == 8'hFF ? 8'hFF : acc_reg[8*h +: 8] + 8'd1;
+            // acc + 1 >= K (saturating at 255, K <= 255) as K <= 1 || acc >= K - 1, K - 1 registered
+            acc_ge  = thr_le1_reg[h] || (!took && acc_reg[8*h +: 8] >= thr_m1_reg[8*h +: 8]);
             if (w_end && is_data_reg && flow_reg == h[1:0]) begin
                 if (verdict == C_ACCEPT) begin
-                    acc_h = acc_h == 8'hFF ? 8'hFF : acc_h + 8'd1;
-                    if (last_flag || acc_h >= thr_reg[8*h +: 8]) begin
+                    acc_h = took ? 8'd1 : acc_inc;
+                    if (last_flag || acc_ge) begin
                         due_next[h] = 1'b1;
                     end
                 end else if (verdict == C_DUP || verdict == C_OVF) begin
@@ -467,13 +541,15 @@ module onic_net_rx_seq #(
                 due_reg[q]             <= 1'b0;
                 acc_reg[8*q +: 8]      <= 8'd0;
                 hold_reg[16*q +: 16]   <= 16'd0;
-                thr_reg[8*q +: 8]      <= cfg_ack_every;
+                thr_m1_reg[8*q +: 8]   <= cfg_ack_every - 8'd1;
+                thr_le1_reg[q]         <= cfg_ack_every <= 8'd1;
             end else begin
                 due_reg[q]             <= due_next[q];
                 acc_reg[8*q +: 8]      <= acc_next[8*q +: 8];
                 hold_reg[16*q +: 16]   <= due_next[q] ? 16'd0 : hold_next[16*q +: 16];
                 if (take && sel[2] && sel_f == q[1:0]) begin
-                    thr_reg[8*q +: 8]  <= thr_take;
+                    thr_m1_reg[8*q +: 8] <= thr_take - 8'd1;
+                    thr_le1_reg[q]       <= thr_take <= 8'd1;
                 end
             end
         end
@@ -496,6 +572,7 @@ module onic_net_rx_seq #(
     always @(posedge clk) begin
         if (rst) begin
             expected_reg      <= 96'd0;
+            expected1_reg     <= {3{32'd1}};
             prev_expected_reg <= 96'd0;
             reply_reg         <= 6'd0;
             nak_sent_reg      <= 3'd0;
@@ -506,6 +583,7 @@ module onic_net_rx_seq #(
             prev_valid_reg    <= 1'b0;
         end else if (step_start) begin
             expected_reg      <= 96'd0;
+            expected1_reg     <= {3{32'd1}};
             prev_expected_reg <= expected_next;  // with a frame accepted in this clock
             reply_reg         <= 6'd0;
             nak_sent_reg      <= 3'd0;
@@ -516,6 +594,7 @@ module onic_net_rx_seq #(
             prev_valid_reg    <= cur_valid_reg;
         end else begin
             expected_reg <= expected_next;
+            expected1_reg <= expected1_next;
             reply_reg    <= reply_next;
             nak_sent_reg <= nak_sent_next;
             late_reg     <= late_next;
@@ -525,13 +604,13 @@ module onic_net_rx_seq #(
     /* counters: the verdict registered, then the increment */
     reg        cnt_end_reg;
     reg [4:0]  cnt_cause_reg;
-    reg [10:0] cnt_beats_reg;
-    reg [63:0] cnt_keep_reg;
+    reg [10:0] cnt_bm1_reg;            // the frame's beats - 1
+    reg [6:0]  cnt_kb_reg;             // the bytes of its last beat
     reg [31:0] cnt_reg [0:NCNT-1];
     reg [31:0] frame_bytes;
 
     always @(*) begin
-        frame_bytes = {15'd0, cnt_beats_reg - 11'd1, 6'd0} + {25'd0, keep_bytes(cnt_keep_reg)};
+        frame_bytes = {15'd0, cnt_bm1_reg, 6'd0} + {25'd0, cnt_kb_reg};
     end
 
     function [31:0] sat_add;
@@ -551,8 +630,10 @@ module onic_net_rx_seq #(
     always @(posedge clk) begin
         cnt_rst_reg   <= rst;
         cnt_cause_reg <= verdict;
-        cnt_beats_reg <= beat_no_reg;
-        cnt_keep_reg  <= w_keep_reg;
+        // the byte count of the last beat's TKEEP and beats - 1 registered here, the sum and the
+        // saturating add a clock later (all three in one clock were 7 LUT levels)
+        cnt_bm1_reg   <= beat_nx_reg - 11'd2;
+        cnt_kb_reg    <= keep_bytes(w_keep_reg);
         cnt_end_reg   <= rst ? 1'b0 : w_end;
         if (cnt_rst_reg) begin
             for (c = 0; c < NCNT; c = c + 1) begin

@@ -98,10 +98,25 @@ module onic_net_scalar (
     // the 6 pad bytes are zero when sent and ignored when received (as hls.net.card)
     wire _unused_ok = &{1'b0, rx_entry[63:16], 1'b0};
     wire [8:0]   hdr_entries = {1'b0, s_hdr_hop} + 9'd1;
+    /* hop + 2 <= N as hop <= N - 2 against a register (N - 2, and N >= 2): no adder in front of the
+       compare. cfg_world is loaded a clock or more before start (onic_net_kernel), and a hop is
+       only judged after the own entry or a header arrived, long after */
+    reg  [7:0]   world_m2_reg;
+    reg          world_ge2_reg;
+    always @(posedge clk) begin
+        world_m2_reg  <= cfg_world - 8'd2;
+        world_ge2_reg <= cfg_world >= 8'd2;
+    end
+    function hop_ok;
+        input [7:0] hop;
+        begin
+            hop_ok = world_ge2_reg && hop <= world_m2_reg;
+        end
+    endfunction
     // r - 1 - h mod N, as r + N - 1 - h (h <= N - 2: positive, below 2N)
     wire [8:0]   rx_first_w = {1'b0, cfg_rank} + {1'b0, cfg_world} - 9'd1 - {1'b0, s_hdr_hop};
     wire [7:0]   rx_first = (rx_first_w >= {1'b0, cfg_world}) ? rx_first_w[7:0] - cfg_world : rx_first_w[7:0];
-    wire         hdr_ok = s_hdr_hop == recv_hops_reg && {1'b0, s_hdr_hop} + 9'd2 <= {1'b0, cfg_world} &&
+    wire         hdr_ok = s_hdr_hop == recv_hops_reg && hop_ok(s_hdr_hop) &&
                           s_hdr_len == {3'd0, hdr_entries, 4'd0};
     wire         rx_store = rstate_reg == R_ENTRY && !rx_bad_reg;
     wire         rx_match = rx_entry[7:0] == rx_rank_reg;
@@ -125,7 +140,7 @@ module onic_net_scalar (
     // r - j mod N, as r + N - j
     wire [8:0]   tx_first_w = {1'b0, cfg_rank} + {1'b0, cfg_world} - {1'b0, send_hop_reg};
     wire [7:0]   tx_first = (tx_first_w >= {1'b0, cfg_world}) ? tx_first_w[7:0] - cfg_world : tx_first_w[7:0];
-    wire         tx_more = {1'b0, send_hop_reg} + 9'd2 <= {1'b0, cfg_world};
+    wire         tx_more = hop_ok(send_hop_reg);
     wire         tx_go = tstate_reg == T_IDLE && own_known_reg && tx_more && send_hop_reg <= recv_hops_reg;
     reg  [7:0]   tx_place_rank_reg; // the rank of the entry being placed
     wire [63:0]  tx_sumsq = tx_own_reg ? own_sumsq_reg : tab_tx_q[63:0];

@@ -113,8 +113,8 @@ def test_formal_skid_drop_mutant_fails(tmp_path: Path) -> None:
 def test_formal_step_mutant_fails(tmp_path: Path) -> None:
     """The receive filter ignoring the step (any step taken as the current one) is caught by the proof."""
     proc = _sby(tmp_path, "onic_net_rx_seq.sby", "prove",
-                patch=("net/onic_net_rx_seq.v", "cur_match_reg <= cur_valid_reg && s_step == cur_step_reg;",
-                       "cur_match_reg <= cur_valid_reg;"))
+                patch=("net/onic_net_rx_seq.v", "cur_match_reg <= m_cur_valid && s_step == m_cur_step;",
+                       "cur_match_reg <= m_cur_valid;"))
     assert proc.returncode != 0 and "DONE (FAIL" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
