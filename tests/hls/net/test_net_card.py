@@ -126,6 +126,21 @@ def run_steps(cards: list[Card], kernels: list[ReferenceKernel], switch: Switch,
     pytest.fail(f"no progress by t = {now}: steps done {[len(s) for s in snaps]}")
 
 
+def assert_snaps_equal_ring_steps(snaps: list[list[tuple]], plans: list[tuple], params: np.ndarray,
+                                  wire_dtype: str, param_dtype: str) -> None:
+    """Every card's snapshot of every step (run_steps) bit for bit against the lossless ring step."""
+    world = len(snaps)
+    shards = [ring.Shard.from_params(params, r, world) for r in range(world)]
+    for t, (hyper, grads, kw) in enumerate(plans):
+        want = ring.ring_step(shards, grads, hyper, wire_dtype=wire_dtype, out_dtype=param_dtype, **kw)
+        shards = want.shards
+        for r in range(world):
+            gathered, *pmv = snaps[r][t]
+            assert gathered.dtype == want.gathered.dtype and bits_equal(gathered, want.gathered).all(), (t, r)
+            for name, got in zip("pmv", pmv, strict=True):
+                assert bits_equal(got, getattr(shards[r], name)).all(), (t, r, name)
+
+
 @pytest.mark.parametrize(("world", "wire_dtype", "param_dtype", "payload", "two_phase"), CASES)
 def test_ring_of_cards_equals_ring_step(world: int, wire_dtype: str, param_dtype: str, payload: int,
                                         two_phase: bool) -> None:
@@ -141,15 +156,7 @@ def test_ring_of_cards_equals_ring_step(world: int, wire_dtype: str, param_dtype
     plans = [(Hyper(lr=1e-2, step=t), grads_for(rng, world, length, wire_dtype),
               {"two_phase": two_phase, "max_norm": max_norm}) for t in range(1, 4)]
     snaps = run_steps(cards, kernels, switch, plans)
-    shards = [ring.Shard.from_params(params, r, world) for r in range(world)]
-    for t, (hyper, grads, kw) in enumerate(plans):
-        want = ring.ring_step(shards, grads, hyper, wire_dtype=wire_dtype, out_dtype=param_dtype, **kw)
-        shards = want.shards
-        for r in range(world):
-            gathered, *pmv = snaps[r][t]
-            assert gathered.dtype == want.gathered.dtype and bits_equal(gathered, want.gathered).all(), (t, r)
-            for name, got in zip("pmv", pmv, strict=True):
-                assert bits_equal(got, getattr(shards[r], name)).all(), (t, r, name)
+    assert_snaps_equal_ring_steps(snaps, plans, params, wire_dtype, param_dtype)
     counters = [card.counters for card in cards]
     total = {name: sum(c[name] for c in counters) for name in counters[0]}
     # the faults happened and were repaired (seeded: the same counts every run)
@@ -277,15 +284,7 @@ def test_round_major_ring_equals_ring_step(world: int, wire_dtype: str, param_dt
     plans = [(Hyper(lr=1e-2, step=t), grads_for(rng, world, length, wire_dtype),
               {"two_phase": two_phase, "max_norm": 1.0 if two_phase else None}) for t in range(1, 4)]
     snaps = run_steps(cards, kernels, switch, plans)
-    shards = [ring.Shard.from_params(params, r, world) for r in range(world)]
-    for t, (hyper, grads, kw) in enumerate(plans):
-        want = ring.ring_step(shards, grads, hyper, wire_dtype=wire_dtype, out_dtype=param_dtype, **kw)
-        shards = want.shards
-        for r in range(world):
-            gathered, *pmv = snaps[r][t]
-            assert bits_equal(gathered, want.gathered).all(), (t, r)
-            for name, got in zip("pmv", pmv, strict=True):
-                assert bits_equal(got, getattr(shards[r], name)).all(), (t, r, name)
+    assert_snaps_equal_ring_steps(snaps, plans, params, wire_dtype, param_dtype)
     assert sum(card.counters["retransmitted_frames"] for card in cards) > 0
 
 
