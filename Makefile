@@ -9,8 +9,8 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` / `test-full`: one per core by default. A test module stays
 # on one worker (--dist loadfile: its tests share simulator builds); builds shared across modules
-# are locked (hls/rtl/simulators.py). TEST_JOBS=0 runs everything in this one process. The 20 slowest tests are
-# listed at the end of a run.
+# are locked (hls/rtl/simulators.py). TEST_JOBS=0 runs everything in this one process. The 20
+# slowest tests are listed at the end of a run.
 TEST_JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 XDIST      := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
