@@ -46,9 +46,9 @@ def project_for(spec: KernelSpec, project_dir: str | Path | None) -> tuple[Path,
 def _cached_project(spec: KernelSpec) -> tuple[Path, dict[str, Any]]:
     key = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
     project_dir = BUILD_DIR / "driver" / f"{spec.name}-{key}"
-    project_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Checked and rewritten under a lock: another process (a pytest-xdist worker, a second driver)
-    # may be writing the same project, and a half-written one fails verification.
+    # Checked and rewritten under a lock (`locked` creates build/driver/ with its lock file): another
+    # process (a pytest-xdist worker, a second driver) may be writing the same project, and a
+    # half-written one fails verification.
     with locked(project_dir.parent / f".{project_dir.name}.lock"):
         try:
             current = read_manifest(project_dir / MANIFEST)
@@ -59,6 +59,7 @@ def _cached_project(spec: KernelSpec) -> tuple[Path, dict[str, Any]]:
         if current != _rendered(spec):
             write_project(spec, project_dir)
         return project_dir, load_manifest(project_dir)
+
 
 def open_device(
     backend: str = "csim",
