@@ -27,6 +27,17 @@ the flows' payload bytes equal a lossless reference ring's with no retransmissio
 test_card_misprogrammed: the Adam kernel's n off the chunk size by ONIC_N_ERROR elements (N = 3,
 rank 1): both kernels flag it in STATUS (see `misprogrammed`).
 
+Two-phase steps (ONIC_TWO_PHASE: "clip" / "noclip", cycled over the steps; clipping to max_norm 1
+triggers / does not): the host starts the network kernel alone with phase 1 (the owner's sum to
+SUM in card memory, the scalar exchange), reads every rank's entry at its ap_done, derives the scale
+with `ring.step_grad_scale`, then writes it into the Adam kernel's grad_scale, starts the Adam
+kernel and starts the network kernel with phase 2, as design.md 8.1 "Two-phase step" says. Checked
+besides the one-phase checks: no gradient beat reached the Adam kernel in phase one (it is not
+started), the sum in card memory and every entry against the reference, the scale against
+`ring_step`'s, and the scalar payload bytes a lossless reference ring sends. A step the entries
+say to skip (a non-finite gradient) cannot run here: the Adam kernel has no mode that returns the
+current parameters, so the bench asserts it is not asked to.
+
 Environment: ONIC_MANIFEST (the Adam kernel's manifest.json), ONIC_SEED, ONIC_CASES ("N:r" comma
 separated, or "all:N1/N2": every rank), ONIC_STEPS (consecutive steps per case, m and v carried
 in card memory), ONIC_DROP, ONIC_DUP, ONIC_REORDER, ONIC_BITFLIP (per frame, every egress link),
@@ -80,7 +91,9 @@ RTO_S = 20e-6
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE = 1, 2, 4
 # card memory: the network kernel's buffers and the Adam kernel's stripes, page-spaced regions
-LGRAD, GATHER, P, M, V, OUT = 0x10000, 0x40000, 0x80000, 0xA0000, 0xC0000, 0xE0000
+LGRAD, GATHER, P, M, V, OUT, SUM = 0x10000, 0x40000, 0x80000, 0xA0000, 0xC0000, 0xE0000, 0x100000
+# the two-phase step's clip norm
+MAX_NORM = 1.0
 
 
 def env_float(name: str) -> float:
@@ -236,23 +249,44 @@ async def setup_case(tb: CardTB, n: int, r: int, seed: int) -> Ring:
     return Ring(n, r, size, payload, length, wdt, pdt, tb.spec["optimizer"], shards, peers, switch, tag)
 
 
-async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossless: bool, n_error: int = 0) -> int:
+def two_phase_gradients(nrng: np.random.Generator, n: int, length: int, wdt: str, kind: str) -> list[np.ndarray]:
+    """Finite local gradients (`local_gradient` mixes in infinities, which make a step skip) whose
+    norm clipped to MAX_NORM triggers ("clip") or does not ("noclip")."""
+    amp = {"clip": 1.0, "noclip": 1e-4}[kind]
+    grads = [(nrng.standard_normal(length) * amp).astype(np.float32) for _ in range(n)]
+    return [golden.to_bf16_bits(g) for g in grads] if wdt == "bf16" else grads
+
+
+async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossless: bool, n_error: int = 0,
+                   two_phase: str = "") -> int:
     """One ring step with the RTL card at rank c.r; every check; returns the step's clocks.
 
     `n_error`: the host's mistake, the Adam kernel's n off by that many elements from the chunk
-    size: both kernels must say so in STATUS (then nothing else is checked)."""
+    size: both kernels must say so in STATUS (then nothing else is checked). `two_phase`: "" a
+    one-phase step, "clip" / "noclip" a two-phase step (see the module's docstring)."""
     dut, rng = tb.dut, tb.rng
     nrng = np.random.default_rng(seed)
     n, r, size = c.n, c.r, c.size
-    grads = [local_gradient(nrng, c.length, c.wdt) for _ in range(n)]
+    if two_phase:
+        grads = two_phase_gradients(nrng, n, c.length, c.wdt, two_phase)
+    else:
+        grads = [local_gradient(nrng, c.length, c.wdt) for _ in range(n)]
     hyper = golden.Hyper(lr=float(rng.choice([1e-3, 1e-2])), weight_decay=0.01, step=t,
                          grad_scale=float(rng.choice([1.0, 0.5])))
-    want = ring.ring_step(c.shards, grads, hyper, wire_dtype=c.wdt, out_dtype=c.pdt, optimizer=c.optimizer)
-    scale = ring.step_grad_scale(None, n, grad_scale=hyper.grad_scale)
-    assert scale is not None and want.grad_scale == scale
+    start_kw: dict[str, Any] = {"two_phase": True, "max_norm": MAX_NORM} if two_phase else {}
+    want = ring.ring_step(c.shards, grads, hyper, wire_dtype=c.wdt, out_dtype=c.pdt, optimizer=c.optimizer,
+                          **start_kw)
+    scale = want.grad_scale
+    if not two_phase:
+        assert scale == ring.step_grad_scale(None, n, grad_scale=hyper.grad_scale)
+    # the Adam kernel cannot skip a step (no mode returns the current parameters): never asked to
+    assert scale is not None, "a skipped step cannot run on onic_card"
     wb, pb = chunk_beats(size, c.wdt), chunk_beats(size, c.pdt)
     pbytes = size * wire.ELEMENT_BYTES[c.pdt]
-    tag = f"{c.tag} step {step_id} (t={t})"
+    tag = f"{c.tag} step {step_id} (t={t}{', two-phase ' + two_phase if two_phase else ''})"
+    if two_phase:  # the case is what it says: the clip coefficient below 1 or not
+        unclipped = ring.step_grad_scale(None, n, grad_scale=hyper.grad_scale)
+        assert (scale < unclipped) == (two_phase == "clip"), f"{tag}: scale {scale!r}, unclipped {unclipped!r}"
 
     # card memory: the local gradient (chunk k from a beat, junk in the pad bytes), the gather
     # buffer and the Adam kernel's out buffer filled with a pattern nobody writes
@@ -265,16 +299,24 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     fill = bytes([0xA5]) * (n * pb * BEAT)
     tb.mem.write(GATHER, fill)
     tb.mem.write(OUT, bytes([0x5A]) * (pb * BEAT))
+    if two_phase:
+        tb.mem.write(SUM, bytes([0x3C]) * ((wb + 1) * BEAT))
 
-    # the host: the Adam kernel first (it waits on its gradient stream), then the network kernel
+    # the host: the Adam kernel first (it waits on its gradient stream), then the network kernel;
+    # in a two-phase step the Adam kernel starts once phase one gave the scale (`start_adam`)
     before = await tb.net_counters()
-    regs = {"n": size + n_error, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
-                                                c.optimizer).registers(c.optimizer), **stripe_regions(tb)}
-    for name, value in regs.items():
-        await tb.adam_write(name, value)
-    await tb.adam.write_dword(GIE, 1)
-    await tb.adam.write_dword(IER, 1)
-    await tb.adam.write_dword(CTRL, AP_START)
+
+    async def start_adam(kernel_scale: float) -> None:
+        regs = {"n": size + n_error, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=kernel_scale),
+                                                    c.optimizer).registers(c.optimizer), **stripe_regions(tb)}
+        for name, value in regs.items():
+            await tb.adam_write(name, value)
+        await tb.adam.write_dword(GIE, 1)
+        await tb.adam.write_dword(IER, 1)
+        await tb.adam.write_dword(CTRL, AP_START)
+
+    if not two_phase:
+        await start_adam(scale)
     eps = endpoints(n)
     me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
     lo, hi = mac_number(me.mac)
@@ -287,7 +329,8 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
                         ("pred_mac_lo", plo), ("pred_mac_hi", phi), ("pred_ip", int.from_bytes(pred.ip_bytes, "big")),
                         ("comm", 0), ("rank", r), ("world", n), ("length", c.length), ("window", WINDOW),
                         ("timeout", round(RTO_S / CLOCK_S)), ("credit", WINDOW), ("payload_bytes", c.payload),
-                        ("step", step_id)):
+                        ("step", step_id), ("phase", 1 if two_phase else 0), ("sum0_lo", SUM & 0xFFFFFFFF),
+                        ("sum0_hi", SUM >> 32)):
         await tb.net_write(name, value)
     await tb.net.write_dword(GIE, 1)
     await tb.net.write_dword(IER, 1)
@@ -305,14 +348,15 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
             break
     for k, peer in c.peers.items():
         peer.card.update.hyper = hyper  # type: ignore[attr-defined]
-        peer.start_step(step_id, grads[k], grad_scale=hyper.grad_scale)
+        peer.start_step(step_id, grads[k], grad_scale=hyper.grad_scale, **start_kw)
 
     start = tb.cycle
-    done = {"adam": False, "net": False}
+    # a two-phase step: the network kernel's first ap_done ends phase one
+    done = {"adam": False, "net": False, "phase1": not two_phase}
     if n_error:
         return await misprogrammed(tb, c, tag, n_error)
     limit = 3_000_000
-    while not (all(done.values()) and all(p.done for p in c.peers.values())):
+    while not (done["adam"] and done["net"] and all(p.done for p in c.peers.values())):
         await ClockCycles(dut.ap_clk, 16)
         for k, peer in c.peers.items():
             assert peer.error is None, f"{tag}: peer {k}: {peer.error}"
@@ -320,6 +364,15 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
             if not done[name] and int(irq.value):
                 assert await host.read_dword(CTRL) & AP_DONE, f"{tag}: {name} interrupt without ap_done"
                 await host.write_dword(ISR, 1)
+                if name == "net" and not done["phase1"]:
+                    assert not done["adam"], f"{tag}: the Adam kernel finished before it was started"
+                    got = await phase_one_scale(tb, c, tag, want, hyper.grad_scale)
+                    assert got == scale, f"{tag}: the scale from the card's entries {got!r} != {scale!r}"
+                    await start_adam(scale)
+                    await tb.net_write("phase", 2)
+                    await tb.net.write_dword(CTRL, AP_START)
+                    done["phase1"] = True
+                    continue
                 done[name] = True
         assert tb.cycle - start < limit, \
             f"{tag}: not done in {limit} clocks ({done}, peers { {k: p.done for k, p in c.peers.items()} }, " \
@@ -365,20 +418,22 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     exact = {"frames_out": port["frames_in"], "frames_in": port["frames_out"],
              "bytes_out": port["bytes_in"] - 4 * port["frames_in"],
              "bytes_in": port["bytes_out"] - 4 * port["frames_out"],
-             "dropped_fcs": port["bitflipped"], "scalar_payload_bytes_out": 0}
+             "dropped_fcs": port["bitflipped"]}
+    if not two_phase:
+        exact["scalar_payload_bytes_out"] = 0
     # every frame the card sent parses (FCS included), and its ACK/NAK frames are the counted ones
     sent = [wire.parse_frame(f, with_fcs=True) for f in tb.tx.frames[sent_before:]]
     assert not any(isinstance(p, wire.Drop) for p in sent), f"{tag}: the card sent a frame that does not parse"
     opcodes = [p.header.opcode for p in sent if not isinstance(p, wire.Drop)]
     exact |= {"acks_sent": opcodes.count(wire.Opcode.ACK), "naks_sent": opcodes.count(wire.Opcode.NAK)}
     model = reference(n, c.length, np.zeros(c.length, np.float32), grads, c.wdt, c.pdt, c.payload,
-                      step_id)["counters"][r]
+                      step_id, **start_kw)["counters"][r]
+    flows = ("rs_payload_bytes_out", "ag_payload_bytes_out", *(("scalar_payload_bytes_out",) if two_phase else ()))
     if lossless:
-        exact |= {name: model[name] for name in ("rs_payload_bytes_out", "ag_payload_bytes_out",
-                                                 "retransmitted_frames", "timeouts", "naks_received")}
+        exact |= {name: model[name] for name in (*flows, "retransmitted_frames", "timeouts", "naks_received")}
     else:
-        assert delta["rs_payload_bytes_out"] >= model["rs_payload_bytes_out"], tag
-        assert delta["ag_payload_bytes_out"] >= model["ag_payload_bytes_out"], tag
+        for name in flows:
+            assert delta[name] >= model[name], f"{tag}: {name} {delta[name]} < {model[name]}"
     for name, value in exact.items():
         assert delta[name] == value, f"{tag}: counter {name} {delta[name]} != {value} (RTL counters " \
                                      f"{ {k: v for k, v in delta.items() if v} }, switch port {port})"
@@ -387,6 +442,33 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     assert not tb.monitor.errors, tb.monitor.errors
     dut._log.info("%s: done in %d clocks; RTL counters %s", tag, clocks, {k: v for k, v in delta.items() if v})
     return clocks
+
+
+async def phase_one_scale(tb: CardTB, c: Ring, tag: str, want: ring.StepResult, grad_scale: float) -> float | None:
+    """The host between the phases: STATUS 0, the owner's sum in card memory (and the beat after
+    it untouched), every rank's entry against the reference's chunk scalars; the scale from the
+    entries the card holds, as the driver derives it."""
+    n, r = c.n, c.r
+    status = await tb.net.read_dword(READONLY["status"])
+    assert status == 0, f"{tag}: network kernel STATUS {status:#x} after phase one"
+    data = want.reduced[r].tobytes()
+    wb = chunk_beats(c.size, c.wdt)
+    region = tb.mem.read(SUM, (wb + 1) * BEAT)
+    assert not differing(region[:len(data)], data, c.wdt), f"{tag}: the sum in card memory differs"
+    assert region[wb * BEAT:] == bytes([0x3C]) * BEAT, f"{tag}: the beat after the sum was written"
+    entries = []
+    for k in range(n):
+        await tb.net_write("entry", k)
+        lo = await tb.net.read_dword(READONLY["entry_sumsq"])
+        hi = await tb.net.read_dword(READONLY["entry_sumsq"] + 4)
+        flag = await tb.net.read_dword(READONLY["entry_flag"])
+        bits = hi << 32 | lo
+        want_sumsq, want_flag = ring.chunk_scalars(want.reduced[k], c.wdt)
+        want_bits = int(np.array(want_sumsq, dtype=np.float64).view(np.uint64))
+        assert bool(flag & 1) == want_flag, f"{tag}: rank {k} flag {flag} != {want_flag}"
+        assert bits == want_bits, f"{tag}: rank {k} sum of squares {bits:#x} != {want_bits:#x}"
+        entries.append((float(np.array(bits, dtype=np.uint64).view(np.float64)), bool(flag & 1)))
+    return ring.step_grad_scale(entries, n, grad_scale=grad_scale, max_norm=MAX_NORM)
 
 
 async def misprogrammed(tb: CardTB, c: Ring, tag: str, n_error: int) -> int:
@@ -445,10 +527,13 @@ async def test_card_ring(dut: Any) -> None:
     await tb.start()
     steps = int(os.environ.get("ONIC_STEPS", "1"))
     lossless = not any(env_float(f"ONIC_{k}") for k in ("DROP", "DUP", "REORDER", "BITFLIP"))
+    kinds = os.environ.get("ONIC_TWO_PHASE", "").split(",")
+    assert all(k in ("", "clip", "noclip") for k in kinds), f"ONIC_TWO_PHASE={kinds}: clip or noclip"
     step_id = 100
     for k, (n, r) in enumerate(cases(os.environ.get("ONIC_CASES", "2:0"))):
         c = await setup_case(tb, n, r, seed * 1000 + k)
         for t in range(1, steps + 1):
             step_id += 1
-            await run_step(tb, c, step_id, t, seed * 7919 + step_id, lossless)
+            await run_step(tb, c, step_id, t, seed * 7919 + step_id, lossless,
+                           two_phase=kinds[(step_id - 101) % len(kinds)])
         c.switch.core.reconcile()

@@ -10,7 +10,8 @@ generated Adam kernel joined as v++'s stream_connect joins them, on a ring of so
   both kernels 0, the network counters against the switch port and a lossless reference ring; the
   AXI monitor on every m_axi port. fp32 wire at every position of N = 2, 3, 4; bf16 wire and
   parameters; drops, duplicates, reordering and bit flips on every link; a stalled memory port;
-  the Adam kernel's n misprogrammed (both kernels flag it).
+  the Adam kernel's n misprogrammed (both kernels flag it); two-phase steps (clipping), the Adam
+  kernel started with the scale from the card's entries after phase one.
 The Adam kernel is reduced for CI (2 lanes, one stripe per array); the network kernel's buffers are
 the small ones of test_net_kernel.py.
 """
@@ -125,6 +126,24 @@ def test_card_ring_stalled_memory() -> None:
     deadlock."""
     run("fp32", "3:1", 12, tag="-stalled",
         extra={"ONIC_STALL_PORTS": "p0_rd,out0,gather0,v0_wr", "ONIC_SIZE": "1024"})
+
+
+def test_card_two_phase() -> None:
+    """Two-phase steps with the real Adam kernel (N = 3, rank 1): a clip that triggers, then one that
+    does not, m and v carried; the host starts the Adam kernel with the scale from the card's
+    entries after phase one. The sum in card memory, every entry, p, m, v, the gathered buffers
+    and the counters bit for bit / exact against the reference."""
+    run("fp32", "3:1", 14, steps=2, tag="-two-phase", extra={"ONIC_TWO_PHASE": "clip,noclip"})
+
+
+@pytest.mark.slow
+def test_card_two_phase_faults() -> None:
+    """Two-phase steps under drops, duplicates, reordering and bit flips, every memory channel
+    pausing, at every position of N = 2, 3, 4; and bf16 wire (fp32 parameters) lossless."""
+    run("fp32", "all:2/3/4", 15, steps=2, tag="-two-phase-faults",
+        extra={"ONIC_TWO_PHASE": "clip,noclip", "ONIC_DROP": "0.02", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02",
+               "ONIC_BITFLIP": "0.01", "ONIC_MEM_STALL": "0.3"})
+    run("bf16-fp32", "all:3", 16, steps=2, tag="-two-phase", extra={"ONIC_TWO_PHASE": "noclip,clip"})
 
 
 @pytest.mark.parametrize("n_error", [16, -16], ids=["n-long", "n-short"])
