@@ -6,9 +6,10 @@ skipped (the cluster knows every socket's address). Across processes use `RingNo
 the store torchrun's rendezvous made.
 
 Backend "rtlsim": the N cards are RTL in one cocotb/Verilator simulation
-(`pynq_driver.net.rtlsim.RtlSimRing`: network kernels on cocotbext-eth MAC models and the bench's
-seeded switch; the Adam update beside each card is still the bench's golden-model stand-in), with
-the same `step` / `counters` / `state_dicts` and the same results as "golden".
+(`pynq_driver.net.rtlsim.RtlSimRing`: `onic_card`s, each the network kernel and the generated Adam
+RTL kernel, on cocotbext-eth MAC models and the bench's seeded switch), with the same `step` /
+`counters` / `state_dicts` and the same results as "golden", two-phase steps included (a skipped
+step ends after phase one there: no all-gather, see `RtlSimRing.step`).
 """
 
 from __future__ import annotations
@@ -102,12 +103,7 @@ class NetCluster:
         if len(local_grads) != self.world:
             raise UserError(f"local_grads: {len(local_grads)} gradients for {self.world} ranks")
         if self.sim is not None:
-            if two_phase or max_norm is not None:
-                raise UserError("two_phase / max_norm: the rtlsim ring runs one-phase steps only: its ring "
-                                "server does not sequence the network kernel's two phases (phase argument, the "
-                                "host's scale between them) on N RTL cards yet (sim/rtl/net/README.md, "
-                                "\"Two-phase step\"); use the golden or csim backend")
-            return self.sim.step(list(local_grads), hyper, timeout_s)
+            return self.sim.step(list(local_grads), hyper, timeout_s, two_phase=two_phase, max_norm=max_norm)
         for node, grad in zip(self.nodes, local_grads, strict=True):
             node.start(grad, hyper, two_phase=two_phase, max_norm=max_norm)
         return [node.wait(timeout_s) for node in self.nodes]

@@ -107,6 +107,10 @@ class RtlSimRing(SimLink):
         self.timeout_s = float(timeout_s)
         self.steps = 0
         self.last_hyper_step = 0
+        self.last_step_skipped = False
+        # the current parameters in the out dtype (the kernels' output of unchanged masters): what a
+        # skipped step returns; each gathered step replaces them
+        self._params = ring.output_params(np.asarray(params, np.float32), spec.out_dtype)
         self.clocks: list[int] = []  # simulated kernel clocks of each step
         self._counters: list[dict[str, int]] = [{} for _ in range(world)]
         self._proc: subprocess.Popen[bytes] | None = None
@@ -149,25 +153,42 @@ class RtlSimRing(SimLink):
             listener.close()
 
     # ---- the cluster's interface -----------------------------------------------------------------
-    def step(self, local_grads: list[Any], hyper: Hyper, timeout_s: float | None = None) -> list[np.ndarray]:
-        """One ring step on every card; each rank's gathered parameters (L elements of the out dtype)."""
+    def step(self, local_grads: list[Any], hyper: Hyper, timeout_s: float | None = None, *,
+             two_phase: bool = False, max_norm: float | None = None) -> list[np.ndarray]:
+        """One ring step on every card; each rank's gathered parameters (L elements of the out dtype).
+
+        `two_phase` / `max_norm`: the two-phase step (design.md 8.1), each card's host deriving the
+        scale from its entries between the phases. A step the entries skip (a non-finite gradient
+        on some rank) ends after phase one on every card: the Adam kernels are not started (they
+        have no mode that returns the current parameters), so the masters stay as they are and
+        no all-gather runs; the parameters returned are the current ones, as the golden backend's
+        (which gathers them), and the counters show no all-gather bytes for that step."""
         if not isinstance(hyper, Hyper):
             raise UserError(f"hyper: expected hls.golden.Hyper, got {type(hyper).__name__}")
+        if max_norm is not None and not two_phase:
+            raise UserError("max_norm needs the two-phase step (two_phase=True)")
+        if max_norm is not None and (isinstance(max_norm, bool) or not isinstance(max_norm, (int, float))
+                                     or not 0 < max_norm < float("inf")):
+            raise UserError(f"max_norm: {max_norm!r} must be a positive finite number")
         grads = [host_array(g, self.wire_dtype, self.length, f"local_grads[{k}] (wire dtype {self.wire_dtype})",
                             err=UserError) for k, g in enumerate(local_grads)]
         self.steps += 1
         req = {"op": "step", "step": self.steps % (1 << 32), "hyper": dataclasses.asdict(hyper),
-               "limit": STEP_CLOCK_LIMIT}
+               "limit": STEP_CLOCK_LIMIT, "two_phase": bool(two_phase),
+               "max_norm": None if max_norm is None else float(max_norm)}
         reply, payload = self._call(req, b"".join(np.ascontiguousarray(g).tobytes() for g in grads),
                                     self.timeout_s if timeout_s is None else float(timeout_s))
-        self.last_hyper_step = int(hyper.step)
         self.clocks.append(int(reply["clocks"]))
         for mine, new in zip(self._counters, reply["counters"], strict=True):
             for k, v in new.items():
                 mine[k] = mine.get(k, 0) + int(v)
-        dt = np.dtype("<u2" if self.param_dtype == "bf16" else "<f4")
-        flat = np.frombuffer(payload, dt)
-        return [flat[k * self.length:(k + 1) * self.length].copy() for k in range(self.world)]
+        self.last_step_skipped = bool(reply.get("skipped", False))
+        if not self.last_step_skipped:
+            self.last_hyper_step = int(hyper.step)  # a skipped step leaves the shards' step, as ShardState
+            dt = np.dtype("<u2" if self.param_dtype == "bf16" else "<f4")
+            flat = np.frombuffer(payload, dt)
+            self._params = flat[:self.length].copy()
+        return [self._params.copy() for _ in range(self.world)]
 
     def counters(self) -> list[dict[str, int]]:
         """Each card's counter registers (design.md 8.3 names), summed over the steps."""

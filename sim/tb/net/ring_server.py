@@ -4,9 +4,10 @@ and the generated Adam RTL kernel, cocotbext-eth MAC ports, the seeded switch, c
 models with AXI monitors) serving ring steps to the driver over a Unix socket.
 
 Requests (JSON + a binary payload, the framing of pynq_driver/backends/rtlsim_server.py):
-`step` (hyperparameters; payload: every rank's local gradient, rank order) runs one ring step on
-every card and answers the clocks, each card's counters and every rank's gathered parameters
-(payload, L elements each, rank order); a card's STATUS, an AXI protocol error, a MAC transmit
+`step` (hyperparameters, two_phase, max_norm; payload: every rank's local gradient, rank order) runs
+one ring step on every card and answers the clocks, each card's counters and every rank's gathered
+parameters (payload, L elements each, rank order; none and `skipped` for a two-phase step the
+entries skip: `Ring.step` ends it after phase one); a card's STATUS, an AXI protocol error, a MAC transmit
 underflow or a step that does not finish becomes an error reply. `state` answers each owner's
 p, m, v (S float32 each, rank order). `close` ends the simulation. Simulated time advances only
 inside `step`.
@@ -60,7 +61,10 @@ async def serve(dut: Any) -> None:
                 if flat.size != n * length:
                     raise ValueError(f"step: {flat.size} gradient elements for {n} ranks of {length}")
                 grads = [flat[k * length:(k + 1) * length].copy() for k in range(n)]
-                res = await ring_.step(int(req["step"]), grads, Hyper(**req["hyper"]), limit=int(req["limit"]))
+                max_norm = req.get("max_norm")
+                res = await ring_.step(int(req["step"]), grads, Hyper(**req["hyper"]), limit=int(req["limit"]),
+                                       two_phase=bool(req.get("two_phase", False)),
+                                       max_norm=None if max_norm is None else float(max_norm))
                 bad = [f"card {k}: STATUS {s:#x}" for k, s in enumerate(res.status) if s]
                 bad += [f"card {k}: {m}" for k, m in enumerate(res.memory_ok) if m]
                 bad += [f"card {k}: AXI {c.monitor.errors[:2]}" for k, c in enumerate(ring_.cards) if c.monitor.errors]
@@ -70,9 +74,10 @@ async def serve(dut: Any) -> None:
                 if bad:
                     raise RuntimeError("; ".join(bad))
                 counters = [{k: v for k, v in c.items() if not k.startswith("_")} for c in res.counters]
+                # a skipped step gathers nothing (phase one only): the driver keeps the parameters it has
                 out = b"".join(np.ascontiguousarray(g[:length]).astype(pdt, copy=False).tobytes() for g in res.gathered)
                 send_message(sock, {"ok": True, "clocks": res.clocks, "counters": counters,
-                             "switch": ring_.switch.core.reconcile()}, out)
+                             "switch": ring_.switch.core.reconcile(), "skipped": not res.gathered}, out)
             elif op == "state":
                 shards = ring_.card_shards()  # from card memory (onic_card) or the stand-ins
                 out = b"".join(np.asarray(getattr(s, f), np.float32).tobytes() for s in shards for f in "pmv")

@@ -30,7 +30,14 @@ Environment: ONIC_CARDS, ONIC_MANIFEST, ONIC_SEED, ONIC_STEPS, ONIC_LIMIT, ONIC_
 ONIC_REORDER, ONIC_BITFLIP (per frame on every egress link), ONIC_GRAD_STALL (the stand-in kernel
 refusing its gradient beat; a quarter of it: card memory pauses), WIRE_BF16, PARAM_BF16 (the
 stand-in's dtypes), ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements),
-ONIC_RTO (retransmission timeout, clocks).
+ONIC_RTO (retransmission timeout, clocks), ONIC_TWO_PHASE ("clip", "noclip", "skip" comma separated,
+cycled over the steps, "" a one-phase step: two-phase steps whose clip to MAX_NORM triggers, does
+not, or which a non-finite gradient skips; a skip needs the stand-in).
+
+Two-phase steps (design.md 8.1): each card's host runs phase one, reads every rank's entry at its
+network kernel's ap_done, derives the scale, starts its Adam kernel or stand-in and phase two, each
+card on its own. Checked besides the above: every card read the reference's entries (bits; NaN
+as any NaN), every host derived the same scale, the scalar payload bytes in a lossless run.
 """
 
 from __future__ import annotations
@@ -64,9 +71,10 @@ MEM_BYTES = 1 << 20
 BEAT = 64
 AXIS = ["tdata", "tkeep", "tlast"]
 CLOCK_NS = 4
-LGRAD_ADDR, GATHER_ADDR = 0x10000, 0x80000
+LGRAD_ADDR, GATHER_ADDR, SUM_ADDR = 0x10000, 0x80000, 0xC0000  # SUM: a two-phase step's owner sum
 P_ADDR, M_ADDR, V_ADDR, OUT_ADDR = 0x100000, 0x140000, 0x180000, 0x1C0000  # the Adam kernel's stripes
 FILL = 0xA5
+MAX_NORM = 1.0  # the two-phase steps' clip norm
 AP_DONE, AP_IDLE = 0x2, 0x4
 
 _PLAN = dataclasses.make_dataclass("_Plan", ["streams"])(
@@ -248,7 +256,7 @@ class RtlCard:
             out[name] = (await self.read(READONLY[name] + 4)) << 32 | await self.read(READONLY[name])
         return out
 
-    async def program(self, cfg: RingConfig, step: int) -> None:
+    async def program(self, cfg: RingConfig, step: int, phase: int = 0) -> None:
         eps = endpoints(cfg.world)
         r, n = self.k, cfg.world
         me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
@@ -263,8 +271,19 @@ class RtlCard:
                             ("pred_ip", int.from_bytes(pred.ip_bytes, "big")), ("comm", cfg.comm), ("rank", r),
                             ("world", n), ("length", cfg.length), ("window", cfg.window),
                             ("timeout", cfg.rto_clocks), ("credit", cfg.window), ("payload_bytes", cfg.payload_bytes),
-                            ("step", step), ("gie", 1), ("ier", 1)):
+                            ("step", step), ("gie", 1), ("ier", 1), ("phase", phase),
+                            ("sum0_lo", SUM_ADDR & 0xFFFFFFFF), ("sum0_hi", SUM_ADDR >> 32)):
             await self.write(name, value)
+
+    async def entries(self, n: int) -> list[tuple[float, bool]]:
+        """Every rank's scalar entry (sum of squares, non-finite flag) after phase one, as the host reads them."""
+        out = []
+        for k in range(n):
+            await self.write("entry", k)
+            bits = (await self.read(READONLY["entry_sumsq"] + 4)) << 32 | await self.read(READONLY["entry_sumsq"])
+            flag = await self.read(READONLY["entry_flag"])
+            out.append((float(np.array(bits, dtype=np.uint64).view(np.float64)), bool(flag & 1)))
+        return out
 
     async def stand_in(self, beats: int, scale: float, got: dict[str, Any]) -> None:
         """The Adam kernel stand-in: the reduced chunk in, ReferenceKernel's updated chunk out."""
@@ -293,6 +312,9 @@ class StepResult:
     status: list[int]
     counters: list[dict[str, int]]   # per card, this step's increments
     clocks: int
+    scale: float | None = None       # the kernels' gradient scale (None: a two-phase step skipped the update)
+    entries: list[list[tuple[float, bool]]] | None = None  # two-phase: per card, every rank's entry it read
+    sums: list[bytes] | None = None  # two-phase: per card, the owner's sum in card memory (S elements)
 
 
 class Ring:
@@ -345,15 +367,27 @@ class Ring:
         size = ring.chunk_elems(self.cfg.length, self.cfg.world)
         return [c.shard(size) for c in self.cards]
 
-    async def step(self, step: int, grads: list[np.ndarray], hyper: Hyper, limit: int = 300_000) -> StepResult:
+    async def step(self, step: int, grads: list[np.ndarray], hyper: Hyper, limit: int = 300_000, *,
+                   two_phase: bool = False, max_norm: float | None = None) -> StepResult:
+        """One ring step on every card. `two_phase`: each card's host runs phase one, reads every
+        rank's entry at its ap_done, derives the scale (`ring.step_grad_scale` with `max_norm`),
+        starts its Adam kernel (or the stand-in) with it and runs phase two (design.md 8.1); each
+        card on its own, as separate hosts would. A skip (a non-finite gradient on some rank: every
+        host derives None from the same entries) ends the step after phase one on every card: the
+        Adam kernel is not started (it has no mode that returns the current parameters), p, m, v
+        and the gathered buffer keep their values, no all-gather runs; `gathered` is then empty."""
         cfg, dut = self.cfg, self.dut
         n, size = cfg.world, ring.chunk_elems(cfg.length, cfg.world)
+        if max_norm is not None and not two_phase:
+            raise ValueError("max_norm needs the two-phase step (two_phase=True)")
         wb = -(-size * wire.ELEMENT_BYTES[cfg.wire_dtype] // BEAT)
         pb = -(-size * wire.ELEMENT_BYTES[cfg.param_dtype] // BEAT)
         fill = bytes([FILL]) * (n * pb * BEAT)
         out_fill = bytes([0x5A]) * (pb * BEAT)
         scale = ring.step_grad_scale(None, n, grad_scale=float(hyper.grad_scale))
         assert scale is not None
+        scales: list[float | None] = [scale] * n
+        entries: list[list[tuple[float, bool]]] = [[] for _ in range(n)]
         before = [await c.counters() for c in self.cards]
         ports_before = [self.switch.core.ports[k].as_dict() for k in range(n)]
         got: list[dict[str, Any]] = [{} for _ in range(n)]
@@ -369,16 +403,38 @@ class Ring:
                 assert card.kernel is not None and card.grad is not None
                 card.kernel.hyper = hyper
                 card.grad.items.clear()
-                tasks.append(cocotb.start_soon(card.stand_in(wb, scale, got[k])))
+                if not two_phase:
+                    tasks.append(cocotb.start_soon(card.stand_in(wb, scale, got[k])))
             else:
                 card.mem.write(OUT_ADDR, out_fill)
-        if self.adam is not None:  # the Adam kernels first: they wait on their gradient streams
+            if two_phase:
+                card.mem.write(SUM_ADDR, bytes([FILL]) * ((wb + 1) * BEAT))
+        if self.adam is not None and not two_phase:  # the Adam kernels first: they wait on their streams
             await _all([c.start_adam(size, hyper, scale, cfg.optimizer) for c in self.cards])
-        await _all([c.program(cfg, step) for c in self.cards])
+        await _all([c.program(cfg, step, 1 if two_phase else 0) for c in self.cards])
         start = self.cycle
         self.done_cycle = {}
+
+        async def phases(k: int, card: RtlCard) -> None:
+            await self._wait_done(card, start, limit, only="net")
+            entries[k] = await card.entries(n)
+            mine = ring.step_grad_scale(entries[k], n, grad_scale=float(hyper.grad_scale), max_norm=max_norm)
+            scales[k] = mine
+            if mine is None:  # the skip: the step ends here on every card
+                return
+            if self.adam is None:
+                tasks.append(cocotb.start_soon(card.stand_in(wb, mine, got[k])))
+            else:
+                await card.start_adam(size, hyper, mine, cfg.optimizer)
+            await card.write("phase", 2)
+            await card.write("ctrl", 1)
+            await self._wait_done(card, start, limit)
+
         await _all([c.write("ctrl", 1) for c in self.cards])
-        await _all([self._wait_done(c, start, limit) for c in self.cards])
+        if two_phase:
+            await _all([phases(k, c) for k, c in enumerate(self.cards)])
+        else:
+            await _all([self._wait_done(c, start, limit) for c in self.cards])
         clocks = self.cycle - start
         for t in tasks:
             await t
@@ -388,6 +444,7 @@ class Ring:
             await ClockCycles(dut.ap_clk, 50)
         gathered, problems, status, deltas = [], [], [], []
         pbytes = size * wire.ELEMENT_BYTES[cfg.param_dtype]
+        skipped = two_phase and scales[0] is None
         for k, card in enumerate(self.cards):
             st = await card.read(READONLY["status"])
             if self.adam is not None:
@@ -396,6 +453,13 @@ class Ring:
             after = await card.counters()
             deltas.append({name: after[name] - before[k][name] for name in after})
             parts, bad = [], []
+            if skipped:  # nothing written: the own out buffer and every place of the gathered buffer
+                if self.adam is not None and card.mem.read(OUT_ADDR, pb * BEAT) != out_fill:
+                    bad.append("the Adam kernel's out buffer written in a skipped step")
+                if card.mem.read(GATHER_ADDR, n * pb * BEAT) != fill:
+                    bad.append("the gathered buffer written in a skipped step")
+                problems.append("; ".join(bad))
+                continue
             if self.adam is not None:
                 out = card.mem.read(OUT_ADDR, pb * BEAT)
                 own = out[:pbytes]
@@ -422,12 +486,18 @@ class Ring:
             deltas[k]["_switch_out"] = port["frames_out"] - ports_before[k]["frames_out"]
             deltas[k]["_switch_bytes_out"] = port["bytes_out"] - ports_before[k]["bytes_out"]
             deltas[k]["_switch_bitflipped"] = port["bitflipped"] - ports_before[k]["bitflipped"]
+        sums = [c.mem.read(SUM_ADDR, size * wire.ELEMENT_BYTES[cfg.wire_dtype]) for c in self.cards] \
+            if two_phase else None
+        if len(set(map(repr, scales))) != 1:  # every host derives the same scale from the same entries
+            raise AssertionError(f"the cards' hosts derived different scales: {scales}")
         return StepResult(gathered=gathered, reduced=[g.get("reduced") for g in got],
                           grad_tlast=[g.get("grad_tlast") for g in got], memory_ok=problems, status=status,
-                          counters=deltas, clocks=clocks)
+                          counters=deltas, clocks=clocks, scale=scales[0], entries=entries if two_phase else None,
+                          sums=sums)
 
-    async def _wait_done(self, card: RtlCard, start: int, limit: int) -> None:
-        pending = dict(card.irq)
+    async def _wait_done(self, card: RtlCard, start: int, limit: int, only: str | None = None) -> None:
+        """Until the card's interrupts (`only`: that kernel's) were seen and cleared."""
+        pending = {only: card.irq[only]} if only else dict(card.irq)
         while pending:
             await ClockCycles(self.dut.ap_clk, self.poll)
             for name, irq in list(pending.items()):
@@ -501,11 +571,12 @@ class ReferenceRing:
                            self.kernels[k]) for k in range(n)]
         self.by_mac = {e.mac: k for k, e in enumerate(eps)}
 
-    def step(self, step: int, grads: list[np.ndarray], hyper: Hyper) -> dict[str, Any]:
+    def step(self, step: int, grads: list[np.ndarray], hyper: Hyper, **start: Any) -> dict[str, Any]:
+        """`start`: start_step's two_phase and max_norm."""
         before = [dict(c.counters) for c in self.cards]
         for card, kernel, g in zip(self.cards, self.kernels, grads, strict=True):
             kernel.hyper = hyper
-            card.start_step(step, g, grad_scale=float(hyper.grad_scale))
+            card.start_step(step, g, grad_scale=float(hyper.grad_scale), **start)
         now = 0.0
         while not all(c.done for c in self.cards):
             now += 1.0
@@ -516,7 +587,8 @@ class ReferenceRing:
         gathered = self.cards[0].gathered
         assert gathered is not None
         deltas = [{k: v - b.get(k, 0) for k, v in c.counters.items()} for c, b in zip(self.cards, before, strict=True)]
-        return {"gathered": ring.pad(gathered, self.cfg.world), "counters": deltas}
+        entries = [self.cards[0]._scalars[k] for k in range(self.cfg.world)] if start.get("two_phase") else None
+        return {"gathered": ring.pad(gathered, self.cfg.world), "counters": deltas, "entries": entries}
 
 
 def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, Any], grads: list[np.ndarray],
@@ -535,8 +607,9 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
             assert not differing(res.reduced[k].tobytes(), want_reduced[k].tobytes(), wdt), f"{t}: reduced chunk"
             assert res.grad_tlast[k] == [0] * (wb - 1) + [1], f"{t}: gradient TLAST"
         assert not res.memory_ok[k], f"{t}: {res.memory_ok[k]}"
-        bad = differing(res.gathered[k].tobytes(), ref["gathered"].tobytes(), pdt)
-        assert not bad, f"{t}: gathered differs in elements {bad[:8]}"
+        if res.gathered:
+            bad = differing(res.gathered[k].tobytes(), ref["gathered"].tobytes(), pdt)
+            assert not bad, f"{t}: gathered differs in elements {bad[:8]}"
         mine, theirs = shards[k], refring.kernels[k].shard
         for name in ("p", "m", "v"):
             a, b = getattr(mine, name), getattr(theirs, name)
@@ -544,16 +617,39 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
         c = res.counters[k]
         exact = {"frames_out": c["_switch_in"], "bytes_out": c["_switch_bytes_in"] - FCS_BYTES * c["_switch_in"],
                  "frames_in": c["_switch_out"], "bytes_in": c["_switch_bytes_out"] - FCS_BYTES * c["_switch_out"],
-                 "dropped_fcs": c["_switch_bitflipped"], "scalar_payload_bytes_out": 0}
+                 "dropped_fcs": c["_switch_bitflipped"]}
+        if ref["entries"] is None:
+            exact["scalar_payload_bytes_out"] = 0
+        else:  # the owner's sum in card memory; every rank's entry the card's host read: the reference's bits
+            assert res.entries is not None and res.sums is not None
+            assert not differing(res.sums[k], want_reduced[k].tobytes(), wdt), f"{t}: the sum in card memory"
+            def bits(e: float) -> int | str:  # the RTL's NaN is the canonical one: any NaN equals any
+                return "nan" if np.isnan(e) else np.array(e, np.float64).view(np.uint64).item()
+            got_bits = [(bits(e), f) for e, f in res.entries[k]]
+            want_bits = [(bits(e), f) for e, f in ref["entries"]]
+            assert got_bits == want_bits, f"{t}: scalar entries {res.entries[k]} != {ref['entries']}"
+        if not res.gathered:  # a skipped step: no all-gather (the reference's cards run one)
+            exact["ag_payload_bytes_out"] = 0
         if lossless:
             model = ref["counters"][k]
-            exact |= {name: model[name] for name in ("rs_payload_bytes_out", "ag_payload_bytes_out")}
+            exact |= {name: model[name] for name in ("rs_payload_bytes_out", "scalar_payload_bytes_out",
+                                                     *(("ag_payload_bytes_out",) if res.gathered else ()))}
             exact |= {"retransmitted_frames": 0, "timeouts": 0, "naks_received": 0, "naks_sent": 0}
             exact |= {f"dropped_{d}": 0 for d in net_regmap.DROP_CAUSES if d != "stale_reply"}
         for name, value in exact.items():
             assert c[name] == value, f"{t}: counter {name} {c[name]} != {value}"
         assert not card.monitor.errors, card.monitor.errors
     assert not ring_.tx_errors(), ring_.tx_errors()
+
+
+def two_phase_gradients(nrng: np.random.Generator, n: int, length: int, dtype: str, kind: str) -> list[np.ndarray]:
+    """Finite local gradients whose norm clipped to MAX_NORM triggers ("clip") or does not
+    ("noclip"); "skip": as "clip" with one infinity on one rank (every card skips the update)."""
+    amp = {"clip": 1.0, "noclip": 1e-4, "skip": 1.0}[kind]
+    grads = [(nrng.standard_normal(length) * amp).astype(np.float32) for _ in range(n)]
+    if kind == "skip":
+        grads[int(nrng.integers(0, n))][int(nrng.integers(0, length))] = np.float32(np.inf)
+    return [to_bf16_bits(g) for g in grads] if dtype == "bf16" else grads
 
 
 def env_faults(seed: int) -> tuple[PortFaults, bool]:
@@ -588,13 +684,22 @@ async def test_ring_cards(dut: Any) -> None:
     refring = ReferenceRing(cfg, params)
     await ring_.reset()
     faulted = 0
+    kinds = os.environ.get("ONIC_TWO_PHASE", "").split(",")
+    assert all(k in ("", "clip", "noclip", "skip") for k in kinds), f"ONIC_TWO_PHASE={kinds}"
     for s in range(int(os.environ.get("ONIC_STEPS", "2"))):
-        grads = [local_gradient(nrng, cfg.length, wdt) for _ in range(n)]
+        kind = kinds[s % len(kinds)]
+        grads = two_phase_gradients(nrng, n, cfg.length, wdt, kind) if kind else \
+            [local_gradient(nrng, cfg.length, wdt) for _ in range(n)]
         hyper = Hyper(lr=1e-2 * (s + 1), step=s + 1, grad_scale=1.0 + s)
         step_id = 40 + s
-        ref = refring.step(step_id, grads, hyper)
-        res = await ring_.step(step_id, grads, hyper, limit=int(os.environ.get("ONIC_LIMIT", "300000")))
-        tag = f"N={n} step {s} S={size} P={cfg.payload_bytes} {wdt}/{pdt} {faults}"
+        start: dict[str, Any] = {"two_phase": True, "max_norm": MAX_NORM} if kind else {}
+        ref = refring.step(step_id, grads, hyper, **start)
+        res = await ring_.step(step_id, grads, hyper, limit=int(os.environ.get("ONIC_LIMIT", "300000")), **start)
+        tag = f"N={n} step {s} S={size} P={cfg.payload_bytes} {wdt}/{pdt} {faults} {kind or 'one-phase'}"
+        if kind:  # the case is what it says: clipped, not clipped, skipped
+            unclipped = ring.step_grad_scale(None, n, grad_scale=hyper.grad_scale)
+            assert (res.scale is None) == (kind == "skip"), f"{tag}: scale {res.scale!r}"
+            assert kind == "skip" or (res.scale < unclipped) == (kind == "clip"), f"{tag}: scale {res.scale!r}"
         check_step(dut, tag, ring_, res, ref, grads, refring, lossless)
         total = ring_.switch.core.reconcile()
         faulted = sum(total.get(k, 0) for k in ("dropped_fault", "duplicated", "reordered", "bitflipped"))

@@ -85,8 +85,10 @@ def test_lint_top(tmp_path: Path) -> None:
 
 
 def test_ring_cards_lossless() -> None:
-    """Two onic_cards (of the three-card build), lossless, two steps."""
-    run(2, 7)
+    """Two onic_cards (of the three-card build), lossless: a one-phase step, then two-phase steps
+    whose clip triggers and which a non-finite gradient skips (phase one only, the Adam kernels
+    not started, nothing gathered)."""
+    run(2, 7, extra={"ONIC_STEPS": "3", "ONIC_TWO_PHASE": ",clip,skip"})
 
 
 def test_ring_cards_faults() -> None:
@@ -131,6 +133,15 @@ def test_ring_cards_ag_deadlock() -> None:
     """Lossless, three cards, 400-element chunks of 64-byte packets (seed 18): the first step never ends."""
     run(3, 18, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_LIMIT": "30000"},
         tag="-agdeadlock")
+
+
+@pytest.mark.slow
+def test_ring_cards_two_phase_faults() -> None:
+    """Three onic_cards, two-phase steps (clip, no clip, skip, clip) under drops, duplicates,
+    reordering, bit flips and stalled memory; then the stand-in's ring of three the same way."""
+    steps = {"ONIC_STEPS": "4", "ONIC_TWO_PHASE": "clip,noclip,skip,clip", "ONIC_GRAD_STALL": "0.6"}
+    run(3, 26, extra={**FAULTS, **steps}, tag="-two-phase")
+    run(3, 27, spec="stand-in", extra={**FAULTS, **steps, "ONIC_SIZE": "160"}, tag="-two-phase")
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """NetCluster's rtlsim backend: N RTL network cards in one cocotb/Verilator simulation
 (pynq_driver/net/rtlsim.py, sim/tb/net/ring_server.py) give the golden backend's results bit for
-bit (every rank's gathered parameters, every owner's p, m, v) over two steps, through the same
-API; bad options fail before a simulator starts; no Verilator is a one-line error.
+bit (every rank's gathered parameters, every owner's p, m, v) over three steps (one-phase,
+two-phase with a clip, two-phase skipped for an inf), through the same API; bad options fail before
+a simulator starts; no Verilator is a one-line error.
 
 Each RTL card is `onic_card` (the network kernel and the generated Adam RTL kernel, 2 lanes, one
 stripe); fp32 shares the three-card build of tests/hls/rtl/test_net_ring_cards.py, bf16 (its own
@@ -22,10 +23,20 @@ from pynq_driver.net.faults import Faults
 LENGTH = 301  # 151 elements a chunk at N = 2: the last chunk padded, several packets a hop
 
 
-def _steps(cluster: NetCluster, params: np.ndarray, steps: int) -> tuple[list[list[np.ndarray]], list[dict]]:
+# per step: one-phase, two-phase with a clip that triggers, two-phase skipped (an inf on rank 1)
+KINDS = ("", "clip", "skip")
+
+
+def _steps(cluster: NetCluster, params: np.ndarray, kinds: tuple[str, ...]) -> tuple[list[list[np.ndarray]],
+                                                                                    list[dict]]:
     rng = np.random.default_rng(7)
-    outs = [cluster.step(grads(rng, cluster.world, params.size, cluster.wire_dtype), hyper(s), timeout_s=300)
-            for s in range(1, steps + 1)]
+    outs = []
+    for s, kind in enumerate(kinds, start=1):
+        g = grads(rng, cluster.world, params.size, cluster.wire_dtype)
+        if kind == "skip":
+            g[1][5] = np.float32(np.inf) if cluster.wire_dtype == "fp32" else np.uint16(0x7F80)
+        two = {"two_phase": True, "max_norm": 0.5} if kind else {}
+        outs.append(cluster.step(g, hyper(s), timeout_s=300, **two))
     return outs, cluster.state_dicts()
 
 
@@ -36,27 +47,31 @@ def test_rtlsim_equals_golden(wire_dtype: str) -> None:
     params = np.random.default_rng(3).standard_normal(LENGTH).astype(np.float32)
     spec = KernelSpec(out_dtype=wire_dtype)
     with NetCluster("golden", spec, 2, params, wire_dtype=wire_dtype, payload_bytes=128) as gold:
-        want, want_sd = _steps(gold, params, 2)
+        want, want_sd = _steps(gold, params, KINDS)
+        assert gold.nodes[0].last_step_skipped
     faults = Faults(drop=0.02, duplicate=0.02, reorder=0.02, bitflip=0.02, seed=4) if wire_dtype == "fp32" else None
     with NetCluster("rtlsim", spec, 2, params, wire_dtype=wire_dtype, payload_bytes=128, window=8,
                     faults=faults) as sim:
         assert (sim.wire_dtype, sim.param_dtype, sim.length) == (wire_dtype, wire_dtype, LENGTH)
-        got, got_sd = _steps(sim, params, 2)
-        with pytest.raises(UserError, match="runs one-phase steps only"):
-            sim.step([np.zeros(LENGTH, np.float32)] * 2, hyper(3), two_phase=True)
+        got, got_sd = _steps(sim, params, KINDS)
+        assert sim.sim.last_step_skipped
+        with pytest.raises(UserError, match="max_norm needs the two-phase step"):
+            sim.step([np.zeros(LENGTH, np.float32)] * 2, hyper(4), max_norm=1.0)
         counters = sim.counters()
         clocks = sim.sim.clocks
     for step, (g, w) in enumerate(zip(got, want, strict=True)):
         for rank in range(2):
             assert g[rank].dtype == w[rank].dtype and g[rank].shape == w[rank].shape
             assert np.array_equal(bits(g[rank]), bits(w[rank])), f"step {step + 1} rank {rank}: gathered differs"
+    assert np.array_equal(bits(got[2][0]), bits(got[1][0])), "the skipped step changed the parameters"
     for rank, (a, b) in enumerate(zip(got_sd, want_sd, strict=True)):
-        assert a["step"] == b["step"] == 2
+        assert a["step"] == b["step"] == 2  # the skipped third step left the shards at step 2
         for key in ("params", "exp_avg", "exp_avg_sq"):
             assert np.array_equal(bits(a[key]), bits(b[key])), f"rank {rank}: {key} differs"
-    assert len(clocks) == 2 and all(c > 0 for c in clocks)
+    assert len(clocks) == 3 and all(c > 0 for c in clocks)
     for c in counters:
         assert c["frames_in"] > 0 and c["frames_out"] > 0 and c["rs_payload_bytes_out"] > 0
+        assert c["scalar_payload_bytes_out"] > 0
 
 
 @pytest.mark.parametrize(("options", "match"), [
