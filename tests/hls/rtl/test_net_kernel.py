@@ -98,6 +98,16 @@ def test_two_phase() -> None:
     run("fp32", os.environ.get("ONIC_TP_CASES", "2:0,3:1,3:2"), 7, testcase="test_two_phase")
 
 
+@pytest.mark.slow
+def test_two_phase_faults() -> None:
+    """Two-phase steps under 5 % drops and duplicates on every link with a stalling Adam side, at
+    every position of N = 3 and at rank 1 of N = 4 (clip, no clip, skip in turn); bf16 wire and
+    parameters lossless at N = 2, 3."""
+    run("fp32", "all:3,4:1", 17, testcase="test_two_phase", tag="-faults",
+        extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_GRAD_STALL": "0.9"})
+    run("bf16", "2:0,3:1,3:2", 18, testcase="test_two_phase")
+
+
 def test_registers() -> None:
     run("fp32", "2:0", 1, testcase="test_registers")
 
