@@ -289,8 +289,8 @@ class Card:
         out, self._late_replies = self._late_replies, []
         self._totals["acks_sent"] += len(out)
         for fl in self._flows.values():
-            reply = fl.receiver.take_reply()
-            if reply is not None:
+            # every reply due: the flow's final ACK and its repeat leave together, as from the RTL
+            while (reply := fl.receiver.take_reply()) is not None:
                 kind, expected, credit = reply
                 out.append(self._reply_frame(kind, fl.flow, self.step, expected, credit))
         released = not self.config.ag_release or all(self._flows[f].sender.done for f in (Flow.RS, Flow.SCALAR)
@@ -384,7 +384,7 @@ class Card:
         if fl is None:
             raise ProtocolError(f"card {c.rank}: scalar frame in a one-phase step {h.step}")
         self._check_data(h, fl)
-        verdict = fl.receiver.on_frame(h.step, h.seq)
+        verdict = fl.receiver.on_frame(h.step, h.seq, final=h.seq == fl.total - 1)
         if verdict is not Verdict.ACCEPT:
             self._totals[f"dropped_{verdict.value}"] += 1
             return

@@ -12,7 +12,9 @@ timeout with no progress goes back to the oldest unacknowledged packet.
 Receiver: `on_frame(step, seq)` says what to do with a data frame (`Verdict.ACCEPT`: consume it
 now, in order; anything else: drop it); `take_reply()` gives the ACK or NAK to send, if any:
 a cumulative ACK (next expected = every packet below it consumed) with the credit (free slots),
-one NAK per gap, a re-ACK for a duplicate.
+one NAK per gap, a re-ACK for a duplicate. The ACK after the flow's final packet (`final=True`)
+goes twice: nothing follows it that could carry a later ACK, so a lost copy would otherwise cost
+the sender a retransmission timeout (with loss rate p per frame, p^2 instead of p).
 """
 
 from __future__ import annotations
@@ -161,6 +163,7 @@ class Receiver:
     held: int = 0
     nak_for: int | None = None  # the expected number a NAK was already sent for (one NAK per gap)
     reply: Reply | None = None
+    repeat: bool = False  # the flow's final ACK is to go once more after the pending one
     counters: ReceiverCounters = field(default_factory=ReceiverCounters)
 
     def __post_init__(self) -> None:
@@ -171,7 +174,9 @@ class Receiver:
     def credit(self) -> int:
         return self.slots - self.held
 
-    def on_frame(self, step: int, seq: int) -> Verdict:
+    def on_frame(self, step: int, seq: int, final: bool = False) -> Verdict:
+        """The verdict on data frame `seq` of `step`; `final`: it is the flow's last packet (its
+        ACK, once accepted, is sent twice)."""
         if step != self.step:
             self.counters.stale += 1
             return Verdict.STALE
@@ -192,6 +197,7 @@ class Receiver:
         self.expected += 1
         self.counters.accepted += 1
         self.reply = Reply.ACK  # a NAK not yet sent is moot: the gap is filled
+        self.repeat = final
         return Verdict.ACCEPT
 
     def hold(self, count: int = 1) -> None:
@@ -215,6 +221,8 @@ class Receiver:
         if self.reply is None:
             return None
         reply, self.reply = self.reply, None
+        if reply is Reply.ACK and self.repeat:
+            self.repeat, self.reply = False, Reply.ACK
         if reply is Reply.ACK:
             self.counters.acks_sent += 1
         else:

@@ -42,6 +42,7 @@ module onic_net_rx_seq_formal #(
     input  wire                 evt_ready,
     // ACK coalescing free too: it changes which replies go when, never a delivery
     input  wire [7:0]           cfg_ack_every,
+    input  wire [7:0]           cfg_last_hop,
     input  wire [31:0]          ack_credit
 );
     wire [511:0] buf_data;
@@ -64,7 +65,7 @@ module onic_net_rx_seq_formal #(
     ) dut (
         .clk(clk), .rst(rst), .step_start(step_start), .step_id(step_id),
         .step_next(step_id),   // evt_now is not checked here (step_id may change at any clock)
-        .cfg_ack_every(cfg_ack_every), .ack_credit(ack_credit),
+        .cfg_ack_every(cfg_ack_every), .ack_credit(ack_credit), .cfg_last_hop(cfg_last_hop),
         .s_data(s_data), .s_keep(s_keep), .s_valid(s_valid), .s_last(s_last), .s_user(s_user),
         .s_first(s_first),
         .s_bad_mac(s_bad[0]), .s_bad_ethertype(s_bad[1]), .s_bad_ip_header(s_bad[2]),

@@ -501,6 +501,9 @@ module onic_net_kernel #(
     always @(posedge ap_clk) cfg_step_reg <= cfg_step_nx;
 
     wire         evt_now;   // evt_step == cfg_step_reg (registered compares in onic_net_rx_seq)
+    // N - 2, the hop of each flow's final packet (the receive side repeats that packet's ACK)
+    reg  [7:0]   last_hop_reg;
+    always @(posedge ap_clk) last_hop_reg <= cfg_world_m1_reg[7:0] - 8'd1;
 
     onic_net_rx #(
         .PAYLOAD_DEPTH_LOG2(RX_PAYLOAD_DEPTH_LOG2),
@@ -513,6 +516,7 @@ module onic_net_kernel #(
         .step_start(start_pulse_reg), .step_id(cfg_step_reg), .step_next(cfg_step_nx),
         .cfg_ack_every(ack_every_reg),
         .ack_credit(ctl_credit),
+        .cfg_last_hop(last_hop_reg),
         .s_axis_tdata(s_axis_mac0_tdata), .s_axis_tkeep(s_axis_mac0_tkeep), .s_axis_tvalid(s_axis_mac0_tvalid),
         .s_axis_tlast(s_axis_mac0_tlast), .s_axis_tuser(s_axis_mac0_tuser),
         .m_axis_hdr_tvalid(hdr_valid), .m_axis_hdr_tready(hdr_ready),

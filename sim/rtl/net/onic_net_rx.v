@@ -43,6 +43,8 @@ module onic_net_rx #(
     input  wire [31:0]   step_next,      // step_id's value from the next clock on (onic_net_rx_seq)
     // accepted frames per cumulative ACK (0, 1: every frame; onic_net_rx_seq)
     input  wire [7:0]    cfg_ack_every,
+    // N - 2: a flow's final packet is its LAST frame at this hop (its ACK goes twice; onic_net_rx_seq)
+    input  wire [7:0]    cfg_last_hop,
 
     /* MAC receive stream (no tready) */
     input  wire [511:0]  s_axis_tdata,
@@ -162,7 +164,7 @@ module onic_net_rx #(
         .ACK_HOLD(ACK_HOLD)
     ) seq (
         .clk(clk), .rst(rst), .step_start(step_start), .step_id(step_id), .step_next(step_next),
-        .cfg_ack_every(cfg_ack_every), .ack_credit(ack_credit),
+        .cfg_ack_every(cfg_ack_every), .ack_credit(ack_credit), .cfg_last_hop(cfg_last_hop),
         .s_data(p_data), .s_keep(p_keep), .s_valid(p_valid), .s_last(p_last), .s_user(p_user),
         .s_first(p_first), .s_bad_mac(p_bad_mac), .s_bad_ethertype(p_bad_ethertype),
         .s_bad_ip_header(p_bad_ip_header), .s_bad_ip_checksum(p_bad_ip_checksum),

@@ -32,7 +32,9 @@
  * or it has waited ACK_HOLD clocks; NAKs, duplicate / overflow re-ACKs and previous-step re-ACKs
  * go at once. K drops to half the credit the flow's last reply carried (at least 1), so a sender
  * within that credit is never stalled waiting for a held ACK. A held flow does not block the
- * others' replies.
+ * others' replies. The ACK after a flow's final packet (LAST at hop cfg_last_hop = N - 2) is
+ * offered twice, the copy right after the first is taken (Receiver's `final`): nothing follows
+ * it that could carry a later ACK, so one lost copy no longer costs the sender a timeout.
  * Counters are 32-bit, saturating, named as hls.net.card's (bytes_in: without the FCS, which
  * the MAC strips; the card counts it). step_start begins step step_id: expected numbers
  * restart at 0 and the old step becomes the previous one. A frame whose end comes after
@@ -53,6 +55,8 @@ module onic_net_rx_seq #(
        carries (the sender may not run further than that before the next ACK) */
     input  wire [7:0]           cfg_ack_every,
     input  wire [31:0]          ack_credit,
+    // the hop of every flow's final packet (N - 2; steady while frames arrive)
+    input  wire [7:0]           cfg_last_hop,
 
     /* step control */
     input  wire                 step_start,
@@ -264,6 +268,7 @@ module onic_net_rx_seq #(
     reg         lt0_reg, eq0_reg, eq1_reg;  // seq vs the flow's expected number (and + 1) at the latch
     reg         bump_reg;           // the frame in W at the latch was accepted in this flow
     reg         cur_match_reg, prv_match_reg;
+    reg         fin_hop_reg;        // the frame's hop is the last (its LAST frame is the flow's final one)
 
     always @(posedge clk) begin
         if (s_valid && s_first) begin
@@ -280,6 +285,7 @@ module onic_net_rx_seq #(
             is_data_reg   <= s_opcode == 4'd1 || s_opcode == 4'd2 || s_opcode == 4'd5;
             flow_reg      <= s_flow;
             hdr_ok_reg    <= cause_a == C_ACCEPT && cause_b == C_ACCEPT;
+            fin_hop_reg   <= s_data[8*47 +: 8] == cfg_last_hop;
             cur_match_reg <= m_cur_valid && s_step == m_cur_step;
             prv_match_reg <= m_prev_valid && s_step == m_prev_step;
             if (step_start) begin
@@ -462,20 +468,28 @@ module onic_net_rx_seq #(
     reg [95:0] expected_next;
     reg [95:0] expected1_next;
     reg [2:0]  nak_sent_next;
+    reg [2:0]  again_reg, again_next;   // the flow's final ACK is to go once more
     reg [1:0]  r;
+    wire       last_flag = hdr_reg[160];   // the frame ends its chunk (wire.FLAG_LAST)
+    wire       final_flag = last_flag && fin_hop_reg;
+    // the taken reply is a final ACK with its copy to come: the flow's reply stays pending
+    wire [2:0] repeat_f = {3{take && sel[2] && sel_reply == R_ACK}} & again_reg
+                          & {sel_f == 2'd2, sel_f == 2'd1, sel_f == 2'd0};
     integer f;
     always @(*) begin
         expected_next = expected_reg;
         expected1_next = expected1_reg;
         nak_sent_next = nak_sent_reg;
+        again_next = again_reg & ~repeat_f;
         for (f = 0; f < 3; f = f + 1) begin
-            r = (take && sel[2] && sel_f == f[1:0]) ? R_NONE : reply_reg[2*f +: 2];
+            r = (take && sel[2] && sel_f == f[1:0] && !repeat_f[f]) ? R_NONE : reply_reg[2*f +: 2];
             if (w_end && is_data_reg && flow_reg == f[1:0]) begin
                 if (verdict == C_ACCEPT) begin
                     r = R_ACK;               // a NAK not yet sent is moot: the gap is filled
                     expected_next[32*f +: 32] = expected_reg[32*f +: 32] + 32'd1;
                     expected1_next[32*f +: 32] = expected1_reg[32*f +: 32] + 32'd1;
                     nak_sent_next[f] = 1'b0;
+                    again_next[f] = final_flag;
                 end else if (verdict == C_DUP || verdict == C_OVF) begin
                     r = r == R_NONE ? R_ACK : r;
                 end else if (verdict == C_GAP && !nak_sent_reg[f]) begin
@@ -491,7 +505,6 @@ module onic_net_rx_seq #(
     wire [31:0] half_credit = ack_credit >> 1;
     wire [7:0]  thr_take = half_credit == 32'd0 ? 8'd1
                          : half_credit < {24'd0, cfg_ack_every} ? half_credit[7:0] : cfg_ack_every;
-    wire        last_flag = hdr_reg[160];   // the frame ends its chunk (wire.FLAG_LAST)
     reg  [2:0]  due_next;
     reg  [23:0] acc_next;
     reg  [47:0] hold_next;
@@ -501,7 +514,7 @@ module onic_net_rx_seq #(
     always @(*) begin
         for (h = 0; h < 3; h = h + 1) begin
             took = take && sel[2] && sel_f == h[1:0];
-            due_next[h] = took ? 1'b0 : due_reg[h];
+            due_next[h] = took ? repeat_f[h] : due_reg[h];
             acc_h       = took ? 8'd0 : acc_reg[8*h +: 8];
             hold_next[16*h +: 16] = took ? 16'd0 : hold_reg[16*h +: 16];
             /* the count after an accepted frame and its threshold compare for both cases of took
@@ -576,6 +589,7 @@ module onic_net_rx_seq #(
             prev_expected_reg <= 96'd0;
             reply_reg         <= 6'd0;
             nak_sent_reg      <= 3'd0;
+            again_reg         <= 3'd0;
             late_reg          <= 3'd0;
             cur_step_reg      <= 32'd0;
             prev_step_reg     <= 32'd0;
@@ -587,6 +601,7 @@ module onic_net_rx_seq #(
             prev_expected_reg <= expected_next;  // with a frame accepted in this clock
             reply_reg         <= 6'd0;
             nak_sent_reg      <= 3'd0;
+            again_reg         <= 3'd0;
             late_reg          <= 3'd0;
             cur_step_reg      <= step_id;
             prev_step_reg     <= cur_step_reg;
@@ -597,6 +612,7 @@ module onic_net_rx_seq #(
             expected1_reg <= expected1_next;
             reply_reg    <= reply_next;
             nak_sent_reg <= nak_sent_next;
+            again_reg    <= again_next;
             late_reg     <= late_next;
         end
     end

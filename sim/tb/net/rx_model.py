@@ -7,6 +7,8 @@ frames are delivered for the transmit side to judge (Card judges them itself), t
 always exist (Card has no scalar flow in a one-phase step), protocol errors (a data frame from a
 rank other than the predecessor, a sequence number past the flow's end) are not detected, and
 the previous step's re-ACKs of one flow are coalesced into one (their contents are identical).
+A flow's final packet is known from its header (LAST at hop `last_hop`, the RTL's cfg_last_hop),
+where Card knows it from the flow's length.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class RxModel:
     receivers: dict[Flow, Receiver] = field(default_factory=dict)
     late: set[Flow] = field(default_factory=set)
     counters: dict[str, int] = field(default_factory=dict)
+    last_hop: int = 0  # N - 2: a LAST frame at this hop is its flow's final one (its ACK goes twice)
 
     def __post_init__(self) -> None:
         self.counters = {"frames_in": 0, "bytes_in": 0, "frames_accepted": 0} | {
@@ -79,12 +82,13 @@ class RxModel:
                 return "previous_step", None
             return "step", None
         rx = self.receivers[flow]
+        final = h.last and h.hop == self.last_hop
         if not fits and h.seq == rx.expected:
             rx.held = rx.slots  # the RTL's buffer is full: Receiver's overflow
-            verdict = rx.on_frame(h.step, h.seq)
+            verdict = rx.on_frame(h.step, h.seq, final)
             rx.held = 0
         else:
-            verdict = rx.on_frame(h.step, h.seq)
+            verdict = rx.on_frame(h.step, h.seq, final)
         if verdict is Verdict.ACCEPT:
             return "accept", out
         return verdict.value, None
@@ -99,8 +103,8 @@ class RxModel:
         self.late = set()
         for flow in FLOWS:
             rx = self.receivers.get(flow)
-            reply = rx.take_reply() if rx is not None else None
-            if reply is not None:
+            # every reply due: a final ACK's copy follows it at once
+            while rx is not None and (reply := rx.take_reply()) is not None:
                 kind, expected, credit = reply
                 out.append((int(kind is Reply.NAK), int(flow), self.step, expected, credit))
         return out

@@ -34,6 +34,7 @@ PEER = wire.endpoint_for_rank(0)
 OTHER = wire.endpoint_for_rank(2)
 WRONG_IP = Endpoint(mac=LOCAL.mac, ip="10.78.0.99", port=LOCAL.port)
 COMM = 0x1234
+LAST_HOP = 3  # cfg_last_hop: a LAST frame at this hop is its flow's final one (its ACK goes twice)
 COUNTERS = ("frames_in", "bytes_in", "frames_accepted") + tuple(
     f"dropped_{c}" for c in ("truncated", "fcs", "mac", "ethertype", "ip_header", "ip_checksum", "ip_address",
                              "protocol", "port", "version", "opcode", "dtype", "comm", "step", "previous_step",
@@ -52,7 +53,7 @@ class TB:
         self.slots = 1 << int(os.environ.get("SLOT_LOG2", "3"))
         self.depth = 1 << int(os.environ.get("PAYLOAD_DEPTH_LOG2", "5"))
         self.frame_beats = int(os.environ.get("FRAME_BEATS", "4"))
-        self.model = RxModel(LOCAL, COMM, self.slots)
+        self.model = RxModel(LOCAL, COMM, self.slots, last_hop=LAST_HOP)
         cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst) if source else None
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_payload"), dut.clk, dut.rst)
@@ -65,6 +66,7 @@ class TB:
         dut.local_mac.value = int.from_bytes(LOCAL.mac, "big")
         dut.local_ip.value = int.from_bytes(LOCAL.ip_bytes, "big")
         dut.local_comm.value = COMM
+        dut.cfg_last_hop.value = LAST_HOP
         dut.step_start.value = 0
         dut.step_id.value = 0
         dut.evt_ready.value = 0
@@ -164,7 +166,8 @@ def data_frame(rng: random.Random, flow: Flow, step: int, seq: int, *, comm: int
         nbytes = 64 * rng.randint(1, max_beats) - rng.choice((0, 0, 0, 2, 4, 30))
     payload = rng.randbytes(nbytes)
     op = wire.FLOW_OPCODE[flow]
-    h = Header(op, rng.choice(wire.WIRE_DTYPES), rng.choice((0, wire.FLAG_LAST)), comm, 0, rng.randrange(256),
+    hop = LAST_HOP if rng.random() < 0.3 else rng.randrange(256)  # LAST at LAST_HOP: a flow's final frame
+    h = Header(op, rng.choice(wire.WIRE_DTYPES), rng.choice((0, wire.FLAG_LAST)), comm, 0, hop,
                rng.randrange(1 << 16), step, seq, rng.randrange(1 << 32), nbytes)
     return wire.build_frame(PEER, dst, h, payload)
 
