@@ -70,6 +70,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hls.errors import OptimusError
 from hls.net import wire
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
 from hls.rtl import simulators
@@ -112,8 +113,9 @@ BF16_BUILD = "onic_net_kernel-bench-bf16-verilator"
 Log = Callable[[str], None] | None
 
 
-class BenchFailed(RuntimeError):
-    """The simulation itself failed (not a figure: a build error, a hang, an exception in the bench)."""
+class BenchFailed(OptimusError, RuntimeError):
+    """The simulation itself failed (not a figure: a build error, a hang, an exception in the bench): one
+    clear line from the `optimusnic` command, not an internal error."""
 
 
 def _log(log: Log, text: str) -> None:
@@ -377,7 +379,11 @@ def measure_case(n: int, payload: int, packets: int, drop: float = 0.0, seed: in
         case |= {"wire_dtype": wire_dtype, "param_dtype": param_dtype}
     what = f"card ({card.lanes} lanes)" if card else f"stand-in {wire_dtype}/{param_dtype}"
     _log(log, f"[bench rtlnet] {what} N={n} P={payload} S={case['size']} drop={drop:g} seed={seed} ...")
-    row = figures(simulate(case, params, build, card))
+    raw = simulate(case, params, build, card)
+    if raw.get("error"):  # a step that never finished has no figures: say which case, and where its log is
+        raise BenchFailed(f"bench rtlnet: {what} N={n} P={payload} S={case['size']} drop={drop:g} seed={seed}: "
+                          f"{raw['error']}; see {raw['log']}")
+    row = figures(raw)
     row["adam"] = f"rtl{card.lanes}" if card else "stand-in"
     row["part"] = part or ("card" if card else "stand-in")
     _log(log, f"[bench rtlnet]   {row['step_clocks']:,} clocks = {row['step_s'] * 1e6:.2f} us "

@@ -206,3 +206,18 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     assert "## Other\n\nkept" in text and rtlnet.HEADING in text
     bench_report.write_rtlnet_section(rep, tmp_path)
     assert path.read_text().count(rtlnet.HEADING) == 1
+
+
+def test_a_step_that_never_finishes_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung step (the simulation's own limit) is a BenchFailed naming the case and its log, which the
+    command prints as one line, not an internal error on the missing figures. `simulate` is stood in
+    for: the hang itself is the bench's (sim/tb/net/bench_onic_card.py) limit."""
+    from hls.errors import OptimusError
+
+    def hung(case: dict, *args: object) -> dict:
+        return {"error": "not done in 60000 clocks (card [], peers [])", "log": "build/x.log"}
+
+    monkeypatch.setattr(rtlnet, "simulate", hung)
+    with pytest.raises(rtlnet.BenchFailed, match=r"N=3 P=1408 S=11264 drop=0.01 seed=7: not done .*x\.log"):
+        rtlnet.measure_case(3, 1408, 32, drop=0.01, seed=7)
+    assert issubclass(rtlnet.BenchFailed, OptimusError)
