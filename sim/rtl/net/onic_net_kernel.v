@@ -544,13 +544,18 @@ module onic_net_kernel #(
      * take yet: AG packets to forward wait for the own chunk, which waits for ag_release, which
      * waits for that very ACK (the RS sender's last) - a deadlock. The credit advertised counts
      * the queued headers as taken (their payload is still in the receive buffer), so a peer
-     * within its credit never overflows the buffer. */
+     * within its credit never overflows the buffer. The queue holds as many headers as the receive
+     * buffer holds frames (a data frame has at least one payload beat there until it is consumed),
+     * so a data header at the head of the receive side's FIFO can always move on and no ACK waits
+     * behind one even if a peer ran past the credit: with a queue of only the header slots, a hang
+     * at 1 % loss had an AG header in front of the re-ACKs that would end the RS flow (README). */
     localparam integer DQ_WIDTH = 4 + 6 + 8 + 16 + 32 + 32 + 16;
+    localparam integer DQ_LOG2 = RX_PAYLOAD_DEPTH_LOG2 > RX_SLOT_LOG2 ? RX_PAYLOAD_DEPTH_LOG2 : RX_SLOT_LOG2;
     wire hdr_reply = hdr_opcode == OP_ACK || hdr_opcode == OP_NAK;
     wire [1:0] hdr_flow = hdr_flags[2:1];
     wire rs_ack_ready, ag_ack_ready, dp_hdr_ready, dq_s_ready, dq_m_valid;
     wire [DQ_WIDTH-1:0] dq_m_data;
-    wire [RX_SLOT_LOG2:0] dq_count;
+    wire [DQ_LOG2:0] dq_count;
     wire rs_ack_valid = hdr_valid && hdr_reply && hdr_flow == 2'd1;
     // the AG sender answers to the scalar flow's replies in phase one, to the AG flow's after it
     wire ag_flow_now  = cfg_phase_reg == 2'd1 ? hdr_flow == 2'd3 : hdr_flow == 2'd2;
@@ -562,7 +567,7 @@ module onic_net_kernel #(
 
     onic_fifo #(
         .WIDTH(DQ_WIDTH),
-        .DEPTH_LOG2(RX_SLOT_LOG2)
+        .DEPTH_LOG2(DQ_LOG2)
     ) data_hdr_queue (
         .clk(ap_clk), .rst(rst), .clear(1'b0),
         .s_data({hdr_opcode, hdr_flags, hdr_hop, hdr_chunk, hdr_seq, hdr_offset, hdr_length}),
@@ -614,14 +619,18 @@ module onic_net_kernel #(
     // clock before, less one, since the slots in use grow by at most one frame a clock; so never more
     // than the slots free now (a peer within its credit never overflows the buffer), at most two fewer.
     localparam integer CW = RX_SLOT_LOG2 + 1;
-    wire [CW:0]   rx_free    = {1'b0, evt_credit[CW-1:0]};
-    wire [CW:0]   dq_used    = {1'b0, dq_count} + {{CW{1'b0}}, 1'b1};
+    localparam integer UW = DQ_LOG2 + 2;   // DQ_LOG2 >= RX_SLOT_LOG2: both counts fit
+    wire [UW-1:0] rx_free    = {{(UW-CW){1'b0}}, evt_credit[CW-1:0]};
+    wire [UW-1:0] dq_used    = {1'b0, dq_count} + {{(UW-1){1'b0}}, 1'b1};
+    /* verilator lint_off UNUSEDSIGNAL */
+    wire [UW-1:0] free_left  = rx_free - dq_used;   // below rx_free when taken: its low CW bits hold it
+    /* verilator lint_on UNUSEDSIGNAL */
     reg  [CW-1:0] credit_reg;
     always @(posedge ap_clk) begin
         if (rst) begin
             credit_reg <= {CW{1'b0}};
         end else begin
-            credit_reg <= rx_free > dq_used ? rx_free[CW-1:0] - dq_used[CW-1:0] : {CW{1'b0}};
+            credit_reg <= rx_free > dq_used ? free_left[CW-1:0] : {CW{1'b0}};
         end
     end
     assign        ctl_credit  = {{(32-CW){1'b0}}, credit_reg};
