@@ -85,6 +85,7 @@ module onic_net_scalar (
     localparam [1:0] R_HDR = 2'd0, R_BEAT = 2'd1, R_ENTRY = 2'd2;
     reg  [1:0]   rstate_reg;
     reg  [7:0]   recv_hops_reg;     // hops received in order (the next expected is this one)
+    reg  [8:0]   recv_hops1_reg;    // recv_hops_reg + 1: the next header's entries (its length / 16)
     reg  [7:0]   rx_left_reg;       // entries of the packet still to store
     reg  [7:0]   rx_rank_reg;       // the next entry's expected rank
     reg  [1:0]   rx_lane_reg;
@@ -103,9 +104,14 @@ module onic_net_scalar (
        only judged after the own entry or a header arrived, long after */
     reg  [7:0]   world_m2_reg;
     reg          world_ge2_reg;
+    // all_known's hop + 1 == N the same way: hop == N - 1 (and N >= 1)
+    reg  [7:0]   world_m1_reg;
+    reg          world_ge1_reg;
     always @(posedge clk) begin
         world_m2_reg  <= cfg_world - 8'd2;
         world_ge2_reg <= cfg_world >= 8'd2;
+        world_m1_reg  <= cfg_world - 8'd1;
+        world_ge1_reg <= cfg_world != 8'd0;
     end
     function hop_ok;
         input [7:0] hop;
@@ -116,8 +122,11 @@ module onic_net_scalar (
     // r - 1 - h mod N, as r + N - 1 - h (h <= N - 2: positive, below 2N)
     wire [8:0]   rx_first_w = {1'b0, cfg_rank} + {1'b0, cfg_world} - 9'd1 - {1'b0, s_hdr_hop};
     wire [7:0]   rx_first = (rx_first_w >= {1'b0, cfg_world}) ? rx_first_w[7:0] - cfg_world : rx_first_w[7:0];
-    wire         hdr_ok = s_hdr_hop == recv_hops_reg && hop_ok(s_hdr_hop) &&
-                          s_hdr_len == {3'd0, hdr_entries, 4'd0};
+    /* the header's hop must be recv_hops_reg, so its checks use the registers: hop_ok of
+       recv_hops_reg and the length against 16 (recv_hops_reg + 1), registered; no adder or compare
+       with a register between the header queue's output and the verdict */
+    wire         hdr_ok = s_hdr_hop == recv_hops_reg && hop_ok(recv_hops_reg) &&
+                          s_hdr_len == {3'd0, recv_hops1_reg, 4'd0};
     wire         rx_store = rstate_reg == R_ENTRY && !rx_bad_reg;
     wire         rx_match = rx_entry[7:0] == rx_rank_reg;
     wire [7:0]   rx_rank_next = (rx_rank_reg + 8'd1 == cfg_world) ? 8'd0 : rx_rank_reg + 8'd1;
@@ -176,6 +185,7 @@ module onic_net_scalar (
             error_reg <= 1'b0;
             rstate_reg <= R_HDR;
             recv_hops_reg <= 8'd0;
+            recv_hops1_reg <= 9'd1;
             tstate_reg <= T_IDLE;
             send_hop_reg <= 8'd0;
         end else begin
@@ -221,6 +231,7 @@ module onic_net_scalar (
                             end
                             if (!rx_bad_reg) begin
                                 recv_hops_reg <= recv_hops_reg + 8'd1;
+                                recv_hops1_reg <= recv_hops1_reg + 9'd1;
                             end
                             rstate_reg <= R_HDR;
                         end else begin
@@ -289,7 +300,7 @@ module onic_net_scalar (
     assign rd_flag = rd_own_reg ? own_flag_reg : tab_host_q[64];
     assign own_known = own_known_reg;
     assign sent_all = !tx_more && tstate_reg == T_IDLE;
-    assign all_known = own_known_reg && !error_reg && {1'b0, recv_hops_reg} + 9'd1 == {1'b0, cfg_world};
+    assign all_known = own_known_reg && !error_reg && world_ge1_reg && recv_hops_reg == world_m1_reg;
     assign error = error_reg;
 
 endmodule
