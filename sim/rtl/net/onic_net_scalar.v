@@ -149,7 +149,21 @@ module onic_net_scalar (
     // r - j mod N, as r + N - j
     wire [8:0]   tx_first_w = {1'b0, cfg_rank} + {1'b0, cfg_world} - {1'b0, send_hop_reg};
     wire [7:0]   tx_first = (tx_first_w >= {1'b0, cfg_world}) ? tx_first_w[7:0] - cfg_world : tx_first_w[7:0];
-    wire         tx_more = hop_ok(send_hop_reg);
+    /* tx_more is hop_ok(send_hop_reg) as a register: its next value from send_hop_reg's next
+       value and cfg_world (world_m2_reg's next value): hop_ok(h) is h + 2 <= N. The same value
+       every clock, with no compare between send_hop_reg and sent_all / tx_go */
+    reg          tx_more_reg;
+    wire         tx_more = tx_more_reg;
+    wire         send_hop_inc = tstate_reg == T_BEAT && m_axis_tready && tx_last_reg;
+    always @(posedge clk) begin
+        if (rst || start) begin
+            tx_more_reg <= cfg_world >= 8'd2;
+        end else if (send_hop_inc) begin
+            tx_more_reg <= {1'b0, send_hop_reg} + 9'd3 <= {1'b0, cfg_world};
+        end else begin
+            tx_more_reg <= {1'b0, send_hop_reg} + 9'd2 <= {1'b0, cfg_world};
+        end
+    end
     wire         tx_go = tstate_reg == T_IDLE && own_known_reg && tx_more && send_hop_reg <= recv_hops_reg;
     reg  [7:0]   tx_place_rank_reg; // the rank of the entry being placed
     wire [63:0]  tx_sumsq = tx_own_reg ? own_sumsq_reg : tab_tx_q[63:0];
