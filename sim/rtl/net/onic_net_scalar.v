@@ -98,7 +98,7 @@ module onic_net_scalar (
                                            : (rx_lane_reg[0] ? rx_beat_reg[255:128] : rx_beat_reg[127:0]);
     // the 6 pad bytes are zero when sent and ignored when received (as hls.net.card)
     wire _unused_ok = &{1'b0, rx_entry[63:16], 1'b0};
-    wire [8:0]   hdr_entries = {1'b0, s_hdr_hop} + 9'd1;
+    wire [7:0]   hdr_entries = s_hdr_hop + 8'd1;   // the header's entries (drained as many if it is wrong)
     /* hop + 2 <= N as hop <= N - 2 against a register (N - 2, and N >= 2): no adder in front of the
        compare. cfg_world is loaded a clock or more before start (onic_net_kernel), and a hop is
        only judged after the own entry or a header arrived, long after */
@@ -216,7 +216,7 @@ module onic_net_scalar (
                         if (!hdr_ok) begin
                             error_reg <= 1'b1;
                         end
-                        rx_left_reg <= hdr_entries[7:0];
+                        rx_left_reg <= hdr_entries;
                         rx_rank_reg <= rx_first;
                         rstate_reg <= R_BEAT;
                     end
