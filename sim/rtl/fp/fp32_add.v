@@ -98,24 +98,54 @@ wire [27:0] big_ext = {1'b0, s2_big, 3'b000};
 wire [27:0] small_ext = {1'b0, s2_small};
 wire [27:0] sum = s2_eff_sub ? big_ext - small_ext : big_ext + small_ext;
 
+// the stop bit for stage 4: exponent e allows a left shift of at most e - 1 places, so bit
+// 26 - (e - 1) = 27 - e stops the count (none for e > 27); one compare with a constant per bit
+reg  [26:0] stop;
+integer     si;
+
+always @* begin
+    for (si = 0; si < 27; si = si + 1) begin
+        stop[si] = s2_exp == 8'd27 - si[7:0];
+    end
+end
+
 reg         s3_sign, s3_eff_sub, s3_spec;
 reg  [31:0] s3_spec_y;
 reg  [7:0]  s3_exp;
 reg  [27:0] s3_sum;
+reg  [26:0] s3_stop;
 
-/* stage 4: leading-zero count, limited so a subnormal result keeps exponent 1 */
-wire [4:0]  sum_lz;
+/* stage 4: leading-zero count, limited so a subnormal result keeps exponent 1: a stop bit at
+ * position 26 - (exponent - 1), decoded a stage earlier, ends the count there (a compare of the
+ * count with exponent - 1 and a mux after it would be a LUT level more) */
+// Two levels, as fp64_add: four 8-bit groups (the 27 bits and 5 ones below them, so a zero sum
+// counts 27), each with its leading-zero count and an all-zero flag, then the first group that is
+// not all zero picks its count.
+wire [31:0] lz_in = {s3_sum[26:0] | s3_stop, 5'h1f};
+reg  [3:0]  grp_zero;
+reg  [11:0] grp_lz;      // group g's count at [3g +: 3]
+reg  [4:0]  sum_lz;
+integer     gi, bi;
 
-fp_lzc #(
-    .WIDTH(27),
-    .COUNT_WIDTH(5)
-) lzc_inst (
-    .in_data(s3_sum[26:0]),
-    .out_count(sum_lz)
-);
+always @* begin
+    for (gi = 0; gi < 4; gi = gi + 1) begin
+        grp_zero[gi] = lz_in[31 - 8 * gi -: 8] == 8'd0;
+        grp_lz[3 * gi +: 3] = 3'd7;
+        for (bi = 0; bi < 8; bi = bi + 1) begin
+            if (lz_in[24 - 8 * gi + bi]) begin
+                grp_lz[3 * gi +: 3] = 3'd7 - bi[2:0];
+            end
+        end
+    end
+    sum_lz = 5'd27;
+    for (gi = 3; gi >= 0; gi = gi - 1) begin
+        if (!grp_zero[gi]) begin
+            sum_lz = {gi[1:0], grp_lz[3 * gi +: 3]};
+        end
+    end
+end
 
-wire [7:0]  max_shift = s3_exp - 8'd1;
-wire [4:0]  norm_shift = ({3'd0, sum_lz} > max_shift) ? max_shift[4:0] : sum_lz;
+wire [4:0]  norm_shift = sum_lz;
 
 reg         s4_sign, s4_spec;
 reg  [31:0] s4_spec_y;
@@ -169,6 +199,7 @@ always @(posedge clk) begin
         s3_spec_y <= s2_spec_y;
         s3_exp <= s2_exp;
         s3_sum <= sum;
+        s3_stop <= stop;
 
         // an exact zero sum is +0 when subtracting (RNE), else both addends were zeros of one sign
         s4_sign <= (s3_sum == 28'd0 && s3_eff_sub) ? 1'b0 : s3_sign;

@@ -259,14 +259,16 @@ module onic_net_rx_parse #(
         eb5_reg <= eb4_reg;
         ek5_reg <= ek4_reg;
         v5_reg  <= rst ? 1'b0 : v4_reg;
-        /* the bytes onic_net_rx_seq compares at once (opcode, step, sequence number) and TKEEP are
-           loaded only with a beat (the same values whenever m_valid is high): the enable keeps
-           this stage a flip-flop, not the end of a shift-register LUT (SRL), whose read is a
-           LUT level in front of those compares */
+        /* the bytes onic_net_rx_seq compares at once (opcode, step, sequence number), TKEEP and
+           the first-beat flag are loaded only with a beat (the same values whenever m_valid is
+           high): the enable keeps this stage a flip-flop, not the end of a shift-register LUT
+           (SRL), whose read is a LUT level in front of those compares and of the step match the
+           first-beat flag enables */
         if (!v4_reg) begin
             d5_reg[8*42 +: 8]  <= d5_reg[8*42 +: 8];
             d5_reg[8*50 +: 64] <= d5_reg[8*50 +: 64];
             k5_reg             <= k5_reg;
+            f5_reg             <= f5_reg;
         end
     end
 

@@ -85,6 +85,7 @@ module onic_net_scalar (
     localparam [1:0] R_HDR = 2'd0, R_BEAT = 2'd1, R_ENTRY = 2'd2;
     reg  [1:0]   rstate_reg;
     reg  [7:0]   recv_hops_reg;     // hops received in order (the next expected is this one)
+    reg  [8:0]   recv_hops1_reg;    // recv_hops_reg + 1: the next header's entries (its length / 16)
     reg  [7:0]   rx_left_reg;       // entries of the packet still to store
     reg  [7:0]   rx_rank_reg;       // the next entry's expected rank
     reg  [1:0]   rx_lane_reg;
@@ -97,15 +98,20 @@ module onic_net_scalar (
                                            : (rx_lane_reg[0] ? rx_beat_reg[255:128] : rx_beat_reg[127:0]);
     // the 6 pad bytes are zero when sent and ignored when received (as hls.net.card)
     wire _unused_ok = &{1'b0, rx_entry[63:16], 1'b0};
-    wire [8:0]   hdr_entries = {1'b0, s_hdr_hop} + 9'd1;
+    wire [7:0]   hdr_entries = s_hdr_hop + 8'd1;   // the header's entries (drained as many if it is wrong)
     /* hop + 2 <= N as hop <= N - 2 against a register (N - 2, and N >= 2): no adder in front of the
        compare. cfg_world is loaded a clock or more before start (onic_net_kernel), and a hop is
        only judged after the own entry or a header arrived, long after */
     reg  [7:0]   world_m2_reg;
     reg          world_ge2_reg;
+    // all_known's hop + 1 == N the same way: hop == N - 1 (and N >= 1)
+    reg  [7:0]   world_m1_reg;
+    reg          world_ge1_reg;
     always @(posedge clk) begin
         world_m2_reg  <= cfg_world - 8'd2;
         world_ge2_reg <= cfg_world >= 8'd2;
+        world_m1_reg  <= cfg_world - 8'd1;
+        world_ge1_reg <= cfg_world != 8'd0;
     end
     function hop_ok;
         input [7:0] hop;
@@ -116,8 +122,11 @@ module onic_net_scalar (
     // r - 1 - h mod N, as r + N - 1 - h (h <= N - 2: positive, below 2N)
     wire [8:0]   rx_first_w = {1'b0, cfg_rank} + {1'b0, cfg_world} - 9'd1 - {1'b0, s_hdr_hop};
     wire [7:0]   rx_first = (rx_first_w >= {1'b0, cfg_world}) ? rx_first_w[7:0] - cfg_world : rx_first_w[7:0];
-    wire         hdr_ok = s_hdr_hop == recv_hops_reg && hop_ok(s_hdr_hop) &&
-                          s_hdr_len == {3'd0, hdr_entries, 4'd0};
+    /* the header's hop must be recv_hops_reg, so its checks use the registers: hop_ok of
+       recv_hops_reg and the length against 16 (recv_hops_reg + 1), registered; no adder or compare
+       with a register between the header queue's output and the verdict */
+    wire         hdr_ok = s_hdr_hop == recv_hops_reg && hop_ok(recv_hops_reg) &&
+                          s_hdr_len == {3'd0, recv_hops1_reg, 4'd0};
     wire         rx_store = rstate_reg == R_ENTRY && !rx_bad_reg;
     wire         rx_match = rx_entry[7:0] == rx_rank_reg;
     wire [7:0]   rx_rank_next = (rx_rank_reg + 8'd1 == cfg_world) ? 8'd0 : rx_rank_reg + 8'd1;
@@ -140,7 +149,21 @@ module onic_net_scalar (
     // r - j mod N, as r + N - j
     wire [8:0]   tx_first_w = {1'b0, cfg_rank} + {1'b0, cfg_world} - {1'b0, send_hop_reg};
     wire [7:0]   tx_first = (tx_first_w >= {1'b0, cfg_world}) ? tx_first_w[7:0] - cfg_world : tx_first_w[7:0];
-    wire         tx_more = hop_ok(send_hop_reg);
+    /* tx_more is hop_ok(send_hop_reg) as a register: its next value from send_hop_reg's next
+       value and cfg_world (world_m2_reg's next value): hop_ok(h) is h + 2 <= N. The same value
+       every clock, with no compare between send_hop_reg and sent_all / tx_go */
+    reg          tx_more_reg;
+    wire         tx_more = tx_more_reg;
+    wire         send_hop_inc = tstate_reg == T_BEAT && m_axis_tready && tx_last_reg;
+    always @(posedge clk) begin
+        if (rst || start) begin
+            tx_more_reg <= cfg_world >= 8'd2;
+        end else if (send_hop_inc) begin
+            tx_more_reg <= {1'b0, send_hop_reg} + 9'd3 <= {1'b0, cfg_world};
+        end else begin
+            tx_more_reg <= {1'b0, send_hop_reg} + 9'd2 <= {1'b0, cfg_world};
+        end
+    end
     wire         tx_go = tstate_reg == T_IDLE && own_known_reg && tx_more && send_hop_reg <= recv_hops_reg;
     reg  [7:0]   tx_place_rank_reg; // the rank of the entry being placed
     wire [63:0]  tx_sumsq = tx_own_reg ? own_sumsq_reg : tab_tx_q[63:0];
@@ -176,6 +199,7 @@ module onic_net_scalar (
             error_reg <= 1'b0;
             rstate_reg <= R_HDR;
             recv_hops_reg <= 8'd0;
+            recv_hops1_reg <= 9'd1;
             tstate_reg <= T_IDLE;
             send_hop_reg <= 8'd0;
         end else begin
@@ -192,7 +216,7 @@ module onic_net_scalar (
                         if (!hdr_ok) begin
                             error_reg <= 1'b1;
                         end
-                        rx_left_reg <= hdr_entries[7:0];
+                        rx_left_reg <= hdr_entries;
                         rx_rank_reg <= rx_first;
                         rstate_reg <= R_BEAT;
                     end
@@ -221,6 +245,7 @@ module onic_net_scalar (
                             end
                             if (!rx_bad_reg) begin
                                 recv_hops_reg <= recv_hops_reg + 8'd1;
+                                recv_hops1_reg <= recv_hops1_reg + 9'd1;
                             end
                             rstate_reg <= R_HDR;
                         end else begin
@@ -289,7 +314,7 @@ module onic_net_scalar (
     assign rd_flag = rd_own_reg ? own_flag_reg : tab_host_q[64];
     assign own_known = own_known_reg;
     assign sent_all = !tx_more && tstate_reg == T_IDLE;
-    assign all_known = own_known_reg && !error_reg && {1'b0, recv_hops_reg} + 9'd1 == {1'b0, cfg_world};
+    assign all_known = own_known_reg && !error_reg && world_ge1_reg && recv_hops_reg == world_m1_reg;
     assign error = error_reg;
 
 endmodule
