@@ -183,12 +183,15 @@ class RtlSimRing(SimLink):
             for k, v in new.items():
                 mine[k] = mine.get(k, 0) + int(v)
         self.last_step_skipped = bool(reply.get("skipped", False))
-        if not self.last_step_skipped:
-            self.last_hyper_step = int(hyper.step)  # a skipped step leaves the shards' step, as ShardState
-            dt = np.dtype("<u2" if self.param_dtype == "bf16" else "<f4")
-            flat = np.frombuffer(payload, dt)
-            self._params = flat[:self.length].copy()
-        return [self._params.copy() for _ in range(self.world)]
+        if self.last_step_skipped:
+            return [self._params.copy() for _ in range(self.world)]
+        self.last_hyper_step = int(hyper.step)  # a skipped step leaves the shards' step, as ShardState
+        dt = np.dtype("<u2" if self.param_dtype == "bf16" else "<f4")
+        flat = np.frombuffer(payload, dt)
+        # each rank's own gathered vector, as read from its card (a card that differs must show)
+        out = [flat[k * self.length:(k + 1) * self.length].copy() for k in range(self.world)]
+        self._params = out[0].copy()
+        return out
 
     def counters(self) -> list[dict[str, int]]:
         """Each card's counter registers (design.md 8.3 names), summed over the steps."""
