@@ -67,15 +67,19 @@ from eth_switch import EthSwitch, PortFaults, SwitchConfig
 from soft_peer import SoftPeer
 from test_onic_net_kernel import (
     ARGS,
+    MAX_NORM,
     READONLY,
     WINDOW,
     cases,
     chunk_beats,
     differing,
     endpoints,
+    entry_value,
     local_gradient,
     mac_number,
+    read_entries,
     reference,
+    two_phase_gradients,
 )
 
 from hls import golden, net_regmap
@@ -92,8 +96,6 @@ CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE = 1, 2, 4
 # card memory: the network kernel's buffers and the Adam kernel's stripes, page-spaced regions
 LGRAD, GATHER, P, M, V, OUT, SUM = 0x10000, 0x40000, 0x80000, 0xA0000, 0xC0000, 0xE0000, 0x100000
-# the two-phase step's clip norm
-MAX_NORM = 1.0
 
 
 def env_float(name: str) -> float:
@@ -247,14 +249,6 @@ async def setup_case(tb: CardTB, n: int, r: int, seed: int) -> Ring:
     tb.mem.write(V, shards[r].v.tobytes())
     tag = f"N={n} r={r} S={size} P={payload} {wdt}/{pdt} faults {env}"
     return Ring(n, r, size, payload, length, wdt, pdt, tb.spec["optimizer"], shards, peers, switch, tag)
-
-
-def two_phase_gradients(nrng: np.random.Generator, n: int, length: int, wdt: str, kind: str) -> list[np.ndarray]:
-    """Finite local gradients (`local_gradient` mixes in infinities, which make a step skip) whose
-    norm clipped to MAX_NORM triggers ("clip") or does not ("noclip")."""
-    amp = {"clip": 1.0, "noclip": 1e-4}[kind]
-    grads = [(nrng.standard_normal(length) * amp).astype(np.float32) for _ in range(n)]
-    return [golden.to_bf16_bits(g) for g in grads] if wdt == "bf16" else grads
 
 
 async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossless: bool, n_error: int = 0,
@@ -457,17 +451,12 @@ async def phase_one_scale(tb: CardTB, c: Ring, tag: str, want: ring.StepResult, 
     assert not differing(region[:len(data)], data, c.wdt), f"{tag}: the sum in card memory differs"
     assert region[wb * BEAT:] == bytes([0x3C]) * BEAT, f"{tag}: the beat after the sum was written"
     entries = []
-    for k in range(n):
-        await tb.net_write("entry", k)
-        lo = await tb.net.read_dword(READONLY["entry_sumsq"])
-        hi = await tb.net.read_dword(READONLY["entry_sumsq"] + 4)
-        flag = await tb.net.read_dword(READONLY["entry_flag"])
-        bits = hi << 32 | lo
+    for k, (bits, flag) in enumerate(await read_entries(tb.net_write, tb.net.read_dword, n)):
         want_sumsq, want_flag = ring.chunk_scalars(want.reduced[k], c.wdt)
         want_bits = int(np.array(want_sumsq, dtype=np.float64).view(np.uint64))
-        assert bool(flag & 1) == want_flag, f"{tag}: rank {k} flag {flag} != {want_flag}"
+        assert flag == want_flag, f"{tag}: rank {k} flag {flag} != {want_flag}"
         assert bits == want_bits, f"{tag}: rank {k} sum of squares {bits:#x} != {want_bits:#x}"
-        entries.append((float(np.array(bits, dtype=np.uint64).view(np.float64)), bool(flag & 1)))
+        entries.append((entry_value(bits), flag))
     return ring.step_grad_scale(entries, n, grad_scale=grad_scale, max_norm=MAX_NORM)
 
 

@@ -87,6 +87,36 @@ def local_gradient(rng: np.random.Generator, length: int, dtype: str) -> np.ndar
     return to_bf16_bits(x) if dtype == "bf16" else x
 
 
+MAX_NORM = 1.0  # the two-phase steps' clip norm (every bench of the card)
+
+
+def two_phase_gradients(rng: np.random.Generator, n: int, length: int, dtype: str, kind: str) -> list[np.ndarray]:
+    """Finite local gradients (`local_gradient` mixes in infinities, which make a step skip) whose
+    norm clipped to MAX_NORM triggers ("clip") or does not ("noclip"); "skip": as "clip" with one
+    infinity on one rank (every card skips the update)."""
+    amp = {"clip": 1.0, "noclip": 1e-4, "skip": 1.0}[kind]
+    grads = [(rng.standard_normal(length) * amp).astype(np.float32) for _ in range(n)]
+    if kind == "skip":
+        grads[int(rng.integers(0, n))][int(rng.integers(0, length))] = np.float32(np.inf)
+    return [to_bf16_bits(g) for g in grads] if dtype == "bf16" else grads
+
+
+async def read_entries(write: Any, read: Any, n: int) -> list[tuple[int, bool]]:
+    """Every rank's scalar entry after phase one as the host reads it through the network kernel's
+    registers (`write(name, value)`, `read(offset)`): (sum of squares as float64 bits, non-finite flag)."""
+    out = []
+    for k in range(n):
+        await write("entry", k)
+        bits = (await read(READONLY["entry_sumsq"] + 4)) << 32 | await read(READONLY["entry_sumsq"])
+        out.append((bits, bool(await read(READONLY["entry_flag"]) & 1)))
+    return out
+
+
+def entry_value(bits: int) -> float:
+    """An entry's float64 sum of squares from its bits."""
+    return float(np.array(bits, dtype=np.uint64).view(np.float64))
+
+
 def endpoints(n: int) -> tuple[wire.Endpoint, ...]:
     return tuple(wire.Endpoint(mac=bytes([2, 0, 0, 0, 0x10, k]), ip=f"10.0.1.{k + 1}", port=4000 + k)
                  for k in range(n))
@@ -237,8 +267,8 @@ async def reference_adam_streams(tb: TB, kernel: ReferenceKernel, beats: int, sc
 
 async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: int, drop: float,
                    dup: float, two_phase: str = "") -> None:
-    """two_phase: "" a one-phase step; "clip" / "noclip" a two-phase step whose clipping to
-    max_norm 1 triggers / does not; "nonfinite" a two-phase step with an inf in one gradient (skip)."""
+    """two_phase: "" a one-phase step; "clip" / "noclip" / "skip": a two-phase step of
+    `two_phase_gradients` of that kind."""
     dut, rng = tb.dut, tb.rng
     nrng = np.random.default_rng(seed)
     size = int(rng.choice([48, 80, 112]))
@@ -247,16 +277,10 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     assert ring.chunk_elems(length, n) == size
     params = (nrng.standard_normal(length) * 0.1).astype(np.float32)
     if two_phase:
-        # finite gradients (local_gradient mixes in infinities); the sum of squares sets the clip
-        amp = {"clip": 1.0, "noclip": 1e-4, "nonfinite": 1.0}[two_phase]
-        grads = [(nrng.standard_normal(length) * amp).astype(np.float32) for _ in range(n)]
-        if two_phase == "nonfinite":
-            grads[int(nrng.integers(0, n))][int(nrng.integers(0, length))] = np.float32(np.inf)
-        if wdt == "bf16":
-            grads = [to_bf16_bits(g) for g in grads]
+        grads = two_phase_gradients(nrng, n, length, wdt, two_phase)
     else:
         grads = [local_gradient(nrng, length, wdt) for _ in range(n)]
-    start_kw: dict[str, Any] = {"two_phase": True, "max_norm": 1.0} if two_phase else {}
+    start_kw: dict[str, Any] = {"two_phase": True, "max_norm": MAX_NORM} if two_phase else {}
     ref = reference(n, length, params, grads, wdt, pdt, payload, step, **start_kw)
     want_reduced = ring.reduce_scatter(grads, wdt)[r]
     wb, pb = chunk_beats(size, wdt), chunk_beats(size, pdt)
@@ -459,19 +483,15 @@ async def phase_one_done(tb: TB, n: int, r: int, tag: str, ref: dict[str, Any], 
     region = tb.rd.read(sum_addr, len(data) + BEAT)
     assert not differing(region[:len(data)], data, wdt), f"{tag}: the sum in card memory differs"
     entries = []
-    for k in range(n):
-        await tb.write("entry", k)
-        lo = await tb.read(READONLY["entry_sumsq"])
-        hi = await tb.read(READONLY["entry_sumsq"] + 4)
-        flag = await tb.read(READONLY["entry_flag"])
-        sumsq = float(np.array(hi << 32 | lo, dtype=np.uint64).view(np.float64))
-        entries.append((sumsq, bool(flag & 1)))
+    for k, (bits, flag) in enumerate(await read_entries(tb.write, tb.read, n)):
+        sumsq = entry_value(bits)
+        entries.append((sumsq, flag))
         want_sumsq, want_flag = ref["entries"][k]
-        assert bool(flag & 1) == want_flag, f"{tag}: rank {k} flag {flag} != {want_flag}"
+        assert flag == want_flag, f"{tag}: rank {k} flag {flag} != {want_flag}"
         same = (np.isnan(sumsq) and np.isnan(want_sumsq)) or \
             np.array(sumsq).view(np.uint64) == np.array(want_sumsq, dtype=np.float64).view(np.uint64)
         assert same, f"{tag}: rank {k} sum of squares {sumsq!r} != {want_sumsq!r}"
-    return ring.step_grad_scale(entries, n, grad_scale=1.0, max_norm=1.0)
+    return ring.step_grad_scale(entries, n, grad_scale=1.0, max_norm=MAX_NORM)
 
 
 def cases(spec: str) -> list[tuple[int, int]]:
@@ -522,7 +542,7 @@ async def test_two_phase(dut: Any) -> None:
     tb = TB(dut, rng, float(os.environ.get("ONIC_GRAD_STALL", "0.3")))
     await reset(dut)
     drop, dup = float(os.environ.get("ONIC_DROP", "0")), float(os.environ.get("ONIC_DUP", "0"))
-    kinds = ("clip", "noclip", "nonfinite")
+    kinds = ("clip", "noclip", "skip")
     for k, (n, r) in enumerate(cases(os.environ.get("ONIC_CASES", "2:0,3:1"))):
         kind = kinds[k % 3]
         await run_case(tb, n, r, wdt, pdt, seed * 1000 + k, 200 + k, drop, dup, two_phase=kind)

@@ -61,6 +61,7 @@ from eth_mac_port import FCS_BYTES, MacPort
 from eth_switch import EthSwitch, PortFaults, SwitchConfig
 from hbm_memory import LatencyAxiRamRead, LatencyAxiRamWrite
 from ring_streams import Sink, Source
+from test_onic_net_kernel import MAX_NORM, entry_value, read_entries, two_phase_gradients
 
 from hls import golden, net_regmap
 from hls.golden import Hyper, to_bf16_bits
@@ -74,7 +75,6 @@ CLOCK_NS = 4
 LGRAD_ADDR, GATHER_ADDR, SUM_ADDR = 0x10000, 0x80000, 0xC0000  # SUM: a two-phase step's owner sum
 P_ADDR, M_ADDR, V_ADDR, OUT_ADDR = 0x100000, 0x140000, 0x180000, 0x1C0000  # the Adam kernel's stripes
 FILL = 0xA5
-MAX_NORM = 1.0  # the two-phase steps' clip norm
 AP_DONE, AP_IDLE = 0x2, 0x4
 
 _PLAN = dataclasses.make_dataclass("_Plan", ["streams"])(
@@ -277,13 +277,7 @@ class RtlCard:
 
     async def entries(self, n: int) -> list[tuple[float, bool]]:
         """Every rank's scalar entry (sum of squares, non-finite flag) after phase one, as the host reads them."""
-        out = []
-        for k in range(n):
-            await self.write("entry", k)
-            bits = (await self.read(READONLY["entry_sumsq"] + 4)) << 32 | await self.read(READONLY["entry_sumsq"])
-            flag = await self.read(READONLY["entry_flag"])
-            out.append((float(np.array(bits, dtype=np.uint64).view(np.float64)), bool(flag & 1)))
-        return out
+        return [(entry_value(bits), flag) for bits, flag in await read_entries(self.write, self.read, n)]
 
     async def stand_in(self, beats: int, scale: float, got: dict[str, Any]) -> None:
         """The Adam kernel stand-in: the reduced chunk in, ReferenceKernel's updated chunk out."""
@@ -640,16 +634,6 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
             assert c[name] == value, f"{t}: counter {name} {c[name]} != {value}"
         assert not card.monitor.errors, card.monitor.errors
     assert not ring_.tx_errors(), ring_.tx_errors()
-
-
-def two_phase_gradients(nrng: np.random.Generator, n: int, length: int, dtype: str, kind: str) -> list[np.ndarray]:
-    """Finite local gradients whose norm clipped to MAX_NORM triggers ("clip") or does not
-    ("noclip"); "skip": as "clip" with one infinity on one rank (every card skips the update)."""
-    amp = {"clip": 1.0, "noclip": 1e-4, "skip": 1.0}[kind]
-    grads = [(nrng.standard_normal(length) * amp).astype(np.float32) for _ in range(n)]
-    if kind == "skip":
-        grads[int(nrng.integers(0, n))][int(nrng.integers(0, length))] = np.float32(np.inf)
-    return [to_bf16_bits(g) for g in grads] if dtype == "bf16" else grads
 
 
 def env_faults(seed: int) -> tuple[PortFaults, bool]:
