@@ -638,26 +638,34 @@ module onic_net_kernel #(
 
     /* replies: the receive side's (evt) first; then a credit refresh: a flow whose last reply in
      * this step advertised no free slot gets its ACK again once a slot is free (the receiver's
-     * `release` in hls.net.reliability), else its sender, with nothing in flight, waits forever */
-    reg  [1:0]  zero_reg;            // RS, AG: the last reply carried credit 0
-    reg  [31:0] last_seq_reg [0:1];
+     * `release` in hls.net.reliability), else its sender, with nothing in flight, waits forever.
+     * The scalar flow of phase one too: a scalar frame taken into the last free slot leaves the
+     * predecessor's next one (the entry it forwards) waiting for such a reply. A refresh goes only
+     * to a flow of the phase running (scalar in phase one, AG otherwise), so one pending when
+     * phase two begins is never sent. */
+    reg  [2:0]  zero_reg;            // RS, AG, scalar: the last reply carried credit 0
+    reg  [31:0] last_seq_reg [0:2];
+    wire        p1_now    = cfg_phase_reg == 2'd1;
     wire        ref_rs    = zero_reg[0] && !credit_none;
-    wire        ref_ag    = zero_reg[1] && !credit_none;
-    wire        ref_valid = !evt_valid && (ref_rs || ref_ag);
+    wire        ref_ag    = zero_reg[1] && !p1_now && !credit_none;
+    wire        ref_sc    = zero_reg[2] && p1_now && !credit_none;
+    wire        ref_valid = !evt_valid && (ref_rs || ref_ag || ref_sc);
     wire        ctl_valid = evt_valid || ref_valid;
     wire        ctl_ready;
     wire        ctl_nak   = evt_valid && evt_nak;
-    wire [1:0]  ctl_flow  = evt_valid ? evt_flow : (ref_rs ? 2'd1 : 2'd2);
+    wire [1:0]  ctl_flow  = evt_valid ? evt_flow : ref_rs ? 2'd1 : ref_sc ? 2'd3 : 2'd2;
     wire [31:0] ctl_step  = evt_valid ? evt_step : cfg_step_reg;
-    wire [31:0] ctl_seq   = evt_valid ? evt_seq : ref_rs ? last_seq_reg[0] : last_seq_reg[1];
+    wire [31:0] ctl_seq   = evt_valid ? evt_seq : ref_rs ? last_seq_reg[0] : ref_sc ? last_seq_reg[2]
+                                                : last_seq_reg[1];
     wire        ctl_take  = ctl_valid && ctl_ready;
     assign evt_ready = ctl_ready;
 
     always @(posedge ap_clk) begin
         if (rst || start_pulse_reg) begin
-            zero_reg        <= 2'b00;
+            zero_reg        <= 3'b000;
             last_seq_reg[0] <= 32'd0;
             last_seq_reg[1] <= 32'd0;
+            last_seq_reg[2] <= 32'd0;
         end else if (ctl_take) begin
             // evt_now: evt_step == cfg_step_reg, from registers (no compare on this path). Each flow's
             // register written on its own (no computed index: yosys builds `zero_reg[evt_flow == 2'd2]`
@@ -671,8 +679,14 @@ module onic_net_kernel #(
                     last_seq_reg[1] <= evt_seq;
                     zero_reg[1]     <= credit_none;
                 end
+                if (evt_now && evt_flow == 2'd3) begin
+                    last_seq_reg[2] <= evt_seq;
+                    zero_reg[2]     <= credit_none;
+                end
             end else if (ref_rs) begin
                 zero_reg[0] <= 1'b0;
+            end else if (ref_sc) begin
+                zero_reg[2] <= 1'b0;
             end else begin
                 zero_reg[1] <= 1'b0;
             end

@@ -60,6 +60,7 @@ AXIS = ["tdata", "tkeep", "tlast"]
 WINDOW = 8        # every card's window and advertised slots (the RTL card's receive slots: RX_SLOT_LOG2 = 3)
 RTO = 3000        # clocks, peers and RTL card alike
 POLL = 4          # the switch runs every POLL clocks
+HOLD_LIMIT = 40_000  # clocks a `hold_sum` case holds card memory at most
 
 _PLAN = SimpleNamespace(streams=[SimpleNamespace(name="lgrad", stripes=1, what=""),
                                  SimpleNamespace(name="gather", stripes=1, what="")])
@@ -226,6 +227,12 @@ class TB:
         while True:
             yield rng.random() < p
 
+    def held_pauses(self, held: list[bool], p: float):  # noqa: ANN202 - a generator for cocotbext-axi
+        """Paused while held[0], then like `_pauses(p)`."""
+        rng = random.Random(self.rng.random())
+        while True:
+            yield held[0] or rng.random() < p
+
     async def write(self, name: str, value: int) -> None:
         offset = ARGS[name] if name in ARGS else {"ctrl": CTRL, "gie": GIE, "ier": IER, "isr": ISR}[name]
         await self.host.write_dword(offset, value & 0xFFFFFFFF)
@@ -266,12 +273,15 @@ async def reference_adam_streams(tb: TB, kernel: ReferenceKernel, beats: int, sc
 
 
 async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: int, drop: float,
-                   dup: float, two_phase: str = "") -> None:
+                   dup: float, two_phase: str = "", hold_sum: bool = False, size: int | None = None) -> dict[str, int]:
     """two_phase: "" a one-phase step; "clip" / "noclip" / "skip": a two-phase step of
-    `two_phase_gradients` of that kind."""
+    `two_phase_gradients` of that kind. hold_sum: card memory takes no write (gather0's AW and W
+    paused) until the card has answered a scalar frame with credit 0, then as usual: the owner's sum
+    of phase one cannot leave the receive buffer meanwhile, so the predecessor's reduce-scatter
+    fills it. Returns what the case saw (`scalar_zero_credit`: such replies)."""
     dut, rng = tb.dut, tb.rng
     nrng = np.random.default_rng(seed)
-    size = int(rng.choice([48, 80, 112]))
+    size = int(rng.choice([48, 80, 112])) if size is None else size
     payload = int(rng.choice([64, 128, 192]))
     length = n * size - int(nrng.integers(0, 16))
     assert ring.chunk_elems(length, n) == size
@@ -330,6 +340,11 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
                         ("phase", 1 if two_phase else 0), ("sum0_lo", sum_addr & 0xFFFFFFFF),
                         ("sum0_hi", sum_addr >> 32)):
         await tb.write(name, value)
+    held = [hold_sum]
+    if hold_sum:
+        for channel in (tb.wr.aw_channel, tb.wr.w_channel):
+            channel.set_pause_generator(tb.held_pauses(held, 0.2))
+    sc_zero = [0]
     await tb.write("ctrl", 1)
     # the peers begin once the RTL card's step has (sizing: ~120 clocks): a frame arriving before
     # would be dropped as another step's and only come back after a timeout (counted dropped_step)
@@ -357,13 +372,32 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
             h = p.header if not isinstance(p, wire.Drop) else p
             dut._log.info("%d: %s -> %s %s", now, src, by_mac.get(frame[:6]), h)
         for f in faults(frame):
-            dst = by_mac[f[:6]]
-            if dst == r:
-                carried["to_rtl"].append(f)
-                tb.mac_rx.send_nowait(f)
-            else:
-                cards[dst].receive(f, now)
+            deliver(f, now)
 
+    def deliver(f: bytes, now: int) -> None:
+        dst = by_mac[f[:6]]
+        if gate[0] < 2 and (f[42] & 0x0F) == wire.Opcode.SCALAR and (dst != r or gate[0] == 0):
+            deferred.append(f)
+        elif dst == r:
+            carried["to_rtl"].append(f)
+            tb.mac_rx.send_nowait(f)
+        else:
+            cards[dst].receive(f, now)
+
+    def open_gate(level: int, now: int) -> None:
+        gate[0] = level
+        waiting = list(deferred)
+        deferred.clear()
+        for f in waiting:
+            deliver(f, now)
+
+    # hold_sum: the switch keeps every scalar frame until the card's receive buffer has stayed full
+    # (RS ACKs with credit 0 for 1,500 clocks); then the predecessor's to the card, one of which takes
+    # its last free slot (a reply with credit 0); only after that reply the other cards' entries, so
+    # the predecessor's sender has an entry to forward and no credit
+    deferred: list[bytes] = []
+    gate = [0 if hold_sum else 2]  # scalar frames held: 0 all, 1 all but those to the RTL card, 2 none
+    rs_zero_at: int | None = None  # since when the card's RS replies say credit 0
     rtl_done = False
     limit = 400_000
     start = tb.cycle
@@ -373,7 +407,23 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
         while not tb.mac_tx.empty():
             frame = bytes(tb.mac_tx.recv_nowait().data)
             carried["from_rtl"].append(frame)
+            if hold_sum:
+                p = wire.parse_frame(frame)
+                if not isinstance(p, wire.Drop) and p.header.opcode is wire.Opcode.ACK:
+                    if p.header.flow is wire.Flow.SCALAR and p.header.offset == 0:
+                        sc_zero[0] += 1
+                        held[0] = False
+                    elif p.header.flow is wire.Flow.RS:
+                        rs_zero_at = (rs_zero_at or now) if p.header.offset == 0 else None
             route(frame, now)
+            if sc_zero[0] and gate[0] == 1:
+                open_gate(2, now)  # after the zero-credit reply: the entries the predecessor forwards
+        if gate[0] == 0 and rs_zero_at is not None and now - rs_zero_at > 1500:
+            open_gate(1, now)  # the receive buffer has stayed full: the predecessor's scalar frames
+        if gate[0] < 2 and now - start > HOLD_LIMIT:
+            open_gate(2, now)  # the case failed to set up what it tests (asserted by the caller)
+        if held[0] and now - start > HOLD_LIMIT:
+            held[0] = False  # the case failed to set up what it tests (asserted below): go on
         for k, card in enumerate(cards):
             if k != r:
                 for frame in card.poll(float(now)):
@@ -397,6 +447,9 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
                                     f"{[c.done for k, c in enumerate(cards) if k != r]}, " \
                                     f"{len(carried['from_rtl'])} frames out, {len(carried['to_rtl'])} in)"
     clocks = tb.cycle - start
+    if hold_sum:
+        for channel in (tb.wr.aw_channel, tb.wr.w_channel):
+            channel.set_pause_generator(tb._pauses(0.2))
     await ClockCycles(dut.ap_clk, 50)
     # frames the card sent after every card was done (a credit refresh whose slot freed at the end)
     # are counted in frames_out: carried, not routed
@@ -470,6 +523,7 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     dut._log.info("%s: done in %d clocks; %d frames out, %d in, %d lost; RTL counters %s", tag, clocks,
                   len(carried["from_rtl"]), len(carried["to_rtl"]), lost[0],
                   {k: v for k, v in delta.items() if v})
+    return {"clocks": clocks, "scalar_zero_credit": sc_zero[0]}
 
 
 async def phase_one_done(tb: TB, n: int, r: int, tag: str, ref: dict[str, Any], sum_addr: int,
@@ -546,6 +600,25 @@ async def test_two_phase(dut: Any) -> None:
     for k, (n, r) in enumerate(cases(os.environ.get("ONIC_CASES", "2:0,3:1"))):
         kind = kinds[k % 3]
         await run_case(tb, n, r, wdt, pdt, seed * 1000 + k, 200 + k, drop, dup, two_phase=kind)
+
+
+@cocotb.test()
+async def test_scalar_refresh(dut: Any) -> None:
+    """The scalar flow's credit refresh: two-phase steps (N = 3, rank 1 and 2; 1440-element chunks: more beats than the
+    card's write FIFO and receive buffer hold) with
+    card memory refusing writes until the card has answered a scalar frame of its predecessor with
+    credit 0 (`run_case(hold_sum=True)`). The predecessor then has its forwarded entry still to send
+    and nothing in flight: only the card's refresh of that flow, once its receive buffer drains,
+    lets it go on (before the refresh existed, such a step never finished)."""
+    seed = int(os.environ.get("ONIC_SEED", "1"))
+    rng = random.Random(seed)
+    wdt, pdt = dtypes()
+    tb = TB(dut, rng, float(os.environ.get("ONIC_GRAD_STALL", "0.3")))
+    await reset(dut)
+    for k, (n, r) in enumerate(cases(os.environ.get("ONIC_CASES", "3:1,3:2"))):
+        seen = await run_case(tb, n, r, wdt, pdt, seed * 1000 + k, 300 + k, 0.0, 0.0, two_phase="clip",
+                              hold_sum=True, size=1440)
+        assert seen["scalar_zero_credit"], f"N={n} r={r}: no scalar frame was answered with credit 0"
 
 
 @cocotb.test()

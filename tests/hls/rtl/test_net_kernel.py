@@ -186,3 +186,9 @@ def test_top_timing_shape() -> None:
         assert row["lut_levels"] <= timing.GOAL_LUT_LEVELS, row
         assert row["max_fanout"] <= timing.GOAL_MAX_FANOUT and not row["nets_over_goal"], row
         assert row["resources"]["uram"] == 16 and row["resources"]["bram36"] >= 15, row["resources"]
+
+
+def test_scalar_refresh() -> None:
+    """The scalar flow's credit refresh (two-phase step): card memory held until the card answers a
+    scalar frame with credit 0; the predecessor's next scalar frame goes only on the refresh."""
+    run("fp32", "3:1,3:2", 5, testcase="test_scalar_refresh")
