@@ -113,19 +113,18 @@ module onic_net_scalar (
         world_m1_reg  <= cfg_world - 8'd1;
         world_ge1_reg <= cfg_world != 8'd0;
     end
-    function hop_ok;
-        input [7:0] hop;
-        begin
-            hop_ok = world_ge2_reg && hop <= world_m2_reg;
-        end
-    endfunction
     // r - 1 - h mod N, as r + N - 1 - h (h <= N - 2: positive, below 2N)
     wire [8:0]   rx_first_w = {1'b0, cfg_rank} + {1'b0, cfg_world} - 9'd1 - {1'b0, s_hdr_hop};
     wire [7:0]   rx_first = (rx_first_w >= {1'b0, cfg_world}) ? rx_first_w[7:0] - cfg_world : rx_first_w[7:0];
-    /* the header's hop must be recv_hops_reg, so its checks use the registers: hop_ok of
-       recv_hops_reg and the length against 16 (recv_hops_reg + 1), registered; no adder or compare
-       with a register between the header queue's output and the verdict */
-    wire         hdr_ok = s_hdr_hop == recv_hops_reg && hop_ok(recv_hops_reg) &&
+    /* the header's hop must be recv_hops_reg, so its checks use the registers: recv_hops_reg a
+       hop this card may receive (hop <= N - 2) and the length against 16 (recv_hops_reg + 1),
+       registered; no adder or compare with a register between the header queue's output and the
+       verdict. A wire, not a function reading world_*_reg: Icarus re-evaluates a function called
+       in a continuous assignment only when its arguments change, so in onic_net_kernel (the world
+       latched long after reset, recv_hops_reg 0 since reset) the verdict kept the X of the reset
+       and no scalar hop was ever counted (sim/rtl/net/README.md "Icarus") */
+    wire         recv_hop_ok = world_ge2_reg && recv_hops_reg <= world_m2_reg;
+    wire         hdr_ok = s_hdr_hop == recv_hops_reg && recv_hop_ok &&
                           s_hdr_len == {3'd0, recv_hops1_reg, 4'd0};
     wire         rx_store = rstate_reg == R_ENTRY && !rx_bad_reg;
     wire         rx_match = rx_entry[7:0] == rx_rank_reg;
@@ -149,8 +148,8 @@ module onic_net_scalar (
     // r - j mod N, as r + N - j
     wire [8:0]   tx_first_w = {1'b0, cfg_rank} + {1'b0, cfg_world} - {1'b0, send_hop_reg};
     wire [7:0]   tx_first = (tx_first_w >= {1'b0, cfg_world}) ? tx_first_w[7:0] - cfg_world : tx_first_w[7:0];
-    /* tx_more is hop_ok(send_hop_reg) as a register: its next value from send_hop_reg's next
-       value and cfg_world (world_m2_reg's next value): hop_ok(h) is h + 2 <= N. The same value
+    /* tx_more is "send_hop_reg <= N - 2" as a register: its next value from send_hop_reg's next
+       value and cfg_world (world_m2_reg's next value): h <= N - 2 is h + 2 <= N. The same value
        every clock, with no compare between send_hop_reg and sent_all / tx_go */
     reg          tx_more_reg;
     wire         tx_more = tx_more_reg;

@@ -95,9 +95,11 @@ def run(dtypes: str, cases: str, seed: int, testcase: str = "test_ring",
 
 def test_icarus() -> None:
     """The whole network kernel top on Icarus, every check of the Verilator runs: ring steps at N = 2
-    rank 0 and N = 3 rank 1. Open (sim/rtl/net/README.md "Icarus"): two-phase steps, which pass on
-    Verilator, do not finish on Icarus (the card's scalar frames are never sent)."""
+    rank 0 and N = 3 rank 1; two-phase steps alternating between those two positions, so each of
+    clip, no clip and skip runs at both (the bench takes the kinds in turn) and the world changes
+    between steps (sim/rtl/net/README.md "Icarus": a four-state X that hung phase one once)."""
     run("fp32", "2:0,3:1", 5, simulator="icarus")
+    run("fp32", "2:0,3:1,2:0,3:1,2:0,3:1", 5, testcase="test_two_phase", simulator="icarus")
 
 
 def test_two_phase() -> None:
