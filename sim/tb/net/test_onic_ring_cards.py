@@ -73,6 +73,7 @@ BEAT = 64
 AXIS = ["tdata", "tkeep", "tlast"]
 CLOCK_NS = 4
 LGRAD_ADDR, GATHER_ADDR, SUM_ADDR = 0x10000, 0x80000, 0xC0000  # SUM: a two-phase step's owner sum
+CURRENT_ADDR = 0xE0000  # the stand-in's current parameters (a skip's phase 3 reads them; onic_card: OUT_ADDR)
 P_ADDR, M_ADDR, V_ADDR, OUT_ADDR = 0x100000, 0x140000, 0x180000, 0x1C0000  # the Adam kernel's stripes
 FILL = 0xA5
 AP_DONE, AP_IDLE = 0x2, 0x4
@@ -387,6 +388,7 @@ class Ring:
         ports_before = [self.switch.core.ports[k].as_dict() for k in range(n)]
         got: list[dict[str, Any]] = [{} for _ in range(n)]
         current: list[bytes] = [b""] * n  # two-phase: each card's current parameters (out dtype)
+        cur_addr = OUT_ADDR if self.adam is not None else CURRENT_ADDR
         tasks = []
         for k, card in enumerate(self.cards):
             local = ring.pad(np.asarray(grads[k]), n)
@@ -405,7 +407,7 @@ class Ring:
                 card.mem.write(SUM_ADDR, bytes([FILL]) * ((wb + 1) * BEAT))
                 # the Adam kernel's last output, what a skip's phase 3 gathers (the stand-in's too)
                 current[k] = ring.output_params(card.shard(size).p, cfg.param_dtype).tobytes()
-                card.mem.write(OUT_ADDR, current[k] + out_fill[len(current[k]):])
+                card.mem.write(cur_addr, current[k] + out_fill[len(current[k]):])
             elif self.adam is not None:
                 card.mem.write(OUT_ADDR, out_fill)
         if self.adam is not None and not two_phase:  # the Adam kernels first: they wait on their streams
@@ -420,8 +422,8 @@ class Ring:
             mine = ring.step_grad_scale(entries[k], n, grad_scale=float(hyper.grad_scale), max_norm=max_norm)
             scales[k] = mine
             if mine is None:  # the skip: no Adam kernel; phase 3 gathers the current parameters
-                await card.write("sum0_lo", OUT_ADDR & 0xFFFFFFFF)
-                await card.write("sum0_hi", OUT_ADDR >> 32)
+                await card.write("sum0_lo", cur_addr & 0xFFFFFFFF)
+                await card.write("sum0_hi", cur_addr >> 32)
                 await card.write("phase", 3)
             else:
                 if self.adam is None:
