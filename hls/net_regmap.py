@@ -58,10 +58,12 @@ SCALARS = (
     ("payload_bytes", "payload bytes per data frame"),
     ("step", "the step number of the next ring step"),
     ("phase", "0: a one-phase step; two-phase step: 1 phase one (the owner's sum to sum0, the scalar "
-              "exchange), 2 phase two (the sum to the Adam kernel, the all-gather; no other argument read)"),
+              "exchange), 2 phase two (the sum to the Adam kernel, the all-gather; no other argument read), "
+              "3 phase two of a skipped step (no Adam kernel: the all-gather's hop 0 is read from sum0)"),
     ("sum0_lo", "scratch address of the owner's reduced chunk in a two-phase step, low 32 bits "
-                "(64-byte aligned, written through gather0 and read through lgrad0)"),
-    ("sum0_hi", "scratch address of the owner's reduced chunk, high 32 bits"),
+                "(64-byte aligned, written through gather0 and read through lgrad0); for phase 3 the "
+                "card's current parameters (the Adam kernel's output chunk)"),
+    ("sum0_hi", "scratch address of the owner's reduced chunk (phase 3: current parameters), high 32 bits"),
     ("entry", "the rank whose scalar entry entry_sumsq / entry_flag show (after phase one)"),
 )
 

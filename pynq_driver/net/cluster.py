@@ -9,7 +9,7 @@ Backend "rtlsim": the N cards are RTL in one cocotb/Verilator simulation
 (`pynq_driver.net.rtlsim.RtlSimRing`: `onic_card`s, each the network kernel and the generated Adam
 RTL kernel, on cocotbext-eth MAC models and the bench's seeded switch), with the same `step` /
 `counters` / `state_dicts` and the same results as "golden", two-phase steps included (a skipped
-step ends after phase one there: no all-gather, see `RtlSimRing.step`).
+step gathers the unchanged parameters without the Adam kernels, see `RtlSimRing.step`).
 """
 
 from __future__ import annotations

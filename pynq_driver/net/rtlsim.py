@@ -108,9 +108,6 @@ class RtlSimRing(SimLink):
         self.steps = 0
         self.last_hyper_step = 0
         self.last_step_skipped = False
-        # the current parameters in the out dtype (the kernels' output of unchanged masters): what a
-        # skipped step returns; each gathered step replaces them
-        self._params = ring.output_params(np.asarray(params, np.float32), spec.out_dtype)
         self.clocks: list[int] = []  # simulated kernel clocks of each step
         self._counters: list[dict[str, int]] = [{} for _ in range(world)]
         self._proc: subprocess.Popen[bytes] | None = None
@@ -159,10 +156,9 @@ class RtlSimRing(SimLink):
 
         `two_phase` / `max_norm`: the two-phase step (design.md 8.1), each card's host deriving the
         scale from its entries between the phases. A step the entries skip (a non-finite gradient
-        on some rank) ends after phase one on every card: the Adam kernels are not started (they
-        have no mode that returns the current parameters), so the masters stay as they are and
-        no all-gather runs; the parameters returned are the current ones, as the golden backend's
-        (which gathers them), and the counters show no all-gather bytes for that step."""
+        on some rank): the Adam kernels are not started, so the masters and the step count stay as
+        they are, and each network kernel's phase 3 gathers its card's current parameters (its Adam
+        kernel's last output): the golden backend's parameters and counters."""
         if not isinstance(hyper, Hyper):
             raise UserError(f"hyper: expected hls.golden.Hyper, got {type(hyper).__name__}")
         if max_norm is not None and not two_phase:
@@ -183,15 +179,12 @@ class RtlSimRing(SimLink):
             for k, v in new.items():
                 mine[k] = mine.get(k, 0) + int(v)
         self.last_step_skipped = bool(reply.get("skipped", False))
-        if self.last_step_skipped:
-            return [self._params.copy() for _ in range(self.world)]
-        self.last_hyper_step = int(hyper.step)  # a skipped step leaves the shards' step, as ShardState
+        if not self.last_step_skipped:
+            self.last_hyper_step = int(hyper.step)  # a skipped step leaves the shards' step, as ShardState
         dt = np.dtype("<u2" if self.param_dtype == "bf16" else "<f4")
         flat = np.frombuffer(payload, dt)
         # each rank's own gathered vector, as read from its card (a card that differs must show)
-        out = [flat[k * self.length:(k + 1) * self.length].copy() for k in range(self.world)]
-        self._params = out[0].copy()
-        return out
+        return [flat[k * self.length:(k + 1) * self.length].copy() for k in range(self.world)]
 
     def counters(self) -> list[dict[str, int]]:
         """Each card's counter registers (design.md 8.3 names), summed over the steps."""

@@ -32,8 +32,8 @@
  * bit1 write_response (a BRESP error on m_axi_gather0), bit2 protocol_error (a non-data opcode
  * reached the datapath, the parameter stream's TLAST misplaced, an ACK beyond the packets sent,
  * a packet too long for a retransmit slot), bit3 timeout_exhausted (never set: the senders retry
- * without a budget; the host's wait times out instead), bit4 config_error (also: `phase` 3, or
- * phase 2 without a finished phase one of the latched step).
+ * without a budget; the host's wait times out instead), bit4 config_error (also: `phase` 2 or 3
+ * without a finished phase one of the latched step).
  *
  * Two-phase step (argument `phase`, docs/design.md 8.1; sim/rtl/net/README.md "Two-phase step"):
  * phase 1 runs the step as above, but the owner's reduced chunk goes to onic_net_twophase
@@ -44,8 +44,12 @@
  * (`entry`, ENTRY_REGS), derives the scale or the skip and starts phase 2: no argument is read,
  * the receive side is not restarted (AG frames that came early wait in its slots), the AG sender
  * restarts (start_ag) and the sum is read back through m_axi_lgrad0 as m_axis_grad0; then the
- * all-gather as in a one-phase step. In a one-phase step (phase 0) a scalar frame is refused
- * (protocol_error).
+ * all-gather as in a one-phase step. A skipped step (a non-finite gradient somewhere) starts
+ * phase 3 instead: the Adam kernel is not started and the all-gather's hop 0 is the card's current
+ * parameters (its Adam kernel's last output, in the parameter dtype) read from card memory at
+ * sum0 (written before this start: the one argument phase 3 reads) through m_axi_lgrad0, so the
+ * ring gathers every card's unchanged parameters, as the reference cards do on a skip. In a
+ * one-phase step (phase 0) a scalar frame is refused (protocol_error).
  *
  * Counters (net_regmap.counter_names() order, 64-bit registers): 32-bit saturating values in the
  * low word, high word 0, cleared by reset only (since the card was made, as hls.net.card).
@@ -240,7 +244,7 @@ module onic_net_kernel #(
     reg  [31:0] cfg_world_m1_reg;
     reg  [31:0] cfg_credit_reg, cfg_payload_reg;
     reg  [31:0] cfg_step_reg;       // loaded in its own block below (cfg_step_nx)
-    reg  [1:0]  cfg_phase_reg;      // 0 one-phase step, 1 phase one, 2 phase two (net_regmap "phase")
+    reg  [1:0]  cfg_phase_reg;      // 0 one-phase step, 1 phase one, 2 phase two, 3 phase two skipped
     reg  [63:0] cfg_sum_reg;        // the owner's sum in card memory (two-phase step)
     reg         p1_ok_reg;          // phase one of the latched step is done: phase two may start
     reg         p2_start_reg;       // pulse: phase two begins (no new step on the receive side)
@@ -326,14 +330,16 @@ module onic_net_kernel #(
             div_start_reg   <= 1'b0;
             ap_done_reg     <= 1'b0;
             case (state_reg)
-                S_IDLE: if (ap_start && !ap_done_reg && arg[20][1:0] == 2'd2) begin
-                    // phase two of the latched step: no other argument is read, nothing restarts
-                    // but the AG sender (the scalar flow's until now)
+                S_IDLE: if (ap_start && !ap_done_reg && arg[20][1]) begin
+                    // phase two of the latched step: nothing restarts but the AG sender (the
+                    // scalar flow's until now). No other argument is read, but for a skipped step
+                    // (phase 3) sum0: where the card's current parameters are, the all-gather's hop 0
                     status_reg  <= 32'd0;
                     ap_idle_reg <= 1'b0;
                     hold_reg    <= 4'd0;
                     if (p1_ok_reg) begin
-                        cfg_phase_reg <= 2'd2;
+                        cfg_phase_reg <= arg[20][1:0];
+                        if (arg[20][0]) cfg_sum_reg <= {arg[22], arg[21]};
                         state_reg     <= S_P2;
                     end else begin
                         status_reg[4] <= 1'b1;
@@ -496,7 +502,7 @@ module onic_net_kernel #(
      * not phase two), here on its own so that its next value, cfg_step_nx, is a wire: onic_net_rx_seq
      * compares its step registers' next values with it and registers the result (evt_now), so the
      * reply decision below (zero_reg, last_seq_reg) has no 32-bit compare behind the reply state */
-    wire        step_load   = !rst && state_reg == S_IDLE && ap_start && !ap_done_reg && arg[20][1:0] != 2'd2;
+    wire        step_load   = !rst && state_reg == S_IDLE && ap_start && !ap_done_reg && !arg[20][1];
     wire [31:0] cfg_step_nx = step_load ? arg[19] : cfg_step_reg;
     always @(posedge ap_clk) cfg_step_reg <= cfg_step_nx;
 
@@ -710,16 +716,20 @@ module onic_net_kernel #(
     // phase two read back through lgrad0 as the Adam kernel's stream; gather0 and lgrad0 are idle
     // on the datapath's side meanwhile (no AG chunk is written before the own update, every local
     // gradient beat is read before the own sum is complete)
+    // phase two of a skipped step (3): no Adam kernel; lgrad0 reads the card's current parameters
+    // (the Adam kernel's last output, at sum0) into the all-gather's hop 0 instead of its stream
     wire sel_p1 = cfg_phase_reg == 2'd1;
     wire sel_p2 = cfg_phase_reg == 2'd2;
-    wire dp_grad_tready = out_en && (sel_p1 ? tp_sum_tready : m_axis_grad0_tready && !sel_p2);
-    assign m_axis_grad0_tvalid  = out_en && (sel_p2 ? tp_grad_tvalid : dp_grad_tvalid && !sel_p1);
+    wire sel_p3 = cfg_phase_reg == 2'd3;
+    wire rd_tp  = cfg_phase_reg[1];     // phases 2 and 3: lgrad0's read channels are onic_net_twophase's
+    wire dp_grad_tready = out_en && (sel_p1 ? tp_sum_tready : m_axis_grad0_tready && !rd_tp);
+    assign m_axis_grad0_tvalid  = out_en && (sel_p2 ? tp_grad_tvalid : dp_grad_tvalid && !sel_p1 && !sel_p3);
     assign m_axis_grad0_tdata   = sel_p2 ? tp_grad_tdata : dp_grad_tdata;
     assign m_axis_grad0_tkeep   = sel_p2 ? tp_grad_tkeep : dp_grad_tkeep;
     assign m_axis_grad0_tlast   = sel_p2 ? tp_grad_tlast : dp_grad_tlast;
-    assign s_axis_param0_tready = out_en && dp_param_tready;
-    assign m_axi_lgrad0_arvalid = out_en && (sel_p2 ? tp_arvalid : dp_arvalid);
-    assign m_axi_lgrad0_rready  = out_en && (sel_p2 ? tp_rready : dp_rready);
+    assign s_axis_param0_tready = out_en && dp_param_tready && !sel_p3;
+    assign m_axi_lgrad0_arvalid = out_en && (rd_tp ? tp_arvalid : dp_arvalid);
+    assign m_axi_lgrad0_rready  = out_en && (rd_tp ? tp_rready : dp_rready);
     assign m_axi_gather0_awvalid = out_en && (sel_p1 ? tp_awvalid : dp_awvalid);
     assign m_axi_gather0_wvalid  = out_en && (sel_p1 ? tp_wvalid : dp_wvalid);
     assign m_axi_gather0_bready  = out_en && (sel_p1 ? tp_bready : dp_bready);
@@ -741,15 +751,15 @@ module onic_net_kernel #(
     wire [3:0]   tp_arcache, tp_awcache, tp_arqos, tp_awqos;
     wire [511:0] tp_wdata;
     wire [63:0]  tp_wstrb;
-    assign m_axi_lgrad0_arid    = sel_p2 ? {3'd0, tp_arid} : dp_arid;
-    assign m_axi_lgrad0_araddr  = sel_p2 ? tp_araddr : dp_araddr;
-    assign m_axi_lgrad0_arlen   = sel_p2 ? tp_arlen : dp_arlen;
-    assign m_axi_lgrad0_arsize  = sel_p2 ? tp_arsize : dp_arsize;
-    assign m_axi_lgrad0_arburst = sel_p2 ? tp_arburst : dp_arburst;
-    assign m_axi_lgrad0_arlock  = sel_p2 ? tp_arlock : dp_arlock;
-    assign m_axi_lgrad0_arcache = sel_p2 ? tp_arcache : dp_arcache;
-    assign m_axi_lgrad0_arprot  = sel_p2 ? tp_arprot : dp_arprot;
-    assign m_axi_lgrad0_arqos   = sel_p2 ? tp_arqos : dp_arqos;
+    assign m_axi_lgrad0_arid    = rd_tp  ? {3'd0, tp_arid} : dp_arid;
+    assign m_axi_lgrad0_araddr  = rd_tp  ? tp_araddr : dp_araddr;
+    assign m_axi_lgrad0_arlen   = rd_tp  ? tp_arlen : dp_arlen;
+    assign m_axi_lgrad0_arsize  = rd_tp  ? tp_arsize : dp_arsize;
+    assign m_axi_lgrad0_arburst = rd_tp  ? tp_arburst : dp_arburst;
+    assign m_axi_lgrad0_arlock  = rd_tp  ? tp_arlock : dp_arlock;
+    assign m_axi_lgrad0_arcache = rd_tp  ? tp_arcache : dp_arcache;
+    assign m_axi_lgrad0_arprot  = rd_tp  ? tp_arprot : dp_arprot;
+    assign m_axi_lgrad0_arqos   = rd_tp  ? tp_arqos : dp_arqos;
     assign m_axi_gather0_awid    = sel_p1 ? {3'd0, tp_awid} : dp_awid;
     assign m_axi_gather0_awaddr  = sel_p1 ? tp_awaddr : dp_awaddr;
     assign m_axi_gather0_awlen   = sel_p1 ? tp_awlen : dp_awlen;
@@ -793,8 +803,10 @@ module onic_net_kernel #(
         .s_pay_tvalid(pay_tvalid && !pay_to_sc), .s_pay_tready(dp_pay_tready),
         .m_grad_tdata(dp_grad_tdata), .m_grad_tkeep(dp_grad_tkeep), .m_grad_tlast(dp_grad_tlast),
         .m_grad_tvalid(dp_grad_tvalid), .m_grad_tready(dp_grad_tready),
-        .s_param_tdata(s_axis_param0_tdata), .s_param_tkeep(s_axis_param0_tkeep),
-        .s_param_tlast(s_axis_param0_tlast), .s_param_tvalid(out_en && s_axis_param0_tvalid),
+        .s_param_tdata(sel_p3 ? tp_grad_tdata : s_axis_param0_tdata),
+        .s_param_tkeep(sel_p3 ? tp_grad_tkeep : s_axis_param0_tkeep),
+        .s_param_tlast(sel_p3 ? tp_grad_tlast : s_axis_param0_tlast),
+        .s_param_tvalid(out_en && (sel_p3 ? tp_grad_tvalid : s_axis_param0_tvalid)),
         .s_param_tready(dp_param_tready),
         .m_rs_desc_dtype(rs_desc_dtype), .m_rs_desc_flags(rs_desc_flags), .m_rs_desc_hop(rs_desc_hop),
         .m_rs_desc_chunk(rs_desc_chunk), .m_rs_desc_seq(rs_desc_seq), .m_rs_desc_offset(rs_desc_offset),
@@ -811,9 +823,9 @@ module onic_net_kernel #(
         .m_axi_grad_arburst(dp_arburst), .m_axi_grad_arlock(dp_arlock),
         .m_axi_grad_arcache(dp_arcache), .m_axi_grad_arprot(dp_arprot),
         .m_axi_grad_arqos(dp_arqos), .m_axi_grad_arvalid(dp_arvalid),
-        .m_axi_grad_arready(out_en && !sel_p2 && m_axi_lgrad0_arready), .m_axi_grad_rid(m_axi_lgrad0_rid),
+        .m_axi_grad_arready(out_en && !rd_tp && m_axi_lgrad0_arready), .m_axi_grad_rid(m_axi_lgrad0_rid),
         .m_axi_grad_rdata(m_axi_lgrad0_rdata), .m_axi_grad_rresp(m_axi_lgrad0_rresp),
-        .m_axi_grad_rlast(m_axi_lgrad0_rlast), .m_axi_grad_rvalid(out_en && !sel_p2 && m_axi_lgrad0_rvalid),
+        .m_axi_grad_rlast(m_axi_lgrad0_rlast), .m_axi_grad_rvalid(out_en && !rd_tp && m_axi_lgrad0_rvalid),
         .m_axi_grad_rready(dp_rready),
         .m_axi_gather_awid(dp_awid), .m_axi_gather_awaddr(dp_awaddr),
         .m_axi_gather_awlen(dp_awlen), .m_axi_gather_awsize(dp_awsize),
@@ -842,6 +854,10 @@ module onic_net_kernel #(
     wire [31:0]  sum_beats = (WIRE_BF16 != 0) ? {5'd0, chunk_elems_reg[31:5]} + {31'd0, chunk_elems_reg[4]}
                                               : {4'd0, chunk_elems_reg[31:4]};
     wire [6:0]   sum_last  = (WIRE_BF16 != 0 && chunk_elems_reg[4]) ? 7'd32 : 7'd64;
+    // phase 3 reads the current parameters instead: the same count in the parameter dtype
+    wire [31:0]  par_beats = (PARAM_BF16 != 0) ? {5'd0, chunk_elems_reg[31:5]} + {31'd0, chunk_elems_reg[4]}
+                                               : {4'd0, chunk_elems_reg[31:4]};
+    wire [6:0]   par_last  = (PARAM_BF16 != 0 && chunk_elems_reg[4]) ? 7'd32 : 7'd64;
 
     onic_net_twophase #(
         .WIRE_BF16(WIRE_BF16),
@@ -851,7 +867,7 @@ module onic_net_kernel #(
     ) twophase (
         .clk(ap_clk), .rst(rst_tp),
         .cfg_rank(cfg_rank_reg[7:0]), .cfg_world(cfg_world_reg[7:0]), .cfg_sum_addr(cfg_sum_reg),
-        .cfg_chunk_beats(sum_beats), .cfg_last_bytes(sum_last),
+        .cfg_chunk_beats(sel_p3 ? par_beats : sum_beats), .cfg_last_bytes(sel_p3 ? par_last : sum_last),
         .start1(start_pulse_reg && sel_p1), .start2(p2_start_reg),
         .phase1_done(tp_phase1_done), .phase2_done(tp_phase2_done), .errors(tp_errors),
         .s_sum_tdata(dp_grad_tdata), .s_sum_tkeep(dp_grad_tkeep), .s_sum_tlast(dp_grad_tlast),
@@ -865,7 +881,8 @@ module onic_net_kernel #(
         .m_axis_tvalid(sc_tvalid), .m_axis_tready(sc_tready),
         .rd_rank(arg[23][7:0]), .rd_sumsq(entry_sumsq), .rd_flag(entry_flag),
         .m_grad_tdata(tp_grad_tdata), .m_grad_tkeep(tp_grad_tkeep), .m_grad_tlast(tp_grad_tlast),
-        .m_grad_tvalid(tp_grad_tvalid), .m_grad_tready(out_en && sel_p2 && m_axis_grad0_tready),
+        .m_grad_tvalid(tp_grad_tvalid),
+        .m_grad_tready(out_en && (sel_p2 ? m_axis_grad0_tready : sel_p3 && dp_param_tready)),
         .m_axi_sum0_awid(tp_awid), .m_axi_sum0_awaddr(tp_awaddr), .m_axi_sum0_awlen(tp_awlen),
         .m_axi_sum0_awsize(tp_awsize), .m_axi_sum0_awburst(tp_awburst), .m_axi_sum0_awlock(tp_awlock),
         .m_axi_sum0_awcache(tp_awcache), .m_axi_sum0_awprot(tp_awprot), .m_axi_sum0_awqos(tp_awqos),
@@ -877,10 +894,10 @@ module onic_net_kernel #(
         .m_axi_sum0_arid(tp_arid), .m_axi_sum0_araddr(tp_araddr), .m_axi_sum0_arlen(tp_arlen),
         .m_axi_sum0_arsize(tp_arsize), .m_axi_sum0_arburst(tp_arburst), .m_axi_sum0_arlock(tp_arlock),
         .m_axi_sum0_arcache(tp_arcache), .m_axi_sum0_arprot(tp_arprot), .m_axi_sum0_arqos(tp_arqos),
-        .m_axi_sum0_arvalid(tp_arvalid), .m_axi_sum0_arready(out_en && sel_p2 && m_axi_lgrad0_arready),
+        .m_axi_sum0_arvalid(tp_arvalid), .m_axi_sum0_arready(out_en && rd_tp && m_axi_lgrad0_arready),
         .m_axi_sum0_rid(m_axi_lgrad0_rid[0]), .m_axi_sum0_rdata(m_axi_lgrad0_rdata),
         .m_axi_sum0_rresp(m_axi_lgrad0_rresp), .m_axi_sum0_rlast(m_axi_lgrad0_rlast),
-        .m_axi_sum0_rvalid(out_en && sel_p2 && m_axi_lgrad0_rvalid), .m_axi_sum0_rready(tp_rready)
+        .m_axi_sum0_rvalid(out_en && rd_tp && m_axi_lgrad0_rvalid), .m_axi_sum0_rready(tp_rready)
     );
 
     /* the AG port of the transmit side: the scalar flow in phase one, the all-gather after it.

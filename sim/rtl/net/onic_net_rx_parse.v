@@ -263,12 +263,15 @@ module onic_net_rx_parse #(
            the first-beat flag are loaded only with a beat (the same values whenever m_valid is
            high): the enable keeps this stage a flip-flop, not the end of a shift-register LUT
            (SRL), whose read is a LUT level in front of those compares and of the step match the
-           first-beat flag enables */
+           first-beat flag enables. The IPv4 end (beats, TKEEP) too: onic_net_rx_seq's length
+           check of the first beat was 7 levels from an SRL read of ek5_reg */
         if (!v4_reg) begin
             d5_reg[8*42 +: 8]  <= d5_reg[8*42 +: 8];
             d5_reg[8*50 +: 64] <= d5_reg[8*50 +: 64];
             k5_reg             <= k5_reg;
             f5_reg             <= f5_reg;
+            eb5_reg            <= eb5_reg;
+            ek5_reg            <= ek5_reg;
         end
     end
 

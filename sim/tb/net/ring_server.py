@@ -6,8 +6,8 @@ models with AXI monitors) serving ring steps to the driver over a Unix socket.
 Requests (JSON + a binary payload, the framing of pynq_driver/backends/rtlsim_server.py):
 `step` (hyperparameters, two_phase, max_norm; payload: every rank's local gradient, rank order) runs
 one ring step on every card and answers the clocks, each card's counters and every rank's gathered
-parameters (payload, L elements each, rank order; none and `skipped` for a two-phase step the
-entries skip: `Ring.step` ends it after phase one); a card's STATUS, an AXI protocol error, a MAC transmit
+parameters (payload, L elements each, rank order; `skipped` for a two-phase step the entries skip:
+`Ring.step` gathers the current parameters then); a card's STATUS, an AXI protocol error, a MAC transmit
 underflow or a step that does not finish becomes an error reply. `state` answers each owner's
 p, m, v (S float32 each, rank order). `close` ends the simulation. Simulated time advances only
 inside `step`.
@@ -74,10 +74,9 @@ async def serve(dut: Any) -> None:
                 if bad:
                     raise RuntimeError("; ".join(bad))
                 counters = [{k: v for k, v in c.items() if not k.startswith("_")} for c in res.counters]
-                # a skipped step gathers nothing (phase one only): the driver keeps the parameters it has
                 out = b"".join(np.ascontiguousarray(g[:length]).astype(pdt, copy=False).tobytes() for g in res.gathered)
                 send_message(sock, {"ok": True, "clocks": res.clocks, "counters": counters,
-                             "switch": ring_.switch.core.reconcile(), "skipped": not res.gathered}, out)
+                             "switch": ring_.switch.core.reconcile(), "skipped": res.scale is None}, out)
             elif op == "state":
                 shards = ring_.card_shards()  # from card memory (onic_card) or the stand-ins
                 out = b"".join(np.asarray(getattr(s, f), np.float32).tobytes() for s in shards for f in "pmv")

@@ -27,16 +27,19 @@ the flows' payload bytes equal a lossless reference ring's with no retransmissio
 test_card_misprogrammed: the Adam kernel's n off the chunk size by ONIC_N_ERROR elements (N = 3,
 rank 1): both kernels flag it in STATUS (see `misprogrammed`).
 
-Two-phase steps (ONIC_TWO_PHASE: "clip" / "noclip", cycled over the steps; clipping to max_norm 1
-triggers / does not): the host starts the network kernel alone with phase 1 (the owner's sum to
-SUM in card memory, the scalar exchange), reads every rank's entry at its ap_done, derives the scale
+Two-phase steps (ONIC_TWO_PHASE: "clip" / "noclip" / "skip", cycled over the steps; clipping to
+max_norm 1 triggers / does not / a non-finite gradient): the host starts the network kernel alone
+with phase 1 (the owner's sum to SUM in card memory, the scalar exchange), reads every rank's
+entry at its ap_done, derives the scale
 with `ring.step_grad_scale`, then writes it into the Adam kernel's grad_scale, starts the Adam
 kernel and starts the network kernel with phase 2, as design.md 8.1 "Two-phase step" says. Checked
 besides the one-phase checks: no gradient beat reached the Adam kernel in phase one (it is not
 started), the sum in card memory and every entry against the reference, the scale against
 `ring_step`'s, and the scalar payload bytes a lossless reference ring sends. A step the entries
-say to skip (a non-finite gradient) cannot run here: the Adam kernel has no mode that returns the
-current parameters, so the bench asserts it is not asked to.
+say to skip (a non-finite gradient): the Adam kernel is not started; the host points sum0 at the
+Adam kernel's out buffer (which holds its last output, the current parameters) and starts the
+network kernel with phase 3, which gathers them; p, m, v and the out buffer unchanged, and every
+card gathers the unchanged parameters, as in the reference ring.
 
 Environment: ONIC_MANIFEST (the Adam kernel's manifest.json), ONIC_SEED, ONIC_CASES ("N:r" comma
 separated, or "all:N1/N2": every rank), ONIC_STEPS (consecutive steps per case, m and v carried
@@ -273,12 +276,14 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     scale = want.grad_scale
     if not two_phase:
         assert scale == ring.step_grad_scale(None, n, grad_scale=hyper.grad_scale)
-    # the Adam kernel cannot skip a step (no mode returns the current parameters): never asked to
-    assert scale is not None, "a skipped step cannot run on onic_card"
+    # a skipped step: the Adam kernel is not started, the network kernel's phase 3 gathers the
+    # current parameters from its out buffer
+    skip = scale is None
+    assert skip == (two_phase == "skip"), f"two_phase {two_phase!r} but scale {scale!r}"
     wb, pb = chunk_beats(size, c.wdt), chunk_beats(size, c.pdt)
     pbytes = size * wire.ELEMENT_BYTES[c.pdt]
     tag = f"{c.tag} step {step_id} (t={t}{', two-phase ' + two_phase if two_phase else ''})"
-    if two_phase:  # the case is what it says: the clip coefficient below 1 or not
+    if two_phase and not skip:  # the case is what it says: the clip coefficient below 1 or not
         unclipped = ring.step_grad_scale(None, n, grad_scale=hyper.grad_scale)
         assert (scale < unclipped) == (two_phase == "clip"), f"{tag}: scale {scale!r}, unclipped {unclipped!r}"
 
@@ -292,7 +297,11 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
         tb.mem.write(LGRAD + k * wb * BEAT, bytes(region))
     fill = bytes([0xA5]) * (n * pb * BEAT)
     tb.mem.write(GATHER, fill)
-    tb.mem.write(OUT, bytes([0x5A]) * (pb * BEAT))
+    if skip:  # the Adam kernel's last output: the current parameters (a card keeps them there)
+        current = ring.output_params(c.shards[r].p, c.pdt).tobytes()
+        tb.mem.write(OUT, current + bytes([0x5A]) * (pb * BEAT - len(current)))
+    else:
+        tb.mem.write(OUT, bytes([0x5A]) * (pb * BEAT))
     if two_phase:
         tb.mem.write(SUM, bytes([0x3C]) * ((wb + 1) * BEAT))
 
@@ -346,7 +355,7 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
 
     start = tb.cycle
     # a two-phase step: the network kernel's first ap_done ends phase one
-    done = {"adam": False, "net": False, "phase1": not two_phase}
+    done = {"adam": skip, "net": False, "phase1": not two_phase}
     if n_error:
         return await misprogrammed(tb, c, tag, n_error)
     limit = 3_000_000
@@ -359,11 +368,17 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
                 assert await host.read_dword(CTRL) & AP_DONE, f"{tag}: {name} interrupt without ap_done"
                 await host.write_dword(ISR, 1)
                 if name == "net" and not done["phase1"]:
-                    assert not done["adam"], f"{tag}: the Adam kernel finished before it was started"
+                    assert skip or not done["adam"], f"{tag}: the Adam kernel finished before it was started"
                     got = await phase_one_scale(tb, c, tag, want, hyper.grad_scale)
                     assert got == scale, f"{tag}: the scale from the card's entries {got!r} != {scale!r}"
-                    await start_adam(scale)
-                    await tb.net_write("phase", 2)
+                    if skip:
+                        await tb.net_write("sum0_lo", OUT & 0xFFFFFFFF)
+                        await tb.net_write("sum0_hi", OUT >> 32)
+                        await tb.net_write("phase", 3)
+                    else:
+                        assert scale is not None
+                        await start_adam(scale)
+                        await tb.net_write("phase", 2)
                     await tb.net.write_dword(CTRL, AP_START)
                     done["phase1"] = True
                     continue
@@ -517,7 +532,7 @@ async def test_card_ring(dut: Any) -> None:
     steps = int(os.environ.get("ONIC_STEPS", "1"))
     lossless = not any(env_float(f"ONIC_{k}") for k in ("DROP", "DUP", "REORDER", "BITFLIP"))
     kinds = os.environ.get("ONIC_TWO_PHASE", "").split(",")
-    assert all(k in ("", "clip", "noclip") for k in kinds), f"ONIC_TWO_PHASE={kinds}: clip or noclip"
+    assert all(k in ("", "clip", "noclip", "skip") for k in kinds), f"ONIC_TWO_PHASE={kinds}: clip, noclip or skip"
     step_id = 100
     for k, (n, r) in enumerate(cases(os.environ.get("ONIC_CASES", "2:0"))):
         c = await setup_case(tb, n, r, seed * 1000 + k)

@@ -61,6 +61,7 @@ WINDOW = 8        # every card's window and advertised slots (the RTL card's rec
 RTO = 3000        # clocks, peers and RTL card alike
 POLL = 4          # the switch runs every POLL clocks
 HOLD_LIMIT = 40_000  # clocks a `hold_sum` case holds card memory at most
+CURRENT_ADDR = 0xE0000  # a two-phase case's current parameters (read by phase 3 of a skip)
 
 _PLAN = SimpleNamespace(streams=[SimpleNamespace(name="lgrad", stripes=1, what=""),
                                  SimpleNamespace(name="gather", stripes=1, what="")])
@@ -272,6 +273,13 @@ async def reference_adam_streams(tb: TB, kernel: ReferenceKernel, beats: int, sc
     await tb.param.send(param_beats)
 
 
+async def no_adam_streams(tb: TB, kernel: ReferenceKernel, got: dict[str, Any]) -> None:
+    """A skipped step's Adam side: not started. Records the current parameters (what the card must
+    gather as its own chunk) and that nothing came on the gradient stream."""
+    got["skipped"] = True
+    got["own_out"] = np.asarray(kernel(np.zeros(0, np.float32), None))
+
+
 async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: int, drop: float,
                    dup: float, two_phase: str = "", hold_sum: bool = False, size: int | None = None) -> dict[str, int]:
     """two_phase: "" a one-phase step; "clip" / "noclip" / "skip": a two-phase step of
@@ -298,6 +306,10 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     sum_addr = 0xC0000 + BEAT * rng.randrange(0, 40)
     if two_phase:
         tb.rd.write(sum_addr, bytes([0x5A]) * (wb + 1) * BEAT)
+        # the card's current parameters (its Adam kernel's last output) where a skip's phase 3 reads
+        # them: junk past the chunk in its last beat, and the beat after
+        current = ring.output_params(ring.pad(params, n)[r * size:(r + 1) * size], pdt).tobytes()
+        tb.rd.write(CURRENT_ADDR, current + bytes([0x3C]) * ((pb + 1) * BEAT - len(current)))
 
     # card memory: the local gradient (chunk c from a beat, junk in the pad bytes), the gather buffer filled
     lgrad_addr = 0x20000 - BEAT * rng.randrange(0, 40)
@@ -436,8 +448,15 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
             if two_phase and kernel_task is None:
                 scale = await phase_one_done(tb, n, r, tag, ref, sum_addr, want_reduced, wdt)
                 got["scale"] = scale
-                kernel_task = cocotb.start_soon(reference_adam_streams(tb, own_kernel, wb, scale, got))
-                await tb.write("phase", 2)
+                if scale is None:
+                    # a skip: no Adam kernel; phase 3 gathers the current parameters from card memory
+                    kernel_task = cocotb.start_soon(no_adam_streams(tb, own_kernel, got))
+                    await tb.write("sum0_lo", CURRENT_ADDR & 0xFFFFFFFF)
+                    await tb.write("sum0_hi", CURRENT_ADDR >> 32)
+                    await tb.write("phase", 3)
+                else:
+                    kernel_task = cocotb.start_soon(reference_adam_streams(tb, own_kernel, wb, scale, got))
+                    await tb.write("phase", 2)
                 await tb.write("ctrl", 1)
             else:
                 rtl_done = True
@@ -462,11 +481,14 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     assert status == 0, f"{tag}: STATUS {status:#x}"
     assert not tb.grad.errors, tb.grad.errors
 
-    # the reduced chunk the RTL card handed its kernel
-    items = got["grad_items"]
-    assert len(tb.grad.items) == wb, f"{tag}: {len(tb.grad.items)} gradient beats, expected {wb}"
-    assert not differing(got["reduced"].tobytes(), want_reduced.tobytes(), wdt), f"{tag}: reduced chunk differs"
-    assert [b["tlast"] for b in items] == [0] * (wb - 1) + [1], f"{tag}: gradient TLAST"
+    # the reduced chunk the RTL card handed its kernel (none in a skipped step)
+    if got.get("skipped"):
+        assert not tb.grad.items, f"{tag}: {len(tb.grad.items)} gradient beats in a skipped step"
+    else:
+        items = got["grad_items"]
+        assert len(tb.grad.items) == wb, f"{tag}: {len(tb.grad.items)} gradient beats, expected {wb}"
+        assert not differing(got["reduced"].tobytes(), want_reduced.tobytes(), wdt), f"{tag}: reduced chunk differs"
+        assert [b["tlast"] for b in items] == [0] * (wb - 1) + [1], f"{tag}: gradient TLAST"
 
     # gathered parameters: card memory and every peer
     want = ref["gathered"]

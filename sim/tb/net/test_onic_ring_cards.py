@@ -32,7 +32,7 @@ refusing its gradient beat; a quarter of it: card memory pauses), WIRE_BF16, PAR
 stand-in's dtypes), ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements),
 ONIC_RTO (retransmission timeout, clocks), ONIC_TWO_PHASE ("clip", "noclip", "skip" comma separated,
 cycled over the steps, "" a one-phase step: two-phase steps whose clip to MAX_NORM triggers, does
-not, or which a non-finite gradient skips; a skip needs the stand-in).
+not, or which a non-finite gradient skips: phase 3 gathers the current parameters).
 
 Two-phase steps (design.md 8.1): each card's host runs phase one, reads every rank's entry at its
 network kernel's ap_done, derives the scale, starts its Adam kernel or stand-in and phase two, each
@@ -73,6 +73,7 @@ BEAT = 64
 AXIS = ["tdata", "tkeep", "tlast"]
 CLOCK_NS = 4
 LGRAD_ADDR, GATHER_ADDR, SUM_ADDR = 0x10000, 0x80000, 0xC0000  # SUM: a two-phase step's owner sum
+CURRENT_ADDR = 0xE0000  # the stand-in's current parameters (a skip's phase 3 reads them; onic_card: OUT_ADDR)
 P_ADDR, M_ADDR, V_ADDR, OUT_ADDR = 0x100000, 0x140000, 0x180000, 0x1C0000  # the Adam kernel's stripes
 FILL = 0xA5
 AP_DONE, AP_IDLE = 0x2, 0x4
@@ -367,9 +368,10 @@ class Ring:
         rank's entry at its ap_done, derives the scale (`ring.step_grad_scale` with `max_norm`),
         starts its Adam kernel (or the stand-in) with it and runs phase two (design.md 8.1); each
         card on its own, as separate hosts would. A skip (a non-finite gradient on some rank: every
-        host derives None from the same entries) ends the step after phase one on every card: the
-        Adam kernel is not started (it has no mode that returns the current parameters), p, m, v
-        and the gathered buffer keep their values, no all-gather runs; `gathered` is then empty."""
+        host derives None from the same entries): the Adam kernel (or stand-in) is not started;
+        each host points sum0 at the card's current parameters (the Adam kernel's out buffer, which
+        holds its last output; written here as the card would hold it) and starts phase 3, which
+        gathers them: p, m, v unchanged, every card gathers the unchanged parameters."""
         cfg, dut = self.cfg, self.dut
         n, size = cfg.world, ring.chunk_elems(cfg.length, cfg.world)
         if max_norm is not None and not two_phase:
@@ -385,6 +387,8 @@ class Ring:
         before = [await c.counters() for c in self.cards]
         ports_before = [self.switch.core.ports[k].as_dict() for k in range(n)]
         got: list[dict[str, Any]] = [{} for _ in range(n)]
+        current: list[bytes] = [b""] * n  # two-phase: each card's current parameters (out dtype)
+        cur_addr = OUT_ADDR if self.adam is not None else CURRENT_ADDR
         tasks = []
         for k, card in enumerate(self.cards):
             local = ring.pad(np.asarray(grads[k]), n)
@@ -399,10 +403,13 @@ class Ring:
                 card.grad.items.clear()
                 if not two_phase:
                     tasks.append(cocotb.start_soon(card.stand_in(wb, scale, got[k])))
-            else:
-                card.mem.write(OUT_ADDR, out_fill)
             if two_phase:
                 card.mem.write(SUM_ADDR, bytes([FILL]) * ((wb + 1) * BEAT))
+                # the Adam kernel's last output, what a skip's phase 3 gathers (the stand-in's too)
+                current[k] = ring.output_params(card.shard(size).p, cfg.param_dtype).tobytes()
+                card.mem.write(cur_addr, current[k] + out_fill[len(current[k]):])
+            elif self.adam is not None:
+                card.mem.write(OUT_ADDR, out_fill)
         if self.adam is not None and not two_phase:  # the Adam kernels first: they wait on their streams
             await _all([c.start_adam(size, hyper, scale, cfg.optimizer) for c in self.cards])
         await _all([c.program(cfg, step, 1 if two_phase else 0) for c in self.cards])
@@ -414,15 +421,18 @@ class Ring:
             entries[k] = await card.entries(n)
             mine = ring.step_grad_scale(entries[k], n, grad_scale=float(hyper.grad_scale), max_norm=max_norm)
             scales[k] = mine
-            if mine is None:  # the skip: the step ends here on every card
-                return
-            if self.adam is None:
-                tasks.append(cocotb.start_soon(card.stand_in(wb, mine, got[k])))
+            if mine is None:  # the skip: no Adam kernel; phase 3 gathers the current parameters
+                await card.write("sum0_lo", cur_addr & 0xFFFFFFFF)
+                await card.write("sum0_hi", cur_addr >> 32)
+                await card.write("phase", 3)
             else:
-                await card.start_adam(size, hyper, mine, cfg.optimizer)
-            await card.write("phase", 2)
+                if self.adam is None:
+                    tasks.append(cocotb.start_soon(card.stand_in(wb, mine, got[k])))
+                else:
+                    await card.start_adam(size, hyper, mine, cfg.optimizer)
+                await card.write("phase", 2)
             await card.write("ctrl", 1)
-            await self._wait_done(card, start, limit)
+            await self._wait_done(card, start, limit, only="net" if mine is None else None)
 
         await _all([c.write("ctrl", 1) for c in self.cards])
         if two_phase:
@@ -438,7 +448,6 @@ class Ring:
             await ClockCycles(dut.ap_clk, 50)
         gathered, problems, status, deltas = [], [], [], []
         pbytes = size * wire.ELEMENT_BYTES[cfg.param_dtype]
-        skipped = two_phase and scales[0] is None
         for k, card in enumerate(self.cards):
             st = await card.read(READONLY["status"])
             if self.adam is not None:
@@ -447,20 +456,15 @@ class Ring:
             after = await card.counters()
             deltas.append({name: after[name] - before[k][name] for name in after})
             parts, bad = [], []
-            if skipped:  # nothing written: the own out buffer and every place of the gathered buffer
-                if self.adam is not None and card.mem.read(OUT_ADDR, pb * BEAT) != out_fill:
-                    bad.append("the Adam kernel's out buffer written in a skipped step")
-                if card.mem.read(GATHER_ADDR, n * pb * BEAT) != fill:
-                    bad.append("the gathered buffer written in a skipped step")
-                problems.append("; ".join(bad))
-                continue
             if self.adam is not None:
                 out = card.mem.read(OUT_ADDR, pb * BEAT)
                 own = out[:pbytes]
                 if out[pbytes:] != out_fill[pbytes:]:
                     bad.append("bytes past the Adam kernel's out buffer written")
-            else:
-                own = got[k]["own_out"].tobytes()
+            else:  # the stand-in's output; in a skipped step it did not run: the current parameters
+                own = got[k]["own_out"].tobytes() if "own_out" in got[k] else current[k]
+            if scales[k] is None and own != current[k]:
+                bad.append("the own chunk gathered in a skipped step is not the current parameters")
             for c in range(n):
                 region = card.mem.read(GATHER_ADDR + c * pb * BEAT, pb * BEAT)
                 if c == k:
@@ -601,9 +605,8 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
             assert not differing(res.reduced[k].tobytes(), want_reduced[k].tobytes(), wdt), f"{t}: reduced chunk"
             assert res.grad_tlast[k] == [0] * (wb - 1) + [1], f"{t}: gradient TLAST"
         assert not res.memory_ok[k], f"{t}: {res.memory_ok[k]}"
-        if res.gathered:
-            bad = differing(res.gathered[k].tobytes(), ref["gathered"].tobytes(), pdt)
-            assert not bad, f"{t}: gathered differs in elements {bad[:8]}"
+        bad = differing(res.gathered[k].tobytes(), ref["gathered"].tobytes(), pdt)
+        assert not bad, f"{t}: gathered differs in elements {bad[:8]}"
         mine, theirs = shards[k], refring.kernels[k].shard
         for name in ("p", "m", "v"):
             a, b = getattr(mine, name), getattr(theirs, name)
@@ -622,12 +625,10 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
             got_bits = [(bits(e), f) for e, f in res.entries[k]]
             want_bits = [(bits(e), f) for e, f in ref["entries"]]
             assert got_bits == want_bits, f"{t}: scalar entries {res.entries[k]} != {ref['entries']}"
-        if not res.gathered:  # a skipped step: no all-gather (the reference's cards run one)
-            exact["ag_payload_bytes_out"] = 0
         if lossless:
             model = ref["counters"][k]
             exact |= {name: model[name] for name in ("rs_payload_bytes_out", "scalar_payload_bytes_out",
-                                                     *(("ag_payload_bytes_out",) if res.gathered else ()))}
+                                                     "ag_payload_bytes_out")}
             exact |= {"retransmitted_frames": 0, "timeouts": 0, "naks_received": 0, "naks_sent": 0}
             exact |= {f"dropped_{d}": 0 for d in net_regmap.DROP_CAUSES if d != "stale_reply"}
         for name, value in exact.items():

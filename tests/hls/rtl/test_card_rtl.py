@@ -129,21 +129,23 @@ def test_card_ring_stalled_memory() -> None:
 
 
 def test_card_two_phase() -> None:
-    """Two-phase steps with the real Adam kernel (N = 3, rank 1): a clip that triggers, then one that
-    does not, m and v carried; the host starts the Adam kernel with the scale from the card's
-    entries after phase one. The sum in card memory, every entry, p, m, v, the gathered buffers
-    and the counters bit for bit / exact against the reference."""
-    run("fp32", "3:1", 14, steps=2, tag="-two-phase", extra={"ONIC_TWO_PHASE": "clip,noclip"})
+    """Two-phase steps with the real Adam kernel (N = 3, rank 1): a clip that triggers, a skip (a
+    non-finite gradient: the Adam kernel not started, phase 3 gathers the current parameters), one
+    that does not clip, m and v carried; the host starts the Adam kernel with the scale from the
+    card's entries after phase one. The sum in card memory, every entry, p, m, v, the gathered
+    buffers and the counters bit for bit / exact against the reference."""
+    run("fp32", "3:1", 14, steps=3, tag="-two-phase", extra={"ONIC_TWO_PHASE": "clip,skip,noclip"})
 
 
 @pytest.mark.slow
 def test_card_two_phase_faults() -> None:
-    """Two-phase steps under drops, duplicates, reordering and bit flips, every memory channel
-    pausing, at every position of N = 2, 3, 4; and bf16 wire (fp32 parameters) lossless."""
-    run("fp32", "all:2/3/4", 15, steps=2, tag="-two-phase-faults",
-        extra={"ONIC_TWO_PHASE": "clip,noclip", "ONIC_DROP": "0.02", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02",
+    """Two-phase steps (clip, skip, no clip) under drops, duplicates, reordering and bit flips, every
+    memory channel pausing, at every position of N = 2, 3, 4; and bf16 wire (fp32 parameters)
+    lossless."""
+    run("fp32", "all:2/3/4", 15, steps=3, tag="-two-phase-faults",
+        extra={"ONIC_TWO_PHASE": "clip,skip,noclip", "ONIC_DROP": "0.02", "ONIC_DUP": "0.02", "ONIC_REORDER": "0.02",
                "ONIC_BITFLIP": "0.01", "ONIC_MEM_STALL": "0.3"})
-    run("bf16-fp32", "all:3", 16, steps=2, tag="-two-phase", extra={"ONIC_TWO_PHASE": "noclip,clip"})
+    run("bf16-fp32", "all:3", 16, steps=3, tag="-two-phase", extra={"ONIC_TWO_PHASE": "noclip,skip,clip"})
 
 
 @pytest.mark.parametrize("n_error", [16, -16], ids=["n-long", "n-short"])

@@ -86,8 +86,8 @@ def test_lint_top(tmp_path: Path) -> None:
 
 def test_ring_cards_lossless() -> None:
     """Two onic_cards (of the three-card build), lossless: a one-phase step, then two-phase steps
-    whose clip triggers and which a non-finite gradient skips (phase one only, the Adam kernels
-    not started, nothing gathered)."""
+    whose clip triggers and which a non-finite gradient skips (the Adam kernels not started, phase
+    3 gathers the current parameters)."""
     run(2, 7, extra={"ONIC_STEPS": "3", "ONIC_TWO_PHASE": ",clip,skip"})
 
 

@@ -15,6 +15,7 @@ import pytest
 from ringcheck import bits, grads, hyper
 
 from hls.errors import ToolMissing, UserError
+from hls.net import ring, wire
 from hls.rtl import simulators
 from hls.spec import KernelSpec
 from pynq_driver.net.cluster import NetCluster
@@ -27,11 +28,15 @@ LENGTH = 301  # 151 elements a chunk at N = 2: the last chunk padded, several pa
 KINDS = ("", "clip", "skip")
 
 
-def _steps(cluster: NetCluster, params: np.ndarray, kinds: tuple[str, ...]) -> tuple[list[list[np.ndarray]],
-                                                                                    list[dict]]:
+def _steps(cluster: NetCluster, params: np.ndarray, kinds: tuple[str, ...], first: int = 1) -> tuple[
+        list[list[np.ndarray]], list[dict]]:
+    """Steps first, first + 1, ... of `kinds`; the gradients of step s are the s-th draws of one seeded
+    generator, whichever `first` the steps start at."""
     rng = np.random.default_rng(7)
+    for _ in range(1, first):
+        grads(rng, cluster.world, params.size, cluster.wire_dtype)
     outs = []
-    for s, kind in enumerate(kinds, start=1):
+    for s, kind in enumerate(kinds, start=first):
         g = grads(rng, cluster.world, params.size, cluster.wire_dtype)
         if kind == "skip":
             g[1][5] = np.float32(np.inf) if cluster.wire_dtype == "fp32" else np.uint16(0x7F80)
@@ -53,7 +58,10 @@ def test_rtlsim_equals_golden(wire_dtype: str) -> None:
     with NetCluster("rtlsim", spec, 2, params, wire_dtype=wire_dtype, payload_bytes=128, window=8,
                     faults=faults) as sim:
         assert (sim.wire_dtype, sim.param_dtype, sim.length) == (wire_dtype, wire_dtype, LENGTH)
-        got, got_sd = _steps(sim, params, KINDS)
+        got, got_sd = _steps(sim, params, KINDS[:2])
+        before_skip = sim.counters()
+        more, got_sd = _steps(sim, params, KINDS[2:], first=3)
+        got += more
         assert sim.sim.last_step_skipped
         with pytest.raises(UserError, match="max_norm needs the two-phase step"):
             sim.step([np.zeros(LENGTH, np.float32)] * 2, hyper(4), max_norm=1.0)
@@ -72,6 +80,13 @@ def test_rtlsim_equals_golden(wire_dtype: str) -> None:
     for c in counters:
         assert c["frames_in"] > 0 and c["frames_out"] > 0 and c["rs_payload_bytes_out"] > 0
         assert c["scalar_payload_bytes_out"] > 0
+    # the skipped step gathered too (phase 3), as the golden cards do: each card sent at least its
+    # chunk's parameters in the all-gather of that step (the golden counters are no reference: over
+    # real UDP they include timing-dependent retransmissions)
+    for rank, (c3, c2) in enumerate(zip(counters, before_skip, strict=True)):
+        sent = c3["ag_payload_bytes_out"] - c2["ag_payload_bytes_out"]
+        least = (LENGTH - ring.chunk_elems(LENGTH, 2)) * wire.ELEMENT_BYTES[wire_dtype]  # the shorter chunk
+        assert sent >= least, f"rank {rank}: {sent} all-gather bytes in the skipped step"
 
 
 @pytest.mark.parametrize(("options", "match"), [
