@@ -3,9 +3,9 @@ generated Adam kernel joined as v++'s stream_connect joins them, on a ring of so
 
 - The card top: rendered deterministically per spec, refused for a spec that cannot sit on the
   ring, clean under `verilator --lint-only -Wall` and `iverilog -Wall` with every source.
-- Ring steps in cocotb (sim/tb/net/test_onic_card.py, Verilator): ONE RTL card, N - 1
-  `hls.net.card.Card` peers through sim/tb/models' switch; p, m, v in the card's memory, its out
-  buffer, its gathered buffer and every peer's gathered vector bit for bit against
+- Ring steps in cocotb (sim/tb/net/test_onic_card.py; Verilator, and Icarus in `test_card_icarus`):
+  ONE RTL card, N - 1 `hls.net.card.Card` peers through sim/tb/models' switch; p, m, v in the
+  card's memory, its out buffer, its gathered buffer and every peer's gathered vector bit for bit against
   `hls.net.ring.ring_step`, several steps in a row with m and v carried in card memory, STATUS of
   both kernels 0, the network counters against the switch port and a lossless reference ring; the
   AXI monitor on every m_axi port. fp32 wire at every position of N = 2, 3, 4; bf16 wire and
@@ -87,23 +87,24 @@ def test_lint(dtypes: str, tmp_path: Path) -> None:
         pytest.skip("neither verilator nor iverilog installed")
 
 
-def run(dtypes: str, cases: str, seed: int, *, steps: int = 1,
-        extra: dict[str, str] | None = None, tag: str = "", testcase: str = "test_card_ring") -> None:
-    if not simulators.available("verilator"):
-        pytest.skip("verilator not installed")
+def run(dtypes: str, cases: str, seed: int, *, steps: int = 1, extra: dict[str, str] | None = None,
+        tag: str = "", testcase: str = "test_card_ring", simulator: str = "verilator") -> None:
+    if not simulators.available(simulator):
+        pytest.skip(f"{simulator} not installed: `make {'deps-icarus' if simulator == 'icarus' else 'deps'}`")
     bdir = build_dir(dtypes)
     card = prepare_card(SPECS[dtypes], bdir / "card")
     env = {"ONIC_MANIFEST": str(card.project / "manifest.json"), "ONIC_SEED": str(seed), "ONIC_CASES": cases,
            "ONIC_STEPS": str(steps), **(extra or {})}
+    # the bench touches the top's ports only: no VPI handles to every internal signal (Verilator;
+    # Icarus takes the runner's -g2012, as the Adam kernel's own Icarus runs do)
+    build_args = ["--no-public-flat-rw", "--public-depth", "1"] if simulator == "verilator" else []
     xml = simulators.run_cocotb(
         sources=card.sources, toplevel=CARD_MODULE, test_module="test_onic_card", test_dir=NET_TB,
-        build_dir=bdir / "verilator", simulator="verilator", parameters=SIM_PARAMS, extra_env=env,
-        # the bench touches the top's ports only: no VPI handles to every internal signal
-        build_args=["--no-public-flat-rw", "--public-depth", "1"], testcase=testcase,
-        log_file=bdir / f"run{tag}.log",
+        build_dir=bdir / simulator, simulator=simulator, parameters=SIM_PARAMS, extra_env=env,
+        build_args=build_args, testcase=testcase, log_file=bdir / f"run{tag}-{simulator}.log",
     )
     ran, failed = simulators.check_results(xml)
-    assert ran == 1 and failed == 0, f"onic_card ({dtypes}{tag}): see {xml}"
+    assert ran == 1 and failed == 0, f"onic_card ({dtypes}{tag}, {simulator}): see {xml}"
 
 
 def test_card_ring_fp32() -> None:
@@ -135,6 +136,14 @@ def test_card_two_phase() -> None:
     card's entries after phase one. The sum in card memory, every entry, p, m, v, the gathered
     buffers and the counters bit for bit / exact against the reference."""
     run("fp32", "3:1", 14, steps=3, tag="-two-phase", extra={"ONIC_TWO_PHASE": "clip,skip,noclip"})
+
+
+def test_card_icarus() -> None:
+    """The card top on Icarus with every check of the Verilator runs (N = 3, rank 1): a one-phase
+    step, then two-phase steps clip, skip (phase 3), no clip, m and v carried in card memory.
+    About 20 s wall with the build: one simulation, one case, so CI on 2 cores can afford it."""
+    # the bench cycles the kinds over the steps; the empty kind is a one-phase step
+    run("fp32", "3:1", 14, steps=4, extra={"ONIC_TWO_PHASE": ",clip,skip,noclip"}, simulator="icarus")
 
 
 @pytest.mark.slow
