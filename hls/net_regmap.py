@@ -65,6 +65,9 @@ SCALARS = (
                 "card's current parameters (the Adam kernel's output chunk)"),
     ("sum0_hi", "scratch address of the owner's reduced chunk (phase 3: current parameters), high 32 bits"),
     ("entry", "the rank whose scalar entry entry_sumsq / entry_flag show (after phase one)"),
+    ("segment", "B: packets per round of each flow in round-major order (design.md 8.2), 0 .. 65535, the same "
+                "on every card of the ring; 0 or at least a flow's packets per hop: hop-major order. More than "
+                "one round needs the two-phase step (phase 0 with it is a config_error)"),
 )
 
 # Read-only words after the counters: the scalar entry of rank `entry` (sum of squares as float64

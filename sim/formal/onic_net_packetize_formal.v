@@ -1,4 +1,4 @@
-// OptimusNIC: formal properties of onic_net_packetize, a chunk cut into ring packets (SymbiYosys, bounded)
+// OptimusNIC: formal properties of onic_net_packetize, a run of a chunk cut into ring packets (SymbiYosys, bounded)
 // Language: Verilog 2001 (immediate assertions, read with yosys -formal)
 
 `resetall
@@ -8,8 +8,9 @@
 /*
  * The packetizer as the ring datapath uses it (hop-0 packets of the RS and AG flows), every input
  * free within these assumptions: reset first; `start` at any clock after reset (also mid-chunk);
- * the configuration changes only with `start` (steady for the chunk, as the datapath latches it),
- * a chunk of 1 .. 320 bytes, 1 .. 3 beats per packet, fewer than 256 elements per packet; the input
+ * the configuration changes only with `start` (steady for the run, as the datapath latches it),
+ * a run of 1 .. 320 bytes (a multiple of 64 unless it is the chunk's last run), any element offset
+ * of its first packet, 1 .. 3 beats per packet, fewer than 256 elements per packet; the input
  * an AXI4-Stream source (a beat offered stays offered, unchanged, until taken) with its TLAST free
  * (a misplaced one must raise err_len, not move a packet boundary) and data 0 above bit 7 (the
  * data is wired through); `enable` never falls while an offer waits (the datapath's enables only
@@ -23,12 +24,13 @@
  *   have passed; TLAST exactly at each packet's last beat (index P - 1) and at the chunk's last
  *   beat; TKEEP the bytes of the chunk (byte i of beat k kept iff 64 k + i < bytes); NP TLASTs
  *   once pay_done.
- * - descriptors: seq d, hop 0, offset d x elements per packet, length min(64 P, bytes left), LAST
- *   exactly when the bytes left fit one packet, the chunk and dtype of the configuration; never a
- *   descriptor after the LAST one, desc_done exactly once NP are taken, `packets` = d.
+ * - descriptors: hop 0, offset cfg_offset + d x elements per packet, length min(64 P, bytes
+ *   left), LAST exactly when the bytes left fit one packet and the run is the chunk's last, the
+ *   chunk and dtype of the configuration; never a descriptor after the run's last one, desc_done
+ *   exactly once NP are taken.
  * - flow control: an output offered and not taken stays offered, unchanged, the next clock (payload
  *   and descriptor); nothing is offered while enable is low; err_len exactly when a beat's TLAST
- *   differed from "last beat of the chunk".
+ *   differed from "last beat of the chunk" (the run's last beat if it is the chunk's last run).
  * Covers: a three-packet chunk with a short last packet and a partial last beat completed; a beat
  * and a descriptor each held by back-pressure then taken; a restart mid-chunk followed by a whole
  * chunk; err_len from a misplaced TLAST.
@@ -38,6 +40,8 @@ module onic_net_packetize_formal (
     input  wire          rst,
     input  wire          start,
     input  wire [31:0]   cfg_chunk_bytes,
+    input  wire [31:0]   cfg_offset,
+    input  wire          cfg_last_run,
     input  wire [15:0]   cfg_pkt_beats,
     input  wire [31:0]   cfg_pkt_elems,
     input  wire [1:0]    cfg_dtype,
@@ -50,12 +54,10 @@ module onic_net_packetize_formal (
     input  wire          m_tready
 );
     wire         desc_done, pay_done, err_len, s_tready;
-    wire [31:0]  packets;
     wire [1:0]   m_desc_dtype;
     wire [5:0]   m_desc_flags;
     wire [7:0]   m_desc_hop;
     wire [15:0]  m_desc_chunk;
-    wire [31:0]  m_desc_seq;
     wire [31:0]  m_desc_offset;
     wire [15:0]  m_desc_len;
     wire         m_desc_valid;
@@ -64,12 +66,13 @@ module onic_net_packetize_formal (
     wire         m_tlast, m_tvalid;
 
     onic_net_packetize dut (
-        .clk(clk), .rst(rst), .start(start), .cfg_chunk_bytes(cfg_chunk_bytes), .cfg_pkt_beats(cfg_pkt_beats),
+        .clk(clk), .rst(rst), .start(start), .cfg_chunk_bytes(cfg_chunk_bytes), .cfg_offset(cfg_offset),
+        .cfg_last_run(cfg_last_run), .cfg_pkt_beats(cfg_pkt_beats),
         .cfg_pkt_elems(cfg_pkt_elems), .cfg_dtype(cfg_dtype), .cfg_chunk(cfg_chunk), .enable(enable),
-        .desc_done(desc_done), .pay_done(pay_done), .packets(packets), .err_len(err_len),
+        .desc_done(desc_done), .pay_done(pay_done), .err_len(err_len),
         .s_tdata(s_tdata), .s_tlast(s_tlast), .s_tvalid(s_tvalid), .s_tready(s_tready),
         .m_desc_dtype(m_desc_dtype), .m_desc_flags(m_desc_flags), .m_desc_hop(m_desc_hop),
-        .m_desc_chunk(m_desc_chunk), .m_desc_seq(m_desc_seq), .m_desc_offset(m_desc_offset),
+        .m_desc_chunk(m_desc_chunk), .m_desc_offset(m_desc_offset),
         .m_desc_len(m_desc_len), .m_desc_valid(m_desc_valid), .m_desc_ready(m_desc_ready),
         .m_tdata(m_tdata), .m_tkeep(m_tkeep), .m_tlast(m_tlast), .m_tvalid(m_tvalid), .m_tready(m_tready)
     );
@@ -132,7 +135,7 @@ module onic_net_packetize_formal (
                 f_tl  <= 32'd0;
                 f_d   <= 32'd0;
                 f_rem <= cfg_chunk_bytes;
-                f_off <= 32'd0;
+                f_off <= cfg_offset;
                 f_dp  <= 32'd0;
                 f_err <= 1'b0;
                 f_beat_stall <= 1'b0;
@@ -142,7 +145,7 @@ module onic_net_packetize_formal (
                     f_k  <= f_k + 32'd1;
                     f_pb <= (f_pb == cfg_pkt_beats - 16'd1) ? 16'd0 : f_pb + 16'd1;
                     f_tl <= f_tl + {31'd0, m_tlast};
-                    if (s_tlast != f_last_beat) f_err <= 1'b1;
+                    if (s_tlast != (f_last_beat && cfg_last_run)) f_err <= 1'b1;
                     if (f_beat_waiting) f_beat_stall <= 1'b1;
                 end
                 if (d_hs) begin
@@ -162,13 +165,15 @@ module onic_net_packetize_formal (
         assume(cfg_chunk_bytes >= 32'd1 && cfg_chunk_bytes <= 32'd320);
         assume(cfg_pkt_beats >= 16'd1 && cfg_pkt_beats <= 16'd3);
         assume(cfg_pkt_elems < 32'd256);
+        assume(cfg_last_run || cfg_chunk_bytes[5:0] == 6'd0);
         assume(s_tdata[511:8] == 504'd0);
     end
     always @(posedge clk) begin
         if (f_past_valid && !start) begin
             assume(cfg_chunk_bytes == $past(cfg_chunk_bytes) && cfg_pkt_beats == $past(cfg_pkt_beats));
             assume(cfg_pkt_elems == $past(cfg_pkt_elems) && cfg_dtype == $past(cfg_dtype));
-            assume(cfg_chunk == $past(cfg_chunk));
+            assume(cfg_chunk == $past(cfg_chunk) && cfg_offset == $past(cfg_offset));
+            assume(cfg_last_run == $past(cfg_last_run));
         end
         if (f_past_valid && !$past(rst) && $past(s_tvalid && !s_tready)) begin
             assume(s_tvalid && s_tdata == $past(s_tdata) && s_tlast == $past(s_tlast));
@@ -203,14 +208,14 @@ module onic_net_packetize_formal (
             if (pay_done) assert(f_tl == f_np);
             assert(err_len == f_err);
             // descriptors
-            assert(f_d <= f_np && packets == f_d);
+            assert(f_d <= f_np);
             assert(desc_done == (f_d == f_np));
             assert(f_rem == ((f_dp < cfg_chunk_bytes) ? cfg_chunk_bytes - f_dp : 32'd0));
             if (m_desc_valid) begin
                 assert(f_d < f_np);
-                assert(m_desc_seq == f_d && m_desc_hop == 8'd0 && m_desc_offset == f_off);
+                assert(m_desc_hop == 8'd0 && m_desc_offset == f_off);
                 assert(m_desc_len == ((f_rem <= pkt_bytes) ? f_rem[15:0] : pkt_bytes[15:0]));
-                assert(m_desc_flags == {5'd0, f_rem <= pkt_bytes});
+                assert(m_desc_flags == {5'd0, f_rem <= pkt_bytes && cfg_last_run});
                 assert(m_desc_chunk == cfg_chunk && m_desc_dtype == cfg_dtype);
             end
             if (desc_done) assert(f_rem == 32'd0 && !m_desc_valid);
@@ -218,6 +223,7 @@ module onic_net_packetize_formal (
 
         if (f_past_valid && !rst && f_started && !start && !f_first) begin
             cover(pay_done && desc_done && cfg_pkt_beats == 16'd2 && f_cb == 32'd5 && cfg_chunk_bytes[5:0] != 6'd0);
+            cover(pay_done && desc_done && !cfg_last_run && f_np >= 32'd2 && cfg_offset != 32'd0);
             cover(f_beat_stall && f_desc_stall);
             cover(f_restarted && pay_done && desc_done && f_np >= 32'd2);
             cover(err_len);
@@ -232,7 +238,7 @@ module onic_net_packetize_formal (
                        && m_tkeep == $past(m_tkeep));
             end
             if ($past(m_desc_valid && !m_desc_ready)) begin
-                assert(m_desc_valid && m_desc_seq == $past(m_desc_seq) && m_desc_offset == $past(m_desc_offset)
+                assert(m_desc_valid && m_desc_offset == $past(m_desc_offset)
                        && m_desc_len == $past(m_desc_len) && m_desc_flags == $past(m_desc_flags));
             end
         end

@@ -9,6 +9,7 @@
 ../kernel/onic_axi_wr.v
 onic_net_reduce.v
 onic_net_chunk_walk.v
+onic_net_rounds.v
 onic_net_grad_reader.v
 onic_net_packetize.v
 onic_net_ring_dp.v

@@ -18,9 +18,9 @@
  *   0x28 + 8k  scalar k of net_regmap.SCALARS: local_mac_lo, local_mac_hi, local_ip, local_port,
  *              succ_mac_lo, succ_mac_hi, succ_ip, succ_port, pred_mac_lo, pred_mac_hi, pred_ip,
  *              comm, rank, world, length, window, timeout, credit, payload_bytes, step, phase,
- *              sum0_lo, sum0_hi, entry
- *   0xE8 STATUS (read only, sticky for a step: cleared when a step starts)
- *   0xF0 + 8k  counter k of net_regmap.counter_names(), then net_regmap.ENTRY_REGS (read only):
+ *              sum0_lo, sum0_hi, entry, segment
+ *   0xF0 STATUS (read only, sticky for a step: cleared when a step starts)
+ *   0xF8 + 8k  counter k of net_regmap.counter_names(), then net_regmap.ENTRY_REGS (read only):
  *              low word, high word at + 4
  * Reserved words read 0 and ignore writes. The addresses are the localparams below;
  * tests/hls/rtl/test_net_kernel.py checks them against hls/net_regmap.py register by register.
@@ -33,7 +33,7 @@ module onic_net_control_s_axi #(
     // 64-bit read-only words after the counters (len(net_regmap.ENTRY_REGS))
     parameter integer N_EXTRA = 2,
     // scalar arguments after the pointers (len(net_regmap.SCALARS))
-    parameter integer N_SCALARS = 24
+    parameter integer N_SCALARS = 25
 ) (
     input  wire                      clk,
     input  wire                      rst,
@@ -83,11 +83,11 @@ module onic_net_control_s_axi #(
     localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_0  = 'h1C;
     localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_1  = 'h20;
     localparam [ADDR_BITS-1:0] ADDR_SCALARS         = 'h28;   // scalar k at + 8k
-    localparam [ADDR_BITS-1:0] ADDR_STATUS          = 'hE8;
-    localparam [ADDR_BITS-1:0] ADDR_COUNTERS        = 'hF0;   // counter k at + 8k (low), + 8k + 4 (high)
+    localparam [ADDR_BITS-1:0] ADDR_STATUS          = 'hF0;
+    localparam [ADDR_BITS-1:0] ADDR_COUNTERS        = 'hF8;   // counter k at + 8k (low), + 8k + 4 (high)
 
     localparam integer ADDR_SCALARS32 = 'h28;
-    localparam integer ADDR_COUNTERS32 = 'hF0;
+    localparam integer ADDR_COUNTERS32 = 'hF8;
 
     localparam [1:0] WR_IDLE = 2'd0, WR_DATA = 2'd1, WR_RESP = 2'd2;
     localparam [0:0] RD_IDLE = 1'd0, RD_DATA = 1'd1;

@@ -20,7 +20,9 @@
  * multiple of 64 between 64 and MAX_PAYLOAD_BEATS x 64, window and credit >= 1, a chunk of at
  * most 65535 x 16 elements; a bad configuration finishes at once, nothing sent), sizes the step
  * (S = ceil(ceil(L / N) / 16) x 16 elements per chunk, packets per hop = ceil(chunk bytes /
- * payload_bytes) per flow: three sequential divisions, about 100 clocks), holds the configuration
+ * payload_bytes) per flow: three sequential divisions, about 100 clocks; each flow's segment: the
+ * `segment` argument B, 0 or at least the flow's packets per hop being one round, hop-major
+ * order), holds the configuration
  * 8 clocks (the header builders' checksum pipeline) and starts the receive side (step_start),
  * the transmit side and the datapath on one clock. ap_done (with ap_ready) when the datapath has
  * handed the owner's reduced chunk to the Adam kernel (TLAST taken), the all-gather is complete
@@ -33,7 +35,8 @@
  * reached the datapath, the parameter stream's TLAST misplaced, an ACK beyond the packets sent,
  * a packet too long for a retransmit slot), bit3 timeout_exhausted (never set: the senders retry
  * without a budget; the host's wait times out instead), bit4 config_error (also: `phase` 2 or 3
- * without a finished phase one of the latched step).
+ * without a finished phase one of the latched step; a one-phase step of more than one round:
+ * round-major order needs the two-phase step).
  *
  * Two-phase step (argument `phase`, docs/design.md 8.1; sim/rtl/net/README.md "Two-phase step"):
  * phase 1 runs the step as above, but the owner's reduced chunk goes to onic_net_twophase
@@ -50,6 +53,14 @@
  * sum0 (written before this start: the one argument phase 3 reads) through m_axi_lgrad0, so the
  * ring gathers every card's unchanged parameters, as the reference cards do on a skip. In a
  * one-phase step (phase 0) a scalar frame is refused (protocol_error).
+ *
+ * Round-major order (`segment` B below a flow's packets per hop; design.md 8.2): both flows go in
+ * rounds of B packets per hop (onic_net_ring_dp), so a ring of cards with finite buffers cannot
+ * deadlock when 2 B is below a flow's transmit plus receive slots, whatever the chunk's size.
+ * Such a step must be two-phase: phase one's sum goes to card memory as it arrives and phase two
+ * feeds the Adam kernel from there, so its parameter stream, held by the all-gather's rounds,
+ * never holds the reduce-scatter. A host wanting the one-phase semantics runs phases one and two
+ * and ignores the entries (the scale grad_scale / N; phase 2 even with a non-finite flag).
  *
  * Counters (net_regmap.counter_names() order, 64-bit registers): 32-bit saturating values in the
  * low word, high word 0, cleared by reset only (since the card was made, as hls.net.card).
@@ -183,7 +194,7 @@ module onic_net_kernel #(
     input  wire          s_axis_param0_tlast
 );
 
-    localparam integer N_SCALARS  = 24;
+    localparam integer N_SCALARS  = 25;
     localparam integer N_COUNTERS = 33;
     localparam integer N_EXTRA    = 2;    // net_regmap.ENTRY_REGS
     // the largest payload (beats) both the retransmit slot (header beat + payload) and the receive buffer hold
@@ -246,6 +257,7 @@ module onic_net_kernel #(
     reg  [31:0] cfg_step_reg;       // loaded in its own block below (cfg_step_nx)
     reg  [1:0]  cfg_phase_reg;      // 0 one-phase step, 1 phase one, 2 phase two, 3 phase two skipped
     reg  [63:0] cfg_sum_reg;        // the owner's sum in card memory (two-phase step)
+    reg  [15:0] cfg_segment_reg;    // B: packets per round of each flow (0: hop-major)
     reg         p1_ok_reg;          // phase one of the latched step is done: phase two may start
     reg         p2_start_reg;       // pulse: phase two begins (no new step on the receive side)
 
@@ -259,12 +271,14 @@ module onic_net_kernel #(
 
     /* ---- the step's state machine ---- */
     localparam [3:0] S_IDLE = 4'd0, S_CHECK = 4'd1, S_DIV_RANK = 4'd2, S_DIV_RS = 4'd3, S_DIV_AG = 4'd4,
-                     S_TOTAL = 4'd5, S_HOLD = 4'd6, S_RUN = 4'd7, S_DONE = 4'd8, S_P2 = 4'd9;
+                     S_TOTAL = 4'd5, S_HOLD = 4'd6, S_RUN = 4'd7, S_DONE = 4'd8, S_P2 = 4'd9, S_SEG = 4'd10;
     reg  [3:0]  state_reg;
     reg  [3:0]  hold_reg;           // clocks the configuration has been steady / since the start pulse
     reg         start_pulse_reg;
     reg  [31:0] chunk_elems_reg;    // S
     reg  [31:0] rs_per_hop_reg, ag_per_hop_reg, rs_total_reg, ag_total_reg;
+    // round-major order: each flow's segment (B, at most its packets per hop) in packets, beats, elements
+    reg  [31:0] rs_seg_reg, ag_seg_reg, rs_seg_beats_reg, ag_seg_beats_reg, rs_seg_elems_reg, ag_seg_elems_reg;
     reg         div_start_reg;
     reg  [31:0] div_num_reg, div_den_reg;
     wire        div_done;
@@ -368,6 +382,7 @@ module onic_net_kernel #(
                     cfg_timeout_reg    <= arg[16];
                     cfg_credit_reg     <= arg[17];
                     cfg_payload_reg    <= arg[18];
+                    cfg_segment_reg    <= arg[24][15:0];
                     status_reg         <= 32'd0;
                     ap_idle_reg        <= 1'b0;
                     ag_release_reg     <= 1'b0;
@@ -420,11 +435,29 @@ module onic_net_kernel #(
                 S_TOTAL: begin
                     rs_total_reg <= rs_per_hop_reg * (cfg_world_reg - 32'd1);
                     ag_total_reg <= ag_per_hop_reg * (cfg_world_reg - 32'd1);
+                    rs_seg_reg   <= (cfg_segment_reg == 16'd0 || {16'd0, cfg_segment_reg} >= rs_per_hop_reg)
+                                    ? rs_per_hop_reg : {16'd0, cfg_segment_reg};
+                    ag_seg_reg   <= (cfg_segment_reg == 16'd0 || {16'd0, cfg_segment_reg} >= ag_per_hop_reg)
+                                    ? ag_per_hop_reg : {16'd0, cfg_segment_reg};
                     hold_reg     <= 4'd0;
-                    state_reg    <= S_HOLD;
+                    state_reg    <= S_SEG;
+                end
+                S_SEG: begin
+                    // more than one round needs the two-phase step: in one phase the Adam kernel's
+                    // output would wait for ag_release while its input waits for later rounds
+                    if (cfg_phase_reg == 2'd0 && (rs_seg_reg != rs_per_hop_reg || ag_seg_reg != ag_per_hop_reg)) begin
+                        status_reg[4] <= 1'b1;
+                        state_reg     <= S_DONE;
+                    end else begin
+                        rs_seg_beats_reg <= rs_seg_reg * {16'd0, cfg_payload_reg[21:6]};
+                        ag_seg_beats_reg <= ag_seg_reg * {16'd0, cfg_payload_reg[21:6]};
+                        state_reg        <= S_HOLD;
+                    end
                 end
                 S_HOLD: begin
                     hold_reg <= hold_reg + 4'd1;
+                    rs_seg_elems_reg <= (WIRE_BF16 != 0) ? {rs_seg_beats_reg[26:0], 5'd0} : {rs_seg_beats_reg[27:0], 4'd0};
+                    ag_seg_elems_reg <= (PARAM_BF16 != 0) ? {ag_seg_beats_reg[26:0], 5'd0} : {ag_seg_beats_reg[27:0], 4'd0};
                     if (hold_reg == 4'd8) begin
                         start_pulse_reg <= 1'b1;
                         hold_reg        <= 4'd0;
@@ -795,6 +828,9 @@ module onic_net_kernel #(
         .start(start_pulse_reg), .cfg_rank(cfg_rank_reg[7:0]), .cfg_world(cfg_world_reg[7:0]),
         .cfg_chunk_elems(chunk_elems_reg), .cfg_pkt_beats(cfg_payload_reg[21:6]),
         .cfg_grad_addr(cfg_lgrad_reg), .cfg_gather_addr(cfg_gather_reg), .ag_release(ag_release_reg),
+        .cfg_rs_packets(rs_per_hop_reg), .cfg_rs_seg(rs_seg_reg), .cfg_rs_seg_beats(rs_seg_beats_reg),
+        .cfg_rs_seg_elems(rs_seg_elems_reg), .cfg_ag_packets(ag_per_hop_reg), .cfg_ag_seg(ag_seg_reg),
+        .cfg_ag_seg_beats(ag_seg_beats_reg), .cfg_ag_seg_elems(ag_seg_elems_reg),
         .rs_done(dp_rs_done), .ag_done(dp_ag_done), .errors(dp_errors),
         .s_hdr_opcode(dq_opcode), .s_hdr_flags(dq_flags), .s_hdr_hop(dq_hop), .s_hdr_chunk(dq_chunk),
         .s_hdr_seq(dq_seq), .s_hdr_offset(dq_offset), .s_hdr_length(dq_length),
@@ -1108,7 +1144,7 @@ module onic_net_kernel #(
     wire _unused_ok = &{1'b0, hdr_src_mac, hdr_src_ip, hdr_src_port, hdr_version, hdr_dtype, hdr_comm, hdr_src,
                         rx_cnt[2], tx_counters, evt_credit[31:CW], rs_counters[31:0], ag_counters[31:0], rs_state[127:32], ag_state[127:32], arg[7],
                         cfg_world_reg[31:8], cfg_rank_reg[31:8], cfg_payload_reg[31:22], arg[20][31:2],
-                        arg[23][31:8], tp_phase2_done, m_axi_gather0_bid[3:1], m_axi_lgrad0_rid[3:1], 1'b0};
+                        arg[23][31:8], arg[24][31:16], tp_phase2_done, m_axi_gather0_bid[3:1], m_axi_lgrad0_rid[3:1], 1'b0};
 
 endmodule
 

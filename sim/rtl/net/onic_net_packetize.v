@@ -7,15 +7,19 @@
 
 /*
  * The hop-0 packets a card originates (docs/design.md 8.1, 8.2): the reduce-scatter's own
- * gradient of chunk r - 1 and the all-gather's own updated parameters of chunk r. A chunk of
- * `cfg_chunk_bytes` bytes (beat-aligned in the input stream) becomes packets of
- * `cfg_pkt_beats` x 64 payload bytes, the last one shorter: packet i has seq i, hop 0, element
- * offset i x cfg_pkt_elems, length min(P, bytes left), flag LAST on the last packet
- * (hls.net.card: `_provide` of hop 0). Descriptors run ahead of the payload (one every two
- * clocks); the payload passes through with TLAST at every packet's end and TKEEP of the chunk's
- * bytes on its last beat. `enable` low holds both outputs (valid low) without losing anything.
- * The input's TLAST must mark the chunk's last beat and nothing else (`err_len`, sticky until
- * start, when it does not: the beats are still counted by the chunk's size).
+ * gradient of chunk r - 1 and the all-gather's own updated parameters of chunk r, one run of a
+ * round at a time (round-major order: a run is the round's packets of the chunk; hop-major order
+ * has one run, the whole chunk). A run of `cfg_chunk_bytes` bytes (beat-aligned in the input
+ * stream) becomes packets of `cfg_pkt_beats` x 64 payload bytes, the last one shorter: packet i
+ * of the run has hop 0, element offset cfg_offset + i x cfg_pkt_elems, length min(P, bytes
+ * left), flag LAST on the run's last packet when the run ends the chunk (`cfg_last_run`;
+ * hls.net.card: `_provide` of hop 0). The sequence number is the caller's (onic_net_ring_dp
+ * numbers a flow's descriptors in the order they go). Descriptors run ahead of the payload (one
+ * every two clocks); the payload passes through with TLAST at every packet's end and TKEEP of
+ * the run's bytes on its last beat. `enable` low holds both outputs (valid low) without losing
+ * anything. The input's TLAST must mark the chunk's last beat and nothing else: the run's last
+ * beat when it ends the chunk, no beat of an earlier run (`err_len`, sticky until start, when it
+ * does not: the beats are still counted by the run's size).
  */
 module onic_net_packetize (
     input  wire          clk,
@@ -23,7 +27,9 @@ module onic_net_packetize (
 
     /* a chunk: arguments steady from start until pay_done */
     input  wire          start,
-    input  wire [31:0]   cfg_chunk_bytes,   // > 0
+    input  wire [31:0]   cfg_chunk_bytes,   // the run's bytes, > 0 (a multiple of 64 unless cfg_last_run)
+    input  wire [31:0]   cfg_offset,        // element offset of the run's first packet
+    input  wire          cfg_last_run,      // the run ends the chunk
     input  wire [15:0]   cfg_pkt_beats,     // payload beats of a full packet, > 0
     input  wire [31:0]   cfg_pkt_elems,     // elements of a full packet
     input  wire [1:0]    cfg_dtype,         // the header's dtype code
@@ -31,7 +37,6 @@ module onic_net_packetize (
     input  wire          enable,
     output wire          desc_done,         // every descriptor taken
     output wire          pay_done,          // every payload beat taken
-    output wire [31:0]   packets,           // descriptors taken (packets per chunk once desc_done)
     output wire          err_len,
 
     /* the chunk's beats */
@@ -45,7 +50,6 @@ module onic_net_packetize (
     output wire [5:0]    m_desc_flags,
     output wire [7:0]    m_desc_hop,
     output wire [15:0]   m_desc_chunk,
-    output wire [31:0]   m_desc_seq,
     output wire [31:0]   m_desc_offset,
     output wire [15:0]   m_desc_len,
     output wire          m_desc_valid,
@@ -61,7 +65,6 @@ module onic_net_packetize (
 
     /* descriptors */
     reg  [31:0] rem_reg;       // chunk bytes not yet in a descriptor
-    reg  [31:0] seq_reg;
     reg  [31:0] off_reg;
     reg         d_valid_reg;   // the fields below are current
     reg  [15:0] d_len_reg;
@@ -79,8 +82,7 @@ module onic_net_packetize (
             d_calc_reg  <= 1'b0;
         end else if (start) begin
             rem_reg     <= cfg_chunk_bytes;
-            seq_reg     <= 32'd0;
-            off_reg     <= 32'd0;
+            off_reg     <= cfg_offset;
             d_valid_reg <= 1'b0;
             d_done_reg  <= 1'b0;
             d_calc_reg  <= 1'b1;
@@ -99,7 +101,6 @@ module onic_net_packetize (
                 end else begin
                     d_calc_reg <= 1'b1;
                 end
-                seq_reg <= seq_reg + 32'd1;
                 off_reg <= off_reg + cfg_pkt_elems;
             end
         end
@@ -136,7 +137,7 @@ module onic_net_packetize (
             tail_keep_reg <= (cfg_chunk_bytes[5:0] == 6'd0) ? {64{1'b1}}
                              : ({64{1'b1}} >> (7'd64 - {1'b0, cfg_chunk_bytes[5:0]}));
         end else if (p_fire) begin
-            if (s_tlast != c_one_reg) begin
+            if (s_tlast != (c_one_reg && cfg_last_run)) begin
                 err_reg <= 1'b1;
             end
             c_left_reg <= c_left_reg - 32'd1;
@@ -155,10 +156,9 @@ module onic_net_packetize (
     end
 
     assign m_desc_dtype  = cfg_dtype;
-    assign m_desc_flags  = {5'd0, d_last_reg};
+    assign m_desc_flags  = {5'd0, d_last_reg && cfg_last_run};
     assign m_desc_hop    = 8'd0;
     assign m_desc_chunk  = cfg_chunk;
-    assign m_desc_seq    = seq_reg;
     assign m_desc_offset = off_reg;
     assign m_desc_len    = d_len_reg;
     assign m_desc_valid  = d_valid_reg && enable;
@@ -171,7 +171,6 @@ module onic_net_packetize (
 
     assign desc_done = d_done_reg;
     assign pay_done  = p_done_reg && !p_arm_reg;
-    assign packets   = seq_reg;
     assign err_len   = err_reg;
 
 endmodule

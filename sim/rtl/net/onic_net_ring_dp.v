@@ -9,7 +9,7 @@
  * Between onic_net_rx (delivered data headers and payload beats) and onic_net_tx (the RS and AG
  * flows' descriptors and payloads), docs/design.md 8.1 for rank r of N, chunk size S:
  *
- *   card memory ─> onic_net_grad_reader: chunks r-1, r-2, ..., r+1, r
+ *   card memory ─> onic_net_grad_reader: per round, runs of chunks r-1, r-2, ..., r+1, r
  *                     ├ chunk r-1 ─> onic_net_packetize (RS hop 0) ───────────────> RS tx
  *                     └ the rest ─> onic_net_reduce (b) ─┬ hops 1..N-2 (forward) ─> RS tx
  *   rx RS payload ──────────────> onic_net_reduce (a)    └ hop N-2's sum (owner) ─> m_grad_* (Adam kernel)
@@ -17,27 +17,37 @@
  *   rx AG payload ─┬─> onic_axi_wr: chunk c at gather_addr + c x beats(S) x 64
  *                  └─> AG tx (hop + 1), unless this rank is c - 1 (the chunk's last receiver)
  *
+ * Both flows go in rounds (design.md 8.2, round-major order with a segment of B packets per
+ * flow, `cfg_*_seg`; B = the packets per hop is hop-major order, one round): round q is the own
+ * chunk's packets q B .. q B + B - 1 (hop 0), then the same packets of every later hop as they
+ * arrive from the predecessor, then round q + 1. onic_net_rounds sizes each round.
+ *
  * Received packets are taken one at a time in the order onic_net_rx delivers them (go-back-N:
  * each flow in sequence order). A forwarded packet's descriptor is the received header with
- * hop + 1 and seq + packets per chunk (the card's own hop-0 count); offset, length and the
- * LAST flag are kept. Headers must be data frames (opcode 1 RS or 2 AG; the network kernel top
- * routes ACK/NAKs to the transmit side): anything else sets err_opcode and its payload is
- * dropped. The header fields are trusted (onic_net_rx checks step and sequence, not the chunk,
- * hop or length a sequence number implies).
+ * hop + 1; offset, length and the LAST flag are kept. A flow's sequence numbers count its
+ * descriptors in the order they go, which is the round-major order (`hls.net.wire.seq_of`).
+ * Headers must be data frames (opcode 1 RS or 2 AG; the network kernel top routes ACK/NAKs to
+ * the transmit side): anything else sets err_opcode and its payload is dropped. The header fields
+ * are trusted (onic_net_rx checks step and sequence, not the chunk, hop or length a sequence
+ * number implies).
  *
- * Sequence order into the transmit flows: RS hop-0 packets all go before the first forwarded
- * one (its descriptor waits for the last hop-0 descriptor; its beats come after chunk r-1's in
- * the reader's order). The AG flow starts with the card's own chunk; a received AG packet to
- * forward waits until that is all handed over, which cannot deadlock only because the own chunk
- * needs nothing more from the receive stream: `ag_release` (the top drives it when the RS sender
- * has every packet acknowledged) holds the own chunk back until then, so the predecessor's first
- * AG frame reaches this card after every RS frame it sent. Stalls (the Adam kernel's input, a
- * memory port, the transmit side) back up into onic_net_rx's buffer; nothing is dropped.
+ * Sequence order into the transmit flows, per round: the round's hop-0 packets all go before its
+ * first forwarded one (a forward's descriptor waits for the round's last hop-0 descriptor; its
+ * beats come after the round's run of chunk r-1 in the reader's order), and the next round's
+ * hop-0 packets after its last forwarded one. The AG flow's rounds start with the card's own
+ * packets; a received AG packet to forward waits until the round's own packets are handed over,
+ * which cannot deadlock only because they need nothing more from the receive stream: `ag_release`
+ * (the top drives it when the RS sender has every packet acknowledged) holds the own chunk back
+ * until then, so the predecessor's first AG frame reaches this card after every RS frame it sent.
+ * In more than one round the Adam kernel's stream must not wait on the ring: the top runs such
+ * steps only as two-phase steps, whose phase two feeds the Adam kernel from card memory. Stalls
+ * (the Adam kernel's input, a memory port, the transmit side) back up into onic_net_rx's buffer;
+ * nothing is dropped.
  *
  * Card memory: the local gradient is one stripe, chunk c at grad_addr + c x beats(S) x 64 (wire
  * dtype); the gathered parameters one stripe, chunk c at gather_addr + c x beats(S) x 64 (param
  * dtype); each chunk starts on a 64-byte beat (see onic_net_grad_reader). One onic_axi_wr run per
- * received chunk; the last beat's bytes past the chunk are not written.
+ * received run (a hop's packets of a round); the last beat's bytes past the chunk are not written.
  *
  * Configuration is steady from `start` until the step is done (rs_done and ag_done).
  */
@@ -66,6 +76,16 @@ module onic_net_ring_dp #(
     input  wire [15:0]   cfg_pkt_beats,      // payload bytes of a full packet / 64
     input  wire [63:0]   cfg_grad_addr,
     input  wire [63:0]   cfg_gather_addr,
+    // round-major order (onic_net_rounds): per flow P packets per hop, B packets per round
+    // (1 .. P; P: hop-major), B x beats per packet, B x elements per packet
+    input  wire [31:0]   cfg_rs_packets,
+    input  wire [31:0]   cfg_rs_seg,
+    input  wire [31:0]   cfg_rs_seg_beats,
+    input  wire [31:0]   cfg_rs_seg_elems,
+    input  wire [31:0]   cfg_ag_packets,
+    input  wire [31:0]   cfg_ag_seg,
+    input  wire [31:0]   cfg_ag_seg_beats,
+    input  wire [31:0]   cfg_ag_seg_elems,
     input  wire          ag_release,         // level: the own AG chunk may go (RS flow all ACKed)
     output wire          rs_done,            // the owner's sum is in the Adam kernel (its TLAST taken)
     output wire          ag_done,            // own chunk handed over, every received chunk forwarded and written
@@ -186,6 +206,7 @@ module onic_net_ring_dp #(
     reg  [31:0] rs_pelems_reg, ag_pelems_reg;   // elements per full packet
     reg  [6:0]  ag_last_bytes_reg;
     reg  [7:0]  owner_hop_reg;                  // N - 2: the hop whose sum is this card's
+    reg  [7:0]  world_m1_reg;                   // N - 1: the reader's runs per round, less one
     reg  [15:0] rs_chunk0_reg;                  // (r - 1) mod N
     reg  [2:0]  go_sr;                          // start, delayed until the values above are current
     reg         run_reg;                        // a step is running
@@ -202,6 +223,7 @@ module onic_net_ring_dp #(
         ag_pelems_reg     <= (PARAM_BF16 != 0) ? {11'd0, cfg_pkt_beats, 5'd0} : {12'd0, cfg_pkt_beats, 4'd0};
         ag_last_bytes_reg <= (ag_bytes_reg[5:0] == 6'd0) ? 7'd64 : {1'b0, ag_bytes_reg[5:0]};
         owner_hop_reg     <= cfg_world - 8'd2;
+        world_m1_reg      <= cfg_world - 8'd1;
         rs_chunk0_reg     <= {8'd0, (cfg_rank == 8'd0) ? cfg_world - 8'd1 : cfg_rank - 8'd1};
         go_sr             <= rst ? 3'd0 : {go_sr[1:0], start};
     end
@@ -210,9 +232,10 @@ module onic_net_ring_dp #(
 
     /* ---- the local gradient, in ring order ---- */
     wire [511:0] lg_tdata;
-    wire         lg_tlast, lg_tvalid, lg_tready;
+    wire         lg_tlast, lg_tchunk, lg_tvalid, lg_tready;
     wire         lg_done, rd_err;
-    reg          lg_to_gen_reg;   // chunk r - 1 is still coming: it is RS hop 0
+    reg          lg_to_gen_reg;   // the round's run of chunk r - 1 is coming: it is RS hop 0
+    reg  [7:0]   lg_run_reg;      // the reader's run within its round: 0 (chunk r - 1) .. N - 1 (chunk r)
 
     onic_net_grad_reader #(
         .FIFO_LOG2(RD_FIFO_LOG2),
@@ -225,9 +248,10 @@ module onic_net_ring_dp #(
         .cfg_rank(cfg_rank),
         .cfg_world(cfg_world),
         .cfg_chunk_beats(rs_beats_reg),
+        .cfg_run_beats(cfg_rs_seg_beats),
         .done(lg_done),
         .resp_err(rd_err),
-        .m_tdata(lg_tdata), .m_tlast(lg_tlast), .m_tvalid(lg_tvalid), .m_tready(lg_tready),
+        .m_tdata(lg_tdata), .m_tlast(lg_tlast), .m_tchunk_last(lg_tchunk), .m_tvalid(lg_tvalid), .m_tready(lg_tready),
         .m_axi_arid(m_axi_grad_arid), .m_axi_araddr(m_axi_grad_araddr), .m_axi_arlen(m_axi_grad_arlen),
         .m_axi_arsize(m_axi_grad_arsize), .m_axi_arburst(m_axi_grad_arburst), .m_axi_arlock(m_axi_grad_arlock),
         .m_axi_arcache(m_axi_grad_arcache), .m_axi_arprot(m_axi_grad_arprot), .m_axi_arqos(m_axi_grad_arqos),
@@ -236,62 +260,206 @@ module onic_net_ring_dp #(
         .m_axi_rlast(m_axi_grad_rlast), .m_axi_rvalid(m_axi_grad_rvalid), .m_axi_rready(m_axi_grad_rready)
     );
 
-    /* ---- RS hop 0: the own gradient of chunk r - 1 ---- */
+    /* ---- the rounds of each flow: the transmit side's (RS, AG) and the gather writer's ---- */
+    localparam [1:0] DM_SETUP = 2'd0, DM_OWN = 2'd1, DM_FWD = 2'd2, DM_END = 2'd3;
+
+    wire         rsr_ready, rsr_last, agr_ready, agr_last, awr_ready, awr_last;
+    wire [31:0]  rsr_bq, rsr_fwd, rsr_off_beats, rsr_off_elems, rsr_run_beats, rsr_run_bytes;
+    wire [31:0]  agr_bq, agr_fwd, agr_off_beats, agr_off_elems, agr_run_beats, agr_run_bytes;
+    wire [31:0]  awr_bq, awr_fwd, awr_off_beats, awr_off_elems, awr_run_beats, awr_run_bytes;
+    reg          rsr_next_reg, agr_next_reg, awr_next_reg;
+
+    onic_net_rounds rs_rounds_inst (
+        .clk(clk), .rst(rst), .start(go), .next(rsr_next_reg),
+        .cfg_packets(cfg_rs_packets), .cfg_seg(cfg_rs_seg), .cfg_seg_beats(cfg_rs_seg_beats),
+        .cfg_seg_elems(cfg_rs_seg_elems), .cfg_chunk_beats(rs_beats_reg), .cfg_chunk_bytes(rs_bytes_reg),
+        .cfg_fwd_hops(owner_hop_reg),
+        .ready(rsr_ready), .last(rsr_last), .bq(rsr_bq), .fwd(rsr_fwd), .off_beats(rsr_off_beats),
+        .off_elems(rsr_off_elems), .run_beats(rsr_run_beats), .run_bytes(rsr_run_bytes)
+    );
+
+    onic_net_rounds ag_rounds_inst (
+        .clk(clk), .rst(rst), .start(go), .next(agr_next_reg),
+        .cfg_packets(cfg_ag_packets), .cfg_seg(cfg_ag_seg), .cfg_seg_beats(cfg_ag_seg_beats),
+        .cfg_seg_elems(cfg_ag_seg_elems), .cfg_chunk_beats(ag_beats_reg), .cfg_chunk_bytes(ag_bytes_reg),
+        .cfg_fwd_hops(owner_hop_reg),
+        .ready(agr_ready), .last(agr_last), .bq(agr_bq), .fwd(agr_fwd), .off_beats(agr_off_beats),
+        .off_elems(agr_off_elems), .run_beats(agr_run_beats), .run_bytes(agr_run_bytes)
+    );
+
+    // the gather writer's rounds: received AG runs (N - 1 per round, bq packets each)
+    onic_net_rounds aw_rounds_inst (
+        .clk(clk), .rst(rst), .start(go), .next(awr_next_reg),
+        .cfg_packets(cfg_ag_packets), .cfg_seg(cfg_ag_seg), .cfg_seg_beats(cfg_ag_seg_beats),
+        .cfg_seg_elems(cfg_ag_seg_elems), .cfg_chunk_beats(ag_beats_reg), .cfg_chunk_bytes(ag_bytes_reg),
+        .cfg_fwd_hops(owner_hop_reg),
+        .ready(awr_ready), .last(awr_last), .bq(awr_bq), .fwd(awr_fwd), .off_beats(awr_off_beats),
+        .off_elems(awr_off_elems), .run_beats(awr_run_beats), .run_bytes(awr_run_bytes)
+    );
+
+    /* ---- RS hop 0: the own gradient of chunk r - 1, a round's run at a time ---- */
     wire         rg_tready;
     wire         rg_desc_done, rg_pay_done, rg_err;
-    wire [31:0]  rs_packets;
     wire [1:0]   rg_d_dtype;
     wire [5:0]   rg_d_flags;
     wire [7:0]   rg_d_hop;
     wire [15:0]  rg_d_chunk, rg_d_len;
-    wire [31:0]  rg_d_seq, rg_d_offset;
+    wire [31:0]  rg_d_offset;
     wire         rg_d_valid;
     wire [511:0] rg_tdata;
     wire [63:0]  rg_tkeep;
     wire         rg_tlast, rg_tvalid;
-    reg          rs_fwd_mode_reg;  // RS hop 0's payload is all out: the RS payload is forwarded sums
+    reg          rg_start_reg;     // the packetizer starts the round's run
+    reg          rg_on_reg;        // it has started in this step (its state before is the last step's)
+    reg  [1:0]   rs_dm_reg;        // descriptors: the round's own, then its forwards
+    reg  [31:0]  rs_fwd_left_reg;  // the round's forwarded descriptors not yet taken
+    reg  [31:0]  rs_round_fwd_reg; // the round's forwards (for the payload side)
+    reg          rs_fwd_mode_reg;  // the payload: the round's own is out, its forwarded sums go
+    reg          rs_pp_armed_reg;  // the payload side waits for the started run's own payload
+    reg  [31:0]  rs_pp_left_reg;   // forwarded payloads of the round still to go
+    reg  [31:0]  rs_seq_reg;       // the RS flow's next sequence number
 
     onic_net_packetize rs_gen_inst (
         .clk(clk), .rst(rst),
-        .start(go),
-        .cfg_chunk_bytes(rs_bytes_reg), .cfg_pkt_beats(cfg_pkt_beats), .cfg_pkt_elems(rs_pelems_reg),
-        .cfg_dtype(WIRE_CODE), .cfg_chunk(rs_chunk0_reg), .enable(run_reg),
-        .desc_done(rg_desc_done), .pay_done(rg_pay_done), .packets(rs_packets), .err_len(rg_err),
-        .s_tdata(lg_tdata), .s_tlast(lg_tlast), .s_tvalid(lg_tvalid && lg_to_gen_reg), .s_tready(rg_tready),
+        .start(rg_start_reg),
+        .cfg_chunk_bytes(rsr_run_bytes), .cfg_offset(rsr_off_elems), .cfg_last_run(rsr_last),
+        .cfg_pkt_beats(cfg_pkt_beats), .cfg_pkt_elems(rs_pelems_reg),
+        .cfg_dtype(WIRE_CODE), .cfg_chunk(rs_chunk0_reg), .enable(run_reg && rg_on_reg),
+        .desc_done(rg_desc_done), .pay_done(rg_pay_done), .err_len(rg_err),
+        .s_tdata(lg_tdata), .s_tlast(lg_tchunk), .s_tvalid(lg_tvalid && lg_to_gen_reg), .s_tready(rg_tready),
         .m_desc_dtype(rg_d_dtype), .m_desc_flags(rg_d_flags), .m_desc_hop(rg_d_hop), .m_desc_chunk(rg_d_chunk),
-        .m_desc_seq(rg_d_seq), .m_desc_offset(rg_d_offset), .m_desc_len(rg_d_len), .m_desc_valid(rg_d_valid),
+        .m_desc_offset(rg_d_offset), .m_desc_len(rg_d_len), .m_desc_valid(rg_d_valid),
         .m_desc_ready(m_rs_desc_ready),
         .m_tdata(rg_tdata), .m_tkeep(rg_tkeep), .m_tlast(rg_tlast), .m_tvalid(rg_tvalid),
         .m_tready(m_rs_axis_tready && !rs_fwd_mode_reg)
     );
 
-    /* ---- AG hop 0: the own updated chunk r, once the RS flow is acknowledged ---- */
+    /* ---- AG hop 0: the own updated chunk r, a round's run at a time, once the RS flow is acknowledged ---- */
     wire         ag_desc_done, ag_pay_done, ag_err;
-    wire [31:0]  ag_packets;
     wire [1:0]   ao_d_dtype;
     wire [5:0]   ao_d_flags;
     wire [7:0]   ao_d_hop;
     wire [15:0]  ao_d_chunk, ao_d_len;
-    wire [31:0]  ao_d_seq, ao_d_offset;
+    wire [31:0]  ao_d_offset;
     wire         ao_d_valid;
     wire [511:0] ao_tdata;
     wire [63:0]  ao_tkeep;
     wire         ao_tlast, ao_tvalid;
-    reg          ag_fwd_mode_reg;  // the own chunk's payload is all out
+    reg          ao_start_reg;
+    reg          ao_on_reg;
+    reg  [1:0]   ag_dm_reg;
+    reg  [31:0]  ag_fwd_left_reg;
+    reg  [31:0]  ag_round_fwd_reg;
+    reg          ag_fwd_mode_reg;  // the payload: the round's own is out, its forwarded packets go
+    reg          ag_pp_armed_reg;
+    reg  [31:0]  ag_pp_left_reg;
+    reg  [31:0]  ag_seq_reg;
 
     onic_net_packetize ag_gen_inst (
         .clk(clk), .rst(rst),
-        .start(go),
-        .cfg_chunk_bytes(ag_bytes_reg), .cfg_pkt_beats(cfg_pkt_beats), .cfg_pkt_elems(ag_pelems_reg),
-        .cfg_dtype(PARAM_CODE), .cfg_chunk({8'd0, cfg_rank}), .enable(run_reg && ag_release),
-        .desc_done(ag_desc_done), .pay_done(ag_pay_done), .packets(ag_packets), .err_len(ag_err),
+        .start(ao_start_reg),
+        .cfg_chunk_bytes(agr_run_bytes), .cfg_offset(agr_off_elems), .cfg_last_run(agr_last),
+        .cfg_pkt_beats(cfg_pkt_beats), .cfg_pkt_elems(ag_pelems_reg),
+        .cfg_dtype(PARAM_CODE), .cfg_chunk({8'd0, cfg_rank}), .enable(run_reg && ao_on_reg && ag_release),
+        .desc_done(ag_desc_done), .pay_done(ag_pay_done), .err_len(ag_err),
         .s_tdata(s_param_tdata), .s_tlast(s_param_tlast), .s_tvalid(s_param_tvalid), .s_tready(s_param_tready),
         .m_desc_dtype(ao_d_dtype), .m_desc_flags(ao_d_flags), .m_desc_hop(ao_d_hop), .m_desc_chunk(ao_d_chunk),
-        .m_desc_seq(ao_d_seq), .m_desc_offset(ao_d_offset), .m_desc_len(ao_d_len), .m_desc_valid(ao_d_valid),
+        .m_desc_offset(ao_d_offset), .m_desc_len(ao_d_len), .m_desc_valid(ao_d_valid),
         .m_desc_ready(m_ag_desc_ready),
         .m_tdata(ao_tdata), .m_tkeep(ao_tkeep), .m_tlast(ao_tlast), .m_tvalid(ao_tvalid),
         .m_tready(m_ag_axis_tready && !ag_fwd_mode_reg)
     );
+
+    wire rs_desc_fire = m_rs_desc_valid && m_rs_desc_ready;
+    wire ag_desc_fire = m_ag_desc_valid && m_ag_desc_ready;
+    wire rs_fwd_pay_end = rs_fwd_mode_reg && m_rs_axis_tvalid && m_rs_axis_tready && m_rs_axis_tlast;
+    wire ag_fwd_pay_end = ag_fwd_mode_reg && m_ag_axis_tvalid && m_ag_axis_tready && m_ag_axis_tlast;
+
+    // the rounds of the transmit side: a round's own descriptors, then its forwards, then the next
+    // round's packetizer run once its own payload is out too (a restart clears the packetizer)
+    always @(posedge clk) begin
+        rg_start_reg <= 1'b0;
+        ao_start_reg <= 1'b0;
+        rsr_next_reg <= 1'b0;
+        agr_next_reg <= 1'b0;
+        if (rst || go) begin
+            rs_dm_reg  <= DM_SETUP;
+            ag_dm_reg  <= DM_SETUP;
+            rg_on_reg  <= 1'b0;
+            ao_on_reg  <= 1'b0;
+            rs_seq_reg <= 32'd0;
+            ag_seq_reg <= 32'd0;
+        end else begin
+            if (rs_desc_fire) rs_seq_reg <= rs_seq_reg + 32'd1;
+            if (ag_desc_fire) ag_seq_reg <= ag_seq_reg + 32'd1;
+            case (rs_dm_reg)
+                DM_SETUP: if (run_reg && rsr_ready && !rsr_next_reg) begin
+                    rg_start_reg     <= 1'b1;
+                    rg_on_reg        <= 1'b1;
+                    rs_fwd_left_reg  <= rsr_fwd;
+                    rs_round_fwd_reg <= rsr_fwd;
+                    rs_dm_reg        <= DM_OWN;
+                end
+                DM_OWN: if (!rg_start_reg && rg_desc_done) rs_dm_reg <= DM_FWD;
+                DM_FWD: begin
+                    if (rf_valid_reg && m_rs_desc_ready) rs_fwd_left_reg <= rs_fwd_left_reg - 32'd1;
+                    if (rs_fwd_left_reg == 32'd0 && rg_pay_done) begin
+                        rsr_next_reg <= !rsr_last;
+                        rs_dm_reg    <= rsr_last ? DM_END : DM_SETUP;
+                    end
+                end
+                default: ;
+            endcase
+            case (ag_dm_reg)
+                DM_SETUP: if (run_reg && agr_ready && !agr_next_reg) begin
+                    ao_start_reg     <= 1'b1;
+                    ao_on_reg        <= 1'b1;
+                    ag_fwd_left_reg  <= agr_fwd;
+                    ag_round_fwd_reg <= agr_fwd;
+                    ag_dm_reg        <= DM_OWN;
+                end
+                DM_OWN: if (!ao_start_reg && ag_desc_done) ag_dm_reg <= DM_FWD;
+                DM_FWD: begin
+                    if (af_valid_reg && m_ag_desc_ready) ag_fwd_left_reg <= ag_fwd_left_reg - 32'd1;
+                    if (ag_fwd_left_reg == 32'd0 && ag_pay_done) begin
+                        agr_next_reg <= !agr_last;
+                        ag_dm_reg    <= agr_last ? DM_END : DM_SETUP;
+                    end
+                end
+                default: ;
+            endcase
+        end
+    end
+
+    // the payload side follows: a round's own payload, then its forwarded packets' payload
+    always @(posedge clk) begin
+        if (rst || go) begin
+            rs_fwd_mode_reg <= 1'b0;
+            ag_fwd_mode_reg <= 1'b0;
+            rs_pp_armed_reg <= 1'b0;
+            ag_pp_armed_reg <= 1'b0;
+        end else begin
+            // (a run started while the last round's forwards still go arms the next own payload)
+            if (rs_fwd_mode_reg) begin
+                if (rs_pp_left_reg == 32'd0) rs_fwd_mode_reg <= 1'b0;
+                else if (rs_fwd_pay_end) rs_pp_left_reg <= rs_pp_left_reg - 32'd1;
+            end else if (rs_pp_armed_reg && !rg_start_reg && rg_pay_done) begin
+                rs_pp_armed_reg <= 1'b0;
+                rs_fwd_mode_reg <= 1'b1;
+                rs_pp_left_reg  <= rs_round_fwd_reg;
+            end
+            if (rg_start_reg) rs_pp_armed_reg <= 1'b1;
+            if (ag_fwd_mode_reg) begin
+                if (ag_pp_left_reg == 32'd0) ag_fwd_mode_reg <= 1'b0;
+                else if (ag_fwd_pay_end) ag_pp_left_reg <= ag_pp_left_reg - 32'd1;
+            end else if (ag_pp_armed_reg && !ao_start_reg && ag_pay_done) begin
+                ag_pp_armed_reg <= 1'b0;
+                ag_fwd_mode_reg <= 1'b1;
+                ag_pp_left_reg  <= ag_round_fwd_reg;
+            end
+            if (ao_start_reg) ag_pp_armed_reg <= 1'b1;
+        end
+    end
 
     /* ---- received packets, one at a time ---- */
     localparam [2:0] D_IDLE = 3'd0, D_RS_WAIT = 3'd1, D_RS_PAY = 3'd2, D_AG_WAIT = 3'd3,
@@ -314,7 +482,6 @@ module onic_net_ring_dp #(
     reg  [5:0]   f_flags_reg;
     reg  [7:0]   f_hop_reg;
     reg  [15:0]  f_chunk_reg;
-    reg  [31:0]  f_seq_reg;
     reg  [31:0]  f_offset_reg;
     reg  [15:0]  f_len_reg;
 
@@ -322,6 +489,10 @@ module onic_net_ring_dp #(
     reg          wr_start_reg;
     reg          walk_adv_reg;
     reg  [7:0]   ag_chunks_reg;    // received AG chunks completed
+    reg  [31:0]  aw_left_reg;      // packets of the current received run still to come (0: a run starts)
+    reg  [7:0]   aw_runs_reg;      // received runs of the round not yet complete, this one included
+    reg  [63:0]  wr_addr_reg;      // the walker's chunk address + the round's offset
+    reg          wr_addr_ok_reg;   // wr_addr_reg follows a steady walker address and round
     reg          err_op_reg;
     reg          rs_done_reg;
     wire         wr_busy, wr_err, wr_s_ready;
@@ -350,6 +521,7 @@ module onic_net_ring_dp #(
         hdr_take_reg <= 1'b0;
         wr_start_reg <= 1'b0;
         walk_adv_reg <= 1'b0;
+        awr_next_reg <= 1'b0;
         if (rst) begin
             d_state_reg   <= D_IDLE;
             rf_valid_reg  <= 1'b0;
@@ -358,8 +530,9 @@ module onic_net_ring_dp #(
             rs_done_reg   <= 1'b0;
             ag_chunks_reg <= 8'd0;
             lg_to_gen_reg <= 1'b0;
-            rs_fwd_mode_reg <= 1'b0;
-            ag_fwd_mode_reg <= 1'b0;
+            lg_run_reg    <= 8'd0;
+            aw_left_reg   <= 32'd0;
+            aw_runs_reg   <= 8'd0;
         end else if (go) begin
             d_state_reg   <= D_IDLE;
             rf_valid_reg  <= 1'b0;
@@ -368,18 +541,14 @@ module onic_net_ring_dp #(
             rs_done_reg   <= 1'b0;
             ag_chunks_reg <= 8'd0;
             lg_to_gen_reg <= 1'b1;
-            rs_fwd_mode_reg <= 1'b0;
-            ag_fwd_mode_reg <= 1'b0;
+            lg_run_reg    <= 8'd0;
+            aw_left_reg   <= 32'd0;
+            aw_runs_reg   <= owner_hop_reg + 8'd1;
         end else begin
-            if (lg_tvalid && lg_tready && lg_tlast && lg_to_gen_reg) begin
-                lg_to_gen_reg <= 1'b0;
-            end
-            // the packetizers' done flags are stale in the clock after go: run_reg gates them
-            if (run_reg && rg_pay_done && !lg_to_gen_reg) begin
-                rs_fwd_mode_reg <= 1'b1;
-            end
-            if (run_reg && ag_pay_done && ag_desc_done) begin
-                ag_fwd_mode_reg <= 1'b1;
+            if (lg_tvalid && lg_tready && lg_tlast) begin
+                // the reader's runs: N per round, the first (chunk r - 1) the round's hop 0
+                lg_run_reg    <= (lg_run_reg == world_m1_reg) ? 8'd0 : lg_run_reg + 8'd1;
+                lg_to_gen_reg <= lg_run_reg == world_m1_reg;
             end
             if (rf_valid_reg && m_rs_desc_ready) begin
                 rf_valid_reg <= 1'b0;
@@ -420,12 +589,12 @@ module onic_net_ring_dp #(
                 D_RS_WAIT: begin
                     if (h_owner_reg) begin
                         d_state_reg <= D_RS_PAY;
-                    end else if (rg_desc_done && !rf_valid_reg) begin
+                    end else if (rs_dm_reg == DM_FWD && rs_fwd_left_reg != 32'd0 && !rf_valid_reg) begin
+                        // the round's own descriptors are all out
                         rf_valid_reg <= 1'b1;
                         f_flags_reg  <= h_flags_reg;
                         f_hop_reg    <= h_hop_reg + 8'd1;
                         f_chunk_reg  <= h_chunk_reg;
-                        f_seq_reg    <= h_seq_reg + rs_packets;
                         f_offset_reg <= h_offset_reg;
                         f_len_reg    <= h_length_reg;
                         d_state_reg  <= D_RS_PAY;
@@ -437,18 +606,22 @@ module onic_net_ring_dp #(
                     end
                 end
                 D_AG_WAIT: begin
-                    // a chunk's first packet starts its write run (the previous run finished)
-                    if ((h_offset_reg != 32'd0 || (walk_ready && !wr_busy && !wr_start_reg && !walk_adv_reg))
-                        && (!h_fwd_reg || (ag_fwd_mode_reg && !af_valid_reg))) begin
-                        if (h_offset_reg == 32'd0) begin
+                    // a run's first packet starts its write run (the previous run finished); a
+                    // packet to forward waits for the round's own descriptors
+                    if ((aw_left_reg != 32'd0 || (wr_addr_ok_reg && walk_ready && awr_ready && !wr_busy
+                                                  && !wr_start_reg && !walk_adv_reg && !awr_next_reg))
+                        && (!h_fwd_reg || (ag_dm_reg == DM_FWD && ag_fwd_left_reg != 32'd0 && !af_valid_reg))) begin
+                        if (aw_left_reg == 32'd0) begin
                             wr_start_reg <= 1'b1;
+                            aw_left_reg  <= awr_bq - 32'd1;
+                        end else begin
+                            aw_left_reg  <= aw_left_reg - 32'd1;
                         end
                         if (h_fwd_reg) begin
                             af_valid_reg <= 1'b1;
                             f_flags_reg  <= h_flags_reg;
                             f_hop_reg    <= h_hop_reg + 8'd1;
                             f_chunk_reg  <= h_chunk_reg;
-                            f_seq_reg    <= h_seq_reg + ag_packets;
                             f_offset_reg <= h_offset_reg;
                             f_len_reg    <= h_length_reg;
                         end
@@ -463,6 +636,17 @@ module onic_net_ring_dp #(
                         d_state_reg <= D_IDLE;
                         if (h_flags_reg[0]) begin
                             ag_chunks_reg <= ag_chunks_reg + 8'd1;
+                        end
+                        if (aw_left_reg == 32'd0) begin
+                            // the run is complete; after the round's N - 1 runs the walker skips
+                            // chunk r (this card's own) back to r - 1, and the next round is sized
+                            if (aw_runs_reg == 8'd1) begin
+                                aw_runs_reg  <= owner_hop_reg + 8'd1;
+                                walk_adv_reg <= 1'b1;
+                                awr_next_reg <= !awr_last;
+                            end else begin
+                                aw_runs_reg <= aw_runs_reg - 8'd1;
+                            end
                         end
                     end
                 end
@@ -485,9 +669,10 @@ module onic_net_ring_dp #(
     // in its own clock (a beat already taken by one is marked), so neither TVALID ever drops
     reg  agw_done_reg, agt_done_reg;
     wire ag_w_valid = s_pay_tvalid && in_ag && !agw_done_reg;
-    wire ag_t_valid = s_pay_tvalid && in_ag && h_fwd_reg && !agt_done_reg;
+    // (a forwarded beat goes only once the round's own payload is out: the transmit side's order)
+    wire ag_t_valid = s_pay_tvalid && in_ag && h_fwd_reg && !agt_done_reg && ag_fwd_mode_reg;
     wire ag_w_ok    = agw_done_reg || wr_s_ready;
-    wire ag_t_ok    = !h_fwd_reg || agt_done_reg || m_ag_axis_tready;
+    wire ag_t_ok    = !h_fwd_reg || agt_done_reg || (m_ag_axis_tready && ag_fwd_mode_reg);
     wire ag_ready   = in_ag && ag_w_ok && ag_t_ok;
 
     always @(posedge clk) begin
@@ -529,7 +714,7 @@ module onic_net_ring_dp #(
     assign m_rs_desc_flags  = rf_valid_reg ? f_flags_reg : rg_d_flags;
     assign m_rs_desc_hop    = rf_valid_reg ? f_hop_reg : rg_d_hop;
     assign m_rs_desc_chunk  = rf_valid_reg ? f_chunk_reg : rg_d_chunk;
-    assign m_rs_desc_seq    = rf_valid_reg ? f_seq_reg : rg_d_seq;
+    assign m_rs_desc_seq    = rs_seq_reg;
     assign m_rs_desc_offset = rf_valid_reg ? f_offset_reg : rg_d_offset;
     assign m_rs_desc_len    = rf_valid_reg ? f_len_reg : rg_d_len;
     assign m_rs_desc_valid  = rf_valid_reg || rg_d_valid;
@@ -543,7 +728,7 @@ module onic_net_ring_dp #(
     assign m_ag_desc_flags  = af_valid_reg ? f_flags_reg : ao_d_flags;
     assign m_ag_desc_hop    = af_valid_reg ? f_hop_reg : ao_d_hop;
     assign m_ag_desc_chunk  = af_valid_reg ? f_chunk_reg : ao_d_chunk;
-    assign m_ag_desc_seq    = af_valid_reg ? f_seq_reg : ao_d_seq;
+    assign m_ag_desc_seq    = ag_seq_reg;
     assign m_ag_desc_offset = af_valid_reg ? f_offset_reg : ao_d_offset;
     assign m_ag_desc_len    = af_valid_reg ? f_len_reg : ao_d_len;
     assign m_ag_desc_valid  = af_valid_reg || ao_d_valid;
@@ -553,7 +738,12 @@ module onic_net_ring_dp #(
     assign m_ag_axis_tlast  = ag_fwd_mode_reg ? s_pay_tlast : ao_tlast;
     assign m_ag_axis_tvalid = ag_fwd_mode_reg ? ag_t_valid : ao_tvalid;
 
-    /* ---- received AG chunks into card memory ---- */
+    /* ---- received AG runs into card memory ---- */
+    always @(posedge clk) begin
+        wr_addr_reg    <= walk_addr + {26'd0, awr_off_beats[31:0], 6'd0};
+        wr_addr_ok_reg <= walk_ready && awr_ready && !walk_adv_reg && !awr_next_reg;
+    end
+
     onic_net_chunk_walk ag_walk_inst (
         .clk(clk), .rst(rst),
         .start(go),
@@ -573,9 +763,9 @@ module onic_net_ring_dp #(
     ) wr_inst (
         .clk(clk), .rst(rst),
         .start(wr_start_reg),
-        .addr(walk_addr),
-        .beats(ag_beats_reg),
-        .last_bytes(ag_last_bytes_reg),
+        .addr(wr_addr_reg),
+        .beats(awr_run_beats),
+        .last_bytes(awr_last ? ag_last_bytes_reg : 7'd64),
         .busy(wr_busy),
         .suppress(1'b0),
         .resp_err(wr_err),
@@ -607,7 +797,8 @@ module onic_net_ring_dp #(
 
     reg ag_done_reg;
     always @(posedge clk) begin
-        ag_done_reg <= run_reg && !go && ag_fwd_mode_reg && ag_chunks_reg == owner_hop_reg + 8'd1
+        ag_done_reg <= run_reg && !go && ag_dm_reg == DM_END && !ag_fwd_mode_reg && !ag_pp_armed_reg
+                       && ag_chunks_reg == owner_hop_reg + 8'd1
                        && !wr_busy && !wr_start_reg && !af_valid_reg && d_state_reg == D_IDLE;
     end
 
@@ -616,7 +807,8 @@ module onic_net_ring_dp #(
     assign errors  = {wr_err_reg, rd_err_reg, rg_err, ag_err, err_op_reg};
 
     wire _unused_ok = &{1'b0, lg_done, s_param_tkeep, cfg_chunk_elems[31:30], rg_d_dtype, ao_d_dtype, h_opcode_reg, h_length_reg,
-                       1'b0};
+                       h_seq_reg, rg_d_offset[0], rsr_bq, rsr_off_beats, rsr_run_beats, agr_bq, agr_off_beats,
+                       agr_run_beats, awr_fwd, awr_off_elems, awr_run_bytes, 1'b0};
 
 endmodule
 

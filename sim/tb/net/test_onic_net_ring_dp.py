@@ -1,7 +1,8 @@
 """cocotb test of onic_net_ring_dp: one card's ring datapath against the packet-level reference.
 
-For each case (N, rank r, chunk size S, payload P) a lossless ring of N `hls.net.card.Card`s (with
-`ReferenceKernel`: hls.golden's update on each owner's shard) runs one step in Python. Card r's
+For each case (N, rank r, chunk size S, payload P, segment B) a lossless ring of N `hls.net.card.Card`s (with
+`ReferenceKernel`: hls.golden's update on each owner's shard; round-major order with B packets per
+round, 0: hop-major) runs one step in Python. Card r's
 accepted data frames are what onic_net_rx would deliver: their headers and payload beats (TKEEP
 on the last, junk past it) go into s_hdr_* / s_pay_*, each flow in its order, all RS before the
 AG ones (the predecessor's AG frames follow its acknowledged RS frames: the `ag_release` rule),
@@ -18,7 +19,7 @@ the gathered buffer holds every other owner's chunk at its address, bytes past e
 the own chunk's place untouched; rs_done, ag_done, no error bits; the AXI monitor saw no
 violation. Cases run one after another in one simulation (start restarts the datapath).
 
-Environment: ONIC_SEED, ONIC_CASES (see `cases`), WIRE_BF16, PARAM_BF16,
+Environment: ONIC_SEED, ONIC_CASES (see `cases`: hop-major and round-major cases), WIRE_BF16, PARAM_BF16,
 ONIC_IDLE, ONIC_STALL.
 """
 
@@ -78,6 +79,18 @@ def kept(item: dict[str, int]) -> bytes:
     return item["tdata"].to_bytes(BEAT, "little")[:n]
 
 
+def canonical_nan(data: bytes, dtype: str) -> bytes:
+    """`data` with every NaN element the canonical quiet NaN (design.md 5: NaN compares equal to any
+    NaN; the adders emit 0x7FC00000 where numpy keeps an operand's sign, as for inf + -inf on x86)."""
+    if dtype == "bf16":
+        bits = np.frombuffer(data, np.uint16).copy()
+        bits[((bits & 0x7F80) == 0x7F80) & ((bits & 0x7F) != 0)] = 0x7FC0
+    else:
+        bits = np.frombuffer(data, np.uint32).copy()
+        bits[((bits & 0x7F800000) == 0x7F800000) & ((bits & 0x7FFFFF) != 0)] = 0x7FC00000
+    return bits.tobytes()
+
+
 def local_gradient(rng: np.random.Generator, length: int, dtype: str) -> np.ndarray:
     x = (rng.standard_normal(length) * np.exp2(rng.integers(-20, 20, length))).astype(np.float32)
     specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 3.4e38], np.float32)
@@ -87,7 +100,7 @@ def local_gradient(rng: np.random.Generator, length: int, dtype: str) -> np.ndar
 
 
 def reference_step(n: int, r: int, size: int, payload: int, wdt: str, pdt: str,
-                   rng: np.random.Generator) -> dict[str, Any]:
+                   rng: np.random.Generator, segment: int = 0) -> dict[str, Any]:
     """A lossless ring of N reference cards; what card r receives, sends, reduces and gathers."""
     length = n * size - int(rng.integers(0, 16))  # zero padding in the last chunk
     assert ring.chunk_elems(length, n) == size
@@ -107,7 +120,7 @@ def reference_step(n: int, r: int, size: int, payload: int, wdt: str, pdt: str,
             return out_of[k]
 
         cfg = CardConfig(rank=k, world=n, length=length, endpoints=eps, wire_dtype=wdt, param_dtype=pdt,
-                         payload_bytes=payload, window=1 << 16, slots=1 << 16, rto=1e9)
+                         payload_bytes=payload, window=1 << 16, slots=1 << 16, rto=1e9, segment=segment)
         cards.append(Card(cfg, update))
     for k, card in enumerate(cards):
         card.start_step(5, grads[k])
@@ -170,9 +183,19 @@ class TB:
             yield rng.random() < p
 
 
-async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pdt: str, seed: int) -> None:
+def flow_rounds(size: int, payload: int, dtype: str, segment: int) -> dict[str, int]:
+    """What the network kernel top derives for a flow: packets per hop P, B (P when 0 or >= P), B in beats
+    and elements."""
+    packets = -(-size * wire.ELEMENT_BYTES[dtype] // payload)
+    seg = segment if 0 < segment < packets else packets
+    beats = seg * (payload // BEAT)
+    return {"packets": packets, "seg": seg, "seg_beats": beats, "seg_elems": beats * BEAT // wire.ELEMENT_BYTES[dtype]}
+
+
+async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pdt: str, seed: int,
+                   segment: int = 0) -> None:
     dut, rng = tb.dut, tb.rng
-    ref = reference_step(n, r, size, payload, wdt, pdt, np.random.default_rng(seed))
+    ref = reference_step(n, r, size, payload, wdt, pdt, np.random.default_rng(seed), segment)
     wb, pb = chunk_beats(size, wdt), chunk_beats(size, pdt)
     grad_addr = 0x20000 - BEAT * rng.randrange(0, 40)   # bursts cross a 4 KiB page
     gather_addr = 0x60000 + BEAT * rng.randrange(0, 40)
@@ -192,6 +215,9 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
     dut.cfg_pkt_beats.value = payload // BEAT
     dut.cfg_grad_addr.value = grad_addr
     dut.cfg_gather_addr.value = gather_addr
+    for flow, dtype in (("rs", wdt), ("ag", pdt)):
+        for key, value in flow_rounds(size, payload, dtype, segment).items():
+            getattr(dut, f"cfg_{flow}_{key}").value = value
     dut.ag_release.value = 0
     await RisingEdge(dut.clk)
     for s in tb.sinks.values():
@@ -237,7 +263,7 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
         if finished:
             break
     await ClockCycles(dut.clk, 20)
-    tag = f"N={n} r={r} S={size} P={payload} {wdt}/{pdt}"
+    tag = f"N={n} r={r} S={size} P={payload} B={segment} {wdt}/{pdt}"
     assert finished, f"{tag}: not done in {limit} clocks (rs_done {dut.rs_done.value}, ag_done " \
                             f"{dut.ag_done.value}, sinks {[len(s.items) for s in tb.sinks.values()]}, " \
                             f"sent hdr {tb.hdr.sent}/{len(hdrs)} pay {tb.pay.sent}/{len(pays)})"
@@ -263,8 +289,12 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
             pkt = beats[k:k + nb]
             k += nb
             got = b"".join(kept(b) for b in pkt)
-            if got != f.payload:
-                diff = next(i for i in range(len(got)) if got[i] != f.payload[i]) if len(got) == len(f.payload) \
+            if len(got) == len(f.payload) and op == 1:  # partial sums: NaN as any NaN
+                got, f_payload = canonical_nan(got, wdt), canonical_nan(f.payload, wdt)
+            else:
+                f_payload = f.payload
+            if got != f_payload:
+                diff = next(i for i in range(len(got)) if got[i] != f_payload[i]) if len(got) == len(f.payload) \
                     else -1
                 raise AssertionError(f"{tag} {name} seq {h.seq} (hop {h.hop}, chunk {h.chunk}): payload differs "
                                      f"from byte {diff} ({len(got)} of {len(f.payload)} bytes)")
@@ -273,7 +303,14 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
     # the Adam kernel's gradient stream
     g = tb.sinks["grad"].items
     assert len(g) == wb, f"{tag}: {len(g)} gradient beats, expected {wb}"
-    assert b"".join(kept(b) for b in g) == ref["reduced"].tobytes(), f"{tag}: reduced chunk differs"
+    got_red = canonical_nan(b"".join(kept(b) for b in g), wdt)
+    want_red = canonical_nan(ref["reduced"].tobytes(), wdt)
+    if got_red != want_red:
+        bad = [k for k in range(wb) if got_red[k * BEAT:(k + 1) * BEAT] != want_red[k * BEAT:(k + 1) * BEAT]]
+        first = next(i for i in range(len(want_red)) if got_red[i] != want_red[i]) // wbytes
+        raise AssertionError(f"{tag}: reduced chunk differs in beats {bad} of {wb}; element {first}: "
+                             f"{got_red[first * wbytes:(first + 1) * wbytes].hex()} != "
+                             f"{want_red[first * wbytes:(first + 1) * wbytes].hex()}")
     assert [b["tlast"] for b in g] == [0] * (wb - 1) + [1], f"{tag}: gradient TLAST"
 
     # gathered chunks in card memory
@@ -294,16 +331,21 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
     assert wbytes in (2, 4)
 
 
-def cases(spec: str, rng: random.Random) -> list[tuple[int, int, int, int]]:
-    """Comma-separated: "N:r:S:P" one case, "all:N1/N2/..." every rank of each N (S, P drawn)."""
-    out: list[tuple[int, int, int, int]] = []
+def cases(spec: str, rng: random.Random) -> list[tuple[int, int, int, int, int]]:
+    """Comma-separated: "N:r:S:P[:B]" one case, "all:N1/N2/..." every rank of each N (S, P drawn; B 0),
+    "rounds:N1/N2/..." every rank of each N in round-major order (S, P, B drawn: more than one round)."""
+    out: list[tuple[int, int, int, int, int]] = []
     for part in spec.split(","):
         if part.startswith("all:"):
             for n in map(int, part[4:].split("/")):
-                out += [(n, r, rng.choice([48, 80, 112]), rng.choice([64, 128, 192])) for r in range(n)]
+                out += [(n, r, rng.choice([48, 80, 112]), rng.choice([64, 128, 192]), 0) for r in range(n)]
+        elif part.startswith("rounds:"):
+            for n in map(int, part[7:].split("/")):
+                out += [(n, r, rng.choice([80, 112, 208]), rng.choice([64, 128]), rng.choice([1, 2, 3]))
+                        for r in range(n)]
         else:
-            n, r, size, payload = map(int, part.split(":"))
-            out.append((n, r, size, payload))
+            n, r, size, payload, *seg = map(int, part.split(":"))
+            out.append((n, r, size, payload, seg[0] if seg else 0))
     return out
 
 
@@ -321,5 +363,5 @@ async def test_ring_dp(dut: Any) -> None:
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)
-    for k, (n, r, size, payload) in enumerate(cases(os.environ.get("ONIC_CASES", "all:2/3/4"), rng)):
-        await run_case(tb, n, r, size, payload, wdt, pdt, seed * 1000 + k)
+    for k, (n, r, size, payload, segment) in enumerate(cases(os.environ.get("ONIC_CASES", "all:2/3/4"), rng)):
+        await run_case(tb, n, r, size, payload, wdt, pdt, seed * 1000 + k, segment)

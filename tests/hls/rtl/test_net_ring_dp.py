@@ -5,7 +5,7 @@
   wires; class values, ties, subnormals, NaN/inf/-0), random idle and back-pressure; one beat
   per clock when nothing stalls.
 - onic_net_ring_dp: one card of a ring of N = 2, 3, 4 at every rank r, fp32 and bf16 wires,
-  small chunks of a few short packets; received RS and AG packets with random gaps, random
+  small chunks of a few short packets, hop-major and round-major order (design.md 8.2); received RS and AG packets with random gaps, random
   back-pressure on every output, card memory behind cocotbext-axi RAM models with latency and
   the AXI protocol monitor: every RS and AG descriptor and payload beat sent, the Adam kernel's
   gradient stream and the gathered chunks in memory against the reference.
@@ -85,29 +85,31 @@ def ring_dp(dtypes: str, simulator: str, cases: str, seed: int,
     pytest.param("bf16", marks=pytest.mark.slow, id="bf16"),  # by default on Icarus below
 ])
 def test_ring_dp(dtypes: str) -> None:
-    """N = 2, 3, 4 at every rank: nine steps in one simulation (Verilator)."""
-    ring_dp(dtypes, "verilator", "all:2/3/4", 3)
+    """N = 2, 3, 4 at every rank, hop-major and round-major order (segments of 1 to 3 packets):
+    eighteen steps in one simulation (Verilator)."""
+    ring_dp(dtypes, "verilator", "all:2/3/4,rounds:2/3/4", 3)
 
 
 @pytest.mark.icarus
 def test_ring_dp_icarus() -> None:
-    """The bf16 wire and parameters (partial last beats) at every rank of N = 3, and N = 2, rank 1."""
-    ring_dp("bf16", "icarus", "all:3,2:1:48:64", 4)
+    """The bf16 wire and parameters (partial last beats) at every rank of N = 3, and N = 2, rank 1;
+    round-major order at every rank of N = 3."""
+    ring_dp("bf16", "icarus", "all:3,2:1:48:64,rounds:3", 4)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [41, 42])
 @pytest.mark.parametrize("dtypes", sorted(DTYPES))
 def test_ring_dp_sweep(dtypes: str, seed: int) -> None:
-    """N = 2 .. 6 at every rank, more seeds, the mixed bf16 wire / fp32 parameters."""
-    ring_dp(dtypes, "verilator", "all:2/3/4/5/6", seed)
+    """N = 2 .. 6 at every rank in both orders, more seeds, the mixed bf16 wire / fp32 parameters."""
+    ring_dp(dtypes, "verilator", "all:2/3/4/5/6,rounds:2/3/4/5/6", seed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("simulator", ["verilator", pytest.param("icarus", marks=pytest.mark.icarus)])
 def test_ring_dp_starved(simulator: str) -> None:
     """Inputs idle 60 % of clocks, every output refusing 85 %: nothing lost, nothing reordered."""
-    ring_dp("fp32", simulator, "all:3,4:2:112:64", 9, {"ONIC_IDLE": "0.6", "ONIC_STALL": "0.85"})
+    ring_dp("fp32", simulator, "all:3,4:2:112:64,rounds:3,4:1:208:64:2", 9, {"ONIC_IDLE": "0.6", "ONIC_STALL": "0.85"})
 
 
 def _shape(module: str, params: dict[str, int]) -> dict[str, object]:
