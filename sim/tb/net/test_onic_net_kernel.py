@@ -27,7 +27,8 @@ the RTL card, ACK/NAKs sent equal the replies it sent, the flows' payload bytes 
 reference card r's, and in a lossless case no retransmission, timeout, NAK or drop.
 
 Environment: ONIC_SEED, ONIC_CASES ("N:r" comma separated, or "all:N1/N2" every rank), WIRE_BF16,
-PARAM_BF16, ONIC_DROP, ONIC_DUP (per-frame probabilities), ONIC_GRAD_STALL (the reference model
+PARAM_BF16, ONIC_DROP, ONIC_DUP (per-frame probabilities), ONIC_SEGMENT and ONIC_SIZE (test_two_phase: round-major
+order, chunk elements), ONIC_GRAD_STALL (the reference model
 refusing its gradient beat).
 """
 
@@ -125,23 +126,23 @@ def endpoints(n: int) -> tuple[wire.Endpoint, ...]:
 
 
 def make_cards(n: int, length: int, params: np.ndarray, wdt: str, pdt: str, payload: int,
-               taps: dict[int, list[np.ndarray]] | None = None) -> list[Card]:
+               taps: dict[int, list[np.ndarray]] | None = None, segment: int = 0) -> list[Card]:
     eps = endpoints(n)
     cards = []
     for k in range(n):
         kernel = ReferenceKernel(ring.Shard.from_params(params, k, n), Hyper(), wire_dtype=wdt, param_dtype=pdt)
         cfg = CardConfig(rank=k, world=n, length=length, endpoints=eps, wire_dtype=wdt, param_dtype=pdt,
-                         ag_release=True,
+                         ag_release=True, segment=segment,
                          payload_bytes=payload, window=WINDOW, slots=WINDOW, rto=RTO, fcs=False)
         cards.append(Card(cfg, kernel))
     return cards
 
 
 def reference(n: int, length: int, params: np.ndarray, grads: list[np.ndarray], wdt: str, pdt: str,
-              payload: int, step: int, **start: Any) -> dict[str, Any]:
+              payload: int, step: int, segment: int = 0, **start: Any) -> dict[str, Any]:
     """A lossless ring of N reference cards: the gathered vector, every card's counters and (a
     two-phase step: `start` = start_step's keywords) the scalar entries in rank order."""
-    cards = make_cards(n, length, params, wdt, pdt, payload)
+    cards = make_cards(n, length, params, wdt, pdt, payload, segment=segment)
     for k, c in enumerate(cards):
         c.start_step(step, grads[k], **start)
     by_mac = {e.mac: k for k, e in enumerate(endpoints(n))}
@@ -281,12 +282,14 @@ async def no_adam_streams(tb: TB, kernel: ReferenceKernel, got: dict[str, Any]) 
 
 
 async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: int, drop: float,
-                   dup: float, two_phase: str = "", hold_sum: bool = False, size: int | None = None) -> dict[str, int]:
+                   dup: float, two_phase: str = "", hold_sum: bool = False, size: int | None = None,
+                   segment: int = 0) -> dict[str, int]:
     """two_phase: "" a one-phase step; "clip" / "noclip" / "skip": a two-phase step of
     `two_phase_gradients` of that kind. hold_sum: card memory takes no write (gather0's AW and W
     paused) until the card has answered a scalar frame with credit 0, then as usual: the owner's sum
     of phase one cannot leave the receive buffer meanwhile, so the predecessor's reduce-scatter
-    fills it. Returns what the case saw (`scalar_zero_credit`: such replies)."""
+    fills it. segment: round-major order with that many packets per round (every card; 0 hop-major).
+    Returns what the case saw (`scalar_zero_credit`: such replies)."""
     dut, rng = tb.dut, tb.rng
     nrng = np.random.default_rng(seed)
     size = int(rng.choice([48, 80, 112])) if size is None else size
@@ -299,10 +302,11 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     else:
         grads = [local_gradient(nrng, length, wdt) for _ in range(n)]
     start_kw: dict[str, Any] = {"two_phase": True, "max_norm": MAX_NORM} if two_phase else {}
-    ref = reference(n, length, params, grads, wdt, pdt, payload, step, **start_kw)
+    ref = reference(n, length, params, grads, wdt, pdt, payload, step, segment, **start_kw)
     want_reduced = ring.reduce_scatter(grads, wdt)[r]
     wb, pb = chunk_beats(size, wdt), chunk_beats(size, pdt)
-    tag = f"N={n} r={r} S={size} P={payload} {wdt}/{pdt} drop={drop} dup={dup} two_phase={two_phase or '-'}"
+    tag = (f"N={n} r={r} S={size} P={payload} B={segment} {wdt}/{pdt} drop={drop} dup={dup} "
+           f"two_phase={two_phase or '-'}")
     sum_addr = 0xC0000 + BEAT * rng.randrange(0, 40)
     if two_phase:
         tb.rd.write(sum_addr, bytes([0x5A]) * (wb + 1) * BEAT)
@@ -324,7 +328,7 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     tb.rd.write(gather_addr, fill)
 
     # the peers and the reference model on the RTL card's Adam streams
-    cards = make_cards(n, length, params, wdt, pdt, payload)
+    cards = make_cards(n, length, params, wdt, pdt, payload, segment=segment)
     eps = endpoints(n)
     by_mac = {e.mac: k for k, e in enumerate(eps)}
     own_kernel = ReferenceKernel(ring.Shard.from_params(params, r, n), Hyper(), wire_dtype=wdt, param_dtype=pdt)
@@ -350,7 +354,7 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
                         ("rank", r), ("world", n), ("length", length), ("window", WINDOW), ("timeout", RTO),
                         ("credit", WINDOW), ("payload_bytes", payload), ("step", step), ("gie", 1), ("ier", 1),
                         ("phase", 1 if two_phase else 0), ("sum0_lo", sum_addr & 0xFFFFFFFF),
-                        ("sum0_hi", sum_addr >> 32)):
+                        ("sum0_hi", sum_addr >> 32), ("segment", segment)):
         await tb.write(name, value)
     held = [hold_sum]
     if hold_sum:
@@ -619,9 +623,12 @@ async def test_two_phase(dut: Any) -> None:
     await reset(dut)
     drop, dup = float(os.environ.get("ONIC_DROP", "0")), float(os.environ.get("ONIC_DUP", "0"))
     kinds = ("clip", "noclip", "skip")
+    # round-major order (ONIC_SEGMENT packets per round) wants chunks of several rounds (ONIC_SIZE)
+    segment, size = int(os.environ.get("ONIC_SEGMENT", "0")), int(os.environ.get("ONIC_SIZE", "0")) or None
     for k, (n, r) in enumerate(cases(os.environ.get("ONIC_CASES", "2:0,3:1"))):
         kind = kinds[k % 3]
-        await run_case(tb, n, r, wdt, pdt, seed * 1000 + k, 200 + k, drop, dup, two_phase=kind)
+        await run_case(tb, n, r, wdt, pdt, seed * 1000 + k, 200 + k, drop, dup, two_phase=kind, size=size,
+                       segment=segment)
 
 
 @cocotb.test()
@@ -646,7 +653,8 @@ async def test_scalar_refresh(dut: Any) -> None:
 @cocotb.test()
 async def test_registers(dut: Any) -> None:
     """Every argument at its hls/net_regmap.py offset reads back what was written; the read-only
-    words ignore writes; a bad configuration ends the step at once with STATUS config_error."""
+    words ignore writes; a bad configuration ends the step at once with STATUS config_error (also a
+    one-phase step of more than one round: `segment` below the packets per hop)."""
     rng = random.Random(5)
     tb = TB(dut, rng, 0.0)
     await reset(dut)
@@ -667,8 +675,9 @@ async def test_registers(dut: Any) -> None:
                         ("credit", 8)):
         await tb.host.write_dword(ARGS[name], value)
     for bad in (("world", 1), ("world", 256), ("rank", 3), ("payload_bytes", 96), ("payload_bytes", 64 * 64),
-                ("length", 0), ("window", 0)):
-        good = {"world": 3, "rank": 1, "payload_bytes": 128, "length": 100, "window": 8}
+                ("length", 0), ("window", 0), ("segment", 1)):
+        # 34 elements a chunk: 2 packets of 128 bytes per hop (segment 1: two rounds)
+        good = {"world": 3, "rank": 1, "payload_bytes": 128, "length": 100, "window": 8, "phase": 0, "segment": 0}
         for name, value in good.items():
             await tb.host.write_dword(ARGS[name], value)
         await tb.host.write_dword(ARGS[bad[0]], bad[1])
