@@ -681,14 +681,23 @@ module onic_net_kernel #(
      * The scalar flow of phase one too: a scalar frame taken into the last free slot leaves the
      * predecessor's next one (the entry it forwards) waiting for such a reply. A refresh goes only
      * to a flow of the phase running (scalar in phase one, AG otherwise), so one pending when
-     * phase two begins is never sent. */
+     * phase two begins is never sent. A refresh can be lost like any frame, and its sender then has
+     * nothing in flight to time out: so a refresh no frame of its flow has answered within one
+     * retransmission timeout (`timeout`) goes again, until the flow is complete (its last reply
+     * acknowledged the flow's every packet). */
     reg  [2:0]  zero_reg;            // RS, AG, scalar: the last reply carried credit 0
     reg  [31:0] last_seq_reg [0:2];
+    reg  [2:0]  rf_wait_reg;         // a refresh went and no frame of its flow came since
+    reg  [2:0]  rf_open_reg;         // the flow's last reply did not acknowledge all of it
+    reg  [31:0] rf_timer_reg;        // clocks since the last refresh went
+    reg         rf_due_reg;          // rf_timer_reg reached the timeout
     wire        p1_now    = cfg_phase_reg == 2'd1;
     wire        ref_rs    = zero_reg[0] && !credit_none;
     wire        ref_ag    = zero_reg[1] && !p1_now && !credit_none;
     wire        ref_sc    = zero_reg[2] && p1_now && !credit_none;
-    wire        ref_valid = !evt_valid && (ref_rs || ref_ag || ref_sc);
+    // only while a step runs, settled: up to the clock of the step's start pulse the registers still
+    // hold the last step's flows, and a refresh would carry them under the new step's number
+    wire        ref_valid = !evt_valid && state_reg == S_RUN && hold_reg == 4'd15 && (ref_rs || ref_ag || ref_sc);
     wire        ctl_valid = evt_valid || ref_valid;
     wire        ctl_ready;
     wire        ctl_nak   = evt_valid && evt_nak;
@@ -700,8 +709,20 @@ module onic_net_kernel #(
     assign evt_ready = ctl_ready;
 
     always @(posedge ap_clk) begin
+        rf_open_reg <= {last_seq_reg[2] != cfg_world_m1_reg, last_seq_reg[1] != ag_total_reg,
+                        last_seq_reg[0] != rs_total_reg};
+        rf_due_reg  <= rf_timer_reg >= cfg_timeout_reg;
+        if (rst || start_pulse_reg || (ctl_take && !evt_valid)) begin
+            rf_timer_reg <= 32'd0;
+        end else if (rf_timer_reg != 32'hFFFF_FFFF) begin
+            rf_timer_reg <= rf_timer_reg + 32'd1;
+        end
+    end
+
+    always @(posedge ap_clk) begin
         if (rst || start_pulse_reg) begin
             zero_reg        <= 3'b000;
+            rf_wait_reg     <= 3'b000;
             last_seq_reg[0] <= 32'd0;
             last_seq_reg[1] <= 32'd0;
             last_seq_reg[2] <= 32'd0;
@@ -713,22 +734,32 @@ module onic_net_kernel #(
                 if (evt_now && evt_flow == 2'd1) begin
                     last_seq_reg[0] <= evt_seq;
                     zero_reg[0]     <= credit_none;
+                    rf_wait_reg[0]  <= 1'b0;
                 end
                 if (evt_now && evt_flow == 2'd2) begin
                     last_seq_reg[1] <= evt_seq;
                     zero_reg[1]     <= credit_none;
+                    rf_wait_reg[1]  <= 1'b0;
                 end
                 if (evt_now && evt_flow == 2'd3) begin
                     last_seq_reg[2] <= evt_seq;
                     zero_reg[2]     <= credit_none;
+                    rf_wait_reg[2]  <= 1'b0;
                 end
             end else if (ref_rs) begin
-                zero_reg[0] <= 1'b0;
+                zero_reg[0]    <= 1'b0;
+                rf_wait_reg[0] <= 1'b1;
             end else if (ref_sc) begin
-                zero_reg[2] <= 1'b0;
+                zero_reg[2]    <= 1'b0;
+                rf_wait_reg[2] <= 1'b1;
             end else begin
-                zero_reg[1] <= 1'b0;
+                zero_reg[1]    <= 1'b0;
+                rf_wait_reg[1] <= 1'b1;
             end
+        end else if (rf_due_reg) begin
+            // unanswered for a timeout: the refresh goes again (the timer restarts when it does)
+            zero_reg    <= zero_reg | (rf_wait_reg & rf_open_reg);
+            rf_wait_reg <= rf_wait_reg & ~rf_open_reg;
         end
     end
 

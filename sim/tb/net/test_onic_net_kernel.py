@@ -161,6 +161,29 @@ def reference(n: int, length: int, params: np.ndarray, grads: list[np.ndarray], 
     return {"gathered": ring.pad(gathered, n), "counters": [c.counters for c in cards], "entries": entries}
 
 
+def peer_flows(cards: list[Card], r: int) -> dict[int, dict[str, tuple[int, ...]]]:
+    """Each peer's flows for a hang's message: sender (base, next, total, credit), receiver expected."""
+    return {k: {f.name: (fl.sender.base, fl.sender.next_seq, fl.sender.total, fl.sender.credit, fl.receiver.expected)
+                for f, fl in c._flows.items()} for k, c in enumerate(cards) if k != r}
+
+
+def rtl_state(dut: Any) -> dict[str, str]:
+    """Internal state of the network kernel for a hang's message (where the simulator shows it)."""
+    names = ("dp.d_state_reg", "dp.rs_dm_reg", "dp.ag_dm_reg", "dp.rs_fwd_left_reg", "dp.rs_fwd_mode_reg",
+             "dp.rs_pp_left_reg", "dp.rs_pp_armed_reg", "dp.lg_run_reg", "dp.lg_to_gen_reg", "dp.h_hop_reg",
+             "dp.h_seq_reg", "dp.rf_valid_reg", "credit_reg", "dq_count", "zero_reg", "state_reg")
+    out = {}
+    for name in names:
+        try:
+            obj = dut
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            out[name] = str(obj.value)
+        except AttributeError:
+            out[name] = "?"
+    return out
+
+
 def differing(got: bytes, want: bytes, dtype: str) -> list[int]:
     """Elements that differ, a NaN equal to any NaN: the RTL adders return the canonical quiet NaN
     where numpy keeps an operand's (or x86's negative default NaN), and a NaN gradient makes the
@@ -468,7 +491,8 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
             break
         assert now - start < limit, f"{tag}: not done in {limit} clocks (RTL done {rtl_done}, peers done " \
                                     f"{[c.done for k, c in enumerate(cards) if k != r]}, " \
-                                    f"{len(carried['from_rtl'])} frames out, {len(carried['to_rtl'])} in)"
+                                    f"{len(carried['from_rtl'])} frames out, {len(carried['to_rtl'])} in; " \
+                                    f"peer flows {peer_flows(cards, r)}; RTL {rtl_state(dut)})"
     clocks = tb.cycle - start
     if hold_sum:
         for channel in (tb.wr.aw_channel, tb.wr.w_channel):
