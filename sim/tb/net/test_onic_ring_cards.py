@@ -32,7 +32,9 @@ refusing its gradient beat; a quarter of it: card memory pauses), WIRE_BF16, PAR
 stand-in's dtypes), ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements),
 ONIC_RTO (retransmission timeout, clocks), ONIC_TWO_PHASE ("clip", "noclip", "skip" comma separated,
 cycled over the steps, "" a one-phase step: two-phase steps whose clip to MAX_NORM triggers, does
-not, or which a non-finite gradient skips: phase 3 gathers the current parameters).
+not, or which a non-finite gradient skips: phase 3 gathers the current parameters), ONIC_SEGMENT
+(round-major order with that many packets per round on every card, design.md 8.2; two-phase steps
+only).
 
 Two-phase steps (design.md 8.1): each card's host runs phase one, reads every rank's entry at its
 network kernel's ap_done, derives the scale, starts its Adam kernel or stand-in and phase two, each
@@ -99,6 +101,7 @@ class RingConfig:
     rto_clocks: int = 1000    # 4 us at 250 MHz: many round trips of the small CI windows (8 x <= 256 B)
     comm: int = 0
     optimizer: str = "adamw"
+    segment: int = 0          # round-major order, packets per round (0: hop-major); two-phase steps only
 
 
 def endpoints(n: int) -> tuple[wire.Endpoint, ...]:
@@ -273,7 +276,8 @@ class RtlCard:
                             ("world", n), ("length", cfg.length), ("window", cfg.window),
                             ("timeout", cfg.rto_clocks), ("credit", cfg.window), ("payload_bytes", cfg.payload_bytes),
                             ("step", step), ("gie", 1), ("ier", 1), ("phase", phase),
-                            ("sum0_lo", SUM_ADDR & 0xFFFFFFFF), ("sum0_hi", SUM_ADDR >> 32)):
+                            ("sum0_lo", SUM_ADDR & 0xFFFFFFFF), ("sum0_hi", SUM_ADDR >> 32),
+                            ("segment", cfg.segment)):
             await self.write(name, value)
 
     async def entries(self, n: int) -> list[tuple[float, bool]]:
@@ -565,7 +569,8 @@ class ReferenceRing:
                                         wire_dtype=cfg.wire_dtype, param_dtype=cfg.param_dtype) for k in range(n)]
         self.cards = [Card(CardConfig(rank=k, world=n, length=cfg.length, endpoints=eps, wire_dtype=cfg.wire_dtype,
                                       param_dtype=cfg.param_dtype, payload_bytes=cfg.payload_bytes,
-                                      window=cfg.window, slots=cfg.window, rto=1e9, fcs=False, comm=cfg.comm),
+                                      window=cfg.window, slots=cfg.window, rto=1e9, fcs=False, comm=cfg.comm,
+                                      segment=cfg.segment),
                            self.kernels[k]) for k in range(n)]
         self.by_mac = {e.mac: k for k, e in enumerate(eps)}
 
@@ -660,7 +665,8 @@ async def test_ring_cards(dut: Any) -> None:
     size = int(os.environ.get("ONIC_SIZE", "0")) or int(rng.choice([48, 80, 112]))
     cfg = RingConfig(world=n, length=n * size - int(nrng.integers(0, 16)), wire_dtype=wdt, param_dtype=pdt,
                      payload_bytes=int(rng.choice([64, 128, 192])), optimizer=opt,
-                     rto_clocks=int(os.environ.get("ONIC_RTO", "1000")))
+                     rto_clocks=int(os.environ.get("ONIC_RTO", "1000")),
+                     segment=int(os.environ.get("ONIC_SEGMENT", "0")))
     params = (nrng.standard_normal(cfg.length) * 0.1).astype(np.float32)
     faults, lossless = env_faults(seed)
     buffer = int(os.environ.get("ONIC_BUFFER", "0")) or None
@@ -671,6 +677,7 @@ async def test_ring_cards(dut: Any) -> None:
     faulted = 0
     kinds = os.environ.get("ONIC_TWO_PHASE", "").split(",")
     assert all(k in ("", "clip", "noclip", "skip") for k in kinds), f"ONIC_TWO_PHASE={kinds}"
+    assert not cfg.segment or all(kinds), "ONIC_SEGMENT (round-major order) needs two-phase steps (ONIC_TWO_PHASE)"
     for s in range(int(os.environ.get("ONIC_STEPS", "2"))):
         kind = kinds[s % len(kinds)]
         grads = two_phase_gradients(nrng, n, cfg.length, wdt, kind) if kind else \
