@@ -375,11 +375,15 @@ class Ring:
         host derives None from the same entries): the Adam kernel (or stand-in) is not started;
         each host points sum0 at the card's current parameters (the Adam kernel's out buffer, which
         holds its last output; written here as the card would hold it) and starts phase 3, which
-        gathers them: p, m, v unchanged, every card gathers the unchanged parameters."""
+        gathers them: p, m, v unchanged, every card gathers the unchanged parameters. A one-phase
+        step in round-major order (`cfg.segment`) runs as the two phases, each host ignoring the
+        entries (the one-phase scale, no skip): the network kernel runs more than one round only so."""
         cfg, dut = self.cfg, self.dut
         n, size = cfg.world, ring.chunk_elems(cfg.length, cfg.world)
         if max_norm is not None and not two_phase:
             raise ValueError("max_norm needs the two-phase step (two_phase=True)")
+        one_phase_rounds = bool(cfg.segment) and not two_phase
+        two_phase = two_phase or one_phase_rounds
         wb = -(-size * wire.ELEMENT_BYTES[cfg.wire_dtype] // BEAT)
         pb = -(-size * wire.ELEMENT_BYTES[cfg.param_dtype] // BEAT)
         fill = bytes([FILL]) * (n * pb * BEAT)
@@ -423,7 +427,8 @@ class Ring:
         async def phases(k: int, card: RtlCard) -> None:
             await self._wait_done(card, start, limit, only="net")
             entries[k] = await card.entries(n)
-            mine = ring.step_grad_scale(entries[k], n, grad_scale=float(hyper.grad_scale), max_norm=max_norm)
+            mine = scale if one_phase_rounds else \
+                ring.step_grad_scale(entries[k], n, grad_scale=float(hyper.grad_scale), max_norm=max_norm)
             scales[k] = mine
             if mine is None:  # the skip: no Adam kernel; phase 3 gathers the current parameters
                 await card.write("sum0_lo", cur_addr & 0xFFFFFFFF)
@@ -494,7 +499,8 @@ class Ring:
             raise AssertionError(f"the cards' hosts derived different scales: {scales}")
         return StepResult(gathered=gathered, reduced=[g.get("reduced") for g in got],
                           grad_tlast=[g.get("grad_tlast") for g in got], memory_ok=problems, status=status,
-                          counters=deltas, clocks=clocks, scale=scales[0], entries=entries if two_phase else None,
+                          counters=deltas, clocks=clocks, scale=scales[0],
+                          entries=entries if two_phase and not one_phase_rounds else None,
                           sums=sums)
 
     async def _wait_done(self, card: RtlCard, start: int, limit: int, only: str | None = None) -> None:

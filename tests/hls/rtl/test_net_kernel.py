@@ -108,6 +108,24 @@ def test_two_phase() -> None:
     run("fp32", os.environ.get("ONIC_TP_CASES", "2:0,3:1,3:2"), 7, testcase="test_two_phase")
 
 
+def test_two_phase_rounds() -> None:
+    """Round-major order (segments of 2 packets; 400-element chunks: up to 25 packets per hop, 13 rounds)
+    with the RTL card at rank 0 of N = 2, 1 and 2 of N = 3, 1 of N = 4 (clip, no clip, skip in turn),
+    software peers numbering the same way: bit for bit against hls.net.card."""
+    run("fp32", "2:0,3:1,3:2,4:1", 7, testcase="test_two_phase", tag="-rounds",
+        extra={"ONIC_SEGMENT": "2", "ONIC_SIZE": "400"})
+
+
+@pytest.mark.slow
+def test_two_phase_rounds_faults() -> None:
+    """Round-major order under 5 % drops and duplicates with a stalling Adam side, every position of
+    N = 3, ranks 1 and 2 of N = 4 (a lost credit refresh stranded a peer here before refreshes were
+    repeated)."""
+    run("fp32", "all:3,4:1,4:2", 17, testcase="test_two_phase", tag="-rounds-faults",
+        extra={"ONIC_SEGMENT": "3", "ONIC_SIZE": "400", "ONIC_DROP": "0.05", "ONIC_DUP": "0.05",
+               "ONIC_GRAD_STALL": "0.9"})
+
+
 @pytest.mark.slow
 def test_two_phase_faults() -> None:
     """Two-phase steps under 5 % drops and duplicates on every link with a stalling Adam side, at

@@ -135,6 +135,30 @@ def test_ring_cards_ag_deadlock() -> None:
         tag="-agdeadlock")
 
 
+def test_ring_cards_rounds() -> None:
+    """Round-major order (design.md 8.2) cures the deadlock above: three onic_cards, the same 400-element
+    chunks of 64-byte packets (25 per hop, one more than a flow's 16 transmit plus 8 receive slots),
+    segments of 4 packets (2 x 4 < 24), two-phase steps whose clip triggers and does not: bit-exact,
+    lossless counters exact."""
+    run(3, 18, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_SEGMENT": "4", "ONIC_STEPS": "2",
+                      "ONIC_TWO_PHASE": "clip,noclip"}, tag="-rounds")
+
+
+@pytest.mark.slow
+def test_ring_cards_rounds_faults() -> None:
+    """Round-major order under faults with chunks far beyond the buffers: three onic_cards, 600-element
+    chunks of 64-byte packets (38 per hop), segments of 4, drops, duplicates, reordering, bit flips,
+    4096-byte egress buffers, memory stalling 90 %, clip / no clip / skip / clip (the hop-major steps of
+    this size deadlock); then the stand-in's ring of three the same way with segments of 11, the
+    largest the buffers allow (2 x 11 < 24)."""
+    faults = {"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_REORDER": "0.05", "ONIC_BITFLIP": "0.03",
+              "ONIC_BUFFER": "4096", "ONIC_STEPS": "4", "ONIC_TWO_PHASE": "clip,noclip,skip,clip"}
+    run(3, 32, extra={**faults, "ONIC_GRAD_STALL": "0.9", "ONIC_SIZE": "600", "ONIC_SEGMENT": "4"},
+        tag="-rounds-faults")
+    run(3, 18, spec="stand-in", extra={**faults, "ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_SEGMENT": "11"},
+        tag="-rounds-faults")
+
+
 @pytest.mark.slow
 def test_ring_cards_two_phase_faults() -> None:
     """Three onic_cards, two-phase steps (clip, no clip, skip, clip) under drops, duplicates,
