@@ -7,8 +7,9 @@
 - onic_net_ring_dp: one card of a ring of N = 2, 3, 4 at every rank r, fp32 and bf16 wires,
   small chunks of a few short packets, hop-major and round-major order (design.md 8.2);
   received RS and AG packets with random gaps, random back-pressure on every output, card
-  memory behind cocotbext-axi RAM models with latency and the AXI protocol monitor: every RS and AG descriptor and payload beat sent, the Adam kernel's
-  gradient stream and the gathered chunks in memory against the reference.
+  memory behind cocotbext-axi RAM models with latency and the AXI protocol monitor: every RS
+  and AG descriptor and payload beat sent, the Adam kernel's gradient stream and the gathered
+  chunks in memory against the reference.
 - yosys synth_xilinx (UltraScale+): <= 6 LUT levels, no non-clock net above 1,000 loads (slow).
 Verilator always; Icarus marked `icarus`; wider sweeps, the fp32 adder lanes (fp32_add as
 test_fp_units checks it) and the bf16 datapath on Verilator marked slow.
