@@ -19,8 +19,10 @@ Sizes are the CI simulation's (8 receive slots of up to 4 payload beats, 16-beat
 slots), so `payload_bytes` is a multiple of 64 up to 256 and `window` (also the receive slots
 advertised) at most 8; a real card's buffers are larger. `rto_s` defaults to 4 us: many round
 trips of such a window through the simulated switch (500 ns latency), so a lost frame costs
-little simulated time. A chunk of more than 16 all-gather packets is refused: it would meet the
-open all-gather deadlock of RTL cards (docs/changelog.md).
+little simulated time. A chunk of as many packets per flow as the simulation's transmit slots
+plus receive slots (16 + 8 = 24: `hls.rtl.ring_bound`, from `ring_top.SIM_PARAMS`), in the
+reduce-scatter (wire dtype) or the all-gather (parameter dtype), is refused before anything
+starts: it would meet the open ring deadlock of RTL cards (sim/rtl/net/README.md "Known defect").
 """
 
 from __future__ import annotations
@@ -51,9 +53,6 @@ START_TIMEOUT_S = 900.0  # a Verilator build of N cards takes minutes on 2 cores
 CLOCK_S = 4e-9  # the simulation's 250 MHz kernel clock
 MAX_PAYLOAD_BYTES = 256  # the simulation's receive buffer: 4 payload beats a frame
 MAX_WINDOW = 8  # the simulation's receive slots (RX_SLOT_LOG2 = 3)
-# The simulation's transmit slots (TX_SLOTS_LOG2 = 4): a chunk of more all-gather packets meets the
-# open all-gather deadlock of RTL cards (docs/changelog.md), so such a ring is refused, not hung.
-MAX_AG_PACKETS = 16
 STEP_CLOCK_LIMIT = 20_000_000
 
 
@@ -68,7 +67,7 @@ class RtlSimRing(SimLink):
                  seed: int = 1, grad_stall: float = 0.3, buffer_bytes: int | None = None,
                  timeout_s: float = 600.0, start_timeout_s: float = START_TIMEOUT_S,
                  simulator: str = "verilator") -> None:
-        from hls.rtl import ring_top, simulators
+        from hls.rtl import ring_bound, ring_top, simulators
 
         if simulator != "verilator":
             raise UserError(f"rtlsim ring: simulator {simulator!r}: the N-card top is built with Verilator only")
@@ -95,12 +94,10 @@ class RtlSimRing(SimLink):
         from hls.rtl.card import check_card_spec
 
         check_card_spec(ring_top.card_spec(spec))  # SpecError (a UserError) for a spec no card can hold
-        size = ring.chunk_elems(int(params.size), world)
-        ag_packets = -(-size * wire.ELEMENT_BYTES[spec.out_dtype] // payload_bytes)
-        if ag_packets > MAX_AG_PACKETS:
-            raise UserError(f"rtlsim ring: a chunk of {size} elements is {ag_packets} all-gather packets of "
-                            f"{payload_bytes} bytes; at most {MAX_AG_PACKETS} (the simulation's transmit slots): "
-                            "larger chunks meet the open all-gather deadlock of RTL cards (docs/changelog.md)")
+        # packets per flow (RS at the wire dtype, AG at the parameter dtype) under the deadlock bound of
+        # the build's buffers; the bench's Ring checks the same against the top's parameters
+        ring_bound.check_chunk(ring.chunk_elems(int(params.size), world), payload_bytes, spec.grad_dtype,
+                               spec.out_dtype, ring_bound.params_bound(ring_top.SIM_PARAMS), "rtlsim ring")
         self.spec, self.world, self.length = spec, world, int(params.size)
         self.wire_dtype, self.param_dtype = spec.grad_dtype, spec.out_dtype
         self.chunk_elems = ring.chunk_elems(self.length, world)

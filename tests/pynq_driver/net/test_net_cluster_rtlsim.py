@@ -96,14 +96,21 @@ def test_rtlsim_equals_golden(wire_dtype: str) -> None:
     ({"faults": Faults(delay=0.1)}, "delay"),
     ({"peers": 3}, "unknown option"),
     ({"wire_dtype": "fp16"}, "wire_dtype"),
-    ({"payload_bytes": 64, "length": 1000}, "all-gather deadlock"),
+    ({"payload_bytes": 64, "length": 1000}, "32 reduce-scatter packets .* all-gather packets .* bound of 24"),
+    # the bound of the simulation's buffers (16 transmit + 8 receive slots): 24 packets refused, in either flow
+    ({"payload_bytes": 64, "length": 768}, "24 reduce-scatter packets"),
+    ({"payload_bytes": 64, "length": 768, "spec": KernelSpec(out_dtype="bf16")},
+     r"24 reduce-scatter packets \(fp32\) per hop"),
+    ({"payload_bytes": 64, "length": 768, "wire_dtype": "bf16", "spec": KernelSpec(out_dtype="fp32")},
+     r"is 24 all-gather packets \(fp32\) per hop"),
 ])
 def test_rtlsim_options_validated(options: dict, match: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Refused before any simulator starts (the Verilator check is bypassed to reach them)."""
     monkeypatch.setattr(simulators, "available", lambda name: True)
     length = options.pop("length", 100)
+    spec = options.pop("spec", None)
     with pytest.raises(UserError, match=match):
-        NetCluster("rtlsim", None, 2, length, **options)
+        NetCluster("rtlsim", spec, 2, length, **options)
 
 
 def test_rtlsim_without_verilator(monkeypatch: pytest.MonkeyPatch) -> None:

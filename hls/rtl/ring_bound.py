@@ -1,0 +1,86 @@
+"""The chunk bound of a ring of RTL cards: the open deadlock of sim/rtl/net/README.md "Known defect".
+
+The RTL network kernel numbers each flow's packets hop-major (a whole chunk per hop). A ring of
+such cards deadlocks once a chunk has P >= T + R packets in a flow: T the flow's transmit
+(retransmit) slots, 2**TX_SLOTS_LOG2 (one set per flow), R the card's receive slots,
+2**RX_SLOT_LOG2. Every sender then holds unsent packets of its own chunk with credit 0 while every
+receiver's slots hold the predecessor's chunk, waiting for transmit slots to forward it
+(tests/hls/net/test_ring_order_buffers.py finds exactly this bound in a packet-level model). The
+reduce-scatter (P at the wire dtype) and the all-gather (P at the parameter dtype) meet it alike.
+A ring of one RTL card and software peers does not (the peers consume at once).
+
+Every path that runs N RTL cards refuses such a chunk before it starts (one line, `ChunkOverBound`)
+instead of hanging: the N-card bench (sim/tb/net/test_onic_ring_cards.py `Ring`), the rtlsim
+backend (`pynq_driver.net.rtlsim`), `optimusnic bench rtlnet`; sizing and the rail build's dry run
+report the bound of the packaged kernel. Pure Python, no simulator: the sizing imports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from hls.errors import UserError
+from hls.net import wire
+
+DEFECT = 'the open ring deadlock of RTL cards (sim/rtl/net/README.md "Known defect")'
+# The packaged network kernel's receive slots (hls.vitis.netpkg): onic_net_kernel's default RX_SLOT_LOG2.
+PACKAGED_RX_SLOT_LOG2 = 5
+FLOWS = (("rs", "reduce-scatter"), ("ag", "all-gather"))
+
+
+class ChunkOverBound(UserError):
+    """A ring of RTL cards would deadlock on this chunk (packets per flow >= T + R): refused, not run."""
+
+
+def bound(tx_slots_log2: int, rx_slot_log2: int) -> int:
+    """T + R: the packets per flow at which a ring of RTL cards deadlocks (a chunk must have fewer)."""
+    return 2 ** int(tx_slots_log2) + 2 ** int(rx_slot_log2)
+
+
+def params_bound(params: Mapping[str, object]) -> int:
+    """`bound` of a build's network-kernel parameters (TX_SLOTS_LOG2, RX_SLOT_LOG2)."""
+    return bound(int(params["TX_SLOTS_LOG2"]), int(params["RX_SLOT_LOG2"]))  # type: ignore[call-overload]
+
+
+def packaged_slots_log2(window_packets: int) -> tuple[int, int]:
+    """(TX_SLOTS_LOG2, RX_SLOT_LOG2) of the packaged network kernel for sizing's window (hls.vitis.netpkg)."""
+    return (int(window_packets) - 1).bit_length(), PACKAGED_RX_SLOT_LOG2
+
+
+def flow_packets(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str) -> dict[str, int]:
+    """Packets per hop of each flow: the reduce-scatter at the wire dtype, the all-gather at the parameter dtype."""
+    return {"rs": math.ceil(chunk_elems * wire.ELEMENT_BYTES[wire_dtype] / payload_bytes),
+            "ag": math.ceil(chunk_elems * wire.ELEMENT_BYTES[param_dtype] / payload_bytes)}
+
+
+def max_chunk_elems(limit: int, payload_bytes: int, wire_dtype: str, param_dtype: str) -> int:
+    """The largest chunk (a multiple of 16 elements, design.md 8.1) with fewer than `limit` packets in both flows."""
+    widest = max(wire.ELEMENT_BYTES[wire_dtype], wire.ELEMENT_BYTES[param_dtype])
+    return (limit - 1) * payload_bytes // widest // 16 * 16
+
+
+def refusal(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str, limit: int,
+            what: str = "ring of RTL cards") -> str | None:
+    """The one-line reason a ring of RTL cards with T + R = `limit` cannot run this chunk, or None if it can."""
+    packets = flow_packets(chunk_elems, payload_bytes, wire_dtype, param_dtype)
+    over = [f"{packets[k]} {name} packets ({dt})" for (k, name), dt in zip(FLOWS, (wire_dtype, param_dtype),
+                                                                          strict=True) if packets[k] >= limit]
+    if not over:
+        return None
+    return (f"{what}: a chunk of {chunk_elems} elements in {payload_bytes}-byte packets is "
+            f"{' and '.join(over)} per hop, at or over the bound of {limit} (transmit slots + receive slots "
+            f"of the build): it would deadlock, {DEFECT}; at most "
+            f"{max_chunk_elems(limit, payload_bytes, wire_dtype, param_dtype)} elements per chunk at this payload")
+
+
+def check_chunk(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str, limit: int,
+                what: str = "ring of RTL cards") -> None:
+    """Raise `ChunkOverBound` (one line) when the chunk reaches the deadlock bound `limit` in either flow."""
+    reason = refusal(chunk_elems, payload_bytes, wire_dtype, param_dtype, limit, what)
+    if reason is not None:
+        raise ChunkOverBound(reason)
+
+
+__all__ = ["DEFECT", "FLOWS", "PACKAGED_RX_SLOT_LOG2", "ChunkOverBound", "bound", "check_chunk", "flow_packets",
+           "max_chunk_elems", "packaged_slots_log2", "params_bound", "refusal"]
