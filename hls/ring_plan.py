@@ -22,6 +22,11 @@ runs the ring's reduce-scatter, the owner's update and the all-gather):
                    window x P bytes, 512 bits wide, in URAM (8 x 4K x 72 = 256 KiB per group) where the
                    target has it, else BRAM36 (8 x 512 x 72 = 32 KiB per group), against the target's
                    usable on-chip memory
+  RTL chunk bound  the packaged RTL network kernel (hls.vitis.netpkg: 2^ceil(log2 window) transmit slots
+                   per flow, 32 receive slots) on every card of a ring deadlocks once a chunk has
+                   transmit + receive slots packets per flow or more (an open defect, hls.rtl.ring_bound:
+                   160 at the default window of 128); the plan reports the bound, the largest chunk
+                   under it and, with the parameter count, this ring's chunk and whether it is over
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from hls.memory_plan import (
     channel_usable,
 )
 from hls.net import wire
+from hls.rtl import ring_bound
 from hls.spec import DTYPE_BYTES
 from hls.targets import Target
 
@@ -139,6 +145,13 @@ class NetworkPlan:
     uram_usable: int | None
     bram36_usable: int | None
     onchip_fits: bool
+    # The packaged RTL network kernel on N RTL cards (hls.rtl.ring_bound, an open defect): a chunk with
+    # rtl_packets_bound packets per flow (RS at the wire dtype, AG at the output dtype) or more deadlocks.
+    rtl_packets_bound: int = 0
+    rtl_max_chunk_elems: int = 0  # the largest chunk under the bound at this payload
+    rtl_chunk_elems: int | None = None  # one ring's chunk (the card's shard over the ring ports), with params
+    rtl_chunk_packets: dict[str, int] | None = None  # {"rs": ..., "ag": ...} packets per hop of that chunk
+    rtl_chunk_deadlocks: bool | None = None  # that chunk reaches the bound: RTL cards cannot run this ring
 
 
 def ring_streams(target: Target, assignments: list[CuAssignment], wire_bytes: int, out_bytes: int,
@@ -269,10 +282,26 @@ def port_assumption(target: Target, ring_ports: int) -> str:
             f"a ring on each of the {target.name}'s {target.network_ports} ports")
 
 
+def rtl_chunk_bound(ring_ports: int, payload: int, window: int, wire_bytes: int, out_bytes: int,
+                    shard: int | None) -> dict[str, object]:
+    """The NetworkPlan's rtl_* fields: the packaged network kernel's deadlock bound (hls.rtl.ring_bound) and,
+    for a card's `shard` (elements), one ring's chunk (the shard over the ring ports, whole 64-byte beats)."""
+    limit = ring_bound.bound(*ring_bound.packaged_slots_log2(window))
+    out: dict[str, object] = {"rtl_packets_bound": limit,
+                              "rtl_max_chunk_elems": (limit - 1) * payload // max(wire_bytes, out_bytes) // 16 * 16}
+    if shard:
+        chunk = math.ceil(math.ceil(shard / ring_ports) / 16) * 16
+        packets = {"rs": math.ceil(chunk * wire_bytes / payload), "ag": math.ceil(chunk * out_bytes / payload)}
+        out |= {"rtl_chunk_elems": chunk, "rtl_chunk_packets": packets,
+                "rtl_chunk_deadlocks": max(packets.values()) >= limit}
+    return out
+
+
 def network_plan(target: Target, ring_ports: int, payload: int, window: int, grad_dtype: str, ob: int,
                   demand: float, streams: list[NetStream], ring_loads: list[ChannelLoad], gb: int,
-                  mem_rate: float, notes: list[str]) -> NetworkPlan:
+                  mem_rate: float, notes: list[str], shard: int | None = None) -> NetworkPlan:
     wire = DTYPE_BYTES[grad_dtype]
+    rtl = rtl_chunk_bound(ring_ports, payload, window, wire, ob, shard)
     goodput = ring_ports * net_goodput_bytes_per_s(target.line_rate_gbps, payload)
     bufs, memory = window_buffers(target, ring_ports, window, payload)
     used = sum(b.blocks for b in bufs)
@@ -299,6 +328,14 @@ def network_plan(target: Target, ring_ports: int, payload: int, window: int, gra
     if not onchip_fits:
         notes.append(f"rail: window buffers need {uram or bram} {memory}, more than the {target.name}'s usable "
                      f"{uram_ok if memory == 'uram' else bram_ok}: lower window_packets or payload_bytes")
+    if rtl.get("rtl_chunk_deadlocks"):
+        packets = rtl["rtl_chunk_packets"]
+        assert isinstance(packets, dict)
+        notes.append(f"rail: RTL network kernel: a ring chunk of {rtl['rtl_chunk_elems']:,} elements is "
+                     f"{packets['rs']:,} RS / {packets['ag']:,} AG packets of {payload} bytes, at or over its deadlock "
+                     f"bound of {rtl['rtl_packets_bound']} packets per flow (transmit + receive slots): a ring of "
+                     f"RTL cards would deadlock, {ring_bound.DEFECT}; chunks up to "
+                     f"{rtl['rtl_max_chunk_elems']:,} elements run")
     return NetworkPlan(
         placement="rail", card_ports=target.network_ports, ring_ports=ring_ports,
         port_assumption=port_assumption(target, ring_ports), line_rate_gbps=target.line_rate_gbps,
@@ -311,4 +348,5 @@ def network_plan(target: Target, ring_ports: int, payload: int, window: int, gra
         sidecar_update_bytes_per_s=demand * (gb + 24 + ob), memory_params_per_s=mem_rate,
         window_packets=window, window_buffers=bufs, window_bytes=sum(b.bytes for b in bufs),
         uram=uram, bram36=bram, uram_usable=uram_ok, bram36_usable=bram_ok, onchip_fits=onchip_fits,
+        **rtl,  # type: ignore[arg-type]
     )

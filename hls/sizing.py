@@ -279,7 +279,7 @@ def size(
     network = None
     if rail:
         network = network_plan(target, ring_ports, payload_bytes, window_packets, grad_dtype, ob, demand,
-                                streams, ring_loads, gb, mem_cu * cus, notes)
+                                streams, ring_loads, gb, mem_cu * cus, notes, shard=shard)
     report = SizingReport(
         target=target.key,
         target_name=target.name,

@@ -447,6 +447,8 @@ def plan_to_dict(plan: BuildPlan) -> dict[str, Any]:
         **({"network": {"kernel": plan.network.kernel, "mac_kernels": plan.network.mac_kernels, "built": False,
                         "complete": plan.network.missing is None, "missing": plan.network.missing,
                         "manifest": plan.network.manifest, "generics": plan.network.generics,
+                        "chunk_packets_bound": plan.network.chunk_packets_bound,
+                        "max_chunk_elems": plan.network.max_chunk_elems,
                         "kernel_xml": plan.network.kernel_xml, "package_xo_tcl": plan.network.package_tcl,
                         "files": sorted(plan.network.files())}} if plan.network is not None else {}),
     }
@@ -502,6 +504,8 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
         lines.append(f"      {plan.run_dir / 'net'}/: " + ", ".join(net.files())
                      + f" (written by a real build; package_net_xo packages sim/rtl/net/{netpkg.NET_TOP}.v)")
         lines.append("      parameters: " + ", ".join(f"{k}={v}" for k, v in net.generics.items()))
+        lines.append(f"      chunk bound: under {net.chunk_packets_bound} packets per flow, up to "
+                     f"{net.max_chunk_elems:,} elements (a ring of these cards deadlocks at or over it; open defect)")
         lines.append("      registers: " + ", ".join(f"{a['name']}@0x{a['offset']:03X}" for a in regs["args"]))
         ro = regs["readonly"]
         lines.append(f"      read-only: status@0x{ro[0]['offset']:03X}, {len(ro) - 1} 64-bit counters "

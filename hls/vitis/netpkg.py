@@ -31,8 +31,9 @@ from hls import generate, net_regmap, sizing
 from hls.errors import UserError
 from hls.paths import RTL_DIR
 from hls.ports import AXIS_PORTS, GRAD_STREAM, PARAM_STREAM
+from hls.rtl import ring_bound
 from hls.rtl_sources import read_filelist
-from hls.spec import KernelSpec
+from hls.spec import DTYPE_BYTES, KernelSpec
 from hls.targets import Target
 
 PLACEMENTS = sizing.PLACEMENTS
@@ -49,7 +50,7 @@ RTL_RING_PORTS = 1
 RTL_GRAD_STREAMS = 1
 WIRE_DTYPES = ("fp32", "bf16")  # WIRE_BF16 / PARAM_BF16: 0 fp32, 1 bf16
 # Receive slots (credit) of the packaged top: RX_SLOT_LOG2 of onic_net_kernel's defaults.
-RX_SLOT_LOG2 = 5
+RX_SLOT_LOG2 = ring_bound.PACKAGED_RX_SLOT_LOG2
 
 _PORT = re.compile(r"^\s*(input|output)\s+wire\s*(?:\[(\d+):0\])?\s*(\w+)\s*,?\s*(?://.*)?$")
 
@@ -99,7 +100,7 @@ def rtl_generics(spec: KernelSpec, network: Any) -> dict[str, int]:
         "RX_PAYLOAD_DEPTH_LOG2": (2 ** RX_SLOT_LOG2 * frame_beats - 1).bit_length(),
         "RX_SLOT_LOG2": RX_SLOT_LOG2,
         "RX_FRAME_BEATS": frame_beats,
-        "TX_SLOTS_LOG2": (network.window_packets - 1).bit_length(),
+        "TX_SLOTS_LOG2": ring_bound.packaged_slots_log2(network.window_packets)[0],
         "TX_BEATS_LOG2": (frame_beats - 1).bit_length(),
         "TX_URAM": 1,  # every XRT card of the catalog is UltraScale+ with UltraRAM
     }
@@ -140,6 +141,10 @@ class NetPackage:
     generics: dict[str, int]
     missing: str | None  # why a real build cannot link a working ring (None: the link is complete)
     notes: list[str]
+    # packets per flow at which a ring of these kernels deadlocks (transmit + receive slots of the generics, an
+    # open defect: hls.rtl.ring_bound) and the largest chunk under it at the package's payload and dtypes
+    chunk_packets_bound: int = 0
+    max_chunk_elems: int = 0
 
     def files(self) -> dict[str, str]:
         """The package's files, relative to the run folder's net/ (deterministic text)."""
@@ -200,9 +205,16 @@ def package(spec: KernelSpec, target: Target, kernel: str) -> NetPackage:
                 f"and the host's DMA at the goodput together); {name} has one {s.name} port, m_axi_{s.name}0 on "
                 f"{s.banks[0]}: the ring's own {s.bytes_per_s / 2e9:.1f} GB/s, with no host DMA on that channel "
                 "during a step")
+    limit = ring_bound.params_bound(generics)
+    widest = max(DTYPE_BYTES[spec.grad_dtype], DTYPE_BYTES[spec.out_dtype])
+    max_chunk = (limit - 1) * network.payload_bytes // widest // 16 * 16
+    notes.append(f"rail placement: a ring of {name} cards deadlocks once a chunk (L / N elements) has {limit} "
+                 f"packets per flow or more (2^{generics['TX_SLOTS_LOG2']} transmit + 2^{generics['RX_SLOT_LOG2']} "
+                 f"receive slots), {ring_bound.DEFECT}: chunks up to {max_chunk:,} elements at "
+                 f"{network.payload_bytes}-byte payloads; the network kernel cannot run a larger ring step yet")
     notes.append("rail placement: XUP VNx's cmac_<i>.M_AXIS has no TUSER (its receive FIFO drops the CMAC's "
                  f"frame-check flag), so {name}.s_axis_mac0_tuser is tied to 0 by the link: a frame with a failed "
                  "FCS is filtered by its headers and IPv4 checksum only")
     return NetPackage(kernel=name, manifest=manifest, kernel_xml=kernel_xml, wrapper_v=wrapper_v,
                       package_tcl=package_tcl, link_cfg=link_cfg, mac_kernels=macs, generics=generics,
-                      missing=missing, notes=notes)
+                      missing=missing, notes=notes, chunk_packets_bound=limit, max_chunk_elems=max_chunk)

@@ -49,7 +49,8 @@ Figures (simulated time; only the simulation speed depends on the machine):
   BENCH_PARAMS) in one Verilator build of RING_CARDS cards (hls.rtl.ring_top), each MAC port on
   cocotbext-eth's MAC model through the same switch (sim/tb/net/bench_onic_ring_cards.py, the
   engine of test_onic_ring_cards): step time for N = 2, 3, 4 against the wire model and the
-  simulation speed; chunks within the current all-gather bound (`ag_packets_bound`).
+  simulation speed; chunks under the deadlock bound of the buffers (`ag_packets_bound`: packets
+  per flow, RS and AG; a case at or over it is refused before anything runs, `check_ring_case`).
 - bf16 (`bf16`): the stand-in with a bf16 wire and bf16 parameters: the line-rate fraction at the
   step payload and the step times.
 `--parts` measures some of these; the others are kept from bench/results.json (`merge`), and the
@@ -73,7 +74,7 @@ from typing import Any
 from hls.errors import OptimusError
 from hls.net import wire
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
-from hls.rtl import simulators
+from hls.rtl import ring_bound, simulators
 from hls.rtl_sources import read_filelist
 from hls.spec import KernelSpec
 
@@ -448,6 +449,7 @@ def measure_ring_case(n: int, payload: int, packets: int, seed: int = 1, log: Lo
                       card: KernelSpec | None = None, drop: float = 0.0) -> dict[str, Any]:
     """One step of N RTL cards (all onic_cards, `card`'s Adam kernel, the bench's buffers) and its figures."""
     card = card or card_spec(RING_LANES)
+    check_ring_case(n, payload, packets, params, card)
     case = {"n": n, "payload": payload, "size": chunk_size(payload, packets, card.grad_dtype), "seed": seed,
             "window": window, "rto_s": rto_for(payload, window), "latency_s": LATENCY_S, "drop": drop}
     _log(log, f"[bench rtlnet] {n} RTL cards of {cards} ({card.lanes} lanes) P={payload} S={case['size']} "
@@ -462,10 +464,18 @@ def measure_ring_case(n: int, payload: int, packets: int, seed: int = 1, log: Lo
 
 
 def ag_packets_bound(params: dict[str, int] | None = None) -> int:
-    """The all-gather packets a chunk may have in a ring of RTL cards: transmit slots + receive slots
-    (beyond, the ring deadlocks in the all-gather: an open defect); the ring rows keep within it."""
-    p = dict(params or BENCH_PARAMS)
-    return 2 ** p["TX_SLOTS_LOG2"] + 2 ** p["RX_SLOT_LOG2"]
+    """The deadlock bound of a ring of RTL cards with these buffers: transmit slots + receive slots. A chunk
+    with as many packets in a flow (RS or AG) or more deadlocks the ring (an open defect,
+    `hls.rtl.ring_bound`); the ring rows keep under it and `check_ring_case` refuses a case that does not."""
+    return ring_bound.params_bound(dict(params or BENCH_PARAMS))
+
+
+def check_ring_case(n: int, payload: int, packets: int, params: dict[str, int] | None = None,
+                    card: KernelSpec | None = None) -> None:
+    """Refuse (`ring_bound.ChunkOverBound`, one line) a ring case whose chunk reaches the deadlock bound."""
+    card = card or card_spec(RING_LANES)
+    ring_bound.check_chunk(chunk_size(payload, packets, card.grad_dtype), payload, card.grad_dtype, card.out_dtype,
+                           ag_packets_bound(params), f"bench rtlnet: ring of {n} RTL cards")
 
 
 def _commit() -> str:
@@ -514,10 +524,14 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
         raise UserError(f"bench rtlnet: unknown part(s) {', '.join(sorted(unknown))} (of {', '.join(PARTS)})")
     if not stand_in:
         parts = tuple(x for x in parts if x != "stand-in")
+    step_payload = min(wire.DEFAULT_PAYLOAD_BYTES, max(payloads))
+    if "ring" in parts:  # before any part runs (hours): a ring case at the deadlock bound would hang
+        for n in worlds:
+            if n <= ring_cards:
+                check_ring_case(n, step_payload, step_packets, params, ring_card or card_spec(RING_LANES))
     t0 = time.perf_counter()
     card = card or card_spec()
     kw = {"log": log, "params": params, "window": window}
-    step_payload = min(wire.DEFAULT_PAYLOAD_BYTES, max(payloads))
     rows: list[dict[str, Any]] = []
 
     measured: dict[str, dict[str, Any]] = {}

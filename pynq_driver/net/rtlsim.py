@@ -19,8 +19,12 @@ Sizes are the CI simulation's (8 receive slots of up to 4 payload beats, 16-beat
 slots), so `payload_bytes` is a multiple of 64 up to 256 and `window` (also the receive slots
 advertised) at most 8; a real card's buffers are larger. `rto_s` defaults to 4 us: many round
 trips of such a window through the simulated switch (500 ns latency), so a lost frame costs
-little simulated time. A chunk of more than 16 all-gather packets is refused: it would meet the
-open all-gather deadlock of RTL cards (docs/changelog.md).
+little simulated time. A chunk of as many packets per flow as the simulation's transmit slots
+plus receive slots (16 + 8 = 24: `hls.rtl.ring_bound`, from `ring_top.SIM_PARAMS`), in the
+reduce-scatter (wire dtype) or the all-gather (parameter dtype), would meet the ring deadlock of
+hop-major order (sim/rtl/net/README.md "Known defect"): such a ring runs in round-major order with
+segments of 11 packets (`segment`, design.md 8.2), every step as the network kernel's two phases
+(a one-phase step keeps its semantics: the hosts ignore the entries, scale grad_scale / N).
 """
 
 from __future__ import annotations
@@ -51,10 +55,19 @@ START_TIMEOUT_S = 900.0  # a Verilator build of N cards takes minutes on 2 cores
 CLOCK_S = 4e-9  # the simulation's 250 MHz kernel clock
 MAX_PAYLOAD_BYTES = 256  # the simulation's receive buffer: 4 payload beats a frame
 MAX_WINDOW = 8  # the simulation's receive slots (RX_SLOT_LOG2 = 3)
-# The simulation's transmit slots (TX_SLOTS_LOG2 = 4): a chunk of more all-gather packets meets the
-# open all-gather deadlock of RTL cards (docs/changelog.md), so such a ring is refused, not hung.
-MAX_AG_PACKETS = 16
 STEP_CLOCK_LIMIT = 20_000_000
+
+
+def ring_segment(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str) -> int:
+    """The `segment` the simulation's ring runs a chunk with: 0 (hop-major) under the deadlock bound of its
+    buffers, else the largest round-major segment they allow (`hls.rtl.ring_bound`)."""
+    from hls.rtl import ring_bound, ring_top
+
+    limit = ring_bound.params_bound(ring_top.SIM_PARAMS)
+    hop_major_ok = ring_bound.refusal(chunk_elems, payload_bytes, wire_dtype, param_dtype, limit) is None
+    segment = 0 if hop_major_ok else ring_bound.segment_for(limit)
+    ring_bound.check_chunk(chunk_elems, payload_bytes, wire_dtype, param_dtype, limit, "rtlsim ring", segment)
+    return segment
 
 
 class RtlSimRing(SimLink):
@@ -95,12 +108,12 @@ class RtlSimRing(SimLink):
         from hls.rtl.card import check_card_spec
 
         check_card_spec(ring_top.card_spec(spec))  # SpecError (a UserError) for a spec no card can hold
-        size = ring.chunk_elems(int(params.size), world)
-        ag_packets = -(-size * wire.ELEMENT_BYTES[spec.out_dtype] // payload_bytes)
-        if ag_packets > MAX_AG_PACKETS:
-            raise UserError(f"rtlsim ring: a chunk of {size} elements is {ag_packets} all-gather packets of "
-                            f"{payload_bytes} bytes; at most {MAX_AG_PACKETS} (the simulation's transmit slots): "
-                            "larger chunks meet the open all-gather deadlock of RTL cards (docs/changelog.md)")
+        # packets per flow (RS at the wire dtype, AG at the parameter dtype) under the deadlock bound of
+        # the build's buffers in hop-major order; a larger chunk goes round-major with the largest segment
+        # the buffers allow (any chunk then runs; every step as the two phases, the one-phase semantics
+        # kept by the hosts: the bench's Ring.step)
+        self.segment = ring_segment(ring.chunk_elems(int(params.size), world), payload_bytes, spec.grad_dtype,
+                                    spec.out_dtype)
         self.spec, self.world, self.length = spec, world, int(params.size)
         self.wire_dtype, self.param_dtype = spec.grad_dtype, spec.out_dtype
         self.chunk_elems = ring.chunk_elems(self.length, world)
@@ -123,7 +136,7 @@ class RtlSimRing(SimLink):
             "config": {"world": world, "length": self.length, "wire_dtype": self.wire_dtype,
                        "param_dtype": self.param_dtype, "payload_bytes": payload_bytes, "window": window,
                        "rto_clocks": max(1, round(rto_s / CLOCK_S)), "comm": comm,
-                       "optimizer": spec.optimizer},
+                       "optimizer": spec.optimizer, "segment": self.segment},
             "faults": {} if faults is None else {"drop": faults.drop, "duplicate": faults.duplicate,
                                                  "reorder": faults.reorder, "bitflip": faults.bitflip,
                                                  "hold_s": faults.hold_s, "seed": faults.seed},

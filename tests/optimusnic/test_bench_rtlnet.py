@@ -131,6 +131,26 @@ def test_merge_keeps_the_parts_not_measured() -> None:
         rtlnet.collect(parts=("nope",))
 
 
+def test_ring_case_at_the_deadlock_bound_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ring case whose chunk reaches transmit + receive slots packets (RS or AG) is one line, not a hang: in
+    `measure_ring_case` and, for the ring part, in `collect` before any part is measured."""
+    from hls.rtl.ring_bound import ChunkOverBound
+
+    def ran(*args: object, **kw: object) -> None:
+        raise AssertionError("a simulation started")
+
+    monkeypatch.setattr(rtlnet, "simulate", ran)
+    monkeypatch.setattr(rtlnet, "simulate_ring", ran)
+    small = KernelSpec(grad_source="stream", out_sink="memory+stream", lanes=2, stripes=1)
+    rtlnet.check_ring_case(3, 192, 23, SMALL, small)  # 23 packets per flow: under 16 + 8
+    with pytest.raises(ChunkOverBound, match=r"^bench rtlnet: ring of 3 RTL cards: .* bound of 24") as info:
+        rtlnet.measure_ring_case(3, 192, 24, params=SMALL, card=small)
+    assert "\n" not in str(info.value)
+    rtlnet.check_ring_case(4, 1408, rtlnet.STEP_PACKETS_PER_CHUNK)  # the bench's own ring rows: 16 of 64
+    with pytest.raises(ChunkOverBound, match="ring of 2 RTL cards"):
+        rtlnet.collect(worlds=(2, 3), parts=("card", "ring"), step_packets=64)
+
+
 def test_cli_parts_option() -> None:
     import argparse
 

@@ -24,17 +24,24 @@ delivered to it; lossless: no retransmission, timeout, NAK or drop; the switch r
 transmit underflow or TKEEP error (the top's checkers), the AXI monitors clean. A step that does
 not finish within ONIC_LIMIT clocks fails with every card's control words and counters.
 
+A ring whose chunk has as many packets per flow as the build's transmit slots plus receive slots
+(2**TX_SLOTS_LOG2 + 2**RX_SLOT_LOG2, read from the top's parameters; RS at the wire dtype, AG at
+the parameter dtype) is refused at the start with one line (`hls.rtl.ring_bound`): it would meet
+the open ring deadlock of RTL cards (sim/rtl/net/README.md "Known defect") and hang, not fail.
+ONIC_ALLOW_DEADLOCK=1 runs it anyway (test_ring_cards_ag_deadlock, which shows the deadlock).
+
 `Ring` is also the engine of `pynq_driver.net`'s rtlsim backend (`ring_server.py`).
 
 Environment: ONIC_CARDS, ONIC_MANIFEST, ONIC_SEED, ONIC_STEPS, ONIC_LIMIT, ONIC_DROP, ONIC_DUP,
 ONIC_REORDER, ONIC_BITFLIP (per frame on every egress link), ONIC_GRAD_STALL (the stand-in kernel
 refusing its gradient beat; a quarter of it: card memory pauses), WIRE_BF16, PARAM_BF16 (the
 stand-in's dtypes), ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements),
-ONIC_RTO (retransmission timeout, clocks), ONIC_TWO_PHASE ("clip", "noclip", "skip" comma separated,
-cycled over the steps, "" a one-phase step: two-phase steps whose clip to MAX_NORM triggers, does
-not, or which a non-finite gradient skips: phase 3 gathers the current parameters), ONIC_SEGMENT
-(round-major order with that many packets per round on every card, design.md 8.2; two-phase steps
-only).
+ONIC_RTO (retransmission timeout, clocks), ONIC_PAYLOAD (payload bytes; default drawn from the
+seed: 64, 128 or 192), ONIC_ALLOW_DEADLOCK (1: no refusal at the deadlock bound), ONIC_TWO_PHASE
+("clip", "noclip", "skip" comma separated, cycled over the steps, "" a one-phase step: two-phase
+steps whose clip to MAX_NORM triggers, does not, or which a non-finite gradient skips: phase 3
+gathers the current parameters), ONIC_SEGMENT (round-major order with that many packets per round
+on every card, design.md 8.2; two-phase steps only; the deadlock bound is then 2 x segment).
 
 Two-phase steps (design.md 8.1): each card's host runs phase one, reads every rank's entry at its
 network kernel's ap_done, derives the scale, starts its Adam kernel or stand-in and phase two, each
@@ -69,6 +76,7 @@ from hls import golden, net_regmap
 from hls.golden import Hyper, to_bf16_bits
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
+from hls.rtl import ring_bound
 
 MEM_BYTES = 1 << 20
 BEAT = 64
@@ -316,18 +324,38 @@ class StepResult:
     sums: list[bytes] | None = None  # two-phase: per card, the owner's sum in card memory (S elements)
 
 
+def top_bound(dut: Any) -> int:
+    """The deadlock bound T + R of the top's build, from its parameters (every card gets the same)."""
+    try:
+        return ring_bound.bound(int(dut.TX_SLOTS_LOG2.value), int(dut.RX_SLOT_LOG2.value))
+    except (AttributeError, ValueError) as exc:
+        raise ValueError(f"the top has no readable TX_SLOTS_LOG2 / RX_SLOT_LOG2 parameter ({exc}): "
+                         "the ring's deadlock bound is unknown") from exc
+
+
 class Ring:
     """The first `cfg.world` RTL cards of the top on one switch; `step` runs one ring step on all.
 
     `adam`: the Adam kernel's manifest when the top's cards are `onic_card` (else the network
     kernel with the stand-in). The top may hold more cards than the ring uses: the others stay
-    idle (never started, MAC ports unconnected), so one build serves rings of 2 .. its size."""
+    idle (never started, MAC ports unconnected), so one build serves rings of 2 .. its size.
+
+    A chunk at or over the deadlock bound of the top's buffers (`bound`: transmit slots + receive
+    slots, from its TX_SLOTS_LOG2 and RX_SLOT_LOG2) in hop-major order, or a round-major segment
+    with 2 B at or over it, raises `ring_bound.ChunkOverBound` here, before anything runs, unless
+    `allow_deadlock` (only the test that shows the deadlock)."""
 
     def __init__(self, dut: Any, cfg: RingConfig, params: np.ndarray, *, faults: PortFaults | None = None,
                  buffer_bytes: int | None = None, grad_stall: float = 0.3, seed: int = 1,
-                 adam: dict[str, Any] | None = None, clock_ps: int = CLOCK_NS * 1000, poll: int = 16) -> None:
+                 adam: dict[str, Any] | None = None, clock_ps: int = CLOCK_NS * 1000, poll: int = 16,
+                 allow_deadlock: bool = False) -> None:
         # clock_ps, poll (clocks between interrupt polls): the bench's 300 MHz and exact done clocks
         self.dut, self.cfg = dut, cfg
+        self.bound = top_bound(dut)
+        size = ring.chunk_elems(cfg.length, cfg.world)
+        if not allow_deadlock:
+            ring_bound.check_chunk(size, cfg.payload_bytes, cfg.wire_dtype, cfg.param_dtype, self.bound,
+                                   f"ring of {cfg.world} RTL cards", cfg.segment)
         self.clock_ps, self.poll = clock_ps, poll
         self.done_cycle: dict[int, int] = {}  # per card: the clock its last interrupt was seen, this step
         n = cfg.world
@@ -669,15 +697,17 @@ async def test_ring_cards(dut: Any) -> None:
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     size = int(os.environ.get("ONIC_SIZE", "0")) or int(rng.choice([48, 80, 112]))
+    drawn = int(rng.choice([64, 128, 192]))
     cfg = RingConfig(world=n, length=n * size - int(nrng.integers(0, 16)), wire_dtype=wdt, param_dtype=pdt,
-                     payload_bytes=int(rng.choice([64, 128, 192])), optimizer=opt,
+                     payload_bytes=int(os.environ.get("ONIC_PAYLOAD", "0")) or drawn, optimizer=opt,
                      rto_clocks=int(os.environ.get("ONIC_RTO", "1000")),
                      segment=int(os.environ.get("ONIC_SEGMENT", "0")))
     params = (nrng.standard_normal(cfg.length) * 0.1).astype(np.float32)
     faults, lossless = env_faults(seed)
     buffer = int(os.environ.get("ONIC_BUFFER", "0")) or None
     ring_ = Ring(dut, cfg, params, faults=faults, buffer_bytes=buffer,
-                 grad_stall=float(os.environ.get("ONIC_GRAD_STALL", "0.3")), seed=seed, adam=adam)
+                 grad_stall=float(os.environ.get("ONIC_GRAD_STALL", "0.3")), seed=seed, adam=adam,
+                 allow_deadlock=os.environ.get("ONIC_ALLOW_DEADLOCK", "0") == "1")
     refring = ReferenceRing(cfg, params)
     await ring_.reset()
     faulted = 0

@@ -153,6 +153,20 @@ def test_rail_dry_run_json_carries_the_network_package(tmp_path: Path, capsys: p
     assert plan["network"]["manifest"] == _package().manifest
     assert plan["network"]["package_xo_tcl"] == _package().package_tcl
     assert [s["name"] for s in plan["steps"]] == ["hls", "package_net_xo", "link"]
+    # the deadlock bound of a ring of these kernels (2^7 transmit + 32 receive slots, an open defect)
+    assert plan["network"]["chunk_packets_bound"] == 160 and plan["network"]["max_chunk_elems"] == 55968
+    assert any("deadlocks once a chunk" in n and "Known defect" in n for n in plan["notes"])
+
+
+def test_rail_dry_run_reports_the_chunk_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The package's bound follows its generics: bf16 on the wire and out doubles the elements per chunk."""
+    pkg = _package()
+    assert pkg.chunk_packets_bound == 2 ** pkg.generics["TX_SLOTS_LOG2"] + 2 ** pkg.generics["RX_SLOT_LOG2"] == 160
+    bf16 = _package(grad_dtype="bf16", out_dtype="bf16")
+    assert bf16.max_chunk_elems == 2 * pkg.max_chunk_elems
+    assert main(["build", "--target", "u55c", *RAIL, "--dry-run", "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "chunk bound: under 160 packets per flow, up to 55,968 elements" in out
 
 
 def test_rail_on_a_card_without_xrt_is_refused() -> None:

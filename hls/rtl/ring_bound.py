@@ -1,0 +1,106 @@
+"""The chunk bound of a ring of RTL cards (sim/rtl/net/README.md "Known defect"), by packet order.
+
+In hop-major order (the network kernel's `segment` 0: a whole chunk per hop) a ring of RTL cards
+deadlocks once a chunk has P >= T + R packets in a flow: T the flow's transmit (retransmit) slots,
+2**TX_SLOTS_LOG2 (one set per flow), R the card's receive slots, 2**RX_SLOT_LOG2. Every sender then
+holds unsent packets of its own chunk with credit 0 while every receiver's slots hold the
+predecessor's chunk, waiting for transmit slots to forward it (tests/hls/net/test_ring_order_buffers.py
+finds exactly this bound in a packet-level model). The reduce-scatter (P at the wire dtype) and the
+all-gather (P at the parameter dtype) meet it alike. In round-major order with a segment of B < P
+packets (design.md 8.2; two-phase steps) the ring cannot deadlock when 2 B < T + R, whatever P:
+`segment_for` gives the largest such B. A ring of one RTL card and software peers meets neither
+(the peers consume at once).
+
+Every path that runs N RTL cards checks a chunk before it starts (one line, `ChunkOverBound`)
+instead of hanging: the N-card bench (sim/tb/net/test_onic_ring_cards.py `Ring`), the rtlsim
+backend (`pynq_driver.net.rtlsim`, which picks round-major order for a chunk over the hop-major
+bound), `optimusnic bench rtlnet` (hop-major steps); sizing and the rail build's dry run report the
+bound of the packaged kernel and the segment that runs any chunk. Pure Python, no simulator: the
+sizing imports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from hls.errors import UserError
+from hls.net import wire
+
+DEFECT = 'the ring deadlock of hop-major order on RTL cards (sim/rtl/net/README.md "Known defect")'
+# The packaged network kernel's receive slots (hls.vitis.netpkg): onic_net_kernel's default RX_SLOT_LOG2.
+PACKAGED_RX_SLOT_LOG2 = 5
+FLOWS = (("rs", "reduce-scatter"), ("ag", "all-gather"))
+
+
+class ChunkOverBound(UserError):
+    """A ring of RTL cards would deadlock on this chunk in this order: refused, not run."""
+
+
+def bound(tx_slots_log2: int, rx_slot_log2: int) -> int:
+    """T + R: the packets per flow at which a ring of RTL cards deadlocks (a chunk must have fewer)."""
+    return 2 ** int(tx_slots_log2) + 2 ** int(rx_slot_log2)
+
+
+def params_bound(params: Mapping[str, object]) -> int:
+    """`bound` of a build's network-kernel parameters (TX_SLOTS_LOG2, RX_SLOT_LOG2)."""
+    return bound(int(params["TX_SLOTS_LOG2"]), int(params["RX_SLOT_LOG2"]))  # type: ignore[call-overload]
+
+
+def segment_for(limit: int) -> int:
+    """The largest segment B (packets per round) with 2 B < T + R = `limit`: round-major order with it
+    cannot deadlock, whatever the chunk."""
+    return max(1, (int(limit) - 1) // 2)
+
+
+def packaged_slots_log2(window_packets: int) -> tuple[int, int]:
+    """(TX_SLOTS_LOG2, RX_SLOT_LOG2) of the packaged network kernel for sizing's window (hls.vitis.netpkg)."""
+    return (int(window_packets) - 1).bit_length(), PACKAGED_RX_SLOT_LOG2
+
+
+def flow_packets(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str) -> dict[str, int]:
+    """Packets per hop of each flow: the reduce-scatter at the wire dtype, the all-gather at the parameter dtype."""
+    return {"rs": math.ceil(chunk_elems * wire.ELEMENT_BYTES[wire_dtype] / payload_bytes),
+            "ag": math.ceil(chunk_elems * wire.ELEMENT_BYTES[param_dtype] / payload_bytes)}
+
+
+def max_chunk_elems(limit: int, payload_bytes: int, wire_dtype: str, param_dtype: str) -> int:
+    """The largest chunk (a multiple of 16 elements, design.md 8.1) with fewer than `limit` packets in both flows."""
+    widest = max(wire.ELEMENT_BYTES[wire_dtype], wire.ELEMENT_BYTES[param_dtype])
+    return (limit - 1) * payload_bytes // widest // 16 * 16
+
+
+def refusal(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str, limit: int,
+            what: str = "ring of RTL cards", segment: int = 0) -> str | None:
+    """The one-line reason a ring of RTL cards with T + R = `limit` cannot run this chunk in the order of
+    `segment` (0: hop-major), or None if it can. A flow with no more packets per hop than the segment is
+    one round: hop-major."""
+    packets = flow_packets(chunk_elems, payload_bytes, wire_dtype, param_dtype)
+    rounds = [k for k, _ in FLOWS if 0 < segment < packets[k]]
+    if rounds and 2 * segment >= limit:
+        return (f"{what}: segment {segment}: round-major order cannot deadlock only when 2 x segment is below "
+                f"the bound of {limit} (transmit slots + receive slots of the build): at most "
+                f"{segment_for(limit)}")
+    over = [f"{packets[k]} {name} packets ({dt})" for (k, name), dt in zip(FLOWS, (wire_dtype, param_dtype),
+                                                                          strict=True)
+            if k not in rounds and packets[k] >= limit]
+    if not over:
+        return None
+    return (f"{what}: a chunk of {chunk_elems} elements in {payload_bytes}-byte packets is "
+            f"{' and '.join(over)} per hop, at or over the bound of {limit} (transmit slots + receive slots "
+            f"of the build): it would deadlock, {DEFECT}; at most "
+            f"{max_chunk_elems(limit, payload_bytes, wire_dtype, param_dtype)} elements per chunk at this payload "
+            f"in hop-major order, any chunk in round-major order with a segment of at most {segment_for(limit)} "
+            "(two-phase steps)")
+
+
+def check_chunk(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str, limit: int,
+                what: str = "ring of RTL cards", segment: int = 0) -> None:
+    """Raise `ChunkOverBound` (one line) when the chunk would deadlock in the order of `segment`."""
+    reason = refusal(chunk_elems, payload_bytes, wire_dtype, param_dtype, limit, what, segment)
+    if reason is not None:
+        raise ChunkOverBound(reason)
+
+
+__all__ = ["DEFECT", "FLOWS", "PACKAGED_RX_SLOT_LOG2", "ChunkOverBound", "bound", "check_chunk", "flow_packets",
+           "max_chunk_elems", "packaged_slots_log2", "params_bound", "refusal", "segment_for"]
