@@ -23,10 +23,12 @@ runs the ring's reduce-scatter, the owner's update and the all-gather):
                    target has it, else BRAM36 (8 x 512 x 72 = 32 KiB per group), against the target's
                    usable on-chip memory
   RTL chunk bound  the packaged RTL network kernel (hls.vitis.netpkg: 2^ceil(log2 window) transmit slots
-                   per flow, 32 receive slots) on every card of a ring deadlocks once a chunk has
-                   transmit + receive slots packets per flow or more (an open defect, hls.rtl.ring_bound:
-                   160 at the default window of 128); the plan reports the bound, the largest chunk
-                   under it and, with the parameter count, this ring's chunk and whether it is over
+                   per flow, 32 receive slots) on every card of a ring deadlocks in hop-major order once
+                   a chunk has transmit + receive slots packets per flow or more (hls.rtl.ring_bound: 160
+                   at the default window of 128); round-major order with a segment B, 2 B below that
+                   (79), runs any chunk in two-phase steps (design.md 8.2). The plan reports the bound,
+                   the largest hop-major chunk, the segment and, with the parameter count, this ring's
+                   chunk and whether it needs round-major order
 """
 
 from __future__ import annotations
@@ -145,13 +147,15 @@ class NetworkPlan:
     uram_usable: int | None
     bram36_usable: int | None
     onchip_fits: bool
-    # The packaged RTL network kernel on N RTL cards (hls.rtl.ring_bound, an open defect): a chunk with
-    # rtl_packets_bound packets per flow (RS at the wire dtype, AG at the output dtype) or more deadlocks.
+    # The packaged RTL network kernel on N RTL cards (hls.rtl.ring_bound): a chunk with rtl_packets_bound
+    # packets per flow (RS at the wire dtype, AG at the output dtype) or more deadlocks in hop-major order;
+    # round-major order with rtl_segment packets per round (two-phase steps) runs any chunk.
     rtl_packets_bound: int = 0
     rtl_max_chunk_elems: int = 0  # the largest chunk under the bound at this payload
     rtl_chunk_elems: int | None = None  # one ring's chunk (the card's shard over the ring ports), with params
     rtl_chunk_packets: dict[str, int] | None = None  # {"rs": ..., "ag": ...} packets per hop of that chunk
-    rtl_chunk_deadlocks: bool | None = None  # that chunk reaches the bound: RTL cards cannot run this ring
+    rtl_chunk_deadlocks: bool | None = None  # that chunk reaches the bound: hop-major order would deadlock
+    rtl_segment: int = 0  # the largest round-major segment (packets per round) the buffers allow
 
 
 def ring_streams(target: Target, assignments: list[CuAssignment], wire_bytes: int, out_bytes: int,
@@ -287,7 +291,7 @@ def rtl_chunk_bound(ring_ports: int, payload: int, window: int, wire_bytes: int,
     """The NetworkPlan's rtl_* fields: the packaged network kernel's deadlock bound (hls.rtl.ring_bound) and,
     for a card's `shard` (elements), one ring's chunk (the shard over the ring ports, whole 64-byte beats)."""
     limit = ring_bound.bound(*ring_bound.packaged_slots_log2(window))
-    out: dict[str, object] = {"rtl_packets_bound": limit,
+    out: dict[str, object] = {"rtl_packets_bound": limit, "rtl_segment": ring_bound.segment_for(limit),
                               "rtl_max_chunk_elems": (limit - 1) * payload // max(wire_bytes, out_bytes) // 16 * 16}
     if shard:
         chunk = math.ceil(math.ceil(shard / ring_ports) / 16) * 16
@@ -333,9 +337,11 @@ def network_plan(target: Target, ring_ports: int, payload: int, window: int, gra
         assert isinstance(packets, dict)
         notes.append(f"rail: RTL network kernel: a ring chunk of {rtl['rtl_chunk_elems']:,} elements is "
                      f"{packets['rs']:,} RS / {packets['ag']:,} AG packets of {payload} bytes, at or over its deadlock "
-                     f"bound of {rtl['rtl_packets_bound']} packets per flow (transmit + receive slots): a ring of "
-                     f"RTL cards would deadlock, {ring_bound.DEFECT}; chunks up to "
-                     f"{rtl['rtl_max_chunk_elems']:,} elements run")
+                     f"bound of {rtl['rtl_packets_bound']} packets per flow (transmit + receive slots): in "
+                     f"hop-major order a ring of RTL cards would deadlock, {ring_bound.DEFECT}; it runs in "
+                     f"round-major order with a segment of at most {rtl['rtl_segment']} packets (the network "
+                     f"kernel's `segment`, two-phase steps; hop-major takes chunks up to "
+                     f"{rtl['rtl_max_chunk_elems']:,} elements)")
     return NetworkPlan(
         placement="rail", card_ports=target.network_ports, ring_ports=ring_ports,
         port_assumption=port_assumption(target, ring_ports), line_rate_gbps=target.line_rate_gbps,

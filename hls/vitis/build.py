@@ -505,7 +505,8 @@ def format_plan(plan: BuildPlan, *, check: bool = True) -> str:
                      + f" (written by a real build; package_net_xo packages sim/rtl/net/{netpkg.NET_TOP}.v)")
         lines.append("      parameters: " + ", ".join(f"{k}={v}" for k, v in net.generics.items()))
         lines.append(f"      chunk bound: under {net.chunk_packets_bound} packets per flow, up to "
-                     f"{net.max_chunk_elems:,} elements (a ring of these cards deadlocks at or over it; open defect)")
+                     f"{net.max_chunk_elems:,} elements in hop-major order (a ring of these cards deadlocks at "
+                     "or over it); any chunk in round-major order (`segment`, two-phase steps)")
         lines.append("      registers: " + ", ".join(f"{a['name']}@0x{a['offset']:03X}" for a in regs["args"]))
         ro = regs["readonly"]
         lines.append(f"      read-only: status@0x{ro[0]['offset']:03X}, {len(ro) - 1} 64-bit counters "

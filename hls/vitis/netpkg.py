@@ -141,8 +141,8 @@ class NetPackage:
     generics: dict[str, int]
     missing: str | None  # why a real build cannot link a working ring (None: the link is complete)
     notes: list[str]
-    # packets per flow at which a ring of these kernels deadlocks (transmit + receive slots of the generics, an
-    # open defect: hls.rtl.ring_bound) and the largest chunk under it at the package's payload and dtypes
+    # packets per flow at which a ring of these kernels deadlocks (transmit + receive slots of the generics, in
+    # hop-major order: hls.rtl.ring_bound) and the largest chunk under it at the package's payload and dtypes
     chunk_packets_bound: int = 0
     max_chunk_elems: int = 0
 
@@ -208,10 +208,11 @@ def package(spec: KernelSpec, target: Target, kernel: str) -> NetPackage:
     limit = ring_bound.params_bound(generics)
     widest = max(DTYPE_BYTES[spec.grad_dtype], DTYPE_BYTES[spec.out_dtype])
     max_chunk = (limit - 1) * network.payload_bytes // widest // 16 * 16
-    notes.append(f"rail placement: a ring of {name} cards deadlocks once a chunk (L / N elements) has {limit} "
-                 f"packets per flow or more (2^{generics['TX_SLOTS_LOG2']} transmit + 2^{generics['RX_SLOT_LOG2']} "
-                 f"receive slots), {ring_bound.DEFECT}: chunks up to {max_chunk:,} elements at "
-                 f"{network.payload_bytes}-byte payloads; the network kernel cannot run a larger ring step yet")
+    notes.append(f"rail placement: in hop-major order a ring of {name} cards deadlocks once a chunk (L / N "
+                 f"elements) has {limit} packets per flow or more (2^{generics['TX_SLOTS_LOG2']} transmit + "
+                 f"2^{generics['RX_SLOT_LOG2']} receive slots), {ring_bound.DEFECT}: chunks up to {max_chunk:,} "
+                 f"elements at {network.payload_bytes}-byte payloads; a larger chunk runs in round-major order "
+                 f"(the network kernel's `segment` at most {ring_bound.segment_for(limit)}, two-phase steps)")
     notes.append("rail placement: XUP VNx's cmac_<i>.M_AXIS has no TUSER (its receive FIFO drops the CMAC's "
                  f"frame-check flag), so {name}.s_axis_mac0_tuser is tied to 0 by the link: a frame with a failed "
                  "FCS is filtered by its headers and IPv4 checksum only")

@@ -465,8 +465,9 @@ def measure_ring_case(n: int, payload: int, packets: int, seed: int = 1, log: Lo
 
 def ag_packets_bound(params: dict[str, int] | None = None) -> int:
     """The deadlock bound of a ring of RTL cards with these buffers: transmit slots + receive slots. A chunk
-    with as many packets in a flow (RS or AG) or more deadlocks the ring (an open defect,
-    `hls.rtl.ring_bound`); the ring rows keep under it and `check_ring_case` refuses a case that does not."""
+    with as many packets in a flow (RS or AG) or more deadlocks the ring in hop-major order, the order the
+    bench's one-phase steps run (`hls.rtl.ring_bound`); the ring rows keep under it and `check_ring_case`
+    refuses a case that does not."""
     return ring_bound.params_bound(dict(params or BENCH_PARAMS))
 
 
@@ -905,8 +906,8 @@ def _ring_lines(rep: dict[str, Any], ns: float) -> list[str]:
              "retransmission, no transmit underflow). Chunks of "
              f"{', '.join(sorted({str(x['ag_packets']) for x in rg['steps']}))} AG packets, within the all-gather "
              f"bound (transmit slots + receive slots = "
-             f"{rep.get('ag_packets_bound', '-')}: beyond it rings of RTL cards deadlock in the all-gather, an "
-             "open defect; the "
+             f"{rep.get('ag_packets_bound', '-')}: beyond it rings of RTL cards deadlock in hop-major order, "
+             "the order of these one-phase steps; round-major order runs larger chunks in two-phase steps; the "
              "measured commit is below). The last column is the one-RTL-card step above "
              f"({rep['card'].get('spec', {}).get('lanes', '-')} lanes). Runs per N (seeds 1.., medians): "
              f"{', '.join(str(x.get('runs', '-')) for x in rg['steps'])}.",

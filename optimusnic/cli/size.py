@@ -208,11 +208,13 @@ def format_network(r: SizingReport) -> list[str]:
         f"{n.payload_bytes} B = {human_bytes(n.window_bytes)} (RS and AG, retransmit and receive, per ring port): "
         + (f"{n.uram} URAM of {n.uram_usable} usable" if n.uram else f"{n.bram36} BRAM36 of {n.bram36_usable} usable")
         + ("" if n.onchip_fits else " -- does NOT fit"),
-        f"  rail: RTL chunk bound       {n.rtl_packets_bound} packets per flow (the packaged network kernel's "
-        f"transmit + receive slots; an open deadlock at or over it): chunks up to {n.rtl_max_chunk_elems:,} elements"
+        f"  rail: RTL chunk bound       {n.rtl_packets_bound} packets per flow in hop-major order (the packaged "
+        f"network kernel's transmit + receive slots: a ring deadlocks at or over it): chunks up to "
+        f"{n.rtl_max_chunk_elems:,} elements; any chunk in round-major order, segment <= {n.rtl_segment} "
+        "(two-phase steps)"
         + ("" if n.rtl_chunk_packets is None else
            f"; this ring's chunk {n.rtl_chunk_elems:,} elements = {n.rtl_chunk_packets['rs']:,} RS / "
-           f"{n.rtl_chunk_packets['ag']:,} AG packets" + (" -- RTL cards would DEADLOCK" if n.rtl_chunk_deadlocks
+           f"{n.rtl_chunk_packets['ag']:,} AG packets" + (" -- needs round-major order" if n.rtl_chunk_deadlocks
                                                           else "")),
     ]
     return lines

@@ -174,13 +174,15 @@ def test_size_cli_rail(capsys) -> None:
 
 def test_rtl_chunk_bound_of_the_packaged_kernel(capsys: pytest.CaptureFixture[str]) -> None:
     """The rail plan reports the packaged network kernel's deadlock bound (hls.rtl.ring_bound: 2^7 transmit +
-    32 receive slots = 160 packets per flow at the default window) and, with the parameters, whether this
-    ring's chunk reaches it: then N RTL cards would deadlock, said in a note (an open defect)."""
+    32 receive slots = 160 packets per flow at the default window) in hop-major order, the round-major segment
+    that runs any chunk (79: 2 x 79 < 160) and, with the parameters, whether this ring's chunk reaches the
+    bound: then the note says hop-major order would deadlock and names the segment."""
     u55c = get_target("u55c")
     alone = size(u55c, None, placement="rail", grad_source="stream")
     n = alone.network
     assert n is not None and n.rtl_packets_bound == 160 and n.rtl_chunk_packets is None
     assert n.rtl_max_chunk_elems == 159 * 1408 // 4 // 16 * 16 == 55968 and n.rtl_chunk_deadlocks is None
+    assert n.rtl_segment == 79
     small = size(u55c, 3 * 40000, cards=3, placement="rail", grad_source="stream", out_dtype="bf16")
     s = small.network
     assert s is not None and s.rtl_chunk_elems == 40000 and s.rtl_chunk_packets == {"rs": 114, "ag": 57}
@@ -188,11 +190,14 @@ def test_rtl_chunk_bound_of_the_packaged_kernel(capsys: pytest.CaptureFixture[st
     big = size(u55c, int(7e9), cards=8, placement="rail", grad_source="stream", ring_ports=2, window_packets=8)
     b = big.network
     assert b is not None and b.rtl_packets_bound == 8 + 32 and b.rtl_chunk_elems == 437_500_000
-    assert b.rtl_chunk_deadlocks is True
-    assert any("RTL cards would deadlock" in x and "Known defect" in x for x in big.notes)
+    assert b.rtl_chunk_deadlocks is True and b.rtl_segment == 19
+    assert any("RTL cards would deadlock" in x and "Known defect" in x and "segment of at most 19" in x
+               for x in big.notes)
     assert main(["size", "--target", "u55c", "--params", "7e9", "--cards", "8", "--placement", "rail", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)["network"]
-    assert d["rtl_packets_bound"] == 160 and d["rtl_chunk_deadlocks"] is True
+    assert d["rtl_packets_bound"] == 160 and d["rtl_chunk_deadlocks"] is True and d["rtl_segment"] == 79
     assert d["rtl_chunk_packets"] == {"rs": 2485796, "ag": 2485796}
     assert main(["size", "--target", "u55c", "--params", "7e9", "--cards", "8", "--placement", "rail"]) == 0
-    assert "rail: RTL chunk bound       160 packets per flow" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "rail: RTL chunk bound       160 packets per flow" in out and "segment <= 79" in out
+    assert "needs round-major order" in out

@@ -153,7 +153,7 @@ def test_rail_dry_run_json_carries_the_network_package(tmp_path: Path, capsys: p
     assert plan["network"]["manifest"] == _package().manifest
     assert plan["network"]["package_xo_tcl"] == _package().package_tcl
     assert [s["name"] for s in plan["steps"]] == ["hls", "package_net_xo", "link"]
-    # the deadlock bound of a ring of these kernels (2^7 transmit + 32 receive slots, an open defect)
+    # the deadlock bound of a ring of these kernels (2^7 transmit + 32 receive slots, in hop-major order)
     assert plan["network"]["chunk_packets_bound"] == 160 and plan["network"]["max_chunk_elems"] == 55968
     assert any("deadlocks once a chunk" in n and "Known defect" in n for n in plan["notes"])
 
