@@ -7,10 +7,11 @@ lossless reference ring of `hls.net.card.Card`s over several steps; STATUS of bo
 counters against the switch ports; the AXI monitor on every m_axi port; no MAC transmit underflow.
 One three-card build serves the default rings of 2 and 3 cards (and NetCluster's rtlsim test).
 
-Every case keeps its chunks under the deadlock bound of the build's buffers (packets per flow <
-transmit slots + receive slots = 16 + 8: sim/rtl/net/README.md "Known defect"); the bench refuses
-a chunk at or over it (`hls.rtl.ring_bound`) except in test_ring_cards_ag_deadlock, which shows
-the deadlock (ONIC_ALLOW_DEADLOCK=1).
+Every hop-major case keeps its chunks under the deadlock bound of the build's buffers (packets per
+flow < transmit slots + receive slots = 16 + 8: sim/rtl/net/README.md "Known defect"); the bench
+refuses a chunk at or over it (`hls.rtl.ring_bound`) except in test_ring_cards_ag_deadlock, which
+shows the deadlock (ONIC_ALLOW_DEADLOCK=1). The round-major cases (`ONIC_SEGMENT`, two-phase
+steps) run chunks beyond it: any chunk, with 2 x segment < 24.
 """
 
 from __future__ import annotations
@@ -150,10 +151,11 @@ def test_ring_cards_long_rto() -> None:
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, raises=RingHung,
-                   reason="known defect, open: all-gather deadlock of RTL cards when a chunk has as many AG "
-                   "packets as the transmit slots plus the receive slots or more (here 25 >= 16 + 8): every "
-                   "card's AG sender holds its own chunk's unsent packets with credit 0, every receiver's slots "
-                   "hold the predecessor's chunk waiting for transmit space to forward it")
+                   reason="known defect of hop-major order (round-major order cures it: test_ring_cards_rounds): "
+                   "deadlock of RTL cards when a chunk has as many packets per flow as the transmit slots plus "
+                   "the receive slots or more (here 25 >= 16 + 8): every card's sender holds its own chunk's "
+                   "unsent packets with credit 0, every receiver's slots hold the predecessor's chunk waiting "
+                   "for transmit space to forward it")
 def test_ring_cards_ag_deadlock() -> None:
     """Lossless, three cards, 400-element chunks of 64-byte packets (seed 18): the first step never ends.
     The bench would refuse the chunk (25 packets, the bound 24); ONIC_ALLOW_DEADLOCK=1 runs it, and only
