@@ -711,11 +711,13 @@ module onic_net_kernel #(
     always @(posedge ap_clk) begin
         rf_open_reg <= {last_seq_reg[2] != cfg_world_m1_reg, last_seq_reg[1] != ag_total_reg,
                         last_seq_reg[0] != rs_total_reg};
-        rf_due_reg  <= rf_timer_reg >= cfg_timeout_reg;
+        // due falls with the restart: a due from before a refresh must not re-arm the flow just refreshed
         if (rst || start_pulse_reg || (ctl_take && !evt_valid)) begin
             rf_timer_reg <= 32'd0;
-        end else if (rf_timer_reg != 32'hFFFF_FFFF) begin
-            rf_timer_reg <= rf_timer_reg + 32'd1;
+            rf_due_reg   <= 1'b0;
+        end else begin
+            if (rf_timer_reg != 32'hFFFF_FFFF) rf_timer_reg <= rf_timer_reg + 32'd1;
+            rf_due_reg <= rf_timer_reg >= cfg_timeout_reg;
         end
     end
 
