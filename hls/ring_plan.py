@@ -24,7 +24,7 @@ runs the ring's reduce-scatter, the owner's update and the all-gather):
                    usable on-chip memory
   RTL chunk bound  the packaged RTL network kernel (hls.vitis.netpkg: 2^ceil(log2 window) transmit slots
                    per flow, 32 receive slots) on every card of a ring deadlocks in hop-major order once
-                   a chunk has transmit + receive slots packets per flow or more (hls.rtl.ring_bound: 160
+                   a chunk has transmit + receive slots packets per flow or more (hls.net.ring_bound: 160
                    at the default window of 128); round-major order with a segment B, 2 B below that
                    (79), runs any chunk in two-phase steps (design.md 8.2). The plan reports the bound,
                    the largest hop-major chunk, the segment and, with the parameter count, this ring's
@@ -46,8 +46,7 @@ from hls.memory_plan import (
     channel_loads,
     channel_usable,
 )
-from hls.net import wire
-from hls.rtl import ring_bound
+from hls.net import ring_bound, wire
 from hls.spec import DTYPE_BYTES
 from hls.targets import Target
 
@@ -147,7 +146,7 @@ class NetworkPlan:
     uram_usable: int | None
     bram36_usable: int | None
     onchip_fits: bool
-    # The packaged RTL network kernel on N RTL cards (hls.rtl.ring_bound): a chunk with rtl_packets_bound
+    # The packaged RTL network kernel on N RTL cards (hls.net.ring_bound): a chunk with rtl_packets_bound
     # packets per flow (RS at the wire dtype, AG at the output dtype) or more deadlocks in hop-major order;
     # round-major order with rtl_segment packets per round (two-phase steps) runs any chunk.
     rtl_packets_bound: int = 0
@@ -288,7 +287,7 @@ def port_assumption(target: Target, ring_ports: int) -> str:
 
 def rtl_chunk_bound(ring_ports: int, payload: int, window: int, wire_bytes: int, out_bytes: int,
                     shard: int | None) -> dict[str, object]:
-    """The NetworkPlan's rtl_* fields: the packaged network kernel's deadlock bound (hls.rtl.ring_bound) and,
+    """The NetworkPlan's rtl_* fields: the packaged network kernel's deadlock bound (hls.net.ring_bound) and,
     for a card's `shard` (elements), one ring's chunk (the shard over the ring ports, whole 64-byte beats)."""
     limit = ring_bound.bound(*ring_bound.packaged_slots_log2(window))
     out: dict[str, object] = {"rtl_packets_bound": limit, "rtl_segment": ring_bound.segment_for(limit),

@@ -29,9 +29,9 @@ from typing import Any
 
 from hls import generate, net_regmap, sizing
 from hls.errors import UserError
+from hls.net import ring_bound
 from hls.paths import RTL_DIR
 from hls.ports import AXIS_PORTS, GRAD_STREAM, PARAM_STREAM
-from hls.rtl import ring_bound
 from hls.rtl_sources import read_filelist
 from hls.spec import DTYPE_BYTES, KernelSpec
 from hls.targets import Target
@@ -142,7 +142,7 @@ class NetPackage:
     missing: str | None  # why a real build cannot link a working ring (None: the link is complete)
     notes: list[str]
     # packets per flow at which a ring of these kernels deadlocks (transmit + receive slots of the generics, in
-    # hop-major order: hls.rtl.ring_bound) and the largest chunk under it at the package's payload and dtypes
+    # hop-major order: hls.net.ring_bound) and the largest chunk under it at the package's payload and dtypes
     chunk_packets_bound: int = 0
     max_chunk_elems: int = 0
 

@@ -72,9 +72,9 @@ from pathlib import Path
 from typing import Any
 
 from hls.errors import OptimusError
-from hls.net import wire
+from hls.net import ring_bound, wire
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
-from hls.rtl import ring_bound, simulators
+from hls.rtl import simulators
 from hls.rtl_sources import read_filelist
 from hls.spec import KernelSpec
 
@@ -466,7 +466,7 @@ def measure_ring_case(n: int, payload: int, packets: int, seed: int = 1, log: Lo
 def ag_packets_bound(params: dict[str, int] | None = None) -> int:
     """The deadlock bound of a ring of RTL cards with these buffers: transmit slots + receive slots. A chunk
     with as many packets in a flow (RS or AG) or more deadlocks the ring in hop-major order, the order the
-    bench's one-phase steps run (`hls.rtl.ring_bound`); the ring rows keep under it and `check_ring_case`
+    bench's one-phase steps run (`hls.net.ring_bound`); the ring rows keep under it and `check_ring_case`
     refuses a case that does not."""
     return ring_bound.params_bound(dict(params or BENCH_PARAMS))
 

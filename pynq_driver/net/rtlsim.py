@@ -20,7 +20,7 @@ slots), so `payload_bytes` is a multiple of 64 up to 256 and `window` (also the 
 advertised) at most 8; a real card's buffers are larger. `rto_s` defaults to 4 us: many round
 trips of such a window through the simulated switch (500 ns latency), so a lost frame costs
 little simulated time. A chunk of as many packets per flow as the simulation's transmit slots
-plus receive slots (16 + 8 = 24: `hls.rtl.ring_bound`, from `ring_top.SIM_PARAMS`), in the
+plus receive slots (16 + 8 = 24: `hls.net.ring_bound`, from `ring_top.SIM_PARAMS`), in the
 reduce-scatter (wire dtype) or the all-gather (parameter dtype), would meet the ring deadlock of
 hop-major order (sim/rtl/net/README.md "Known defect"): such a ring runs in round-major order with
 segments of 11 packets (`segment`, design.md 8.2), every step as the network kernel's two phases
@@ -60,8 +60,9 @@ STEP_CLOCK_LIMIT = 20_000_000
 
 def ring_segment(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str) -> int:
     """The `segment` the simulation's ring runs a chunk with: 0 (hop-major) under the deadlock bound of its
-    buffers, else the largest round-major segment they allow (`hls.rtl.ring_bound`)."""
-    from hls.rtl import ring_bound, ring_top
+    buffers, else the largest round-major segment they allow (`hls.net.ring_bound`)."""
+    from hls.net import ring_bound
+    from hls.rtl import ring_top
 
     limit = ring_bound.params_bound(ring_top.SIM_PARAMS)
     hop_major_ok = ring_bound.refusal(chunk_elems, payload_bytes, wire_dtype, param_dtype, limit) is None

@@ -173,7 +173,7 @@ def test_size_cli_rail(capsys) -> None:
 
 
 def test_rtl_chunk_bound_of_the_packaged_kernel(capsys: pytest.CaptureFixture[str]) -> None:
-    """The rail plan reports the packaged network kernel's deadlock bound (hls.rtl.ring_bound: 2^7 transmit +
+    """The rail plan reports the packaged network kernel's deadlock bound (hls.net.ring_bound: 2^7 transmit +
     32 receive slots = 160 packets per flow at the default window) in hop-major order, the round-major segment
     that runs any chunk (79: 2 x 79 < 160) and, with the parameters, whether this ring's chunk reaches the
     bound: then the note says hop-major order would deadlock and names the segment."""

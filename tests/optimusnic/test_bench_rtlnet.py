@@ -134,7 +134,7 @@ def test_merge_keeps_the_parts_not_measured() -> None:
 def test_ring_case_at_the_deadlock_bound_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A ring case whose chunk reaches transmit + receive slots packets (RS or AG) is one line, not a hang: in
     `measure_ring_case` and, for the ring part, in `collect` before any part is measured."""
-    from hls.rtl.ring_bound import ChunkOverBound
+    from hls.net.ring_bound import ChunkOverBound
 
     def ran(*args: object, **kw: object) -> None:
         raise AssertionError("a simulation started")

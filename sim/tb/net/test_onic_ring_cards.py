@@ -26,7 +26,7 @@ not finish within ONIC_LIMIT clocks fails with every card's control words and co
 
 A ring whose chunk has as many packets per flow as the build's transmit slots plus receive slots
 (2**TX_SLOTS_LOG2 + 2**RX_SLOT_LOG2, read from the top's parameters; RS at the wire dtype, AG at
-the parameter dtype) is refused at the start with one line (`hls.rtl.ring_bound`): it would meet
+the parameter dtype) is refused at the start with one line (`hls.net.ring_bound`): it would meet
 the open ring deadlock of RTL cards (sim/rtl/net/README.md "Known defect") and hang, not fail.
 ONIC_ALLOW_DEADLOCK=1 runs it anyway (test_ring_cards_ag_deadlock, which shows the deadlock).
 
@@ -74,9 +74,8 @@ from test_onic_net_kernel import MAX_NORM, entry_value, read_entries, two_phase_
 
 from hls import golden, net_regmap
 from hls.golden import Hyper, to_bf16_bits
-from hls.net import ring, wire
+from hls.net import ring, ring_bound, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
-from hls.rtl import ring_bound
 
 MEM_BYTES = 1 << 20
 BEAT = 64

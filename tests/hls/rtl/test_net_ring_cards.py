@@ -9,7 +9,7 @@ One three-card build serves the default rings of 2 and 3 cards (and NetCluster's
 
 Every hop-major case keeps its chunks under the deadlock bound of the build's buffers (packets per
 flow < transmit slots + receive slots = 16 + 8: sim/rtl/net/README.md "Known defect"); the bench
-refuses a chunk at or over it (`hls.rtl.ring_bound`) except in test_ring_cards_ag_deadlock, which
+refuses a chunk at or over it (`hls.net.ring_bound`) except in test_ring_cards_ag_deadlock, which
 shows the deadlock (ONIC_ALLOW_DEADLOCK=1). The round-major cases (`ONIC_SEGMENT`, two-phase
 steps) run chunks beyond it: any chunk, with 2 x segment < 24.
 """

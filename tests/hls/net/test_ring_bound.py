@@ -1,4 +1,4 @@
-"""The deadlock bound of rings of RTL cards (hls.rtl.ring_bound, sim/rtl/net/README.md "Known defect"):
+"""The deadlock bound of rings of RTL cards (hls.net.ring_bound, sim/rtl/net/README.md "Known defect"):
 every path that runs N RTL cards refuses a chunk of T + R packets per flow or more, in one line, before
 anything starts; the N-card bench's `Ring` reads T and R from the top's parameters. Fast: no simulator."""
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from hls.errors import UserError
+from hls.net import ring_bound
 from hls.paths import TB_DIR, TB_MODELS_DIR
-from hls.rtl import ring_bound, ring_top
+from hls.rtl import ring_top
 from optimusnic.bench import rtlnet
 
 DTYPES = [("fp32", "fp32"), ("bf16", "bf16"), ("fp32", "bf16"), ("bf16", "fp32")]
