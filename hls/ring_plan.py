@@ -291,7 +291,8 @@ def rtl_chunk_bound(ring_ports: int, payload: int, window: int, wire_bytes: int,
     for a card's `shard` (elements), one ring's chunk (the shard over the ring ports, whole 64-byte beats)."""
     limit = ring_bound.bound(*ring_bound.packaged_slots_log2(window))
     out: dict[str, object] = {"rtl_packets_bound": limit, "rtl_segment": ring_bound.segment_for(limit),
-                              "rtl_max_chunk_elems": (limit - 1) * payload // max(wire_bytes, out_bytes) // 16 * 16}
+                              "rtl_max_chunk_elems": ring_bound.max_chunk_elems_of_width(limit, payload,
+                                                                                         max(wire_bytes, out_bytes))}
     if shard:
         chunk = math.ceil(math.ceil(shard / ring_ports) / 16) * 16
         packets = {"rs": math.ceil(chunk * wire_bytes / payload), "ag": math.ceil(chunk * out_bytes / payload)}

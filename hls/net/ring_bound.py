@@ -64,10 +64,16 @@ def flow_packets(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dt
             "ag": math.ceil(chunk_elems * wire.ELEMENT_BYTES[param_dtype] / payload_bytes)}
 
 
+def max_chunk_elems_of_width(limit: int, payload_bytes: int, widest_bytes: int) -> int:
+    """The largest chunk (a multiple of 16 elements, design.md 8.1) with fewer than `limit` packets in a flow
+    of `widest_bytes`-byte elements (the wider of the two flows decides)."""
+    return (limit - 1) * payload_bytes // widest_bytes // 16 * 16
+
+
 def max_chunk_elems(limit: int, payload_bytes: int, wire_dtype: str, param_dtype: str) -> int:
-    """The largest chunk (a multiple of 16 elements, design.md 8.1) with fewer than `limit` packets in both flows."""
+    """`max_chunk_elems_of_width` for the ring's wire and parameter dtypes."""
     widest = max(wire.ELEMENT_BYTES[wire_dtype], wire.ELEMENT_BYTES[param_dtype])
-    return (limit - 1) * payload_bytes // widest // 16 * 16
+    return max_chunk_elems_of_width(limit, payload_bytes, widest)
 
 
 def refusal(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str, limit: int,
@@ -103,4 +109,5 @@ def check_chunk(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dty
 
 
 __all__ = ["DEFECT", "FLOWS", "PACKAGED_RX_SLOT_LOG2", "ChunkOverBound", "bound", "check_chunk", "flow_packets",
-           "max_chunk_elems", "packaged_slots_log2", "params_bound", "refusal", "segment_for"]
+           "max_chunk_elems", "max_chunk_elems_of_width", "packaged_slots_log2", "params_bound", "refusal",
+           "segment_for"]

@@ -206,8 +206,8 @@ def package(spec: KernelSpec, target: Target, kernel: str) -> NetPackage:
                 f"{s.banks[0]}: the ring's own {s.bytes_per_s / 2e9:.1f} GB/s, with no host DMA on that channel "
                 "during a step")
     limit = ring_bound.params_bound(generics)
-    widest = max(DTYPE_BYTES[spec.grad_dtype], DTYPE_BYTES[spec.out_dtype])
-    max_chunk = (limit - 1) * network.payload_bytes // widest // 16 * 16
+    max_chunk = ring_bound.max_chunk_elems_of_width(limit, network.payload_bytes,
+                                                    max(DTYPE_BYTES[spec.grad_dtype], DTYPE_BYTES[spec.out_dtype]))
     notes.append(f"rail placement: in hop-major order a ring of {name} cards deadlocks once a chunk (L / N "
                  f"elements) has {limit} packets per flow or more (2^{generics['TX_SLOTS_LOG2']} transmit + "
                  f"2^{generics['RX_SLOT_LOG2']} receive slots), {ring_bound.DEFECT}: chunks up to {max_chunk:,} "
