@@ -88,6 +88,7 @@ def _assert_fails(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode != 0 and "DONE (FAIL" in proc.stdout and "failed assertion" in proc.stdout, out
 
 
+@pytest.mark.slow  # 55 s; the skid and window mutants show by default that the no-loss proofs bite
 def test_formal_fifo_drop_mutant_fails(tmp_path: Path) -> None:
     """A FIFO that reads its RAM while the read register still holds an unplaced word (overwriting it:
     a beat silently lost under output back-pressure) fails the read engine's no-loss proof."""

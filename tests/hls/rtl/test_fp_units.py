@@ -1,8 +1,9 @@
 """Bit-exact simulation of the floating-point units in sim/rtl/fp against numpy references.
 
-Default run: directed corner cases + 5,000 random vectors per unit on Verilator.
-`--full` (marker slow): 200,000 random vectors per unit on Verilator.
-Marker icarus: directed cases + 2,000 random vectors per unit on Icarus.
+Default run: directed corner cases + 5,000 random vectors per arithmetic unit on Verilator.
+`--full` (marker slow): 200,000 random vectors per unit on Verilator, and the default Verilator run
+of the one-clock format conversions, fp32_sq_f64 and the multiplier's unpack-stage variant.
+Marker icarus (default): directed cases + 2,000 random vectors per unit on Icarus.
 """
 
 from __future__ import annotations
@@ -70,8 +71,11 @@ def run_unit(unit: str, simulator: str, n_random: int, seed: int = 1, params: di
     assert ran == 1 and failed == 0, f"{unit} on {simulator}: {failed} of {ran} cocotb tests failed ({xml})"
 
 
-# fp32_sq_f64's Verilator build (~15 s of CPU) runs with --full only; its Icarus run stays default
-DEFAULT_VERILATOR = [pytest.param(u, marks=pytest.mark.slow) if u == "fp32_sq_f64" else u for u in UNITS]
+# Verilator builds cost 15-30 s of CPU each and `make test` has a 25-minute budget. These units'
+# Verilator run is --full only: their Icarus run (directed classes + random vectors) stays default,
+# and the conversions run under Verilator in every bf16 / fp16 Adam-kernel and network test.
+FULL_ONLY_VERILATOR = {"fp32_sq_f64", "bf16_to_fp32", "fp16_to_fp32", "fp32_to_bf16"}
+DEFAULT_VERILATOR = [pytest.param(u, marks=pytest.mark.slow) if u in FULL_ONLY_VERILATOR else u for u in UNITS]
 
 
 @pytest.mark.parametrize("unit", DEFAULT_VERILATOR)
@@ -96,6 +100,7 @@ def test_fp_unit_icarus(unit: str) -> None:
 MUL_UNPACK = {"UNPACK_STAGE": 1}
 
 
+@pytest.mark.slow  # the Icarus run below stays default (budget, as FULL_ONLY_VERILATOR)
 def test_fp32_mul_unpack_stage_verilator() -> None:
     run_unit("fp32_mul", "verilator", DEFAULT_VECTORS, seed=4, params=MUL_UNPACK, latency=6)
 
