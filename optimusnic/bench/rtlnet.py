@@ -53,6 +53,13 @@ Figures (simulated time; only the simulation speed depends on the machine):
   per flow, RS and AG; a case at or over it is refused before anything runs, `check_ring_case`).
 - bf16 (`bf16`): the stand-in with a bf16 wire and bf16 parameters: the line-rate fraction at the
   step payload and the step times.
+- round-major order on N RTL cards (`rounds`, design.md 8.2): the ring build above, N = 3, steps of
+  one chunk size in hop-major order (one-phase and two-phase) and in round-major order (segments
+  ROUND_SEGMENTS, run as two-phase steps: more than one round needs them), and a chunk over the
+  hop-major bound that only round-major order runs: the step and its phase one (the reduce-scatter
+  and the scalar exchange, the network alone; phase two is the owner's update, paced by the
+  2-lane Adam kernel, and the all-gather) against the wire model's reduce-scatter. What a round
+  costs: a round's runs of the local gradient wait for their read bursts one round at a time.
 `--parts` measures some of these; the others are kept from bench/results.json (`merge`), and the
 report says per part at which commit it was measured.
 """
@@ -102,7 +109,7 @@ BENCH_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 12, "RX_SLOT_LOG2": 5, "RX_FRAME_BEATS"
 CARD_LANES = 16
 OPCODES = {1: "rs", 2: "ag", 3: "ack", 4: "nak"}
 # What one run measures (`--parts`); a run of some parts keeps the others' figures from bench/results.json.
-PARTS = ("card", "stand-in", "card-drops", "ring", "bf16")
+PARTS = ("card", "stand-in", "card-drops", "ring", "bf16", "rounds")
 # N RTL cards in one Verilator build (hls.rtl.ring_top): one top of RING_CARDS onic_cards serves the rings of
 # 2 .. RING_CARDS (the others stay idle), each card the bench card (BENCH_PARAMS, `card_spec()`).
 RING_CARDS = 4
@@ -110,6 +117,12 @@ RING_CARDS = 4
 # over two hours of C++ on the shared 2-core machine. 2 elements a clock against the line's 10.4: the owner's
 # update, fed by the last RS hop, runs at the kernel's pace (the ring's credits hold the chunk back).
 RING_LANES = 2
+# Round-major order (`rounds`): N = ROUNDS_WORLD, chunks of ROUNDS_PACKETS packets per flow (the first under the
+# hop-major bound of BENCH_PARAMS, 64, so both orders run it; the second only round-major), segments of
+# ROUND_SEGMENTS packets (31: the largest under the bound, `ring_bound.segment_for`; 8: four times the rounds).
+ROUNDS_WORLD = 3
+ROUNDS_PACKETS = (48, 128)
+ROUND_SEGMENTS = (31, 8)
 BF16_BUILD = "onic_net_kernel-bench-bf16-verilator"
 Log = Callable[[str], None] | None
 
@@ -408,7 +421,8 @@ def simulate_ring(case: dict[str, Any], cards: int = RING_CARDS, params: dict[st
     made.build_dir.mkdir(parents=True, exist_ok=True)
     fd, out = tempfile.mkstemp(prefix="rtlnet-ring-", suffix=".json", dir=made.build_dir)
     os.close(fd)
-    tag = f"n{case['n']}-p{case['payload']}-s{case['size']}-d{case.get('drop', 0)}-seed{case.get('seed', 1)}"
+    tag = f"n{case['n']}-p{case['payload']}-s{case['size']}-d{case.get('drop', 0)}-seed{case.get('seed', 1)}" \
+        + (f"-b{case['segment']}" if case.get("segment") else "") + ("-2p" if case.get("two_phase") else "")
     log_file = made.build_dir.parent / f"{made.top}-bench-{tag}.log"
     return _run_bench(f"the ring {tag}", out, log_file, sources=made.sources, toplevel=made.top,
                       test_module="bench_onic_ring_cards", build_dir=made.build_dir, parameters=made.parameters,
@@ -429,8 +443,14 @@ def ring_figures(raw: dict[str, Any], cards: int = RING_CARDS) -> dict[str, Any]
     model = wire_model_s(n, size, payload, wdt, pdt, latency_s=case.get("latency_s", LATENCY_S))
     counters = raw.get("counters") or []
     status = raw.get("status") or []
+    segment = int(case.get("segment", 0))
+    phase_one = raw.get("phase_one_clocks")
     return {
-        "part": "ring", "adam": f"ring{cards}-rtl{raw.get('lanes', '')}",
+        "part": "rounds" if raw.get("part") == "rounds" else "ring", "adam": f"ring{cards}-rtl{raw.get('lanes', '')}",
+        "segment": segment, "two_phase": bool(case.get("two_phase")) or segment > 0,
+        "phase_one_clocks": phase_one,
+        "phase_one_over_rs_model": None if phase_one is None else
+        phase_one * raw["clock_ps"] * 1e-12 / model["rs_s"],
         "n": n, "rank": None, "payload": payload, "size": size, "wire_dtype": wdt, "param_dtype": pdt,
         "drop": case.get("drop", 0.0), "seed": case.get("seed"), "exact": raw["exact"],
         "mismatch": raw.get("mismatch"), "error": raw.get("error"), "status": status,
@@ -446,16 +466,23 @@ def ring_figures(raw: dict[str, Any], cards: int = RING_CARDS) -> dict[str, Any]
 
 def measure_ring_case(n: int, payload: int, packets: int, seed: int = 1, log: Log = None,
                       params: dict[str, int] | None = None, window: int = WINDOW, cards: int = RING_CARDS,
-                      card: KernelSpec | None = None, drop: float = 0.0) -> dict[str, Any]:
-    """One step of N RTL cards (all onic_cards, `card`'s Adam kernel, the bench's buffers) and its figures."""
+                      card: KernelSpec | None = None, drop: float = 0.0, segment: int = 0,
+                      two_phase: bool = False, part: str = "ring") -> dict[str, Any]:
+    """One step of N RTL cards (all onic_cards, `card`'s Adam kernel, the bench's buffers) and its figures.
+    `segment`: round-major order with that many packets per round (the step runs as two phases);
+    `two_phase`: the two-phase step (no clip: the one-phase result) in either order."""
     card = card or card_spec(RING_LANES)
-    check_ring_case(n, payload, packets, params, card)
+    check_ring_case(n, payload, packets, params, card, segment)
     case = {"n": n, "payload": payload, "size": chunk_size(payload, packets, card.grad_dtype), "seed": seed,
             "window": window, "rto_s": rto_for(payload, window), "latency_s": LATENCY_S, "drop": drop}
-    _log(log, f"[bench rtlnet] {n} RTL cards of {cards} ({card.lanes} lanes) P={payload} S={case['size']} "
+    if segment or two_phase:
+        case |= {"segment": segment, "two_phase": two_phase}
+    order = f" round-major B={segment}" if segment else (" two-phase" if two_phase else "")
+    _log(log, f"[bench rtlnet] {n} RTL cards of {cards} ({card.lanes} lanes) P={payload} S={case['size']}{order} "
               f"seed={seed} ...")
     raw = simulate_ring(case, cards, params, card)
     raw["lanes"] = card.lanes
+    raw["part"] = part
     row = ring_figures(raw, cards)
     _log(log, f"[bench rtlnet]   {row['step_clocks']} clocks, "
               f"{'-' if row['step_over_model'] is None else format(row['step_over_model'], '.3f')}x the wire model, "
@@ -472,11 +499,25 @@ def ag_packets_bound(params: dict[str, int] | None = None) -> int:
 
 
 def check_ring_case(n: int, payload: int, packets: int, params: dict[str, int] | None = None,
-                    card: KernelSpec | None = None) -> None:
-    """Refuse (`ring_bound.ChunkOverBound`, one line) a ring case whose chunk reaches the deadlock bound."""
+                    card: KernelSpec | None = None, segment: int = 0) -> None:
+    """Refuse (`ring_bound.ChunkOverBound`, one line) a ring case whose chunk reaches the deadlock bound
+    in the order of `segment` (0: hop-major)."""
     card = card or card_spec(RING_LANES)
     ring_bound.check_chunk(chunk_size(payload, packets, card.grad_dtype), payload, card.grad_dtype, card.out_dtype,
-                           ag_packets_bound(params), f"bench rtlnet: ring of {n} RTL cards")
+                           ag_packets_bound(params), f"bench rtlnet: ring of {n} RTL cards", segment)
+
+
+def rounds_cases(packets: tuple[int, ...] = ROUNDS_PACKETS, segments: tuple[int, ...] = ROUND_SEGMENTS,
+                 params: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """The `rounds` part's steps: per chunk, hop-major one-phase and two-phase where under the bound, and
+    round-major at every segment."""
+    limit = ag_packets_bound(params)
+    out = []
+    for p in packets:
+        if p < limit:
+            out += [{"packets": p, "segment": 0, "two_phase": False}, {"packets": p, "segment": 0, "two_phase": True}]
+        out += [{"packets": p, "segment": b, "two_phase": True} for b in segments]
+    return out
 
 
 def _commit() -> str:
@@ -530,6 +571,10 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
         for n in worlds:
             if n <= ring_cards:
                 check_ring_case(n, step_payload, step_packets, params, ring_card or card_spec(RING_LANES))
+    if "rounds" in parts:
+        for c in rounds_cases(params=params):
+            check_ring_case(ROUNDS_WORLD, step_payload, c["packets"], params, ring_card or card_spec(RING_LANES),
+                            c["segment"])
     t0 = time.perf_counter()
     card = card or card_spec()
     kw = {"log": log, "params": params, "window": window}
@@ -577,7 +622,7 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
                               lambda rs: {"clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs])}),
                  "drops": _by(card_drops, "drop", lambda rs: _drop_summary(rs))},
         "adam": "reference stand-in on the card's streams (not the Adam RTL kernel)",
-        "line": [], "steps": [], "drops": [], "latency": [], "speed": [], "ring": None, "bf16": None,
+        "line": [], "steps": [], "drops": [], "latency": [], "speed": [], "ring": None, "bf16": None, "rounds": None,
         "ag_packets_bound": ag_packets_bound(params),
     }
     if "ring" in parts:
@@ -595,6 +640,17 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
                               "retransmitted_bytes": _median([r["retransmitted_bytes"] for r in rs]),
                               "ag_packets": math.ceil(rs[0]["size"] * wire.ELEMENT_BYTES[rs[0]["param_dtype"]]
                                                       / rs[0]["payload"])})}
+    if "rounds" in parts:
+        t = time.perf_counter()
+        rc = ring_card or card_spec(RING_LANES)
+        round_rows = [measure_ring_case(ROUNDS_WORLD, step_payload, c["packets"], s, log=log, params=params,
+                                        window=window, cards=ring_cards, card=rc, segment=c["segment"],
+                                        two_phase=c["two_phase"], part="rounds")
+                      for c in rounds_cases(params=params) for s in range(1, repeats + 1)]
+        rows.extend(round_rows)
+        _measured("rounds", t)
+        report["rounds"] = {"cards": ring_cards, "n": ROUNDS_WORLD, "lanes": rc.lanes,
+                            "bound": ag_packets_bound(params), "steps": _rounds_summary(round_rows)}
     if "bf16" in parts:
         bf = {"wire_dtype": "bf16", "param_dtype": "bf16"}
         b_line = group([{"n": line_world, "payload": step_payload, "packets": packets, "seed": 1, **bf}], None,
@@ -630,7 +686,8 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
 
 
 def _mismatches(rows: list[dict[str, Any]]) -> list[str]:
-    return [f"{r['adam']} N={r['n']} P={r['payload']} drop={r['drop']} seed={r['seed']}: "
+    return [f"{r['adam']} N={r['n']} P={r['payload']} drop={r['drop']} seed={r['seed']}"
+            f"{' segment=' + str(r['segment']) if r.get('segment') else ''}: "
             f"{r['error'] or r['mismatch'] or 'STATUS ' + str(r['status'])}" for r in rows if not r["exact"]]
 
 
@@ -668,6 +725,24 @@ def _step_summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
             "model_us": _median([r["model"]["step_s"] * 1e6 for r in rs]),
             "over_model": _median([r["step_over_model"] for r in rs]),
             "step_clocks": _median([r["step_clocks"] for r in rs]), "exact": all(r["exact"] for r in rs)}
+
+
+def _rounds_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (chunk, order) of the `rounds` part: the step and its phase one, medians over the seeds."""
+    out = []
+    for key in dict.fromkeys((r["size"], r["segment"], r["two_phase"]) for r in rows):
+        rs = [r for r in rows if (r["size"], r["segment"], r["two_phase"]) == key]
+        done = [r for r in rs if r["step_clocks"] is not None]
+        ones = [r["phase_one_clocks"] for r in done if r["phase_one_clocks"] is not None]
+        out.append(_step_summary(rs) | {
+            "segment": key[1], "two_phase": key[2], "n": rs[0]["n"],
+            "packets": math.ceil(rs[0]["size"] * wire.ELEMENT_BYTES[rs[0]["wire_dtype"]] / rs[0]["payload"]),
+            "phase_one_clocks": _median(ones) if ones else None,
+            "phase_one_over_rs_model": _median([r["phase_one_over_rs_model"] for r in done
+                                                if r["phase_one_over_rs_model"] is not None]) if ones else None,
+            "rs_model_us": rs[0]["model"]["rs_s"] * 1e6,
+            "clocks_per_s": _median([r["sim_clocks_per_s"] for r in done if r["sim_clocks_per_s"]]) if done else None})
+    return out
 
 
 def _drop_summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -832,6 +907,7 @@ def markdown(rep: dict[str, Any]) -> list[str]:
     lines += _card_drops_lines(rep)
     lines += _ring_lines(rep, ns)
     lines += _bf16_lines(rep)
+    lines += _rounds_lines(rep, ns)
     lines += [
         "",
         "| simulation speed | " + " | ".join(f"N = {x['n']}" for x in rep["speed"]) + " |",
@@ -925,6 +1001,35 @@ def _ring_lines(rep: dict[str, Any], ns: float) -> list[str]:
     return lines
 
 
+def _rounds_lines(rep: dict[str, Any], ns: float) -> list[str]:
+    rd = rep.get("rounds")
+    if not rd or not rd.get("steps"):
+        return []
+    lines = ["", f"ROUND-MAJOR ORDER on N RTL cards (design.md 8.2): the ring build above ({rd['cards']} onic_cards, "
+             f"{rd['lanes']}-lane Adam kernels, the same buffers: hop-major chunks must have fewer than "
+             f"{rd['bound']} packets per flow), N = {rd['n']}, payload {rep['step_payload']}. Each chunk in hop-major "
+             "order (one-phase, and two-phase with no clip) where under the bound, and in round-major order with "
+             "B packets per round (more than one round runs only as a two-phase step: the host runs both phases "
+             "and ignores the entries). Phase one: every card's ap_start to the last card's phase-one done (the "
+             "reduce-scatter, the owner's sum written to card memory, the scalar exchange: the network alone), "
+             "against the wire model's reduce-scatter; phase two (the owner's update from card memory at "
+             f"{rd['lanes']} elements a clock, the all-gather) is the rest of the step. Every step checked as the "
+             "ring rows (bit for bit, lossless counters).",
+             "", "| packets per flow | S elements | order | step | step / model | phase one | phase one / RS model "
+             "| RS model | clocks | simulation speed, clocks per wall second |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for x in rd["steps"]:
+        order = f"round-major, B = {x['segment']}" if x["segment"] else \
+            ("hop-major, two-phase" if x["two_phase"] else "hop-major, one-phase")
+        one = "-" if x["phase_one_clocks"] is None else _us(x["phase_one_clocks"], ns)
+        over1 = "-" if x["phase_one_over_rs_model"] is None else f"{x['phase_one_over_rs_model']:.3f}x"
+        step = "-" if x["step_us"] is None else f"{x['step_us']:.2f} us"
+        over = "-" if x["over_model"] is None else f"{x['over_model']:.3f}x"
+        lines.append(f"| {x['packets']} | {x['size']:,} | {order} | {step} | {over} | {one} | {over1} | "
+                     f"{x['rs_model_us']:.2f} us | {_num(x['step_clocks'])} | {_num(x.get('clocks_per_s'))} |")
+    return lines
+
+
 def _bf16_lines(rep: dict[str, Any]) -> list[str]:
     b = rep.get("bf16")
     if not b:
@@ -985,7 +1090,7 @@ def format_report(rep: dict[str, Any]) -> str:
 PART_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "card": (("card", "spec"), ("card", "line"), ("card", "steps"), ("card", "latency"), ("card", "speed")),
     "stand-in": (("line",), ("steps",), ("drops",), ("latency",), ("speed",)),
-    "card-drops": (("card", "drops"),), "ring": (("ring",),), "bf16": (("bf16",),)}
+    "card-drops": (("card", "drops"),), "ring": (("ring",),), "bf16": (("bf16",),), "rounds": (("rounds",),)}
 _RUN_KEYS = ("line_rate_gbps", "latency_ns", "window", "rank", "line_world", "step_payload", "drop_world", "params",
              "repeats", "goal_of_cap", "ag_packets_bound", "clock_mhz", "load_average", "wall_s", "command")
 

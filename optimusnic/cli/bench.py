@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parts", type=lambda t: [x.strip() for x in t.split(",")], default=None,
                    help="rtlnet: what to measure, comma-separated of card, stand-in, card-drops (goodput under loss "
                         "with the Adam RTL kernel), ring (N RTL cards in one build), bf16 (bf16 wire and parameters, "
-                        "stand-in); default all; the other parts' figures are kept from bench/results.json")
+                        "stand-in), rounds (round-major order on N RTL cards); default all; the other parts' "
+                        "figures are kept from bench/results.json")
     p.add_argument("--net-backends", type=lambda t: [x.strip() for x in t.split(",")], default=None,
                    help="net: software cards to time, comma-separated golden,csim (default both)")
     p.add_argument("--no-ddp", action="store_true", help="net: skip the DDP + AdamW (gloo) baseline")

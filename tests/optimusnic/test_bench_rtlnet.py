@@ -93,6 +93,41 @@ def test_ring_figures_and_their_table() -> None:
     assert rtlnet._ring_lines({"ring": None}, 3.334) == []
 
 
+def test_rounds_cases_figures_and_table() -> None:
+    """The `rounds` part: hop-major (one- and two-phase) only under the bound, round-major at every segment;
+    phase one (the network alone) against the wire model's reduce-scatter; a segment at the bound refused."""
+    from hls.net.ring_bound import ChunkOverBound
+
+    cases = rtlnet.rounds_cases()
+    assert [(c["packets"], c["segment"], c["two_phase"]) for c in cases] == [
+        (48, 0, False), (48, 0, True), (48, 31, True), (48, 8, True), (128, 31, True), (128, 8, True)]
+    for c in cases:  # every case runs: none at the deadlock bound of its order
+        rtlnet.check_ring_case(3, 1408, c["packets"], segment=c["segment"])
+    with pytest.raises(ChunkOverBound, match="ring of 3 RTL cards"):
+        rtlnet.check_ring_case(3, 1408, 128)  # hop-major: 128 packets >= 64
+    with pytest.raises(ChunkOverBound):
+        rtlnet.check_ring_case(3, 1408, 128, segment=32)  # 2 x 32 is not under 64
+    raw = _ring_raw(3, 9000)
+    raw["case"] |= {"size": 16896, "segment": 8, "two_phase": True}
+    raw |= {"part": "rounds", "phase_one_clocks": 3000}
+    row = rtlnet.ring_figures(raw)
+    rs_model = rtlnet.wire_model_s(3, 16896, 1408)["rs_s"]
+    assert row["part"] == "rounds" and row["segment"] == 8 and row["two_phase"]
+    assert row["phase_one_over_rs_model"] == pytest.approx(3000 * 3334e-12 / rs_model)
+    assert rtlnet.part_of(row) == "rounds"
+    hop = rtlnet.ring_figures(_ring_raw(3, 8000) | {"part": "rounds"})
+    assert not hop["two_phase"] and hop["segment"] == 0 and hop["phase_one_clocks"] is None
+    summary = rtlnet._rounds_summary([row, hop])
+    assert [(x["segment"], x["two_phase"], x["packets"]) for x in summary] == [(8, True, 48), (0, False, 16)]
+    assert summary[0]["phase_one_clocks"] == 3000 and summary[1]["phase_one_over_rs_model"] is None
+    md = rtlnet._rounds_lines({"rounds": {"cards": 4, "n": 3, "lanes": 2, "bound": 64, "steps": summary},
+                               "step_payload": 1408}, 3.334)
+    assert "fewer than 64 packets per flow" in md[1]
+    assert md[-2].startswith("| 48 | 16,896 | round-major, B = 8 | 30.01 us | ") and "| 10.00 us | " in md[-2]
+    assert md[-1].startswith("| 16 | 5,632 | hop-major, one-phase | 26.67 us | ") and "| - | - |" in md[-1]
+    assert rtlnet._rounds_lines({"rounds": None}, 3.334) == []
+
+
 def test_merge_keeps_the_parts_not_measured() -> None:
     """A run of some parts (`--parts`) replaces their figures and rows; the others stay, with their commit."""
     def row(part: str, exact: bool = True) -> dict:

@@ -6,7 +6,8 @@ the seeded switch of sim/tb/models (100 Gb/s, 500 ns), at the bench's 300 MHz ke
 The engine is test_onic_ring_cards' `Ring` (the same card memory, hosts, AXI monitors and MAC
 ports) with ideal card memory (5..40 clocks of read latency, no pauses) and the interrupts polled
 every clock. One simulation runs one ring step of the ONIC_BENCH case (n, size, payload, window,
-rto_s, seed, drop) on the first n cards of the top, checks it as test_onic_ring_cards does
+rto_s, seed, drop; segment: round-major order, two_phase: the two-phase step) on the first n cards
+of the top, checks it as test_onic_ring_cards does
 (`check_step`: every owner's p, m, v and out buffer, every card's gathered buffer against a
 lossless ring of `hls.net.card.Card`s, STATUS, counters against the switch ports, no transmit
 underflow) and writes its record to ONIC_BENCH_OUT for `optimusnic.bench.rtlnet.ring_figures`.
@@ -37,8 +38,10 @@ async def bench_ring_cards(dut: Any) -> None:
     n, size, seed = int(case["n"]), int(case["size"]), int(case.get("seed", 1))
     adam = json.loads(Path(os.environ["ONIC_MANIFEST"]).read_text())
     wdt, pdt, opt = adam["spec"]["grad_dtype"], adam["spec"]["out_dtype"], adam["spec"]["optimizer"]
+    two_phase = bool(case.get("two_phase", False))
     cfg = RingConfig(world=n, length=n * size, wire_dtype=wdt, param_dtype=pdt, payload_bytes=int(case["payload"]),
-                     window=int(case["window"]), rto_clocks=round(case["rto_s"] * 1e12 / CLOCK_PS), optimizer=opt)
+                     window=int(case["window"]), rto_clocks=round(case["rto_s"] * 1e12 / CLOCK_PS), optimizer=opt,
+                     segment=int(case.get("segment", 0)))
     nrng = np.random.default_rng(seed)
     params = (nrng.standard_normal(cfg.length) * 0.1).astype(np.float32)
     drop = float(case.get("drop", 0.0))
@@ -48,11 +51,11 @@ async def bench_ring_cards(dut: Any) -> None:
     await ring_.reset()
     grads = [local_gradient(nrng, cfg.length, wdt) for _ in range(n)]
     hyper = Hyper(lr=1e-2, step=1, grad_scale=1.0)
-    ref = refring.step(40, grads, hyper)
+    ref = refring.step(40, grads, hyper, two_phase=two_phase)
     c0, wall0 = ring_.cycle, time.perf_counter()
     error = None
     try:
-        res = await ring_.step(40, grads, hyper, limit=int(case.get("limit_clocks", 400_000)))
+        res = await ring_.step(40, grads, hyper, limit=int(case.get("limit_clocks", 400_000)), two_phase=two_phase)
     except AssertionError as e:  # a step that does not end: the record says so
         res, error = None, str(e)[:2000]
     wall, c1 = time.perf_counter() - wall0, ring_.cycle
@@ -62,6 +65,9 @@ async def bench_ring_cards(dut: Any) -> None:
         # the step: every card's ap_start (written in one clock) to the last interrupt seen (polled each clock)
         out["step_clocks"] = res.clocks
         out["done_cycles"] = {str(k): v for k, v in ring_.done_cycle.items()}
+        # a two-phase step (or round-major, run as one): the last card's phase one (RS and the scalars) done
+        if ring_.phase_one_cycle:
+            out["phase_one_clocks"] = max(ring_.phase_one_cycle.values()) - ring_.start_cycle
         out["counters"] = res.counters
         out["status"] = res.status
         try:

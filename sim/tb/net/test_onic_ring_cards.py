@@ -357,6 +357,8 @@ class Ring:
                                    f"ring of {cfg.world} RTL cards", cfg.segment)
         self.clock_ps, self.poll = clock_ps, poll
         self.done_cycle: dict[int, int] = {}  # per card: the clock its last interrupt was seen, this step
+        self.phase_one_cycle: dict[int, int] = {}  # two-phase: per card, its network kernel's phase-one done
+        self.start_cycle = 0  # the clock the step's ap_starts were written
         n = cfg.world
         if not hasattr(dut, f"c{n - 1}_m_axis_mac0_tvalid"):
             raise ValueError(f"a ring of {n}: the top has fewer cards")
@@ -450,9 +452,12 @@ class Ring:
         await _all([c.program(cfg, step, 1 if two_phase else 0) for c in self.cards])
         start = self.cycle
         self.done_cycle = {}
+        self.start_cycle = start
+        self.phase_one_cycle = {}
 
         async def phases(k: int, card: RtlCard) -> None:
             await self._wait_done(card, start, limit, only="net")
+            self.phase_one_cycle[k] = self.cycle
             entries[k] = await card.entries(n)
             mine = scale if one_phase_rounds else \
                 ring.step_grad_scale(entries[k], n, grad_scale=float(hyper.grad_scale), max_norm=max_norm)
