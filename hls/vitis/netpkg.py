@@ -115,9 +115,9 @@ def link_missing(spec: KernelSpec, network: Any, grad_streams: int) -> str | Non
     if spec.out_dtype not in WIRE_DTYPES:
         return f"rail placement: {name} gathers fp32 or bf16 parameters; --out-dtype {spec.out_dtype} is neither"
     if spec.grad_source != "stream":
-        return (f"rail placement: {name} runs the one-phase step only: the Adam kernel takes the reduced chunk on "
-                "its gradient stream (--grad-source stream); gradients from memory are the two-phase step, "
-                "not in the network RTL yet")
+        return (f"rail placement: {name} feeds the Adam kernel's gradient stream (--grad-source stream) in every "
+                "step: the reduced chunk as it arrives, or in a two-phase step the owner's sum read back from card "
+                "memory; an Adam kernel reading its gradients from memory has no network RTL")
     if not spec.param_stream:
         return (f"rail placement: the all-gather starts from the Adam kernel's parameter stream, which {spec.name} "
                 f"does not have: build it with --out-sink memory+stream (else {name}.s_axis_param0 is unconnected "

@@ -12,7 +12,7 @@ the command exit 1. Two kinds of card:
 - the card (`onic_card`, hls.rtl.card: the network kernel and the generated Adam RTL kernel in one
   top, `card_spec()`: fp32 AdamW, 16 lanes, one stripe per array; 16 elements a clock keep up with
   the line's 10.4 fp32 a clock at 299.94 MHz) in `sim/tb/net/bench_onic_card.py`: step times,
-  forwarding latency, update turnaround and the line-rate fraction at the step payload, p, m, v,
+  forwarding latency, update turnaround and the line-rate fraction at every payload, p, m, v,
   the out buffer and the gathered parameters bit-exact against `hls.net.ring.ring_step`;
 - the network kernel alone with a reference STAND-IN for the Adam kernel on its streams
   (test_onic_net_kernel's `reference_adam_streams`, no kernel latency), rows marked stand-in: the
@@ -547,7 +547,7 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
 
     `card` (default `card_spec()`): the card rows, the network kernel with that Adam RTL kernel
     (`onic_card`): step times, forwarding latency and update turnaround (idle line, and streaming at
-    the step payload, which also gives that payload's line-rate fraction). `stand_in`: the rows of the
+    every payload, which also gives each payload's line-rate fraction). `stand_in`: the rows of the
     network kernel with the stand-in Adam kernel: line-rate fractions at every payload, goodput under
     loss, and the step times and latencies again (the difference is what the Adam kernel adds).
     `params` (the card's buffers), `window`, `build` and `card_build` (Verilator models' folders to
@@ -605,7 +605,7 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
     card_hop = card_line = card_steps = []
     if "card" in parts:
         card_hop = group(hop_cases, card)
-        card_line = group([{"n": line_world, "payload": step_payload, "packets": packets, "seed": 1}], card)
+        card_line = group([{"n": line_world, "payload": p, "packets": packets, "seed": 1} for p in payloads], card)
         card_steps = group(step_cases, card)
     drop_cases = [{"n": drop_world, "payload": step_payload, "packets": packets, "drop": d, "seed": s}
                   for d in drops for s in range(1, repeats + 1)]

@@ -1,4 +1,4 @@
-# Transmit side of the ring protocol (sim/rtl/net/README_tx.md)
+# Transmit side of the ring protocol (sim/rtl/net/README.md "Transmit")
 ../kernel/onic_fifo.v
 ../kernel/onic_dup_reg.v
 onic_net_tx_header.v

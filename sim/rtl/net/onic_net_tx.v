@@ -6,7 +6,7 @@
 `default_nettype none
 
 /*
- * The card's transmit path of docs/design.md 8 (sim/rtl/net/README_tx.md):
+ * The card's transmit path of docs/design.md 8 (sim/rtl/net/README.md "Transmit"):
  *
  *   s_rs_desc_* ─> onic_net_tx_header ─> onic_net_tx_retx (RS) ─┐
  *   s_rs_axis_* (payload) ─────────────────────^                 │
