@@ -155,6 +155,10 @@ class NetworkPlan:
     rtl_chunk_packets: dict[str, int] | None = None  # {"rs": ..., "ag": ...} packets per hop of that chunk
     rtl_chunk_deadlocks: bool | None = None  # that chunk reaches the bound: hop-major order would deadlock
     rtl_segment: int = 0  # the largest round-major segment (packets per round) the buffers allow
+    # One-phase steps on cards with streaming Adam kernels take chunks of at most the receive slots' RS packets
+    # (ring_bound.one_phase_fits); a larger chunk runs as the two phases, in either order.
+    rtl_one_phase_max_elems: int = 0
+    rtl_chunk_one_phase: bool | None = None  # this ring's chunk runs as a one-phase step
 
 
 def ring_streams(target: Target, assignments: list[CuAssignment], wire_bytes: int, out_bytes: int,
@@ -290,14 +294,18 @@ def rtl_chunk_bound(ring_ports: int, payload: int, window: int, wire_bytes: int,
     """The NetworkPlan's rtl_* fields: the packaged network kernel's deadlock bound (hls.net.ring_bound) and,
     for a card's `shard` (elements), one ring's chunk (the shard over the ring ports, whole 64-byte beats)."""
     limit = ring_bound.bound(*ring_bound.packaged_slots_log2(window))
+    one_phase = ring_bound.one_phase_packets(ring_bound.PACKAGED_RX_SLOT_LOG2)
     out: dict[str, object] = {"rtl_packets_bound": limit, "rtl_segment": ring_bound.segment_for(limit),
                               "rtl_max_chunk_elems": ring_bound.max_chunk_elems_of_width(limit, payload,
-                                                                                         max(wire_bytes, out_bytes))}
+                                                                                         max(wire_bytes, out_bytes)),
+                              # at most `one_phase` RS packets: the largest multiple of 16 within them
+                              "rtl_one_phase_max_elems": one_phase * payload // wire_bytes // 16 * 16}
     if shard:
         chunk = math.ceil(math.ceil(shard / ring_ports) / 16) * 16
         packets = {"rs": math.ceil(chunk * wire_bytes / payload), "ag": math.ceil(chunk * out_bytes / payload)}
         out |= {"rtl_chunk_elems": chunk, "rtl_chunk_packets": packets,
-                "rtl_chunk_deadlocks": max(packets.values()) >= limit}
+                "rtl_chunk_deadlocks": max(packets.values()) >= limit,
+                "rtl_chunk_one_phase": packets["rs"] <= one_phase}
     return out
 
 
@@ -342,6 +350,11 @@ def network_plan(target: Target, ring_ports: int, payload: int, window: int, gra
                      f"round-major order with a segment of at most {rtl['rtl_segment']} packets (the network "
                      f"kernel's `segment`, two-phase steps; hop-major takes chunks up to "
                      f"{rtl['rtl_max_chunk_elems']:,} elements)")
+    elif rtl.get("rtl_chunk_one_phase") is False:
+        notes.append(f"rail: RTL network kernel: a ring chunk of {rtl['rtl_chunk_elems']:,} elements is over the "
+                     f"one-phase bound ({rtl['rtl_one_phase_max_elems']:,} elements at {payload} bytes: the receive "
+                     "slots' RS packets, hls.net.ring_bound.one_phase_fits): every step runs as the two phases, in "
+                     "hop-major order")
     return NetworkPlan(
         placement="rail", card_ports=target.network_ports, ring_ports=ring_ports,
         port_assumption=port_assumption(target, ring_ports), line_rate_gbps=target.line_rate_gbps,

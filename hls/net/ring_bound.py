@@ -11,6 +11,17 @@ packets (design.md 8.2; two-phase steps) the ring cannot deadlock when 2 B < T +
 `segment_for` gives the largest such B. A ring of one RTL card and software peers meets neither
 (the peers consume at once).
 
+A one-phase step on a ring of cards with streaming Adam kernels (`onic_card`) has a tighter bound
+of its own, in either order: the network kernel takes the Adam kernel's updated parameters only
+once its reduce-scatter flow is all acknowledged (the AG release), so until then each owner's
+update stalls after the few beats its FIFOs absorb, and each card's successor must accept the
+whole of the card's last hop, the successor's own chunk, into its R receive slots. When a chunk
+has more RS packets than that, every card waits on its successor at once (measured: N = 3 cards
+with R = 32 slots ran 34-packet chunks of 1408 bytes and hung at 40; sim/rtl/net/README.md "Known
+defect"). The two-phase step writes the owner's sum to card memory and does not meet it, so a
+chunk over `one_phase_packets` runs as the two phases (the host ignores the entries: the
+one-phase result), as the N-card bench, the rtlsim backend and sizing do.
+
 Every path that runs N RTL cards checks a chunk before it starts (one line, `ChunkOverBound`)
 instead of hanging: the N-card bench (sim/tb/net/test_onic_ring_cards.py `Ring`), the rtlsim
 backend (`pynq_driver.net.rtlsim`, which picks round-major order for a chunk over the hop-major
@@ -56,6 +67,18 @@ def segment_for(limit: int) -> int:
 def packaged_slots_log2(window_packets: int) -> tuple[int, int]:
     """(TX_SLOTS_LOG2, RX_SLOT_LOG2) of the packaged network kernel for sizing's window (hls.vitis.netpkg)."""
     return (int(window_packets) - 1).bit_length(), PACKAGED_RX_SLOT_LOG2
+
+
+def one_phase_packets(rx_slot_log2: int) -> int:
+    """The most RS packets per hop a one-phase step on a ring of `onic_card`s takes: the receive slots R
+    (the Adam kernels' FIFOs absorb a little more; not counted)."""
+    return 2 ** int(rx_slot_log2)
+
+
+def one_phase_fits(chunk_elems: int, payload_bytes: int, wire_dtype: str, rx_slot_log2: int) -> bool:
+    """Whether a ring of `onic_card`s can run this chunk as a one-phase step (else: as the two phases)."""
+    rs = math.ceil(chunk_elems * wire.ELEMENT_BYTES[wire_dtype] / payload_bytes)
+    return rs <= one_phase_packets(rx_slot_log2)
 
 
 def flow_packets(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str) -> dict[str, int]:
@@ -109,5 +132,5 @@ def check_chunk(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dty
 
 
 __all__ = ["DEFECT", "FLOWS", "PACKAGED_RX_SLOT_LOG2", "ChunkOverBound", "bound", "check_chunk", "flow_packets",
-           "max_chunk_elems", "max_chunk_elems_of_width", "packaged_slots_log2", "params_bound", "refusal",
-           "segment_for"]
+           "max_chunk_elems", "max_chunk_elems_of_width", "one_phase_fits", "one_phase_packets", "packaged_slots_log2",
+           "params_bound", "refusal", "segment_for"]

@@ -53,13 +53,15 @@ Figures (simulated time; only the simulation speed depends on the machine):
   per flow, RS and AG; a case at or over it is refused before anything runs, `check_ring_case`).
 - bf16 (`bf16`): the stand-in with a bf16 wire and bf16 parameters: the line-rate fraction at the
   step payload and the step times.
-- round-major order on N RTL cards (`rounds`, design.md 8.2): the ring build above, N = 3, steps of
-  one chunk size in hop-major order (one-phase and two-phase) and in round-major order (segments
-  ROUND_SEGMENTS, run as two-phase steps: more than one round needs them), and a chunk over the
-  hop-major bound that only round-major order runs: the step and its phase one (the reduce-scatter
-  and the scalar exchange, the network alone; phase two is the owner's update, paced by the
-  2-lane Adam kernel, and the all-gather) against the wire model's reduce-scatter. What a round
-  costs: a round's runs of the local gradient wait for their read bursts one round at a time.
+- round-major order on N RTL cards (`rounds`, design.md 8.2): the ring build above, N = 3, one
+  step (seed 1: a lossless step's clocks barely depend on the values) per chunk and order: a chunk
+  within the one-phase bound (`ring_bound.one_phase_fits`: RS packets <= receive slots) in
+  hop-major order one-phase and two-phase, and in round-major order; a chunk over it but under
+  the hop-major bound, hop-major two-phase and round-major; a chunk over the hop-major bound,
+  round-major only (segments ROUND_SEGMENTS; more than one round runs only as a two-phase step).
+  Figures: the step and its phase one (the reduce-scatter, the owner's sum to card memory and the
+  scalar exchange: the network alone; phase two is the owner's update, paced by the 2-lane Adam
+  kernel, and the all-gather) against the wire model's reduce-scatter.
 `--parts` measures some of these; the others are kept from bench/results.json (`merge`), and the
 report says per part at which commit it was measured.
 """
@@ -117,11 +119,11 @@ RING_CARDS = 4
 # over two hours of C++ on the shared 2-core machine. 2 elements a clock against the line's 10.4: the owner's
 # update, fed by the last RS hop, runs at the kernel's pace (the ring's credits hold the chunk back).
 RING_LANES = 2
-# Round-major order (`rounds`): N = ROUNDS_WORLD, chunks of ROUNDS_PACKETS packets per flow (the first under the
-# hop-major bound of BENCH_PARAMS, 64, so both orders run it; the second only round-major), segments of
-# ROUND_SEGMENTS packets (31: the largest under the bound, `ring_bound.segment_for`; 8: four times the rounds).
+# Round-major order (`rounds`): N = ROUNDS_WORLD, chunks of ROUNDS_PACKETS packets per flow: within the one-phase
+# bound of BENCH_PARAMS (32 receive slots), under the hop-major bound (64), over it; segments of ROUND_SEGMENTS
+# packets (31: the largest under the bound, `ring_bound.segment_for`; 8: four times the rounds).
 ROUNDS_WORLD = 3
-ROUNDS_PACKETS = (48, 128)
+ROUNDS_PACKETS = (24, 48, 128)
 ROUND_SEGMENTS = (31, 8)
 BF16_BUILD = "onic_net_kernel-bench-bf16-verilator"
 Log = Callable[[str], None] | None
@@ -472,7 +474,7 @@ def measure_ring_case(n: int, payload: int, packets: int, seed: int = 1, log: Lo
     `segment`: round-major order with that many packets per round (the step runs as two phases);
     `two_phase`: the two-phase step (no clip: the one-phase result) in either order."""
     card = card or card_spec(RING_LANES)
-    check_ring_case(n, payload, packets, params, card, segment)
+    check_ring_case(n, payload, packets, params, card, segment, two_phase)
     case = {"n": n, "payload": payload, "size": chunk_size(payload, packets, card.grad_dtype), "seed": seed,
             "window": window, "rto_s": rto_for(payload, window), "latency_s": LATENCY_S, "drop": drop}
     if segment or two_phase:
@@ -499,24 +501,34 @@ def ag_packets_bound(params: dict[str, int] | None = None) -> int:
 
 
 def check_ring_case(n: int, payload: int, packets: int, params: dict[str, int] | None = None,
-                    card: KernelSpec | None = None, segment: int = 0) -> None:
+                    card: KernelSpec | None = None, segment: int = 0, two_phase: bool = False) -> None:
     """Refuse (`ring_bound.ChunkOverBound`, one line) a ring case whose chunk reaches the deadlock bound
-    in the order of `segment` (0: hop-major)."""
+    in the order of `segment` (0: hop-major), or a one-phase case over the one-phase bound (the bench
+    would run it as the two phases: not the case it names)."""
     card = card or card_spec(RING_LANES)
-    ring_bound.check_chunk(chunk_size(payload, packets, card.grad_dtype), payload, card.grad_dtype, card.out_dtype,
-                           ag_packets_bound(params), f"bench rtlnet: ring of {n} RTL cards", segment)
+    size = chunk_size(payload, packets, card.grad_dtype)
+    what = f"bench rtlnet: ring of {n} RTL cards"
+    ring_bound.check_chunk(size, payload, card.grad_dtype, card.out_dtype, ag_packets_bound(params), what, segment)
+    slots_log2 = dict(params or BENCH_PARAMS)["RX_SLOT_LOG2"]
+    if not segment and not two_phase and not ring_bound.one_phase_fits(size, payload, card.grad_dtype, slots_log2):
+        raise ring_bound.ChunkOverBound(
+            f"{what}: a one-phase step of {packets} RS packets per hop is over the one-phase bound of "
+            f"{ring_bound.one_phase_packets(slots_log2)} (the receive slots): it runs only as the two phases")
 
 
 def rounds_cases(packets: tuple[int, ...] = ROUNDS_PACKETS, segments: tuple[int, ...] = ROUND_SEGMENTS,
                  params: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """The `rounds` part's steps: per chunk, hop-major one-phase and two-phase where under the bound, and
-    round-major at every segment."""
+    """The `rounds` part's steps: per chunk, hop-major one-phase within the one-phase bound, hop-major
+    two-phase under the hop-major bound, and round-major at every segment below the chunk's packets."""
     limit = ag_packets_bound(params)
+    one = ring_bound.one_phase_packets(dict(params or BENCH_PARAMS)["RX_SLOT_LOG2"])
     out = []
     for p in packets:
+        if p <= one:
+            out.append({"packets": p, "segment": 0, "two_phase": False})
         if p < limit:
-            out += [{"packets": p, "segment": 0, "two_phase": False}, {"packets": p, "segment": 0, "two_phase": True}]
-        out += [{"packets": p, "segment": b, "two_phase": True} for b in segments]
+            out.append({"packets": p, "segment": 0, "two_phase": True})
+        out += [{"packets": p, "segment": b, "two_phase": True} for b in segments if b < p]
     return out
 
 
@@ -574,7 +586,7 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
     if "rounds" in parts:
         for c in rounds_cases(params=params):
             check_ring_case(ROUNDS_WORLD, step_payload, c["packets"], params, ring_card or card_spec(RING_LANES),
-                            c["segment"])
+                            c["segment"], c["two_phase"])
     t0 = time.perf_counter()
     card = card or card_spec()
     kw = {"log": log, "params": params, "window": window}
@@ -643,14 +655,16 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
     if "rounds" in parts:
         t = time.perf_counter()
         rc = ring_card or card_spec(RING_LANES)
-        round_rows = [measure_ring_case(ROUNDS_WORLD, step_payload, c["packets"], s, log=log, params=params,
+        round_rows = [measure_ring_case(ROUNDS_WORLD, step_payload, c["packets"], 1, log=log, params=params,
                                         window=window, cards=ring_cards, card=rc, segment=c["segment"],
                                         two_phase=c["two_phase"], part="rounds")
-                      for c in rounds_cases(params=params) for s in range(1, repeats + 1)]
+                      for c in rounds_cases(params=params)]
         rows.extend(round_rows)
         _measured("rounds", t)
         report["rounds"] = {"cards": ring_cards, "n": ROUNDS_WORLD, "lanes": rc.lanes,
-                            "bound": ag_packets_bound(params), "steps": _rounds_summary(round_rows)}
+                            "bound": ag_packets_bound(params),
+                            "one_phase": ring_bound.one_phase_packets(dict(params or BENCH_PARAMS)["RX_SLOT_LOG2"]),
+                            "steps": _rounds_summary(round_rows)}
     if "bf16" in parts:
         bf = {"wire_dtype": "bf16", "param_dtype": "bf16"}
         b_line = group([{"n": line_world, "payload": step_payload, "packets": packets, "seed": 1, **bf}], None,
@@ -1007,10 +1021,12 @@ def _rounds_lines(rep: dict[str, Any], ns: float) -> list[str]:
         return []
     lines = ["", f"ROUND-MAJOR ORDER on N RTL cards (design.md 8.2): the ring build above ({rd['cards']} onic_cards, "
              f"{rd['lanes']}-lane Adam kernels, the same buffers: hop-major chunks must have fewer than "
-             f"{rd['bound']} packets per flow), N = {rd['n']}, payload {rep['step_payload']}. Each chunk in hop-major "
-             "order (one-phase, and two-phase with no clip) where under the bound, and in round-major order with "
-             "B packets per round (more than one round runs only as a two-phase step: the host runs both phases "
-             "and ignores the entries). Phase one: every card's ap_start to the last card's phase-one done (the "
+             f"{rd['bound']} packets per flow, one-phase steps at most {rd.get('one_phase', '-')} RS packets, the "
+             f"receive slots: `hls.net.ring_bound`), N = {rd['n']}, payload {rep['step_payload']}, seed 1. Each "
+             "chunk in hop-major order, one-phase within the one-phase bound and two-phase (no clip) under the "
+             "hop-major bound, and in round-major order with B packets per round (more than one round runs only "
+             "as a two-phase step: the host runs both phases and ignores the entries). Phase one: every card's "
+             "ap_start to the last card's phase-one done (the "
              "reduce-scatter, the owner's sum written to card memory, the scalar exchange: the network alone), "
              "against the wire model's reduce-scatter; phase two (the owner's update from card memory at "
              f"{rd['lanes']} elements a clock, the all-gather) is the rest of the step. Every step checked as the "

@@ -211,10 +211,11 @@ def format_network(r: SizingReport) -> list[str]:
         f"  rail: RTL chunk bound       {n.rtl_packets_bound} packets per flow in hop-major order (the packaged "
         f"network kernel's transmit + receive slots: a ring deadlocks at or over it): chunks up to "
         f"{n.rtl_max_chunk_elems:,} elements; any chunk in round-major order, segment <= {n.rtl_segment} "
-        "(two-phase steps)"
+        f"(two-phase steps); one-phase steps up to {n.rtl_one_phase_max_elems:,} elements"
         + ("" if n.rtl_chunk_packets is None else
            f"; this ring's chunk {n.rtl_chunk_elems:,} elements = {n.rtl_chunk_packets['rs']:,} RS / "
            f"{n.rtl_chunk_packets['ag']:,} AG packets" + (" -- needs round-major order" if n.rtl_chunk_deadlocks
-                                                          else "")),
+                                                          else "" if n.rtl_chunk_one_phase
+                                                          else " -- runs as two-phase steps")),
     ]
     return lines

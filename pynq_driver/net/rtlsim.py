@@ -24,7 +24,9 @@ plus receive slots (16 + 8 = 24: `hls.net.ring_bound`, from `ring_top.SIM_PARAMS
 reduce-scatter (wire dtype) or the all-gather (parameter dtype), would meet the ring deadlock of
 hop-major order (sim/rtl/net/README.md "Known defect"): such a ring runs in round-major order with
 segments of 11 packets (`segment`, design.md 8.2), every step as the network kernel's two phases
-(a one-phase step keeps its semantics: the hosts ignore the entries, scale grad_scale / N).
+(a one-phase step keeps its semantics: the hosts ignore the entries, scale grad_scale / N). So does
+a one-phase step whose chunk has more RS packets than the 8 receive slots, in either order
+(`ring_bound.one_phase_fits`: in one phase such a ring of onic_cards waits on itself).
 """
 
 from __future__ import annotations

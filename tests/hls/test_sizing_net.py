@@ -182,11 +182,17 @@ def test_rtl_chunk_bound_of_the_packaged_kernel(capsys: pytest.CaptureFixture[st
     n = alone.network
     assert n is not None and n.rtl_packets_bound == 160 and n.rtl_chunk_packets is None
     assert n.rtl_max_chunk_elems == 159 * 1408 // 4 // 16 * 16 == 55968 and n.rtl_chunk_deadlocks is None
-    assert n.rtl_segment == 79
+    assert n.rtl_segment == 79 and n.rtl_one_phase_max_elems == 32 * 1408 // 4 // 16 * 16 == 11264
+    assert n.rtl_chunk_one_phase is None
     small = size(u55c, 3 * 40000, cards=3, placement="rail", grad_source="stream", out_dtype="bf16")
     s = small.network
     assert s is not None and s.rtl_chunk_elems == 40000 and s.rtl_chunk_packets == {"rs": 114, "ag": 57}
     assert s.rtl_chunk_deadlocks is False and not any("deadlock" in x for x in small.notes)
+    # 114 RS packets per hop: over the one-phase bound of 32 (the receive slots), so two-phase steps
+    assert s.rtl_chunk_one_phase is False and any("over the one-phase bound (11,264 elements" in x
+                                                  for x in small.notes)
+    tiny = size(u55c, 3 * 11264, cards=3, placement="rail", grad_source="stream").network
+    assert tiny is not None and tiny.rtl_chunk_one_phase is True
     big = size(u55c, int(7e9), cards=8, placement="rail", grad_source="stream", ring_ports=2, window_packets=8)
     b = big.network
     assert b is not None and b.rtl_packets_bound == 8 + 32 and b.rtl_chunk_elems == 437_500_000

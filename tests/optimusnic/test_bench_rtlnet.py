@@ -100,11 +100,15 @@ def test_rounds_cases_figures_and_table() -> None:
 
     cases = rtlnet.rounds_cases()
     assert [(c["packets"], c["segment"], c["two_phase"]) for c in cases] == [
-        (48, 0, False), (48, 0, True), (48, 31, True), (48, 8, True), (128, 31, True), (128, 8, True)]
+        (24, 0, False), (24, 0, True), (24, 8, True),
+        (48, 0, True), (48, 31, True), (48, 8, True), (128, 31, True), (128, 8, True)]
     for c in cases:  # every case runs: none at the deadlock bound of its order
-        rtlnet.check_ring_case(3, 1408, c["packets"], segment=c["segment"])
+        rtlnet.check_ring_case(3, 1408, c["packets"], segment=c["segment"], two_phase=c["two_phase"])
     with pytest.raises(ChunkOverBound, match="ring of 3 RTL cards"):
-        rtlnet.check_ring_case(3, 1408, 128)  # hop-major: 128 packets >= 64
+        rtlnet.check_ring_case(3, 1408, 128, two_phase=True)  # hop-major: 128 packets >= 64
+    with pytest.raises(ChunkOverBound, match="over the one-phase bound of 32"):
+        rtlnet.check_ring_case(3, 1408, 33)  # one phase: 33 RS packets > the 32 receive slots
+    rtlnet.check_ring_case(3, 1408, 32)
     with pytest.raises(ChunkOverBound):
         rtlnet.check_ring_case(3, 1408, 128, segment=32)  # 2 x 32 is not under 64
     raw = _ring_raw(3, 9000)
@@ -120,9 +124,10 @@ def test_rounds_cases_figures_and_table() -> None:
     summary = rtlnet._rounds_summary([row, hop])
     assert [(x["segment"], x["two_phase"], x["packets"]) for x in summary] == [(8, True, 48), (0, False, 16)]
     assert summary[0]["phase_one_clocks"] == 3000 and summary[1]["phase_one_over_rs_model"] is None
-    md = rtlnet._rounds_lines({"rounds": {"cards": 4, "n": 3, "lanes": 2, "bound": 64, "steps": summary},
+    md = rtlnet._rounds_lines({"rounds": {"cards": 4, "n": 3, "lanes": 2, "bound": 64, "one_phase": 32,
+                                          "steps": summary},
                                "step_payload": 1408}, 3.334)
-    assert "fewer than 64 packets per flow" in md[1]
+    assert "fewer than 64 packets per flow, one-phase steps at most 32 RS packets" in md[1]
     assert md[-2].startswith("| 48 | 16,896 | round-major, B = 8 | 30.01 us | ") and "| 10.00 us | " in md[-2]
     assert md[-1].startswith("| 16 | 5,632 | hop-major, one-phase | 26.67 us | ") and "| - | - |" in md[-1]
     assert rtlnet._rounds_lines({"rounds": None}, 3.334) == []
@@ -177,7 +182,10 @@ def test_ring_case_at_the_deadlock_bound_is_refused_before_anything_runs(monkeyp
     monkeypatch.setattr(rtlnet, "simulate", ran)
     monkeypatch.setattr(rtlnet, "simulate_ring", ran)
     small = KernelSpec(grad_source="stream", out_sink="memory+stream", lanes=2, stripes=1)
-    rtlnet.check_ring_case(3, 192, 23, SMALL, small)  # 23 packets per flow: under 16 + 8
+    rtlnet.check_ring_case(3, 192, 23, SMALL, small, two_phase=True)  # 23 packets per flow: under 16 + 8
+    rtlnet.check_ring_case(3, 192, 8, SMALL, small)  # one phase: 8 RS packets, the 8 receive slots
+    with pytest.raises(ChunkOverBound, match=r"^bench rtlnet: ring of 3 RTL cards: a one-phase step of 9 RS"):
+        rtlnet.measure_ring_case(3, 192, 9, params=SMALL, card=small)
     with pytest.raises(ChunkOverBound, match=r"^bench rtlnet: ring of 3 RTL cards: .* bound of 24") as info:
         rtlnet.measure_ring_case(3, 192, 24, params=SMALL, card=small)
     assert "\n" not in str(info.value)

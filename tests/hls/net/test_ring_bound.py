@@ -121,3 +121,15 @@ def test_round_major_lifts_the_bound() -> None:
     # hop-major over the bound: the refusal names the segment that would run it
     reason = ring_bound.refusal(600, 64, "fp32", "fp32", 24)
     assert reason is not None and "segment of at most 11" in reason
+
+
+def test_one_phase_bound_is_the_receive_slots() -> None:
+    """A one-phase step on onic_cards takes chunks of at most R RS packets per hop (the receive slots): N = 3
+    cards with R = 32 ran 34-packet chunks of 1408 bytes and hung at 40 (each card's successor must accept
+    its whole last hop while its own update is held for the AG release). The AG packets do not count."""
+    assert ring_bound.one_phase_packets(5) == 32 and ring_bound.one_phase_packets(3) == 8
+    assert ring_bound.one_phase_fits(32 * 1408 // 4, 1408, "fp32", 5)
+    assert not ring_bound.one_phase_fits(32 * 1408 // 4 + 1, 1408, "fp32", 5)
+    assert ring_bound.one_phase_fits(32 * 1408 // 2, 1408, "bf16", 5)  # 32 packets of bf16
+    assert not ring_bound.one_phase_fits(32 * 1408 // 2 + 16, 1408, "bf16", 5)
+    assert ring_bound.one_phase_fits(8 * 64 // 4, 64, "fp32", 3) and not ring_bound.one_phase_fits(129, 64, "fp32", 3)
