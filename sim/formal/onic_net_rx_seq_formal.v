@@ -16,7 +16,9 @@
  * its header is the frame's own (step and sequence number as latched from its first beat), and a
  * data frame (RS, AG, scalar) has the current step, a step has begun, and its sequence number is
  * exactly the flow's expected one: never a frame of the wrong step, never a duplicate or a frame
- * after a gap. Covers: several frames delivered in order in one flow, a frame of an unknown step
+ * after a gap; and the frame passed every filter: none of the parser's check flags (MAC, EtherType,
+ * IPv4 header, checksum and address, protocol, UDP port and length, version, opcode, dtype,
+ * length, communicator) on its first beat, no FCS-failed flag (TUSER) on its last. Covers: several frames delivered in order in one flow, a frame of an unknown step
  * dropped, a previous-step frame dropped and re-ACKed, a NAK for a gap followed by the replay
  * being delivered, and a frame delivered in a step begun during its reception.
  */
@@ -106,6 +108,8 @@ module onic_net_rx_seq_formal #(
     reg [31:0] f_cur_step;
     reg [95:0] f_exp;          // per flow f in [32f +: 32] (0 RS, 1 AG, 2 scalar): the next sequence number expected
     reg        f_nak_seen;     // a NAK was taken
+    reg        f_flagged;      // the frame's first beat carried a check flag
+    reg        f_fcs_bad;      // the frame's last beat carried TUSER (FCS failed)
     reg        f_start_mid;    // step_start came inside the frame now being received
 
     wire       f_data = f_op == 4'd1 || f_op == 4'd2 || f_op == 4'd5;
@@ -117,6 +121,11 @@ module onic_net_rx_seq_formal #(
             f_op   <= s_data[8*42 +: 4];
             f_step <= be32(s_data, 50);
             f_seq  <= be32(s_data, 54);
+            f_flagged <= |s_bad;
+        end
+        // the verdict (hdr_push) comes the clock after the last beat: these hold the frame's until then
+        if (s_valid && s_last) begin
+            f_fcs_bad <= s_user;
         end
         if (rst) begin
             f_mid        <= 1'b0;
@@ -157,6 +166,7 @@ module onic_net_rx_seq_formal #(
 
         if (f_past_valid && !rst && hdr_push) begin
             assert(hdr_data[111:80] == f_step && hdr_data[79:48] == f_seq);
+            assert(!f_flagged && !f_fcs_bad);
             if (f_data) begin
                 assert(f_step_valid);
                 assert(f_step == f_cur_step);

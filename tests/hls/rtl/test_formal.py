@@ -111,6 +111,16 @@ def test_formal_skid_drop_mutant_fails(tmp_path: Path) -> None:
                        patch=("kernel/onic_skid.v", "skid_valid_reg <= 1'b1;", "skid_valid_reg <= 1'b0;")))
 
 
+@pytest.mark.slow  # the receive proof's prove task, about 2 min each
+@pytest.mark.parametrize(("what", "old", "new"), [
+    ("a communicator check that passes every frame", "s_bad_comm ? C_COMM : C_ACCEPT", "C_ACCEPT"),
+    ("an FCS flag (TUSER) that is ignored", "if (w_user_reg) begin", "if (1'b0) begin"),
+])
+def test_formal_filter_mutant_fails(tmp_path: Path, what: str, old: str, new: str) -> None:
+    """The receive filter delivering a flagged frame is caught by the proof's every-filter assertion."""
+    _assert_fails(_sby(tmp_path, "onic_net_rx_seq.sby", "prove", patch=("net/onic_net_rx_seq.v", old, new)))
+
+
 def test_formal_step_mutant_fails(tmp_path: Path) -> None:
     """The receive filter ignoring the step (any step taken as the current one) is caught by the proof."""
     proc = _sby(tmp_path, "onic_net_rx_seq.sby", "prove",
