@@ -1029,8 +1029,9 @@ def _rounds_lines(rep: dict[str, Any], ns: float) -> list[str]:
              "ap_start to the last card's phase-one done (the "
              "reduce-scatter, the owner's sum written to card memory, the scalar exchange: the network alone), "
              "against the wire model's reduce-scatter; phase two (the owner's update from card memory at "
-             f"{rd['lanes']} elements a clock, the all-gather) is the rest of the step. Every step checked as the "
-             "ring rows (bit for bit, lossless counters).",
+             f"{rd['lanes']} elements a clock, the all-gather) starts on each card at its own phase-one done, so "
+             "the step less phase one is not phase two's length. Every step checked as the ring rows (bit for bit, "
+             "lossless counters).",
              "", "| packets per flow | S elements | order | step | step / model | phase one | phase one / RS model "
              "| RS model | clocks | simulation speed, clocks per wall second |",
              "|---|---|---|---|---|---|---|---|---|---|"]

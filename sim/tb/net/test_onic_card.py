@@ -10,7 +10,8 @@ checked, TUSER on a damaged frame, transmit underflow checked) to the switch (`e
 
 Card memory is one flat cocotbext-axi memory behind every m_axi port of both kernels
 (`hbm_memory.card_memory`, ideal mode with random per-burst latency and random channel pauses),
-the AXI protocol monitor on every port. The host programs both kernels as the driver does: the
+the AXI protocol monitor on every port (m_axi: `axi_monitor`; both AXI4-Lite control ports and
+the two streams between the kernels: `handshake_monitor`). The host programs both kernels as the driver does: the
 Adam kernel's arguments (n = the chunk size S, the scalars of `golden.prepare_scalars` with
 grad_scale / N, the step t, the p, m, v, out stripes), ap_start; the network kernel's ring
 arguments (hls/net_regmap.py), ap_start; then waits for both interrupts and clears them.
@@ -67,6 +68,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 from eth_port import RxAdapter, TxAdapter
 from eth_switch import EthSwitch, PortFaults, SwitchConfig
+from handshake_monitor import AxiLiteMonitor, StreamMonitor
 from soft_peer import SoftPeer
 from test_onic_net_kernel import (
     ARGS,
@@ -135,6 +137,12 @@ class CardTB:
             for side in (host.write_if, host.read_if):
                 side.log.setLevel("WARNING")
         self.monitor = AxiMonitor(dut, self.ports, dut.ap_clk, dut.ap_rst_n)
+        # both control ports and the two streams between the kernels (onic_card's wires grad_* / param_*)
+        self.handshakes = [
+            *(AxiLiteMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), p, dut.ap_clk, dut.ap_rst_n)
+              for p in ("s_axi_adam", "s_axi_net")),
+            *(StreamMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), f"{p} stream", dut.ap_clk, dut.ap_rst_n)
+              for p in ("grad", "param"))]
         self.cycle = 0
         # the MAC port, one for the whole simulation: each case's switch is attached to it
         self.tx: TxAdapter | None = None
@@ -455,6 +463,9 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     assert not tb.monitor.errors, tb.monitor.errors
     tb.monitor.check_idle()
     assert not tb.monitor.errors, tb.monitor.errors
+    for m in tb.handshakes:
+        assert not m.errors, m.errors
+        assert m.transfers, f"{tag}: the handshake monitor of {m.name} saw no transfer"
     dut._log.info("%s: done in %d clocks; RTL counters %s", tag, clocks, {k: v for k, v in delta.items() if v})
     return clocks
 

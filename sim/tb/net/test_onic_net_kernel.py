@@ -47,6 +47,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiReadBus, AxiStreamBus, AxiWriteBus
 from cocotbext.eth import EthMacRx, EthMacTx
+from handshake_monitor import AxiLiteMonitor, StreamMonitor
 from hbm_memory import LatencyAxiRamRead, LatencyAxiRamWrite
 from ring_streams import Sink, Source
 
@@ -232,6 +233,11 @@ class TB:
         for channel in (self.rd.ar_channel, self.rd.r_channel, self.wr.aw_channel, self.wr.w_channel):
             channel.set_pause_generator(self._pauses(0.2))
         self.monitor = AxiMonitor(dut, ["lgrad0", "gather0"], dut.ap_clk, dut.ap_rst_n)
+        # the control port and both streams to the Adam kernel (`handshakes_clean`)
+        self.handshakes = [
+            AxiLiteMonitor(lambda s: getattr(dut, f"s_axi_control_{s}"), "s_axi_control", dut.ap_clk, dut.ap_rst_n),
+            *(StreamMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), p, dut.ap_clk, dut.ap_rst_n)
+              for p in ("m_axis_grad0", "s_axis_param0"))]
         if macs:
             self.mac_rx = EthMacRx(AxiStreamBus.from_prefix(dut, "s_axis_mac0"), dut.ap_clk, dut.ap_rst_n,
                                    reset_active_level=False, speed=100e9)
@@ -570,6 +576,8 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     assert not tb.monitor.errors, tb.monitor.errors
     tb.monitor.check_idle()
     assert not tb.monitor.errors, tb.monitor.errors
+    for m in tb.handshakes:
+        assert not m.errors, m.errors
     dut._log.info("%s: done in %d clocks; %d frames out, %d in, %d lost; RTL counters %s", tag, clocks,
                   len(carried["from_rtl"]), len(carried["to_rtl"]), lost[0],
                   {k: v for k, v in delta.items() if v})
@@ -849,5 +857,7 @@ async def test_ring_switch(dut: Any) -> None:
     assert mine["bytes_in"] + 4 * mine["frames_in"] == port["bytes_out"], (mine["bytes_in"], port)
     assert mine["dropped_fcs"] == port["bitflipped"], (mine["dropped_fcs"], port)
     assert not tb.monitor.errors, tb.monitor.errors
+    for m in tb.handshakes:
+        assert not m.errors, m.errors
     dut._log.info("%s: done in %d clocks; switch %s; RTL counters %s", tag, clocks,
                   {k: v for k, v in total.items() if v}, {k: v for k, v in mine.items() if v})

@@ -77,13 +77,16 @@ from hls.golden import Hyper, to_bf16_bits
 from hls.net import ring, ring_bound, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
 
-MEM_BYTES = 1 << 20
+MEM_BYTES = 1 << 22  # the network kernel's memory; onic_card's card memory is twice that (the Adam stripes above)
 BEAT = 64
 AXIS = ["tdata", "tkeep", "tlast"]
 CLOCK_NS = 4
-LGRAD_ADDR, GATHER_ADDR, SUM_ADDR = 0x10000, 0x80000, 0xC0000  # SUM: a two-phase step's owner sum
-CURRENT_ADDR = 0xE0000  # the stand-in's current parameters (a skip's phase 3 reads them; onic_card: OUT_ADDR)
-P_ADDR, M_ADDR, V_ADDR, OUT_ADDR = 0x100000, 0x140000, 0x180000, 0x1C0000  # the Adam kernel's stripes
+# 1 MiB regions (LGRAD: 960 KiB), so `bench rtlnet`'s round-major rows (N = 3, 45,056-element chunks) fit;
+# `memory_map_problem` refuses a ring whose chunk does not (overlapping regions would corrupt each other)
+LGRAD_ADDR, GATHER_ADDR, SUM_ADDR = 0x10000, 0x100000, 0x200000  # SUM: a two-phase step's owner sum
+CURRENT_ADDR = 0x300000  # the stand-in's current parameters (a skip's phase 3 reads them; onic_card: OUT_ADDR)
+P_ADDR, M_ADDR, V_ADDR, OUT_ADDR = 0x400000, 0x500000, 0x600000, 0x700000  # the Adam kernel's stripes
+STRIPE_BYTES = 0x100000
 FILL = 0xA5
 AP_DONE, AP_IDLE = 0x2, 0x4
 
@@ -205,7 +208,7 @@ class RtlCard:
             pointers = [a["name"] for a in adam["register_map"]["args"] if a["kind"] == "pointer"]
             self.ports = [*pointers, "lgrad0", "gather0"]
             self.card = hbm_memory.card_memory(v, [(p, 0) for p in self.ports], clock=dut.ap_clk,
-                                               reset=dut.ap_rst_n, mode="ideal", mem_size=4 * MEM_BYTES,
+                                               reset=dut.ap_rst_n, mode="ideal", mem_size=2 * MEM_BYTES,
                                                seed=rng.randrange(1 << 30), max_outstanding=8)
             self.card.set_latency((5, 40), (2, 30))
             self.card.set_stalls(random.Random(rng.random()), grad_stall * 0.25)
@@ -324,6 +327,20 @@ class StepResult:
     as_two_phases: bool = False      # a one-phase step the host ran as the two phases (round-major, or large)
 
 
+def memory_map_problem(cfg: RingConfig, onic_card: bool) -> str | None:
+    """Why a chunk of this ring does not fit the bench's card memory map (None: it fits)."""
+    n, size = cfg.world, ring.chunk_elems(cfg.length, cfg.world)
+    wbytes = -(-size * wire.ELEMENT_BYTES[cfg.wire_dtype] // BEAT) * BEAT
+    pbytes = -(-size * wire.ELEMENT_BYTES[cfg.param_dtype] // BEAT) * BEAT
+    need = {"local gradient": (n * wbytes, GATHER_ADDR - LGRAD_ADDR), "gather": (n * pbytes, SUM_ADDR - GATHER_ADDR),
+            "sum": (wbytes + BEAT, CURRENT_ADDR - SUM_ADDR), "current": (pbytes + BEAT, MEM_BYTES - CURRENT_ADDR)}
+    if onic_card:
+        need |= {"p, m, v": (size * 4, STRIPE_BYTES), "out": (pbytes, STRIPE_BYTES)}
+    over = [f"{k} {bytes_:,} bytes in {room:,}" for k, (bytes_, room) in need.items() if bytes_ > room]
+    return f"a chunk of {size} elements on {n} cards does not fit the bench's card memory: {', '.join(over)}" \
+        if over else None
+
+
 def top_bound(dut: Any) -> int:
     """The deadlock bound T + R of the top's build, from its parameters (every card gets the same)."""
     try:
@@ -355,6 +372,9 @@ class Ring:
         self.dut, self.cfg = dut, cfg
         self.bound = top_bound(dut)
         size = ring.chunk_elems(cfg.length, cfg.world)
+        problem = memory_map_problem(cfg, adam is not None)
+        if problem:
+            raise ValueError(problem)
         # a one-phase step of this chunk on onic_cards runs as the two phases (ring_bound.one_phase_fits)
         self.one_phase_fits = adam is None or allow_deadlock or ring_bound.one_phase_fits(
             size, cfg.payload_bytes, cfg.wire_dtype, int(dut.RX_SLOT_LOG2.value))

@@ -185,9 +185,9 @@ def test_card_ring_fp32_two_steps() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [5, 6, 8])
+@pytest.mark.parametrize("n", [5, 6, 7, 8])
 def test_card_ring_large(n: int) -> None:
-    """Every position of N = 5, 6, 8, one step each."""
+    """Every position of N = 5, 6, 7, 8, one step each."""
     run("fp32", f"all:{n}", 40 + n, tag=f"-n{n}")
 
 

@@ -183,7 +183,7 @@ def test_ring_every_position(dtypes: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [5, 6, 8])
+@pytest.mark.parametrize("n", [5, 6, 7, 8])
 def test_ring_large(n: int) -> None:
     run("fp32", f"all:{n}", 30 + n, tag=f"-n{n}")
 
