@@ -33,7 +33,8 @@ ONIC_ALLOW_DEADLOCK=1 runs it anyway (test_ring_cards_ag_deadlock, which shows t
 `Ring` is also the engine of `pynq_driver.net`'s rtlsim backend (`ring_server.py`).
 
 Environment: ONIC_CARDS, ONIC_MANIFEST, ONIC_SEED, ONIC_STEPS, ONIC_LIMIT, ONIC_DROP, ONIC_DUP,
-ONIC_REORDER, ONIC_BITFLIP (per frame on every egress link), ONIC_GRAD_STALL (the stand-in kernel
+ONIC_REORDER, ONIC_BITFLIP (per frame on every egress link), ONIC_RESET (after the steps, reset
+cases "point@card" comma separated, onic_cards only: ring_cards_reset.py), ONIC_GRAD_STALL (the stand-in kernel
 refusing its gradient beat; a quarter of it: card memory pauses), WIRE_BF16, PARAM_BF16 (the
 stand-in's dtypes), ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements),
 ONIC_RTO (retransmission timeout, clocks), ONIC_PAYLOAD (payload bytes; default drawn from the
@@ -161,6 +162,17 @@ class _View:
             raise AttributeError(name) from None
 
 
+class CardReset:
+    """Card k's reset as its kernels see it (the top's `ap_rst_n & c<k>_ap_rst_n`), for the AXI monitor."""
+
+    def __init__(self, dut: Any, k: int) -> None:
+        self._ring, self._card = dut.ap_rst_n, getattr(dut, f"c{k}_ap_rst_n")
+
+    @property
+    def value(self) -> int:
+        return int(self._ring.value) & int(self._card.value)  # X or Z: ValueError, as a signal's int()
+
+
 class RtlCard:
     """One RTL card of the top with its host(s), memory and MAC port. With `adam` (the Adam
     kernel's manifest) the card is `onic_card`: the generated Adam RTL kernel on the network
@@ -211,7 +223,8 @@ class RtlCard:
             self.card.set_stalls(random.Random(rng.random()), grad_stall * 0.25)
             self.mem = self.card.mem
             self.irq = {"net": v.interrupt_net, "adam": v.interrupt_adam}
-        self.monitor = AxiMonitor(v, self.ports, dut.ap_clk, dut.ap_rst_n)
+        # card memory (the interconnect) is not reset with the card: bursts owed at its reset are stale
+        self.monitor = AxiMonitor(v, self.ports, dut.ap_clk, CardReset(dut, k), interconnect_reset=False)
         self.port = MacPort(AxiStreamBus.from_prefix(v, "s_axis_mac0"), AxiStreamBus.from_prefix(v, "m_axis_mac0"),
                             dut.ap_clk, dut.ap_rst_n, switch, k)
 
@@ -323,6 +336,14 @@ class StepResult:
     sums: list[bytes] | None = None  # two-phase: per card, the owner's sum in card memory (S elements)
 
 
+def top_cards(dut: Any) -> int:
+    """The cards of the top (the ring may use fewer)."""
+    k = 0
+    while hasattr(dut, f"c{k}_m_axis_mac0_tvalid"):
+        k += 1
+    return k
+
+
 def top_bound(dut: Any) -> int:
     """The deadlock bound T + R of the top's build, from its parameters (every card gets the same)."""
     try:
@@ -382,6 +403,9 @@ class Ring:
     async def reset(self) -> None:
         cocotb.start_soon(Clock(self.dut.ap_clk, self.clock_ps, unit="ps").start())
         self.dut.ap_rst_n.value = 0
+        # every card of the top, used or idle: an undriven reset input is z (Icarus) or 0 (Verilator)
+        for k in range(top_cards(self.dut)):
+            getattr(self.dut, f"c{k}_ap_rst_n").value = 1
         await ClockCycles(self.dut.ap_clk, 8)
         self.dut.ap_rst_n.value = 1
         await ClockCycles(self.dut.ap_clk, 4)
@@ -394,7 +418,7 @@ class Ring:
         return [c.shard(size) for c in self.cards]
 
     async def step(self, step: int, grads: list[np.ndarray], hyper: Hyper, limit: int = 300_000, *,
-                   two_phase: bool = False, max_norm: float | None = None) -> StepResult:
+                   two_phase: bool = False, max_norm: float | None = None, during: Any = None) -> StepResult:
         """One ring step on every card. `two_phase`: each card's host runs phase one, reads every
         rank's entry at its ap_done, derives the scale (`ring.step_grad_scale` with `max_norm`),
         starts its Adam kernel (or the stand-in) with it and runs phase two (design.md 8.1); each
@@ -404,7 +428,9 @@ class Ring:
         holds its last output; written here as the card would hold it) and starts phase 3, which
         gathers them: p, m, v unchanged, every card gathers the unchanged parameters. A one-phase
         step in round-major order (`cfg.segment`) runs as the two phases, each host ignoring the
-        entries (the one-phase scale, no skip): the network kernel runs more than one round only so."""
+        entries (the one-phase scale, no skip): the network kernel runs more than one round only so.
+        `during`: a coroutine started with the step (every ap_start written) and awaited before the
+        counters are read (the reset bench's replay of an aborted step's frames)."""
         cfg, dut = self.cfg, self.dut
         n, size = cfg.world, ring.chunk_elems(cfg.length, cfg.world)
         if max_norm is not None and not two_phase:
@@ -471,6 +497,7 @@ class Ring:
             await self._wait_done(card, start, limit, only="net" if mine is None else None)
 
         await _all([c.write("ctrl", 1) for c in self.cards])
+        beside = cocotb.start_soon(during) if during is not None else None
         if two_phase:
             await _all([phases(k, c) for k, c in enumerate(self.cards)])
         else:
@@ -478,6 +505,8 @@ class Ring:
         clocks = self.cycle - start
         for t in tasks:
             await t
+        if beside is not None:
+            await beside
         for _ in range(400):  # the last ACKs drain
             if self.switch.idle and all(c.port.idle for c in self.cards):
                 break
@@ -628,7 +657,9 @@ class ReferenceRing:
 
 
 def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, Any], grads: list[np.ndarray],
-               refring: ReferenceRing, lossless: bool) -> None:
+               refring: ReferenceRing, lossless: bool, late: list[tuple[int, int]] | None = None) -> None:
+    """`late`: per card, the frames and bytes (without FCS) of an aborted step handed to its MAC
+    port during this step, past the switch (ring_cards_reset's replay): each counted in and dropped."""
     cfg = ring_.cfg
     n, wdt, pdt = cfg.world, cfg.wire_dtype, cfg.param_dtype
     want_reduced = ring.reduce_scatter(grads, wdt)
@@ -650,8 +681,10 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
             a, b = getattr(mine, name), getattr(theirs, name)
             assert not differing(np.asarray(a).tobytes(), np.asarray(b).tobytes(), "fp32"), f"{t}: {name} differs"
         c = res.counters[k]
+        late_frames, late_bytes = late[k] if late else (0, 0)
         exact = {"frames_out": c["_switch_in"], "bytes_out": c["_switch_bytes_in"] - FCS_BYTES * c["_switch_in"],
-                 "frames_in": c["_switch_out"], "bytes_in": c["_switch_bytes_out"] - FCS_BYTES * c["_switch_out"],
+                 "frames_in": c["_switch_out"] + late_frames,
+                 "bytes_in": c["_switch_bytes_out"] - FCS_BYTES * c["_switch_out"] + late_bytes,
                  "dropped_fcs": c["_switch_bitflipped"]}
         if ref["entries"] is None:
             exact["scalar_payload_bytes_out"] = 0
@@ -669,6 +702,7 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
                                                      "ag_payload_bytes_out")}
             exact |= {"retransmitted_frames": 0, "timeouts": 0, "naks_received": 0, "naks_sent": 0}
             exact |= {f"dropped_{d}": 0 for d in net_regmap.DROP_CAUSES if d != "stale_reply"}
+            exact["dropped_step"] = late_frames
         for name, value in exact.items():
             assert c[name] == value, f"{t}: counter {name} {c[name]} != {value}"
         assert not card.monitor.errors, card.monitor.errors
@@ -733,4 +767,14 @@ async def test_ring_cards(dut: Any) -> None:
         dut._log.info("%s: %d clocks; switch %s; card counters %s", tag, res.clocks,
                       {k: v for k, v in total.items() if v},
                       [{k: v for k, v in c.items() if v and not k.startswith("_")} for c in res.counters])
+    resets = os.environ.get("ONIC_RESET", "")
+    if resets:  # ring_cards_reset: one card reset mid-step, the ring restarted, lossless
+        from ring_cards_reset import parse_points, reset_case
+
+        assert lossless, "ONIC_RESET runs on a lossless switch (its counters are checked exactly)"
+        done = int(os.environ.get("ONIC_STEPS", "2"))
+        for i, (point, k) in enumerate(parse_points(resets, n)):
+            hyper = Hyper(lr=1e-2 * (done + i + 1), step=done + i + 1, grad_scale=1.0)
+            await reset_case(dut, ring_, refring, point, k, 100 + 10 * i, hyper, nrng, rng,
+                             int(os.environ.get("ONIC_LIMIT", "300000")))
     assert lossless or faulted, "no fault happened: the case tests nothing beyond the lossless one"

@@ -112,6 +112,14 @@ def test_ring_cards_lossless() -> None:
     run(2, 7, extra={"ONIC_STEPS": "3", "ONIC_TWO_PHASE": ",clip,skip"})
 
 
+def test_ring_cards_reset() -> None:
+    """Three onic_cards: a lossless step, then card 1 reset during the reduce-scatter and card 2
+    during the all-gather while the others run, every other card's host aborting with its own reset,
+    every shard restored from its host's copy, the step restarted as the next step number: bit-exact,
+    the aborted step's frames replayed and dropped (sim/tb/net/ring_cards_reset.py)."""
+    run(3, 51, extra={"ONIC_STEPS": "0", "ONIC_RESET": "rs@1,ag@2"}, tag="-reset")
+
+
 @pytest.mark.slow
 def test_ring_cards_faults() -> None:
     """Three onic_cards: drop, duplicate, reorder, bit flips on every egress link, stalled memory.
