@@ -33,7 +33,8 @@ ONIC_ALLOW_DEADLOCK=1 runs it anyway (test_ring_cards_ag_deadlock, which shows t
 `Ring` is also the engine of `pynq_driver.net`'s rtlsim backend (`ring_server.py`).
 
 Environment: ONIC_CARDS, ONIC_MANIFEST, ONIC_SEED, ONIC_STEPS, ONIC_LIMIT, ONIC_DROP, ONIC_DUP,
-ONIC_REORDER, ONIC_BITFLIP (per frame on every egress link), ONIC_RESET (after the steps, reset
+ONIC_REORDER, ONIC_BITFLIP (per frame on every egress link), ONIC_CLOCKS_OUT (a JSON file: each
+step's clocks and counter increments, to compare simulators), ONIC_RESET (after the steps, reset
 cases "point@card" comma separated, onic_cards only: ring_cards_reset.py), ONIC_GRAD_STALL (the stand-in kernel
 refusing its gradient beat; a quarter of it: card memory pauses), WIRE_BF16, PARAM_BF16 (the
 stand-in's dtypes), ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements),
@@ -280,6 +281,13 @@ class RtlCard:
             out[name] = (await self.read(READONLY[name] + 4)) << 32 | await self.read(READONLY[name])
         return out
 
+    async def status_and_counters(self) -> tuple[int, dict[str, int]]:
+        """STATUS (the Adam kernel's in bits 16..) and the counters."""
+        st = await self.read(READONLY["status"])
+        if self.adam_manifest is not None:
+            st |= await self.adam.read_dword(self.adam_status) << 16
+        return st, await self.counters()
+
     async def program(self, cfg: RingConfig, step: int, phase: int = 0) -> None:
         eps = endpoints(cfg.world)
         r, n = self.k, cfg.world
@@ -445,7 +453,7 @@ class Ring:
         assert scale is not None
         scales: list[float | None] = [scale] * n
         entries: list[list[tuple[float, bool]]] = [[] for _ in range(n)]
-        before = [await c.counters() for c in self.cards]
+        before = await _gather([c.counters() for c in self.cards])  # each host on its own bus, together
         ports_before = [self.switch.core.ports[k].as_dict() for k in range(n)]
         got: list[dict[str, Any]] = [{} for _ in range(n)]
         current: list[bytes] = [b""] * n  # two-phase: each card's current parameters (out dtype)
@@ -512,13 +520,11 @@ class Ring:
                 break
             await ClockCycles(dut.ap_clk, 50)
         gathered, problems, status, deltas = [], [], [], []
+        words = await _gather([c.status_and_counters() for c in self.cards])
         pbytes = size * wire.ELEMENT_BYTES[cfg.param_dtype]
         for k, card in enumerate(self.cards):
-            st = await card.read(READONLY["status"])
-            if self.adam is not None:
-                st |= await card.adam.read_dword(card.adam_status) << 16
+            st, after = words[k]
             status.append(st)
-            after = await card.counters()
             deltas.append({name: after[name] - before[k][name] for name in after})
             parts, bad = [], []
             if self.adam is not None:
@@ -618,6 +624,11 @@ class Ring:
 async def _all(coros: list[Any]) -> None:
     for t in [cocotb.start_soon(c) for c in coros]:
         await t
+
+
+async def _gather(coros: list[Any]) -> list[Any]:
+    """The coroutines' results, run together."""
+    return [await t for t in [cocotb.start_soon(c) for c in coros]]
 
 
 class ReferenceRing:
@@ -747,6 +758,7 @@ async def test_ring_cards(dut: Any) -> None:
     kinds = os.environ.get("ONIC_TWO_PHASE", "").split(",")
     assert all(k in ("", "clip", "noclip", "skip") for k in kinds), f"ONIC_TWO_PHASE={kinds}"
     assert not cfg.segment or all(kinds), "ONIC_SEGMENT (round-major order) needs two-phase steps (ONIC_TWO_PHASE)"
+    record: list[dict[str, Any]] = []  # ONIC_CLOCKS_OUT: per step, its clocks and counters
     for s in range(int(os.environ.get("ONIC_STEPS", "2"))):
         kind = kinds[s % len(kinds)]
         grads = two_phase_gradients(nrng, n, cfg.length, wdt, kind) if kind else \
@@ -762,6 +774,7 @@ async def test_ring_cards(dut: Any) -> None:
             assert (res.scale is None) == (kind == "skip"), f"{tag}: scale {res.scale!r}"
             assert kind == "skip" or (res.scale < unclipped) == (kind == "clip"), f"{tag}: scale {res.scale!r}"
         check_step(dut, tag, ring_, res, ref, grads, refring, lossless)
+        record.append({"step": step_id, "clocks": res.clocks, "counters": res.counters})
         total = ring_.switch.core.reconcile()
         faulted = sum(total.get(k, 0) for k in ("dropped_fault", "duplicated", "reordered", "bitflipped"))
         dut._log.info("%s: %d clocks; switch %s; card counters %s", tag, res.clocks,
@@ -775,6 +788,9 @@ async def test_ring_cards(dut: Any) -> None:
         done = int(os.environ.get("ONIC_STEPS", "2"))
         for i, (point, k) in enumerate(parse_points(resets, n)):
             hyper = Hyper(lr=1e-2 * (done + i + 1), step=done + i + 1, grad_scale=1.0)
-            await reset_case(dut, ring_, refring, point, k, 100 + 10 * i, hyper, nrng, rng,
-                             int(os.environ.get("ONIC_LIMIT", "300000")))
+            clocks = await reset_case(dut, ring_, refring, point, k, 100 + 10 * i, hyper, nrng, rng,
+                                      int(os.environ.get("ONIC_LIMIT", "300000")))
+            record.append({"step": 100 + 10 * i + 1, "clocks": clocks, "reset": f"{point}@{k}"})
+    if os.environ.get("ONIC_CLOCKS_OUT"):
+        Path(os.environ["ONIC_CLOCKS_OUT"]).write_text(json.dumps(record))
     assert lossless or faulted, "no fault happened: the case tests nothing beyond the lossless one"
