@@ -12,13 +12,16 @@ the reset point, then card k's `c<k>_ap_rst_n` is low for 2..8 clocks (at a cloc
 its write ports has a burst's W beats part-sent: AXI4's W has no ID, design.md 3b) while the
 other cards keep running:
 
-  rs      the reduce-scatter: card k has received a frame of it and no all-gather frame
+  rs      the reduce-scatter: card k has received a frame of it and no all-gather frame; card k's
+          memory answers reads 1,500..2,000 clocks late in the aborted step, so R beats are owed
+          at the reset (checked) and come after it, stale
   update  card k's Adam kernel is writing its update (a write burst on one of its ports), the
-          card has sent no all-gather frame: p, m, v in card memory are half-updated
-  ag      the all-gather: card k has sent its own updated chunk and received a gathered one
+          card has sent no all-gather frame: p, m, v in card memory are being updated
+  ag      the all-gather: card k has sent its own updated chunk and received a gathered one; its
+          write responses come 1,500..2,000 clocks late, so B responses are owed at the reset
 
 For a retransmission timeout and more the others retransmit to it; card k must stay idle:
-ap_idle, STATUS 0, its counters restarted and every frame in dropped as the aborted step's
+ap_idle (both kernels), STATUS 0, its counters restarted and every frame in dropped as the aborted step's
 (`dropped_step`, its ACKs `dropped_stale_reply`), at most the frame it was sending at the reset
 sent (whole: the top's underflow checker), no payload, retransmission or reply. Then each other
 host, whose step does not end, aborts it the only way a card allows, its own reset, at its own
@@ -67,6 +70,8 @@ from hls.golden import Hyper
 from hls.net import ring, wire
 
 POINTS = ("rs", "update", "ag")
+NORMAL_R, NORMAL_W = (5, 40), (2, 30)  # card memory latency (clocks), as RtlCard sets it
+LATE = (1500, 2000)  # the reset card's reads (rs) or write responses (ag) in the aborted step: they outlive its reset
 REPLAY = 4  # frames of the aborted step replayed into each card during the restarted step
 
 
@@ -205,6 +210,10 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     scale = ring.step_grad_scale(None, n, grad_scale=float(hyper.grad_scale))
     assert scale is not None
     marks = [(len(c.port.received), len(c.port.sent)) for c in ring_.cards]
+    card = ring_.cards[k]
+    late_side = {"rs": "R", "ag": "B"}.get(point)
+    if late_side:
+        card.card.set_latency(LATE if late_side == "R" else NORMAL_R, LATE if late_side == "B" else NORMAL_W)
 
     # ---- the aborted step: one-phase, every card started as Ring.step starts it ----
     for c, g in zip(ring_.cards, grads, strict=True):
@@ -220,7 +229,6 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     await _all([c.write("ctrl", 1) for c in ring_.cards])
     start = ring_.cycle
     hosts = [Host(ring_, c) for c in ring_.cards]
-    card = ring_.cards[k]
     skip = 0 if point == "update" else rng.randrange(0, 3)  # the update's writes may end within a clock
     while True:
         await RisingEdge(dut.ap_clk)
@@ -232,7 +240,10 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
         assert not hosts[k].finished, f"{tag}: card {k} finished the step before its reset point"
     await hosts[k].stop()
     stale0 = [(c.monitor.stale_r_beats, c.monitor.stale_b) for c in ring_.cards]
+    owed = (sum(b[1] for p in card.monitor.ports if p.has_ar for b in p.r_bursts),
+            sum(len(p.b_wait) for p in card.monitor.ports if p.has_aw))
     at = await card_reset(ring_, card, rng)
+    card.card.set_latency(NORMAL_R, NORMAL_W)
     dut._log.info("%s: card %d reset at clock %d of the step", tag, k, at - start)
 
     # ---- the others keep running: a timeout and more of retransmissions to the reset card ----
@@ -256,6 +267,11 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
         quiet[j] = await quiet_counters(dut, tag, ring_.cards[j])
     stale = [(c.monitor.stale_r_beats - r, c.monitor.stale_b - b)
              for c, (r, b) in zip(ring_.cards, stale0, strict=True)]
+    # the late answers came after the reset, were taken and dropped (a wrong one would fail the restarted step)
+    if late_side == "R":
+        assert owed[0] and stale[k][0], f"{tag}: card {k}: {owed[0]} R beats owed at the reset, {stale[k][0]} came"
+    if late_side == "B":
+        assert owed[1] and stale[k][1], f"{tag}: card {k}: {owed[1]} B owed at the reset, {stale[k][1]} came"
 
     # ---- every host restores its shard; what card k's update had written says what the point was ----
     now = ring_.card_shards()[k]
