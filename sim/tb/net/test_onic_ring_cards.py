@@ -2,7 +2,9 @@
 the seeded faulty switch of sim/tb/models.
 
 The top is `onic_ring_sim_top<M>` (hls.rtl.ring_top, templates/net/ring_sim_top.v.j2): M card
-instances, every card port as `c<k>_<port>`; a ring uses the first N <= M. The cards are
+instances, every card port as `c<k>_<port>`, each card reset by `ap_rst_n & c<k>_ap_rst_n`
+(`Ring.reset` drives every `c<k>_ap_rst_n` high; ring_cards_reset.py pulls one low mid-step); a
+ring uses the first N <= M. The cards are
 `onic_card`s (ONIC_MANIFEST: the Adam kernel's manifest; the network kernel and the generated Adam
 RTL kernel) or, without ONIC_MANIFEST, network kernels alone with a STAND-IN Adam kernel per card
 (a sink with random back-pressure on m_axis_grad0, `hls.net.card.ReferenceKernel` on the shard, a

@@ -6,6 +6,8 @@ stripe): every owner's p, m, v and out buffer, every card's gathered buffer bit 
 lossless reference ring of `hls.net.card.Card`s over several steps; STATUS of both kernels 0;
 counters against the switch ports; the AXI monitor on every m_axi port; no MAC transmit underflow.
 One three-card build serves the default rings of 2 and 3 cards (and NetCluster's rtlsim test).
+A card reset alone mid-step and the ring's restart (`ONIC_RESET`, sim/tb/net/ring_cards_reset.py),
+and the top on Icarus against Verilator (same clocks and counters per step), also run on it.
 
 Every hop-major case keeps its chunks under the deadlock bound of the build's buffers (packets per
 flow < transmit slots + receive slots = 16 + 8: sim/rtl/net/README.md "Known defect"); the bench
