@@ -13,33 +13,40 @@ its write ports has a burst's W beats part-sent: AXI4's W has no ID, design.md 3
 other cards keep running:
 
   rs      the reduce-scatter: card k has received a frame of it and no all-gather frame; card k's
-          memory answers reads 1,500..2,000 clocks late in the aborted step, so R beats are owed
-          at the reset (checked) and come after it, stale
+          memory holds back its gradient reads' R beats from the aborted step's start, so they are
+          owed at the reset (checked), and releases them only once the restarted step's reads are
+          issued: the stale beats then come while the restarted step waits for its own, and only
+          the read engine's reset epoch (the ARID) tells them apart
   update  card k's Adam kernel is writing its update (a write burst on one of its ports), the
           card has sent no all-gather frame: p, m, v in card memory are being updated
-  ag      the all-gather: card k has sent its own updated chunk and received a gathered one; its
-          write responses come 1,500..2,000 clocks late, so B responses are owed at the reset
+  ag      the all-gather: card k has sent its own updated chunk, received a gathered one and
+          issued its write burst; its memory holds back the gather port's write responses from
+          the step's start the same way (the BID's epoch)
 
 For a retransmission timeout and more the others retransmit to it; card k must stay idle:
-ap_idle (both kernels), STATUS 0, its counters restarted and every frame in dropped as the aborted step's
-(`dropped_step`, its ACKs `dropped_stale_reply`), at most the frame it was sending at the reset
-sent (whole: the top's underflow checker), no payload, retransmission or reply. Then each other
-host, whose step does not end, aborts it the only way a card allows, its own reset, at its own
-time; the same is checked of each. Every host restores its owner shard (p, m, v) from its own copy
-taken before the aborted step (a host's checkpoint: the update writes p, m, v in place; the point
-says whose may have changed, and that is checked: card k's p unchanged at `rs`, changed at `update`
-and `ag`) and the ring restarts the step as a NEW step number (the next) on every card
-(`Ring.step`, as any step). Data frames of the aborted step that reached each card are replayed
-into its MAC port during the restarted step (4 per card): they must be counted in and dropped
+ap_idle (both kernels), STATUS 0, its counters restarted and every frame in dropped as the
+aborted step's (`dropped_step`, its ACKs `dropped_stale_reply`), at most the frame it was sending
+at the reset sent (whole: the top's underflow checker), no payload, retransmission or reply. Then
+each other host whose step has not ended aborts it the only way a card allows, its own reset, at
+its own time; the same is checked of each. (A card may have finished: at `ag` card k's successor
+can have had everything from it before the reset; its host just restarts it, and no frame is
+replayed into it: the aborted step is its previous step, whose frames it re-acknowledges.) Every
+host restores its owner shard (p, m, v) from its own copy taken before the aborted step (a host's
+checkpoint: the update writes p, m, v in place; what card k's memory holds says what the point
+was, and that is checked: p, m, v unchanged at `rs`, some changed at `update`, all at `ag`) and
+the ring restarts the step as a NEW step number (the next) on every card (`Ring.step`, as any
+step). Data frames of the aborted step that reached each reset card are replayed into its MAC
+port during the restarted step (up to 4 per card): they must be counted in and dropped
 (`dropped_step`), nothing else. The restarted step is checked as every step of the bench
 (`check_step`, lossless: bit-exact p, m, v, out buffer and gathered buffers against the lossless
 reference ring, which never saw the aborted step; STATUS; counters exact, `dropped_step` the
-frames replayed).
+frames replayed); the held answers came during it and were dropped (the monitor's stale count).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import cocotb
@@ -70,8 +77,7 @@ from hls.golden import Hyper
 from hls.net import ring, wire
 
 POINTS = ("rs", "update", "ag")
-NORMAL_R, NORMAL_W = (5, 40), (2, 30)  # card memory latency (clocks), as RtlCard sets it
-LATE = (1500, 2000)  # the reset card's reads (rs) or write responses (ag) in the aborted step: they outlive its reset
+RELEASE = 64  # clocks into the restarted step at which the held answers of the aborted step are let go
 REPLAY = 4  # frames of the aborted step replayed into each card during the restarted step
 
 
@@ -97,6 +103,12 @@ def data_frames(frames: list[bytes], step: int, opcode: wire.Opcode | None = Non
         if parsed.header.opcode in wanted:
             out.append(f)
     return out
+
+
+def held_back(hold: dict[str, bool], stalls: Iterator[bool] | None) -> Iterator[bool]:
+    """A channel's pauses: always while `hold["on"]`, then the channel's own random ones."""
+    while True:
+        yield True if hold["on"] else next(stalls) if stalls is not None else False
 
 
 def w_settled(card: RtlCard) -> bool:
@@ -169,8 +181,9 @@ def reached(point: str, card: RtlCard, step: int, marks: tuple[int, int], writes
         adam_writes = {p: n for p, n in card.monitor.burst_counts().items()
                        if p.endswith("AW") and not p.startswith("gather0")}
         return not sent_ag and any(n > writes0.get(p, 0) for p, n in adam_writes.items())
-    if point == "ag":
-        return bool(sent_ag) and bool(got_ag)
+    if point == "ag":  # and a gathered chunk's write burst issued (its response held: owed at the reset)
+        gather = card.monitor.burst_counts().get("gather0AW", 0) > writes0.get("gather0AW", 0)
+        return bool(sent_ag) and bool(got_ag) and gather
     raise ValueError(point)
 
 
@@ -212,8 +225,11 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     marks = [(len(c.port.received), len(c.port.sent)) for c in ring_.cards]
     card = ring_.cards[k]
     late_side = {"rs": "R", "ag": "B"}.get(point)
+    hold = {"on": bool(late_side)}
     if late_side:
-        card.card.set_latency(LATE if late_side == "R" else NORMAL_R, LATE if late_side == "B" else NORMAL_W)
+        port = card.card.ports["lgrad0" if late_side == "R" else "gather0"]
+        held = port.read_if.r_channel if late_side == "R" else port.write_if.b_channel
+        held.set_pause_generator(held_back(hold, held._pause_generator))
 
     # ---- the aborted step: one-phase, every card started as Ring.step starts it ----
     for c, g in zip(ring_.cards, grads, strict=True):
@@ -243,7 +259,6 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     owed = (sum(b[1] for p in card.monitor.ports if p.has_ar for b in p.r_bursts),
             sum(len(p.b_wait) for p in card.monitor.ports if p.has_aw))
     at = await card_reset(ring_, card, rng)
-    card.card.set_latency(NORMAL_R, NORMAL_W)
     dut._log.info("%s: card %d reset at clock %d of the step", tag, k, at - start)
 
     # ---- the others keep running: a timeout and more of retransmissions to the reset card ----
@@ -253,9 +268,12 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     # every other host gives up on the step (it cannot end without card k) and aborts it: the card's reset
     others = [j for j in range(n) if j != k]
     rng.shuffle(others)
+    finished = []  # a card may have had all it needed from card k before the reset: its step ended
     for j in others:
         await hosts[j].stop()
-        assert not hosts[j].finished, f"{tag}: card {j} finished a step card {k} was reset in"
+        if hosts[j].finished:
+            finished.append(j)
+            continue
         await ClockCycles(dut.ap_clk, rng.randrange(0, cfg.rto_clocks))
         await card_reset(ring_, ring_.cards[j], rng)
     for _ in range(400):  # what the switch and the MACs still hold reaches reset cards: dropped
@@ -264,14 +282,13 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
             break
     await ClockCycles(dut.ap_clk, 200)
     for j in others:
-        quiet[j] = await quiet_counters(dut, tag, ring_.cards[j])
-    stale = [(c.monitor.stale_r_beats - r, c.monitor.stale_b - b)
-             for c, (r, b) in zip(ring_.cards, stale0, strict=True)]
-    # the late answers came after the reset, were taken and dropped (a wrong one would fail the restarted step)
-    if late_side == "R":
-        assert owed[0] and stale[k][0], f"{tag}: card {k}: {owed[0]} R beats owed at the reset, {stale[k][0]} came"
-    if late_side == "B":
-        assert owed[1] and stale[k][1], f"{tag}: card {k}: {owed[1]} B owed at the reset, {stale[k][1]} came"
+        if j in finished:
+            c = ring_.cards[j]
+            assert await c.read(CTRL) & AP_IDLE and await c.read(READONLY["status"]) == 0, f"{tag}: card {j}"
+        else:
+            quiet[j] = await quiet_counters(dut, tag, ring_.cards[j])
+    if late_side:
+        assert owed[late_side == "B"], f"{tag}: card {k}: no {late_side} owed at the reset"
 
     # ---- every host restores its shard; what card k's update had written says what the point was ----
     now = ring_.card_shards()[k]
@@ -286,11 +303,14 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     assert card.mem.read(P_ADDR, size * 4) == np.asarray(checkpoint[k].p, np.float32).tobytes()
 
     # ---- the restart: the next step number on every card, the aborted step's frames replayed ----
-    replay = [rng.sample(fs, min(REPLAY, len(fs))) for fs in
-              (data_frames(c.port.received[m[0]:], step) for c, m in zip(ring_.cards, marks, strict=True))]
+    # not into a card that finished the aborted step: it is that card's previous step (re-acknowledged)
+    replay = [rng.sample(fs, min(REPLAY, len(fs))) if j not in finished else [] for j, fs in
+              enumerate(data_frames(c.port.received[m[0]:], step) for c, m in zip(ring_.cards, marks, strict=True))]
     late = [(len(fs), sum(len(f) - FCS_BYTES for f in fs)) for fs in replay]
 
     async def inject() -> None:
+        await ClockCycles(dut.ap_clk, RELEASE)
+        hold["on"] = False
         for c, fs in zip(ring_.cards, replay, strict=True):
             for f in fs:
                 await ClockCycles(dut.ap_clk, rng.randrange(20, 200))
@@ -300,10 +320,15 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     ref = refring.step(new, grads, hyper)
     res = await ring_.step(new, grads, hyper, limit=limit, during=inject())
     check_step(dut, f"{tag} restarted as {new}", ring_, res, ref, grads, refring, True, late=late)
+    stale = [(c.monitor.stale_r_beats - r, c.monitor.stale_b - b)
+             for c, (r, b) in zip(ring_.cards, stale0, strict=True)]
+    if late_side:  # the held answers came in the restarted step and were dropped (taken, it would not be exact)
+        assert stale[k][late_side == "B"], f"{tag}: card {k}: no stale {late_side} came after the reset"
     after = {j: {name: v for name, v in c.items() if v} for j, c in sorted(quiet.items())}
-    dut._log.info("%s: card %d's %s changed by the aborted step, restored; after the resets %s; stale R beats "
-                  "/ B responses per card %s; restarted step %d bit-exact in %d clocks, %s frames of the aborted "
-                  "step replayed and dropped", tag, k, changed, after, stale, new, res.clocks, [f for f, _ in late])
+    dut._log.info("%s: card %d's %s changed by the aborted step, restored; cards %s finished it; after the resets "
+                  "%s; stale R beats / B responses per card %s; restarted step %d bit-exact in %d clocks, %s frames "
+                  "of the aborted step replayed and dropped", tag, k, changed, finished, after, stale, new, res.clocks,
+                  [f for f, _ in late])
     return res.clocks
 
 
