@@ -12,11 +12,12 @@ the reset point, then card k's `c<k>_ap_rst_n` is low for 2..8 clocks (at a cloc
 its write ports has a burst's W beats part-sent: AXI4's W has no ID, design.md 3b) while the
 other cards keep running:
 
-  rs      the reduce-scatter: card k has received a frame of it and no all-gather frame; card k's
-          memory holds back its gradient reads' R beats from the aborted step's start, so they are
-          owed at the reset (checked), and releases them only once the restarted step's reads are
-          issued: the stale beats then come while the restarted step waits for its own, and only
-          the read engine's reset epoch (the ARID) tells them apart
+  rs      the reduce-scatter: card k has received a frame of it and no all-gather frame, and a
+          gradient read is owed: from that first frame on, card k's memory holds back its gradient
+          reads' R beats (those of the chunk to add to the frame) and releases them only once the
+          restarted step's first reads (another chunk) are issued: the stale beats then come while
+          the restarted step waits for its own, and only the read engine's reset epoch (the ARID)
+          tells them apart
   update  card k's Adam kernel is writing its update (a write burst on one of its ports), the
           card has sent no all-gather frame: p, m, v in card memory are being updated
   ag      the all-gather: card k has sent its own updated chunk, received a gathered one and
@@ -169,14 +170,18 @@ async def card_reset(ring_: Ring, card: RtlCard, rng: random.Random) -> int:
     return at
 
 
-def reached(point: str, card: RtlCard, step: int, marks: tuple[int, int], writes0: dict[str, int]) -> bool:
+def reached(point: str, card: RtlCard, step: int, marks: tuple[int, int], writes0: dict[str, int],
+            hold: dict[str, bool]) -> bool:
     """Card `card` is at the reset point (frames since `marks`: its port's received and sent)."""
     got = card.port.received[marks[0]:]
     sent = card.port.sent[marks[1]:]
     got_ag = data_frames(got, step, wire.Opcode.AG)
     sent_ag = data_frames(sent, step, wire.Opcode.AG)
-    if point == "rs":
-        return bool(data_frames(got, step, wire.Opcode.RS)) and not got_ag
+    if point == "rs":  # from the first frame on, the reads (of the chunk to add to it) are held: owed
+        if not data_frames(got, step, wire.Opcode.RS) or got_ag:
+            return False
+        hold["on"] = True
+        return any(b[1] for p in card.monitor.ports if p.name == "lgrad0" for b in p.r_bursts)
     if point == "update":
         adam_writes = {p: n for p, n in card.monitor.burst_counts().items()
                        if p.endswith("AW") and not p.startswith("gather0")}
@@ -225,7 +230,7 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     marks = [(len(c.port.received), len(c.port.sent)) for c in ring_.cards]
     card = ring_.cards[k]
     late_side = {"rs": "R", "ag": "B"}.get(point)
-    hold = {"on": bool(late_side)}
+    hold = {"on": late_side == "B"}
     if late_side:
         port = card.card.ports["lgrad0" if late_side == "R" else "gather0"]
         held = port.read_if.r_channel if late_side == "R" else port.write_if.b_channel
@@ -248,7 +253,7 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     skip = 0 if point == "update" else rng.randrange(0, 3)  # the update's writes may end within a clock
     while True:
         await RisingEdge(dut.ap_clk)
-        if reached(point, card, step, marks[k], writes0):
+        if reached(point, card, step, marks[k], writes0, hold):
             if skip == 0:
                 break
             skip -= 1
