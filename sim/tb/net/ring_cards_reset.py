@@ -78,7 +78,6 @@ from hls.golden import Hyper
 from hls.net import ring, wire
 
 POINTS = ("rs", "update", "ag")
-RELEASE = 64  # clocks into the restarted step at which the held answers of the aborted step are let go
 REPLAY = 4  # frames of the aborted step replayed into each card during the restarted step
 
 
@@ -313,13 +312,22 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
               enumerate(data_frames(c.port.received[m[0]:], step) for c, m in zip(ring_.cards, marks, strict=True))]
     late = [(len(fs), sum(len(f) - FCS_BYTES for f in fs)) for fs in replay]
 
-    async def inject() -> None:
-        await ClockCycles(dut.ap_clk, RELEASE)
+    async def release() -> None:
+        """The held answers go once the restarted step owes card k an answer on that port: a read
+        burst of its own (rs) or a write response (ag), each queued behind the stale ones."""
+        mon = next(p for p in card.monitor.ports if p.name == ("lgrad0" if late_side == "R" else "gather0"))
+        while not any(not b[-1] for b in (mon.r_bursts if late_side == "R" else mon.b_wait)):
+            await RisingEdge(dut.ap_clk)
         hold["on"] = False
+
+    async def inject() -> None:
+        freed = cocotb.start_soon(release()) if late_side else None
         for c, fs in zip(ring_.cards, replay, strict=True):
             for f in fs:
                 await ClockCycles(dut.ap_clk, rng.randrange(20, 200))
                 c.port.deliver(f)
+        if freed is not None:
+            await freed
 
     new = step + 1
     ref = refring.step(new, grads, hyper)
