@@ -269,7 +269,7 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     await ClockCycles(dut.ap_clk, cfg.rto_clocks + 1500)
     quiet = {k: await quiet_counters(dut, tag, card)}
     assert not hosts[k].finished
-    # every other host gives up on the step (it cannot end without card k) and aborts it: the card's reset
+    # every other host whose step has not ended gives up on it and aborts it: the card's reset
     others = [j for j in range(n) if j != k]
     rng.shuffle(others)
     finished = []  # a card may have had all it needed from card k before the reset: its step ended
