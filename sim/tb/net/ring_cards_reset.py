@@ -13,11 +13,12 @@ its write ports has a burst's W beats part-sent: AXI4's W has no ID, design.md 3
 other cards keep running:
 
   rs      the reduce-scatter: card k has received a frame of it and no all-gather frame, and a
-          gradient read is owed: from that first frame on, card k's memory holds back its gradient
-          reads' R beats (those of the chunk to add to the frame) and releases them only once the
-          restarted step's first reads (another chunk) are issued: the stale beats then come while
-          the restarted step waits for its own, and only the read engine's reset epoch (the ARID)
-          tells them apart
+          gradient read is owed. From that first frame on, card k's memory holds back its
+          gradient reads' R beats (those of the chunk to add to the frame) and releases them only
+          once the restarted step owes the card a read of its own (another chunk): the stale beats
+          then come while the restarted step waits for its own, and only the read engine's reset
+          epoch (the ARID) tells them apart. Not met where a card reads all its chunks before the
+          first frame arrives (two cards, small chunks): the step then ends unreset, a failure.
   update  card k's Adam kernel is writing its update (a write burst on one of its ports), the
           card has sent no all-gather frame: p, m, v in card memory are being updated
   ag      the all-gather: card k has sent its own updated chunk, received a gathered one and

@@ -158,9 +158,11 @@ def test_ring_cards_reset() -> None:
 def test_ring_cards_reset_points() -> None:
     """The reset at every point and more positions, after a step (m and v not zero): card 0 while its
     Adam kernel writes its update (p, m, v half-written), card 2 in the reduce-scatter, card 0 in the
-    all-gather, card 1 in its update; then a ring of two (card 1 in the all-gather)."""
+    all-gather, card 1 in its update; then a ring of two (card 1 in the all-gather, card 0 in its
+    update). Not `rs` on two cards: there a card has read both its chunks before the one frame it
+    adds to arrives, so no read is owed at that point (the bench requires one)."""
     run(3, 52, extra={"ONIC_STEPS": "1", "ONIC_RESET": "update@0,rs@2,ag@0,update@1"}, tag="-reset-points")
-    run(2, 53, extra={"ONIC_STEPS": "1", "ONIC_RESET": "ag@1,rs@0"}, tag="-reset-points")
+    run(2, 53, extra={"ONIC_STEPS": "1", "ONIC_RESET": "ag@1,update@0"}, tag="-reset-points")
 
 
 @pytest.mark.slow
