@@ -77,6 +77,7 @@ class MacPort:
         self.counters = {"frames_in": 0, "bytes_in": 0, "fcs_failed": 0, "runts": 0, "frames_out": 0,
                          "bytes_out": 0}
         self.sent: list[bytes] = []  # every frame the card sent, FCS included
+        self.received: list[bytes] = []  # every frame delivered to the card (not runts), FCS included
         switch.attach(port, self.deliver)
         cocotb.start_soon(self._transmit())
 
@@ -85,6 +86,7 @@ class MacPort:
         if len(frame) < MIN_FRAME + FCS_BYTES:
             self.counters["runts"] += 1
             return
+        self.received.append(frame)
         data = frame[:-FCS_BYTES]
         bad = fcs(data) != frame[-FCS_BYTES:]
         self.counters["frames_in"] += 1

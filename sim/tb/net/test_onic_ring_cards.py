@@ -2,7 +2,9 @@
 the seeded faulty switch of sim/tb/models.
 
 The top is `onic_ring_sim_top<M>` (hls.rtl.ring_top, templates/net/ring_sim_top.v.j2): M card
-instances, every card port as `c<k>_<port>`; a ring uses the first N <= M. The cards are
+instances, every card port as `c<k>_<port>`, each card reset by `ap_rst_n & c<k>_ap_rst_n`
+(`Ring.reset` drives every `c<k>_ap_rst_n` high; ring_cards_reset.py pulls one low mid-step); a
+ring uses the first N <= M. The cards are
 `onic_card`s (ONIC_MANIFEST: the Adam kernel's manifest; the network kernel and the generated Adam
 RTL kernel) or, without ONIC_MANIFEST, network kernels alone with a STAND-IN Adam kernel per card
 (a sink with random back-pressure on m_axis_grad0, `hls.net.card.ReferenceKernel` on the shard, a
@@ -33,7 +35,9 @@ ONIC_ALLOW_DEADLOCK=1 runs it anyway (test_ring_cards_ag_deadlock, which shows t
 `Ring` is also the engine of `pynq_driver.net`'s rtlsim backend (`ring_server.py`).
 
 Environment: ONIC_CARDS, ONIC_MANIFEST, ONIC_SEED, ONIC_STEPS, ONIC_LIMIT, ONIC_DROP, ONIC_DUP,
-ONIC_REORDER, ONIC_BITFLIP (per frame on every egress link), ONIC_GRAD_STALL (the stand-in kernel
+ONIC_REORDER, ONIC_BITFLIP (per frame on every egress link), ONIC_CLOCKS_OUT (a JSON file: each
+step's clocks and counter increments, to compare simulators), ONIC_RESET (after the steps, reset
+cases "point@card" comma separated, onic_cards only: ring_cards_reset.py), ONIC_GRAD_STALL (the stand-in kernel
 refusing its gradient beat; a quarter of it: card memory pauses), WIRE_BF16, PARAM_BF16 (the
 stand-in's dtypes), ONIC_BUFFER (switch egress bytes, 0: unbounded), ONIC_SIZE (chunk elements),
 ONIC_RTO (retransmission timeout, clocks), ONIC_PAYLOAD (payload bytes; default drawn from the
@@ -164,6 +168,17 @@ class _View:
             raise AttributeError(name) from None
 
 
+class CardReset:
+    """Card k's reset as its kernels see it (the top's `ap_rst_n & c<k>_ap_rst_n`), for the AXI monitor."""
+
+    def __init__(self, dut: Any, k: int) -> None:
+        self._ring, self._card = dut.ap_rst_n, getattr(dut, f"c{k}_ap_rst_n")
+
+    @property
+    def value(self) -> int:
+        return int(self._ring.value) & int(self._card.value)  # X or Z: ValueError, as a signal's int()
+
+
 class RtlCard:
     """One RTL card of the top with its host(s), memory and MAC port. With `adam` (the Adam
     kernel's manifest) the card is `onic_card`: the generated Adam RTL kernel on the network
@@ -214,7 +229,8 @@ class RtlCard:
             self.card.set_stalls(random.Random(rng.random()), grad_stall * 0.25)
             self.mem = self.card.mem
             self.irq = {"net": v.interrupt_net, "adam": v.interrupt_adam}
-        self.monitor = AxiMonitor(v, self.ports, dut.ap_clk, dut.ap_rst_n)
+        # card memory (the interconnect) is not reset with the card: bursts owed at its reset are stale
+        self.monitor = AxiMonitor(v, self.ports, dut.ap_clk, CardReset(dut, k), interconnect_reset=False)
         self.port = MacPort(AxiStreamBus.from_prefix(v, "s_axis_mac0"), AxiStreamBus.from_prefix(v, "m_axis_mac0"),
                             dut.ap_clk, dut.ap_rst_n, switch, k)
 
@@ -269,6 +285,13 @@ class RtlCard:
         for name in net_regmap.counter_names():
             out[name] = (await self.read(READONLY[name] + 4)) << 32 | await self.read(READONLY[name])
         return out
+
+    async def status_and_counters(self) -> tuple[int, dict[str, int]]:
+        """STATUS (the Adam kernel's in bits 16..) and the counters."""
+        st = await self.read(READONLY["status"])
+        if self.adam_manifest is not None:
+            st |= await self.adam.read_dword(self.adam_status) << 16
+        return st, await self.counters()
 
     async def program(self, cfg: RingConfig, step: int, phase: int = 0) -> None:
         eps = endpoints(cfg.world)
@@ -341,6 +364,14 @@ def memory_map_problem(cfg: RingConfig, onic_card: bool) -> str | None:
         if over else None
 
 
+def top_cards(dut: Any) -> int:
+    """The cards of the top (the ring may use fewer)."""
+    k = 0
+    while hasattr(dut, f"c{k}_m_axis_mac0_tvalid"):
+        k += 1
+    return k
+
+
 def top_bound(dut: Any) -> int:
     """The deadlock bound T + R of the top's build, from its parameters (every card gets the same)."""
     try:
@@ -410,6 +441,9 @@ class Ring:
     async def reset(self) -> None:
         cocotb.start_soon(Clock(self.dut.ap_clk, self.clock_ps, unit="ps").start())
         self.dut.ap_rst_n.value = 0
+        # every card of the top, used or idle: an undriven reset input is z (Icarus) or 0 (Verilator)
+        for k in range(top_cards(self.dut)):
+            getattr(self.dut, f"c{k}_ap_rst_n").value = 1
         await ClockCycles(self.dut.ap_clk, 8)
         self.dut.ap_rst_n.value = 1
         await ClockCycles(self.dut.ap_clk, 4)
@@ -422,7 +456,7 @@ class Ring:
         return [c.shard(size) for c in self.cards]
 
     async def step(self, step: int, grads: list[np.ndarray], hyper: Hyper, limit: int = 300_000, *,
-                   two_phase: bool = False, max_norm: float | None = None) -> StepResult:
+                   two_phase: bool = False, max_norm: float | None = None, during: Any = None) -> StepResult:
         """One ring step on every card. `two_phase`: each card's host runs phase one, reads every
         rank's entry at its ap_done, derives the scale (`ring.step_grad_scale` with `max_norm`),
         starts its Adam kernel (or the stand-in) with it and runs phase two (design.md 8.1); each
@@ -433,7 +467,9 @@ class Ring:
         gathers them: p, m, v unchanged, every card gathers the unchanged parameters. A one-phase
         step in round-major order (`cfg.segment`) runs as the two phases, each host ignoring the
         entries (the one-phase scale, no skip): the network kernel runs more than one round only so. So
-        does a one-phase step of onic_cards over the one-phase bound (`one_phase_fits`)."""
+        does a one-phase step of onic_cards over the one-phase bound (`one_phase_fits`).
+        `during`: a coroutine started with the step (every ap_start written) and awaited before the
+        counters are read (the reset bench's replay of an aborted step's frames)."""
         cfg, dut = self.cfg, self.dut
         n, size = cfg.world, ring.chunk_elems(cfg.length, cfg.world)
         if max_norm is not None and not two_phase:
@@ -448,7 +484,7 @@ class Ring:
         assert scale is not None
         scales: list[float | None] = [scale] * n
         entries: list[list[tuple[float, bool]]] = [[] for _ in range(n)]
-        before = [await c.counters() for c in self.cards]
+        before = await _gather([c.counters() for c in self.cards])  # each host on its own bus, together
         ports_before = [self.switch.core.ports[k].as_dict() for k in range(n)]
         got: list[dict[str, Any]] = [{} for _ in range(n)]
         current: list[bytes] = [b""] * n  # two-phase: each card's current parameters (out dtype)
@@ -503,6 +539,7 @@ class Ring:
             await self._wait_done(card, start, limit, only="net" if mine is None else None)
 
         await _all([c.write("ctrl", 1) for c in self.cards])
+        beside = cocotb.start_soon(during) if during is not None else None
         if two_phase:
             await _all([phases(k, c) for k, c in enumerate(self.cards)])
         else:
@@ -510,18 +547,18 @@ class Ring:
         clocks = self.cycle - start
         for t in tasks:
             await t
+        if beside is not None:
+            await beside
         for _ in range(400):  # the last ACKs drain
             if self.switch.idle and all(c.port.idle for c in self.cards):
                 break
             await ClockCycles(dut.ap_clk, 50)
         gathered, problems, status, deltas = [], [], [], []
+        words = await _gather([c.status_and_counters() for c in self.cards])
         pbytes = size * wire.ELEMENT_BYTES[cfg.param_dtype]
         for k, card in enumerate(self.cards):
-            st = await card.read(READONLY["status"])
-            if self.adam is not None:
-                st |= await card.adam.read_dword(card.adam_status) << 16
+            st, after = words[k]
             status.append(st)
-            after = await card.counters()
             deltas.append({name: after[name] - before[k][name] for name in after})
             parts, bad = [], []
             if self.adam is not None:
@@ -623,6 +660,11 @@ async def _all(coros: list[Any]) -> None:
         await t
 
 
+async def _gather(coros: list[Any]) -> list[Any]:
+    """The coroutines' results, run together."""
+    return [await t for t in [cocotb.start_soon(c) for c in coros]]
+
+
 class ReferenceRing:
     """A lossless ring of N `Card`s with `ReferenceKernel`s (p, m, v kept across steps)."""
 
@@ -660,7 +702,9 @@ class ReferenceRing:
 
 
 def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, Any], grads: list[np.ndarray],
-               refring: ReferenceRing, lossless: bool) -> None:
+               refring: ReferenceRing, lossless: bool, late: list[tuple[int, int]] | None = None) -> None:
+    """`late`: per card, the frames and bytes (without FCS) of an aborted step handed to its MAC
+    port during this step, past the switch (ring_cards_reset's replay): each counted in and dropped."""
     cfg = ring_.cfg
     n, wdt, pdt = cfg.world, cfg.wire_dtype, cfg.param_dtype
     want_reduced = ring.reduce_scatter(grads, wdt)
@@ -682,8 +726,10 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
             a, b = getattr(mine, name), getattr(theirs, name)
             assert not differing(np.asarray(a).tobytes(), np.asarray(b).tobytes(), "fp32"), f"{t}: {name} differs"
         c = res.counters[k]
+        late_frames, late_bytes = late[k] if late else (0, 0)
         exact = {"frames_out": c["_switch_in"], "bytes_out": c["_switch_bytes_in"] - FCS_BYTES * c["_switch_in"],
-                 "frames_in": c["_switch_out"], "bytes_in": c["_switch_bytes_out"] - FCS_BYTES * c["_switch_out"],
+                 "frames_in": c["_switch_out"] + late_frames,
+                 "bytes_in": c["_switch_bytes_out"] - FCS_BYTES * c["_switch_out"] + late_bytes,
                  "dropped_fcs": c["_switch_bitflipped"]}
         if ref["entries"] is None:
             if not res.as_two_phases:  # else the scalar exchange ran, its entries ignored
@@ -703,6 +749,7 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
                       if not (res.as_two_phases and name == "scalar_payload_bytes_out")}
             exact |= {"retransmitted_frames": 0, "timeouts": 0, "naks_received": 0, "naks_sent": 0}
             exact |= {f"dropped_{d}": 0 for d in net_regmap.DROP_CAUSES if d != "stale_reply"}
+            exact["dropped_step"] = late_frames
         for name, value in exact.items():
             assert c[name] == value, f"{t}: counter {name} {c[name]} != {value}"
         assert not card.monitor.errors, card.monitor.errors
@@ -747,6 +794,7 @@ async def test_ring_cards(dut: Any) -> None:
     kinds = os.environ.get("ONIC_TWO_PHASE", "").split(",")
     assert all(k in ("", "clip", "noclip", "skip") for k in kinds), f"ONIC_TWO_PHASE={kinds}"
     assert not cfg.segment or all(kinds), "ONIC_SEGMENT (round-major order) needs two-phase steps (ONIC_TWO_PHASE)"
+    record: list[dict[str, Any]] = []  # ONIC_CLOCKS_OUT: per step, its clocks and counters
     for s in range(int(os.environ.get("ONIC_STEPS", "2"))):
         kind = kinds[s % len(kinds)]
         grads = two_phase_gradients(nrng, n, cfg.length, wdt, kind) if kind else \
@@ -762,9 +810,23 @@ async def test_ring_cards(dut: Any) -> None:
             assert (res.scale is None) == (kind == "skip"), f"{tag}: scale {res.scale!r}"
             assert kind == "skip" or (res.scale < unclipped) == (kind == "clip"), f"{tag}: scale {res.scale!r}"
         check_step(dut, tag, ring_, res, ref, grads, refring, lossless)
+        record.append({"step": step_id, "clocks": res.clocks, "counters": res.counters})
         total = ring_.switch.core.reconcile()
         faulted = sum(total.get(k, 0) for k in ("dropped_fault", "duplicated", "reordered", "bitflipped"))
         dut._log.info("%s: %d clocks; switch %s; card counters %s", tag, res.clocks,
                       {k: v for k, v in total.items() if v},
                       [{k: v for k, v in c.items() if v and not k.startswith("_")} for c in res.counters])
+    resets = os.environ.get("ONIC_RESET", "")
+    if resets:  # ring_cards_reset: one card reset mid-step, the ring restarted, lossless
+        from ring_cards_reset import parse_points, reset_case
+
+        assert lossless, "ONIC_RESET runs on a lossless switch (its counters are checked exactly)"
+        done = int(os.environ.get("ONIC_STEPS", "2"))
+        for i, (point, k) in enumerate(parse_points(resets, n)):
+            hyper = Hyper(lr=1e-2 * (done + i + 1), step=done + i + 1, grad_scale=1.0)
+            clocks = await reset_case(dut, ring_, refring, point, k, 100 + 10 * i, hyper, nrng, rng,
+                                      int(os.environ.get("ONIC_LIMIT", "300000")))
+            record.append({"step": 100 + 10 * i + 1, "clocks": clocks, "reset": f"{point}@{k}"})
+    if os.environ.get("ONIC_CLOCKS_OUT"):
+        Path(os.environ["ONIC_CLOCKS_OUT"]).write_text(json.dumps(record))
     assert lossless or faulted, "no fault happened: the case tests nothing beyond the lossless one"
