@@ -12,8 +12,9 @@ source replaying the result on s_axis_param0). Per card: an AxiLiteMaster per co
 Adam kernel's arguments as the driver writes them, ap_start, then the network kernel's ring
 arguments at hls/net_regmap.py's offsets, ap_start, both interrupts, ISR, STATUS, counters); card
 memory behind every m_axi port (cocotbext-axi RAM models with random latency and pauses) with the
-AXI protocol monitor on each; the MAC port as `eth_mac_port.MacPort` (cocotbext-eth `EthMac`,
-FCS and TUSER glue) on switch port k.
+AXI protocol monitor on each; handshake monitors (`handshake_monitor`) on the control port(s) and
+the two streams between the network kernel and the Adam kernel (or its stand-in); the MAC port as
+`eth_mac_port.MacPort` (cocotbext-eth `EthMac`, FCS and TUSER glue) on switch port k.
 
 Checked per step against a lossless ring of N `hls.net.card.Card`s with `ReferenceKernel`s run
 in Python with the same inputs (state carried across steps): every owner's p, m, v (card memory,
@@ -72,6 +73,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiReadBus, AxiStreamBus, AxiWriteBus
 from eth_mac_port import FCS_BYTES, MacPort
 from eth_switch import EthSwitch, PortFaults, SwitchConfig
+from handshake_monitor import AxiLiteMonitor, StreamMonitor
 from hbm_memory import LatencyAxiRamRead, LatencyAxiRamWrite
 from ring_streams import Sink, Source
 from test_onic_net_kernel import MAX_NORM, entry_value, read_entries, two_phase_gradients
@@ -231,8 +233,28 @@ class RtlCard:
             self.irq = {"net": v.interrupt_net, "adam": v.interrupt_adam}
         # card memory (the interconnect) is not reset with the card: bursts owed at its reset are stale
         self.monitor = AxiMonitor(v, self.ports, dut.ap_clk, CardReset(dut, k), interconnect_reset=False)
+        self.handshakes = self._handshake_monitors(dut, k)
         self.port = MacPort(AxiStreamBus.from_prefix(v, "s_axis_mac0"), AxiStreamBus.from_prefix(v, "m_axis_mac0"),
                             dut.ap_clk, dut.ap_rst_n, switch, k)
+
+    def _handshake_monitors(self, dut: Any, k: int) -> list[AxiLiteMonitor | StreamMonitor]:
+        """The card's control port(s) and the streams between its kernels (onic_card: the wires grad_* and
+        param_* inside card k, reachable in the tests' builds; `bench rtlnet`'s build exposes only the top's
+        ports, so there the control ports alone)."""
+        v, reset = self.view, CardReset(dut, k)
+        lite = ["s_axi_control"] if self.adam_manifest is None else ["s_axi_net", "s_axi_adam"]
+        out: list[AxiLiteMonitor | StreamMonitor] = [
+            AxiLiteMonitor(lambda s, p=p: getattr(v, f"{p}_{s}"), f"card {k} {p}", dut.ap_clk, reset) for p in lite]
+        if self.adam_manifest is None:
+            streams = {p: (lambda s, p=p: getattr(v, f"{p}_{s}")) for p in ("m_axis_grad0", "s_axis_param0")}
+        else:
+            try:
+                inner = getattr(dut, f"card{k}")
+                inner.grad_tvalid  # noqa: B018  (only reachable with public internals)
+            except AttributeError:
+                return out
+            streams = {p: (lambda s, p=p: getattr(inner, f"{p}_{s}")) for p in ("grad", "param")}
+        return out + [StreamMonitor(sig, f"card {k} {p}", dut.ap_clk, reset) for p, sig in streams.items()]
 
     def started(self) -> None:
         """After the reset: the card memory model of an onic_card starts serving."""
@@ -753,6 +775,8 @@ def check_step(dut: Any, tag: str, ring_: Ring, res: StepResult, ref: dict[str, 
         for name, value in exact.items():
             assert c[name] == value, f"{t}: counter {name} {c[name]} != {value}"
         assert not card.monitor.errors, card.monitor.errors
+        for m in card.handshakes:
+            assert not m.errors, m.errors
     assert not ring_.tx_errors(), ring_.tx_errors()
 
 
