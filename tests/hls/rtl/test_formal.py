@@ -75,6 +75,7 @@ def test_formal_bounded(sby: str, tmp_path: Path) -> None:
     assert covers == expected, f"{covers} of {expected} covers reached\n{out}"
 
 
+@pytest.mark.slow  # 34 s; by default the skid, WSTRB and step mutants show the proofs bite (make test budget)
 def test_formal_window_mutant_fails(tmp_path: Path) -> None:
     """The sender sending while next - base == the window (an off-by-one) is caught by the proof."""
     proc = _sby(tmp_path, "onic_net_tx_retx.sby", "prove",

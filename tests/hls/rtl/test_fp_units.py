@@ -73,8 +73,9 @@ def run_unit(unit: str, simulator: str, n_random: int, seed: int = 1, params: di
 
 # Verilator builds cost 15-30 s of CPU each and `make test` has a 25-minute budget. These units'
 # Verilator run is --full only: their Icarus run (directed classes + random vectors) stays default,
-# and the conversions run under Verilator in every bf16 / fp16 Adam-kernel and network test.
-FULL_ONLY_VERILATOR = {"fp32_sq_f64", "bf16_to_fp32", "fp16_to_fp32", "fp32_to_bf16"}
+# and the conversions and the fp64 units run under Verilator in every bf16 / fp16 Adam-kernel test
+# and in every two-phase network test (the sum of squares).
+FULL_ONLY_VERILATOR = {"fp32_sq_f64", "fp64_add", "bf16_to_fp32", "fp16_to_fp32", "fp32_to_bf16"}
 DEFAULT_VERILATOR = [pytest.param(u, marks=pytest.mark.slow) if u in FULL_ONLY_VERILATOR else u for u in UNITS]
 
 

@@ -150,7 +150,8 @@ def test_top_seeds(case: str, seed: int) -> None:
 @pytest.mark.parametrize(("module", "params"), [
     ("onic_net_tx_header", {}),
     ("onic_net_tx_retx", {"SLOTS_LOG2": 7, "BEATS_LOG2": 5}),   # 128 packets of 1408 B: a 4096-beat buffer
-    ("onic_net_tx_retx", {"SLOTS_LOG2": 7, "BEATS_LOG2": 5, "URAM": 1}),
+    # UltraRAM inference: --full (the network kernel's synthesis, --full too, has its 16 URAM)
+    pytest.param("onic_net_tx_retx", {"SLOTS_LOG2": 7, "BEATS_LOG2": 5, "URAM": 1}, marks=pytest.mark.slow),
     ("onic_net_tx_arb", {"FIFO_LOG2": 9}),
 ], ids=["header", "retx128x32", "retx128x32-uram", "arb512"])
 def test_unit_timing_shape(module: str, params: dict[str, int]) -> None:
