@@ -47,7 +47,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiReadBus, AxiStreamBus, AxiWriteBus
 from cocotbext.eth import EthMacRx, EthMacTx
-from handshake_monitor import AxiLiteMonitor, StreamMonitor
+from handshake_monitor import AxiLiteMonitor, StreamMonitor, watch
 from hbm_memory import LatencyAxiRamRead, LatencyAxiRamWrite
 from ring_streams import Sink, Source
 
@@ -235,9 +235,11 @@ class TB:
         self.monitor = AxiMonitor(dut, ["lgrad0", "gather0"], dut.ap_clk, dut.ap_rst_n)
         # the control port and both streams to the Adam kernel (`handshakes_clean`)
         self.handshakes = [
-            AxiLiteMonitor(lambda s: getattr(dut, f"s_axi_control_{s}"), "s_axi_control", dut.ap_clk, dut.ap_rst_n),
-            *(StreamMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), p, dut.ap_clk, dut.ap_rst_n)
+            AxiLiteMonitor(lambda s: getattr(dut, f"s_axi_control_{s}"), "s_axi_control", dut.ap_clk, dut.ap_rst_n,
+                           start=False),
+            *(StreamMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), p, dut.ap_clk, dut.ap_rst_n, start=False)
               for p in ("m_axis_grad0", "s_axis_param0"))]
+        watch(self.handshakes, dut.ap_clk)
         if macs:
             self.mac_rx = EthMacRx(AxiStreamBus.from_prefix(dut, "s_axis_mac0"), dut.ap_clk, dut.ap_rst_n,
                                    reset_active_level=False, speed=100e9)

@@ -73,7 +73,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiReadBus, AxiStreamBus, AxiWriteBus
 from eth_mac_port import FCS_BYTES, MacPort
 from eth_switch import EthSwitch, PortFaults, SwitchConfig
-from handshake_monitor import AxiLiteMonitor, StreamMonitor
+from handshake_monitor import AxiLiteMonitor, StreamMonitor, watch
 from hbm_memory import LatencyAxiRamRead, LatencyAxiRamWrite
 from ring_streams import Sink, Source
 from test_onic_net_kernel import MAX_NORM, entry_value, read_entries, two_phase_gradients
@@ -244,17 +244,21 @@ class RtlCard:
         v, reset = self.view, CardReset(dut, k)
         lite = ["s_axi_control"] if self.adam_manifest is None else ["s_axi_net", "s_axi_adam"]
         out: list[AxiLiteMonitor | StreamMonitor] = [
-            AxiLiteMonitor(lambda s, p=p: getattr(v, f"{p}_{s}"), f"card {k} {p}", dut.ap_clk, reset) for p in lite]
+            AxiLiteMonitor(lambda s, p=p: getattr(v, f"{p}_{s}"), f"card {k} {p}", dut.ap_clk, reset, start=False)
+            for p in lite]
+        streams = {}
         if self.adam_manifest is None:
             streams = {p: (lambda s, p=p: getattr(v, f"{p}_{s}")) for p in ("m_axis_grad0", "s_axis_param0")}
         else:
             try:
                 inner = getattr(dut, f"card{k}")
                 inner.grad_tvalid  # noqa: B018  (only reachable with public internals)
+                streams = {p: (lambda s, p=p: getattr(inner, f"{p}_{s}")) for p in ("grad", "param")}
             except AttributeError:
-                return out
-            streams = {p: (lambda s, p=p: getattr(inner, f"{p}_{s}")) for p in ("grad", "param")}
-        return out + [StreamMonitor(sig, f"card {k} {p}", dut.ap_clk, reset) for p, sig in streams.items()]
+                pass
+        out += [StreamMonitor(sig, f"card {k} {p}", dut.ap_clk, reset, start=False) for p, sig in streams.items()]
+        watch(out, dut.ap_clk)  # one coroutine per card: a clock in Python is the monitors' cost
+        return out
 
     def started(self) -> None:
         """After the reset: the card memory model of an onic_card starts serving."""
