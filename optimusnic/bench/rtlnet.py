@@ -500,6 +500,12 @@ def ag_packets_bound(params: dict[str, int] | None = None) -> int:
     return ring_bound.params_bound(dict(params or BENCH_PARAMS))
 
 
+def one_phase_bound(params: dict[str, int] | None = None) -> int:
+    """The most RS packets per hop of a one-phase step on a ring of onic_cards with these buffers (their receive
+    slots: `ring_bound.one_phase_packets`)."""
+    return ring_bound.one_phase_packets(dict(params or BENCH_PARAMS)["RX_SLOT_LOG2"])
+
+
 def check_ring_case(n: int, payload: int, packets: int, params: dict[str, int] | None = None,
                     card: KernelSpec | None = None, segment: int = 0, two_phase: bool = False) -> None:
     """Refuse (`ring_bound.ChunkOverBound`, one line) a ring case whose chunk reaches the deadlock bound
@@ -513,7 +519,7 @@ def check_ring_case(n: int, payload: int, packets: int, params: dict[str, int] |
     if not segment and not two_phase and not ring_bound.one_phase_fits(size, payload, card.grad_dtype, slots_log2):
         raise ring_bound.ChunkOverBound(
             f"{what}: a one-phase step of {packets} RS packets per hop is over the one-phase bound of "
-            f"{ring_bound.one_phase_packets(slots_log2)} (the receive slots): it runs only as the two phases")
+            f"{one_phase_bound(params)} (the receive slots): it runs only as the two phases")
 
 
 def rounds_cases(packets: tuple[int, ...] = ROUNDS_PACKETS, segments: tuple[int, ...] = ROUND_SEGMENTS,
@@ -521,7 +527,7 @@ def rounds_cases(packets: tuple[int, ...] = ROUNDS_PACKETS, segments: tuple[int,
     """The `rounds` part's steps: per chunk, hop-major one-phase within the one-phase bound, hop-major
     two-phase under the hop-major bound, and round-major at every segment below the chunk's packets."""
     limit = ag_packets_bound(params)
-    one = ring_bound.one_phase_packets(dict(params or BENCH_PARAMS)["RX_SLOT_LOG2"])
+    one = one_phase_bound(params)
     out = []
     for p in packets:
         if p <= one:
@@ -663,7 +669,7 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
         _measured("rounds", t)
         report["rounds"] = {"cards": ring_cards, "n": ROUNDS_WORLD, "lanes": rc.lanes,
                             "bound": ag_packets_bound(params),
-                            "one_phase": ring_bound.one_phase_packets(dict(params or BENCH_PARAMS)["RX_SLOT_LOG2"]),
+                            "one_phase": one_phase_bound(params),
                             "steps": _rounds_summary(round_rows)}
     if "bf16" in parts:
         bf = {"wire_dtype": "bf16", "param_dtype": "bf16"}
@@ -750,7 +756,8 @@ def _rounds_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ones = [r["phase_one_clocks"] for r in done if r["phase_one_clocks"] is not None]
         out.append(_step_summary(rs) | {
             "segment": key[1], "two_phase": key[2], "n": rs[0]["n"],
-            "packets": math.ceil(rs[0]["size"] * wire.ELEMENT_BYTES[rs[0]["wire_dtype"]] / rs[0]["payload"]),
+            "packets": ring_bound.flow_packets(rs[0]["size"], rs[0]["payload"], rs[0]["wire_dtype"],
+                                               rs[0]["param_dtype"])["rs"],
             "phase_one_clocks": _median(ones) if ones else None,
             "phase_one_over_rs_model": _median([r["phase_one_over_rs_model"] for r in done
                                                 if r["phase_one_over_rs_model"] is not None]) if ones else None,

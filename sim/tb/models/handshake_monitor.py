@@ -38,7 +38,7 @@ def _v(sig: Any) -> int:
 
 
 def watch(monitors: list[Any], clock: Any) -> None:
-    """Sample every monitor of the group (built with `start=False`) at each rising edge of `clock`."""
+    """Sample every monitor of the group at each rising edge of `clock` (a monitor samples only so)."""
     async def run() -> None:
         while True:
             await RisingEdge(clock)
@@ -57,13 +57,6 @@ class _Checker:
 
     def sample(self) -> None:
         raise NotImplementedError
-
-    async def _run(self) -> None:
-        while True:
-            await RisingEdge(self.clock)
-            if get_sim_time() == 0:
-                continue
-            self.sample()
 
     def _fail(self, text: str) -> None:
         if len(self.errors) < MAX_ERRORS:
@@ -86,15 +79,12 @@ class AxiLiteMonitor(_Checker):
     CHANNELS = {"AW": ("awaddr",), "W": ("wdata", "wstrb"), "AR": ("araddr",), "R": ("rdata", "rresp"),
                 "B": ("bresp",)}
 
-    def __init__(self, sig: Sig, name: str, clock: Any, reset_n: Any, *, start: bool = True) -> None:
+    def __init__(self, sig: Sig, name: str, clock: Any, reset_n: Any) -> None:
         super().__init__(name, clock, reset_n)
         self.s = {c: (sig(f"{c.lower()}valid"), sig(f"{c.lower()}ready"), [sig(p) for p in payload])
                   for c, payload in self.CHANNELS.items()}
         self.held: dict[str, tuple[int, ...] | None] = dict.fromkeys(self.CHANNELS)
         self.reads = self.aws = self.ws = 0  # accepted requests not yet answered (a write: its AW and its W)
-        self.was_reset = False
-        if start:
-            cocotb.start_soon(self._run())
 
     def sample(self) -> None:
         valids = {c: _v(v) for c, (v, _, _) in self.s.items()}
@@ -136,15 +126,12 @@ class AxiLiteMonitor(_Checker):
 class StreamMonitor(_Checker):
     """One AXI4-Stream port; `sig("tvalid")` gives its TVALID, and so on (TDATA, TKEEP, TLAST, TREADY)."""
 
-    def __init__(self, sig: Sig, name: str, clock: Any, reset_n: Any, *, keep_bytes: int = 64,
-                 start: bool = True) -> None:
+    def __init__(self, sig: Sig, name: str, clock: Any, reset_n: Any, *, keep_bytes: int = 64) -> None:
         super().__init__(name, clock, reset_n)
         self.valid, self.ready = sig("tvalid"), sig("tready")
         self.payload = [sig("tdata"), sig("tkeep"), sig("tlast")]
         self.keep_bytes = keep_bytes
         self.held: tuple[int, ...] | None = None
-        if start:
-            cocotb.start_soon(self._run())
 
     def sample(self) -> None:
         valid = _v(self.valid)

@@ -139,10 +139,10 @@ class CardTB:
         self.monitor = AxiMonitor(dut, self.ports, dut.ap_clk, dut.ap_rst_n)
         # both control ports and the two streams between the kernels (onic_card's wires grad_* / param_*)
         self.handshakes = [
-            *(AxiLiteMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), p, dut.ap_clk, dut.ap_rst_n, start=False)
+            *(AxiLiteMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), p, dut.ap_clk, dut.ap_rst_n)
               for p in ("s_axi_adam", "s_axi_net")),
-            *(StreamMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), f"{p} stream", dut.ap_clk, dut.ap_rst_n,
-                            start=False) for p in ("grad", "param"))]
+            *(StreamMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), f"{p} stream", dut.ap_clk, dut.ap_rst_n)
+              for p in ("grad", "param"))]
         watch(self.handshakes, dut.ap_clk)
         self.cycle = 0
         # the MAC port, one for the whole simulation: each case's switch is attached to it

@@ -235,9 +235,8 @@ class TB:
         self.monitor = AxiMonitor(dut, ["lgrad0", "gather0"], dut.ap_clk, dut.ap_rst_n)
         # the control port and both streams to the Adam kernel (`handshakes_clean`)
         self.handshakes = [
-            AxiLiteMonitor(lambda s: getattr(dut, f"s_axi_control_{s}"), "s_axi_control", dut.ap_clk, dut.ap_rst_n,
-                           start=False),
-            *(StreamMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), p, dut.ap_clk, dut.ap_rst_n, start=False)
+            AxiLiteMonitor(lambda s: getattr(dut, f"s_axi_control_{s}"), "s_axi_control", dut.ap_clk, dut.ap_rst_n),
+            *(StreamMonitor(lambda s, p=p: getattr(dut, f"{p}_{s}"), p, dut.ap_clk, dut.ap_rst_n)
               for p in ("m_axis_grad0", "s_axis_param0"))]
         watch(self.handshakes, dut.ap_clk)
         if macs:

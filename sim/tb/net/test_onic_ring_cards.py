@@ -244,7 +244,7 @@ class RtlCard:
         v, reset = self.view, CardReset(dut, k)
         lite = ["s_axi_control"] if self.adam_manifest is None else ["s_axi_net", "s_axi_adam"]
         out: list[AxiLiteMonitor | StreamMonitor] = [
-            AxiLiteMonitor(lambda s, p=p: getattr(v, f"{p}_{s}"), f"card {k} {p}", dut.ap_clk, reset, start=False)
+            AxiLiteMonitor(lambda s, p=p: getattr(v, f"{p}_{s}"), f"card {k} {p}", dut.ap_clk, reset)
             for p in lite]
         streams = {}
         if self.adam_manifest is None:
@@ -256,7 +256,7 @@ class RtlCard:
                 streams = {p: (lambda s, p=p: getattr(inner, f"{p}_{s}")) for p in ("grad", "param")}
             except AttributeError:
                 pass
-        out += [StreamMonitor(sig, f"card {k} {p}", dut.ap_clk, reset, start=False) for p, sig in streams.items()]
+        out += [StreamMonitor(sig, f"card {k} {p}", dut.ap_clk, reset) for p, sig in streams.items()]
         watch(out, dut.ap_clk)  # one coroutine per card: a clock in Python is the monitors' cost
         return out
 
@@ -443,7 +443,7 @@ class Ring:
         self.phase_one_cycle: dict[int, int] = {}  # two-phase: per card, its network kernel's phase-one done
         self.start_cycle = 0  # the clock the step's ap_starts were written
         n = cfg.world
-        if not hasattr(dut, f"c{n - 1}_m_axis_mac0_tvalid"):
+        if top_cards(dut) < n:
             raise ValueError(f"a ring of {n}: the top has fewer cards")
         self.rng = random.Random(seed)
         eps = endpoints(n)
@@ -510,7 +510,7 @@ class Ring:
         assert scale is not None
         scales: list[float | None] = [scale] * n
         entries: list[list[tuple[float, bool]]] = [[] for _ in range(n)]
-        before = await _gather([c.counters() for c in self.cards])  # each host on its own bus, together
+        before = await _all([c.counters() for c in self.cards])  # each host on its own bus, together
         ports_before = [self.switch.core.ports[k].as_dict() for k in range(n)]
         got: list[dict[str, Any]] = [{} for _ in range(n)]
         current: list[bytes] = [b""] * n  # two-phase: each card's current parameters (out dtype)
@@ -580,7 +580,7 @@ class Ring:
                 break
             await ClockCycles(dut.ap_clk, 50)
         gathered, problems, status, deltas = [], [], [], []
-        words = await _gather([c.status_and_counters() for c in self.cards])
+        words = await _all([c.status_and_counters() for c in self.cards])
         pbytes = size * wire.ELEMENT_BYTES[cfg.param_dtype]
         for k, card in enumerate(self.cards):
             st, after = words[k]
@@ -681,12 +681,7 @@ class Ring:
         return out
 
 
-async def _all(coros: list[Any]) -> None:
-    for t in [cocotb.start_soon(c) for c in coros]:
-        await t
-
-
-async def _gather(coros: list[Any]) -> list[Any]:
+async def _all(coros: list[Any]) -> list[Any]:
     """The coroutines' results, run together."""
     return [await t for t in [cocotb.start_soon(c) for c in coros]]
 
