@@ -298,8 +298,8 @@ def rtl_chunk_bound(ring_ports: int, payload: int, window: int, wire_bytes: int,
     out: dict[str, object] = {"rtl_packets_bound": limit, "rtl_segment": ring_bound.segment_for(limit),
                               "rtl_max_chunk_elems": ring_bound.max_chunk_elems_of_width(limit, payload,
                                                                                          max(wire_bytes, out_bytes)),
-                              # at most `one_phase` RS packets: the largest multiple of 16 within them
-                              "rtl_one_phase_max_elems": one_phase * payload // wire_bytes // 16 * 16}
+                              "rtl_one_phase_max_elems": ring_bound.max_chunk_elems_of_width(one_phase + 1, payload,
+                                                                                             wire_bytes)}
     if shard:
         chunk = math.ceil(math.ceil(shard / ring_ports) / 16) * 16
         packets = {"rs": math.ceil(chunk * wire_bytes / payload), "ag": math.ceil(chunk * out_bytes / payload)}

@@ -77,8 +77,27 @@ def one_phase_packets(rx_slot_log2: int) -> int:
 
 def one_phase_fits(chunk_elems: int, payload_bytes: int, wire_dtype: str, rx_slot_log2: int) -> bool:
     """Whether a ring of `onic_card`s can run this chunk as a one-phase step (else: as the two phases)."""
-    rs = math.ceil(chunk_elems * wire.ELEMENT_BYTES[wire_dtype] / payload_bytes)
-    return rs <= one_phase_packets(rx_slot_log2)
+    return flow_packets(chunk_elems, payload_bytes, wire_dtype, wire_dtype)["rs"] <= one_phase_packets(rx_slot_log2)
+
+
+def one_phase_max_elems(payload_bytes: int, wire_dtype: str, rx_slot_log2: int) -> int:
+    """The largest chunk (a multiple of 16 elements) a one-phase step on a ring of `onic_card`s takes: at most
+    `one_phase_packets` RS packets, that is fewer than one more."""
+    return max_chunk_elems_of_width(one_phase_packets(rx_slot_log2) + 1, payload_bytes,
+                                    wire.ELEMENT_BYTES[wire_dtype])
+
+
+def one_phase_refusal(chunk_elems: int, payload_bytes: int, wire_dtype: str, rx_slot_log2: int,
+                      what: str = "ring of RTL cards") -> str | None:
+    """The one-line reason a ring of `onic_card`s cannot run this chunk as a one-phase step (it runs only as
+    the two phases), or None if it can."""
+    if one_phase_fits(chunk_elems, payload_bytes, wire_dtype, rx_slot_log2):
+        return None
+    rs = flow_packets(chunk_elems, payload_bytes, wire_dtype, wire_dtype)["rs"]
+    return (f"{what}: a one-phase step of {rs} RS packets per hop is over the one-phase bound of "
+            f"{one_phase_packets(rx_slot_log2)} (the receive slots): it runs only as the two phases "
+            f"(at most {one_phase_max_elems(payload_bytes, wire_dtype, rx_slot_log2)} elements at "
+            f"{payload_bytes} bytes)")
 
 
 def flow_packets(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dtype: str) -> dict[str, int]:
@@ -132,5 +151,6 @@ def check_chunk(chunk_elems: int, payload_bytes: int, wire_dtype: str, param_dty
 
 
 __all__ = ["DEFECT", "FLOWS", "PACKAGED_RX_SLOT_LOG2", "ChunkOverBound", "bound", "check_chunk", "flow_packets",
-           "max_chunk_elems", "max_chunk_elems_of_width", "one_phase_fits", "one_phase_packets", "packaged_slots_log2",
+           "max_chunk_elems", "max_chunk_elems_of_width", "one_phase_fits", "one_phase_max_elems", "one_phase_packets",
+           "one_phase_refusal", "packaged_slots_log2",
            "params_bound", "refusal", "segment_for"]

@@ -515,11 +515,11 @@ def check_ring_case(n: int, payload: int, packets: int, params: dict[str, int] |
     size = chunk_size(payload, packets, card.grad_dtype)
     what = f"bench rtlnet: ring of {n} RTL cards"
     ring_bound.check_chunk(size, payload, card.grad_dtype, card.out_dtype, ag_packets_bound(params), what, segment)
-    slots_log2 = dict(params or BENCH_PARAMS)["RX_SLOT_LOG2"]
-    if not segment and not two_phase and not ring_bound.one_phase_fits(size, payload, card.grad_dtype, slots_log2):
-        raise ring_bound.ChunkOverBound(
-            f"{what}: a one-phase step of {packets} RS packets per hop is over the one-phase bound of "
-            f"{one_phase_bound(params)} (the receive slots): it runs only as the two phases")
+    if not segment and not two_phase:
+        why = ring_bound.one_phase_refusal(size, payload, card.grad_dtype, dict(params or BENCH_PARAMS)["RX_SLOT_LOG2"],
+                                           what)
+        if why:
+            raise ring_bound.ChunkOverBound(why)
 
 
 def rounds_cases(packets: tuple[int, ...] = ROUNDS_PACKETS, segments: tuple[int, ...] = ROUND_SEGMENTS,

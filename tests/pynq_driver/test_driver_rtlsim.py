@@ -18,13 +18,16 @@ from pynq_driver.registers import KernelRunner
 
 pytestmark = pytest.mark.skipif(not simulators.available("verilator"), reason="Verilator not installed (make deps)")
 
+# 4 lanes: the lane count is a generate parameter, so 4 lanes run the same RTL as 16 while the
+# Verilator build takes a fraction of the 16-lane one (136 s alone); 16 lanes run under --full
+SPEC = KernelSpec(lanes=4)
 N = 301  # several chunks of about 128 (whole stripe beats), the last one short: not a multiple of the 16 lanes
 CHUNK = 128
 
 
 @pytest.fixture(scope="module")
 def rtl_dev():
-    dev = open_device("rtlsim", KernelSpec(), timeout_s=60.0)
+    dev = open_device("rtlsim", SPEC, timeout_s=60.0)
     yield dev
     dev.close()
 
@@ -62,13 +65,13 @@ def test_rtlsim_checkpoint_continues_on_golden(rtl_dev: RtlSimDevice, tmp_path) 
         shard.step(grads[0], Hyper(step=1))
         path = shard.save(tmp_path / "rtl.npz")
         want = [shard.step(grads[t - 1], Hyper(step=t)) for t in (2, 3)]
-    with open_device("golden", KernelSpec()) as gold, ShardState.load(path, gold) as resumed:
+    with open_device("golden", SPEC) as gold, ShardState.load(path, gold) as resumed:
         for t, w in zip((2, 3), want, strict=True):
             assert first_mismatch(resumed.step(grads[t - 1], Hyper(step=t)), w) is None
 
 
 def test_rtlsim_hung_kernel_times_out_and_state_stays_readable() -> None:
-    with open_device("rtlsim", KernelSpec(), timeout_s=3.0) as dev:
+    with open_device("rtlsim", SPEC, timeout_s=3.0) as dev:
         p0 = np.arange(N, dtype=np.float32)
         shard = ShardState(dev, p0, chunk_elems=CHUNK)
         dev.inject_fault("hang")  # every memory channel stops answering
@@ -80,7 +83,7 @@ def test_rtlsim_hung_kernel_times_out_and_state_stays_readable() -> None:
 
 
 def test_rtlsim_dead_simulator_is_an_error_not_a_hang() -> None:
-    dev = open_device("rtlsim", KernelSpec(), timeout_s=5.0)
+    dev = open_device("rtlsim", SPEC, timeout_s=5.0)
     try:
         shard = ShardState(dev, np.zeros(N, np.float32), chunk_elems=CHUNK)
         os.kill(dev.child_pid, signal.SIGKILL)  # the child this test's device started
@@ -88,6 +91,13 @@ def test_rtlsim_dead_simulator_is_an_error_not_a_hang() -> None:
             shard.step(np.ones(N, np.float32), Hyper(step=1))
     finally:
         dev.close()
+
+
+@pytest.mark.slow
+def test_rtlsim_sixteen_lanes() -> None:
+    """The default spec's 16 lanes on the same driver path."""
+    with open_device("rtlsim", KernelSpec(), timeout_s=60.0) as dev:
+        run_steps(dev, dev.spec, steps=2, seed=9)
 
 
 @pytest.mark.slow
@@ -99,5 +109,5 @@ def test_rtlsim_bf16_kernel() -> None:
 
 def test_rtlsim_on_the_hbm_memory_model() -> None:
     """The same driver path with every port on its memory-plan channel at the channel's bandwidth."""
-    with open_device("rtlsim", KernelSpec(), timeout_s=60.0, memory="hbm") as dev:
+    with open_device("rtlsim", SPEC, timeout_s=60.0, memory="hbm") as dev:
         run_steps(dev, dev.spec, steps=1, seed=6)

@@ -133,3 +133,17 @@ def test_one_phase_bound_is_the_receive_slots() -> None:
     assert ring_bound.one_phase_fits(32 * 1408 // 2, 1408, "bf16", 5)  # 32 packets of bf16
     assert not ring_bound.one_phase_fits(32 * 1408 // 2 + 16, 1408, "bf16", 5)
     assert ring_bound.one_phase_fits(8 * 64 // 4, 64, "fp32", 3) and not ring_bound.one_phase_fits(129, 64, "fp32", 3)
+
+
+@pytest.mark.parametrize(("payload", "wire_dtype", "log2"), [(1408, "fp32", 5), (1408, "bf16", 5), (64, "fp32", 3),
+                                                              (8192, "bf16", 3), (576, "fp32", 4)])
+def test_one_phase_max_elems_is_the_largest_chunk_that_fits(payload: int, wire_dtype: str, log2: int) -> None:
+    """Sizing's rtl_one_phase_max_elems and the refusal's hint: a multiple of 16 that fits, 16 more does not."""
+    most = ring_bound.one_phase_max_elems(payload, wire_dtype, log2)
+    assert most % 16 == 0 and most > 0
+    assert ring_bound.one_phase_fits(most, payload, wire_dtype, log2)
+    assert not ring_bound.one_phase_fits(most + 16, payload, wire_dtype, log2)
+    assert ring_bound.one_phase_refusal(most, payload, wire_dtype, log2) is None
+    why = ring_bound.one_phase_refusal(most + 16, payload, wire_dtype, log2, what="bench")
+    assert why is not None and why.startswith("bench: ") and "\n" not in why
+    assert f"one-phase bound of {2 ** log2}" in why and f"at most {most} elements" in why

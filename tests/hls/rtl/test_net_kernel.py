@@ -97,10 +97,15 @@ def test_icarus() -> None:
     """The whole network kernel top on Icarus, every check of the Verilator runs: ring steps at N = 2
     rank 0 and N = 3 rank 1; two-phase steps alternating between those two positions, so each of
     clip, no clip and skip runs at both (the bench takes the kinds in turn) and the world changes
-    between steps (sim/rtl/net/README.md "Icarus": a four-state X that hung phase one once); two-phase
-    steps in round-major order (segments of 2 packets, 208-element chunks) at N = 3 rank 1 and N = 4 rank 2."""
+    between steps (sim/rtl/net/README.md "Icarus": a four-state X that hung phase one once)."""
     run("fp32", "2:0,3:1", 5, simulator="icarus")
     run("fp32", "2:0,3:1,2:0,3:1,2:0,3:1", 5, testcase="test_two_phase", simulator="icarus")
+
+
+@pytest.mark.slow
+def test_icarus_rounds() -> None:
+    """Icarus: two-phase steps in round-major order (segments of 2 packets, 208-element chunks) at N = 3
+    rank 1 and N = 4 rank 2 (by default round-major order runs on Verilator: test_two_phase_rounds)."""
     run("fp32", "3:1,4:2", 5, testcase="test_two_phase", simulator="icarus", tag="-rounds",
         extra={"ONIC_SEGMENT": "2", "ONIC_SIZE": "208"})
 

@@ -114,10 +114,12 @@ def test_lint_top(tmp_path: Path) -> None:
         assert proc.returncode == 0 and not (proc.stdout + proc.stderr).strip(), proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_ring_cards_lossless() -> None:
     """Two onic_cards (of the three-card build), lossless: a one-phase step, then two-phase steps
     whose clip triggers and which a non-finite gradient skips (the Adam kernels not started, phase
-    3 gathers the current parameters)."""
+    3 gathers the current parameters). By default the one-phase step runs in test_ring_cards_reset
+    and test_ring_cards_icarus, the two-phase kinds in test_ring_cards_rounds."""
     run(2, 7, extra={"ONIC_STEPS": "3", "ONIC_TWO_PHASE": ",clip,skip"})
 
 
@@ -223,10 +225,11 @@ def test_ring_cards_ag_deadlock() -> None:
 def test_ring_cards_rounds() -> None:
     """Round-major order (design.md 8.2) cures the deadlock above: three onic_cards, the same 400-element
     chunks of 64-byte packets (25 per hop, one more than a flow's 16 transmit plus 8 receive slots),
-    segments of 4 packets (2 x 4 < 24), two-phase steps whose clip triggers and does not: bit-exact,
-    lossless counters exact."""
-    run(3, 18, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_SEGMENT": "4", "ONIC_STEPS": "2",
-                      "ONIC_TWO_PHASE": "clip,noclip"}, tag="-rounds")
+    segments of 4 packets (2 x 4 < 24), two-phase steps whose clip triggers, which a non-finite
+    gradient skips (the Adam kernels not started, phase 3 gathers the current parameters) and whose
+    clip does not trigger: bit-exact, lossless counters exact."""
+    run(3, 18, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_SEGMENT": "4", "ONIC_STEPS": "3",
+                      "ONIC_TWO_PHASE": "clip,skip,noclip"}, tag="-rounds")
 
 
 @pytest.mark.slow

@@ -9,7 +9,9 @@
 - onic_net_tx: end to end through cocotbext-eth's EthMacTx at 100 Gb/s with a lossy peer.
 - yosys synth_xilinx (UltraScale+): at most 6 LUT levels between registers, no non-clock net above
   1,000 loads, the retransmit buffer and the frame FIFO in block RAM.
-Verilator always; Icarus marked `icarus`. Longer sweeps (more seeds) are marked slow.
+Verilator always; Icarus marked `icarus`: by default the whole transmit path at 1408 bytes and the
+retransmit buffer's UltraRAM branch, every other case with --full. Longer sweeps (more seeds) are
+marked slow.
 """
 
 from __future__ import annotations
@@ -51,9 +53,12 @@ def run(module: str, simulator: str, params: dict[str, int], env: dict[str, str]
 
 
 SIMS = ["verilator", pytest.param("icarus", marks=pytest.mark.icarus)]
+# Icarus runs these units by default inside onic_net_tx (test_top) and the network kernel and card tops;
+# alone (their own benches) under --full, since session 11 (make test's budget)
+SIMS_UNIT = ["verilator", pytest.param("icarus", marks=(pytest.mark.icarus, pytest.mark.slow))]
 
 
-@pytest.mark.parametrize("simulator", SIMS)
+@pytest.mark.parametrize("simulator", SIMS_UNIT)
 def test_header(simulator: str) -> None:
     run("onic_net_tx_header", simulator, {}, {"ONIC_SEED": "11", "ONIC_HEADERS": "400"}, "default")
 
@@ -69,24 +74,26 @@ RETX_CASES = {
 }
 
 
-def cases(names: list[str]) -> list[object]:
-    """Every case on Icarus; the first on Verilator by default, the others on Verilator marked slow
-    (a Verilator build of these 512-bit designs takes ~30 s of the 2 shared cores)."""
+def cases(names: list[str], icarus_slow: tuple[str, ...] = ()) -> list[object]:
+    """Every case on Icarus (those in `icarus_slow` marked slow); the first on Verilator by default, the
+    others on Verilator marked slow (a Verilator build of these 512-bit designs takes ~30 s of the 2
+    shared cores)."""
     out: list[object] = []
     for k, name in enumerate(names):
         out.append(pytest.param(name, "verilator", marks=() if k == 0 else pytest.mark.slow, id=f"{name}-verilator"))
-        out.append(pytest.param(name, "icarus", marks=pytest.mark.icarus, id=f"{name}-icarus"))
+        marks = (pytest.mark.icarus, pytest.mark.slow) if name in icarus_slow else pytest.mark.icarus
+        out.append(pytest.param(name, "icarus", marks=marks, id=f"{name}-icarus"))
     return out
 
 
-@pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"]))
+@pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"], icarus_slow=("p1408",)))
 def test_retx(case: str, simulator: str) -> None:
     params, env = RETX_CASES[case]
     env = {**env, "ONIC_SEED": "5", "SLOTS_LOG2": str(params["SLOTS_LOG2"])}
     run("onic_net_tx_retx", simulator, params, env, case)
 
 
-@pytest.mark.parametrize("simulator", SIMS)
+@pytest.mark.parametrize("simulator", SIMS_UNIT)
 def test_arb(simulator: str) -> None:
     """A 256-beat FIFO (two jumbo frames) so the FIFO fills and empties often; an ACK/NAK waits
     behind at most one data frame. Its receives are time-limited: a stall fails, it cannot hang."""
@@ -104,14 +111,14 @@ TOP_CASES = {
 }
 
 
-@pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"]))
+@pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"], icarus_slow=("p8192",)))
 def test_top(case: str, simulator: str) -> None:
     """onic_net_tx end to end: EthMacTx at 100 Gb/s, a lossy peer, frames equal build_frame."""
     params, env = TOP_CASES[case]
     run("onic_net_tx", simulator, params, {**env, "ONIC_SEED": "3"}, case)
 
 
-@pytest.mark.parametrize("simulator", SIMS)
+@pytest.mark.parametrize("simulator", SIMS_UNIT)
 def test_top_scalar(simulator: str) -> None:
     """The AG sender carries the two-phase scalar flow (8 reference cards' rank 5 frames, lossy), then
     `start_ag` restarts it for the AG packets."""

@@ -27,7 +27,8 @@ def test_rtlsim_matches_golden_bit_for_bit_and_torch_closely():
     task = regression_task(seed=12, hidden=16)
     golden_model = copy.deepcopy(task.model)
     ref_model = copy.deepcopy(task.model)
-    rtl = NicAdamW(task.model.parameters(), lr=1e-2, backend="rtlsim", timeout_s=120.0)
+    rtl = NicAdamW(task.model.parameters(), lr=1e-2, backend="rtlsim", timeout_s=120.0,
+                   lanes=4)  # the build test_driver_rtlsim shares
     gold = NicAdamW(golden_model.parameters(), lr=1e-2, backend="golden")
     ref = torch.optim.AdamW(ref_model.parameters(), lr=1e-2)
     try:
