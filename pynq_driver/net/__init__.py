@@ -8,8 +8,10 @@ software card (`kernel.ShardKernel`), with a UDP socket on 127.0.0.1 as its Ethe
 frames. `node.RingNode` is one rank's card with its event-loop thread; `cluster.NetCluster` runs
 N of them in one process; across processes each rank calls `RingNode.join(..., store=...)` and
 learns its peers' addresses through torch.distributed's store (`rendezvous`; the store is
-duck-typed, this package never imports torch). The alveo backend cannot join a ring until the
-network bitstream exists (`ToolMissing`).
+duck-typed, this package never imports torch). The RTL card's network kernel is driven through
+`net_kernel` (its arguments checked and written, STATUS, counters and entries read back, over any
+register port). The alveo backend cannot join a ring until the network bitstream exists
+(`ToolMissing`).
 
 Import the modules directly (`from pynq_driver.net.node import RingNode`).
 """

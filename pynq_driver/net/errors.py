@@ -1,8 +1,15 @@
-"""Errors of the software cards on the wire; each names the rank, the peer and what was awaited."""
+"""Errors of the cards on the wire: a ring step that could not complete names the rank, the peer and what
+was awaited; a network-kernel argument refused names the value."""
 
 from __future__ import annotations
 
+from hls.errors import UserError
 from pynq_driver.errors import DeviceError
+
+
+class NetConfigError(UserError):
+    """A network-kernel argument the kernel would refuse (its STATUS config_error) or its registers cannot
+    hold (`pynq_driver.net.net_kernel.step_arguments`): nothing is written."""
 
 
 class RingError(DeviceError):
@@ -24,4 +31,4 @@ class RendezvousTimeout(RingError):
     """The ring's peers did not publish their addresses in the store within the timeout."""
 
 
-__all__ = ["PeerTimeout", "RendezvousTimeout", "RingError"]
+__all__ = ["NetConfigError", "PeerTimeout", "RendezvousTimeout", "RingError"]
