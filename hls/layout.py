@@ -12,7 +12,6 @@ import numpy as np
 
 from hls.spec import BEAT_BYTES
 
-
 RING_MAX_STRIPES = 8  # a ring stream's stripes: a power of two up to this (onic_net_stripe_run's STRIPES)
 
 
