@@ -243,7 +243,7 @@ module onic_net_kernel #(
         .s_axi_control_rready(s_axi_control_rready),
         .interrupt(interrupt), .ap_start(ap_start), .ap_done(ap_done_reg), .ap_ready(ap_done_reg),
         .ap_idle(ap_idle_reg), .status(status_reg), .counters(counters),
-        .lgrad0(arg_lgrad0), .gather0(arg_gather0), .scalars(scalars)
+        .lgrad(arg_lgrad0), .gather(arg_gather0), .scalars(scalars)
     );
 
     /* the arguments, latched at ap_start (the host may write the next step's while one runs) */
