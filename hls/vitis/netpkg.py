@@ -44,7 +44,9 @@ NET_RTL = RTL_DIR / "net"
 NET_TOP = "onic_net_kernel"
 NET_TOP_FILE = NET_RTL / f"{NET_TOP}.v"
 NET_LIST = NET_RTL / "net_kernel.f"
-# What the RTL top has (sim/rtl/net/README.md "Network kernel"): one port per stream, one ring port.
+# What the RTL top has (sim/rtl/net/README.md "Network kernel"): one port per stream, one ring port. The ring
+# datapath (onic_net_ring_dp) and the control block take STRIPES (a power of two, as sizing plans them); the
+# top's ports are stripe 0's until the top and this package carry the rest.
 RTL_STRIPES = 1
 RTL_RING_PORTS = 1
 RTL_GRAD_STREAMS = 1
