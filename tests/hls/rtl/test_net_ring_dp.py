@@ -136,7 +136,8 @@ def striped_wrapper(module: str, stripes: int, prefixes: tuple[str, ...]) -> str
         ",\n".join(conns), "    );", "endmodule", "`resetall", ""])
 
 
-def ring_dp_striped(stripes: int, dtypes: str, simulator: str, cases: str, seed: int) -> None:
+def ring_dp_striped(stripes: int, dtypes: str, simulator: str, cases: str, seed: int,
+                    extra: dict[str, str] | None = None) -> None:
     """onic_net_ring_dp with STRIPES = `stripes` behind its generated per-stripe wrapper."""
     wire_bf16, param_bf16 = DTYPES[dtypes]
     tag = f"{dtypes}-k{stripes}"
@@ -149,7 +150,7 @@ def ring_dp_striped(stripes: int, dtypes: str, simulator: str, cases: str, seed:
     params = {"WIRE_BF16": wire_bf16, "PARAM_BF16": param_bf16, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
               "MAX_BURST": 8}
     env = {"ONIC_SEED": str(seed), "ONIC_CASES": cases, "WIRE_BF16": str(wire_bf16), "PARAM_BF16": str(param_bf16),
-           "ONIC_STRIPES": str(stripes)}
+           "ONIC_STRIPES": str(stripes), **(extra or {})}
     run("onic_net_ring_dp_striped", simulator, params, env, tag, sources=[*SOURCES, wrapper],
         test_module="test_onic_net_ring_dp")
 
@@ -217,9 +218,11 @@ def _shape(module: str, params: dict[str, int]) -> dict[str, object]:
     ("onic_net_chunk_walk", {}),
     ("onic_net_packetize", {}),
     ("onic_net_grad_reader", {"FIFO_LOG2": 8}),
+    ("onic_net_grad_reader", {"FIFO_LOG2": 8, "STRIPES": 4}),
+    ("onic_net_stripe_run", {"STRIPES": 8}),
     ("onic_net_reduce", {"WIRE_BF16": 0}),
     ("onic_net_reduce", {"WIRE_BF16": 1}),
-], ids=["chunk_walk", "packetize", "grad_reader", "reduce-fp32", "reduce-bf16"])
+], ids=["chunk_walk", "packetize", "grad_reader", "grad_reader-k4", "stripe_run-k8", "reduce-fp32", "reduce-bf16"])
 def test_unit_timing_shape(module: str, params: dict[str, int]) -> None:
     run_ = _shape(module, params)
     if module == "onic_net_grad_reader":
