@@ -166,12 +166,13 @@ module onic_net_control_s_axi #(
     end
 
     /* the pointers' words, each by its own address compare */
+    wire [64*N_PTRS-1:0] ptr_bus;   // pointer p at [64p +: 64]
     integer q;
     always @(*) begin
         ptr_rdata = 32'd0;
         for (q = 0; q < N_PTRS; q = q + 1) begin
-            if (raddr32 == ADDR_PTRS32 + 12 * q) ptr_rdata = int_ptr_reg[q][31:0];
-            if (raddr32 == ADDR_PTRS32 + 12 * q + 4) ptr_rdata = int_ptr_reg[q][63:32];
+            if (raddr32 == ADDR_PTRS32 + 12 * q) ptr_rdata = ptr_bus[64 * q +: 32];
+            if (raddr32 == ADDR_PTRS32 + 12 * q + 4) ptr_rdata = ptr_bus[64 * q + 32 +: 32];
         end
     end
 
@@ -288,6 +289,9 @@ module onic_net_control_s_axi #(
     assign interrupt = int_gie_reg && (int_isr_reg != 2'b00);
     assign ap_start  = int_ap_start_reg;
     generate
+        for (g = 0; g < N_PTRS; g = g + 1) begin : g_ptr_bus
+            assign ptr_bus[64 * g +: 64] = int_ptr_reg[g];
+        end
         for (g = 0; g < STRIPES; g = g + 1) begin : g_ptr
             assign lgrad[64 * g +: 64]  = int_ptr_reg[g];
             assign gather[64 * g +: 64] = int_ptr_reg[STRIPES + g];
