@@ -215,9 +215,9 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
     ref = reference_step(n, r, size, payload, wdt, pdt, np.random.default_rng(seed), segment)
     wb, pb = chunk_beats(size, wdt), chunk_beats(size, pdt)
     kk = tb.stripes
-    # stripe k of each buffer on its own region (bursts cross a 4 KiB page)
-    grad_addrs = [0x20000 + k * 0x10000 - BEAT * rng.randrange(0, 40) for k in range(kk)]
-    gather_addrs = [0x80000 + k * 0x10000 + BEAT * rng.randrange(0, 40) for k in range(kk)]
+    # stripe k of each buffer on its own 32 KiB region (bursts cross a 4 KiB page); 8 stripes at most
+    grad_addrs = [0x20000 + k * 0x8000 - BEAT * rng.randrange(0, 40) for k in range(kk)]
+    gather_addrs = [0x80000 + k * 0x8000 + BEAT * rng.randrange(0, 40) for k in range(kk)]
     # card memory: the local gradient, each chunk from a beat, junk in the pad bytes, split over the stripes
     wbytes = wire.ELEMENT_BYTES[wdt]
     whole = bytearray()
