@@ -12,6 +12,29 @@ import numpy as np
 
 from hls.spec import BEAT_BYTES
 
+RING_MAX_STRIPES = 8  # a ring stream's stripes: a power of two up to this (onic_net_stripe_run's STRIPES)
+
+
+def ring_stripes_ok(stripes: int) -> bool:
+    """A ring stream's stripe count: a power of two from 1 to RING_MAX_STRIPES."""
+    return 1 <= stripes <= RING_MAX_STRIPES and stripes & (stripes - 1) == 0
+
+
+def run_stripes(first_beat: int, run_beats: int, stripes: int) -> list[tuple[int, int]]:
+    """The run of beats [first_beat, first_beat + run_beats) of a striped array, per stripe k: (the index
+    of its first beat in stripe k, its beats there), as onic_net_stripe_run computes them with
+    s = log2(stripes): first = (first_beat + stripes - 1 - k) >> s = ceil((first_beat - k) / stripes),
+    count = ((first_beat + run_beats + stripes - 1 - k) >> s) - first. The run's beats come from
+    stripes first_beat mod stripes, then the next, round robin (onic_beat_merge's start turn)."""
+    if not ring_stripes_ok(stripes):
+        raise ValueError(f"stripes: {stripes} is not a power of two from 1 to {RING_MAX_STRIPES}")
+    s = stripes.bit_length() - 1
+    out = []
+    for k in range(stripes):
+        first = (first_beat + stripes - 1 - k) >> s
+        out.append((first, ((first_beat + run_beats + stripes - 1 - k) >> s) - first))
+    return out
+
 
 def beats(n: int, elem_bytes: int) -> int:
     """64-byte beats that hold n elements of elem_bytes each."""

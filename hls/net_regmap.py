@@ -11,7 +11,8 @@ rendered from this map only, so they cannot drift apart.
 
 The RTL top `sim/rtl/net/onic_net_kernel.v` implements this map (its control block
 `onic_net_control_s_axi.v`, checked against it register by register in tests/hls/rtl/test_net_kernel.py)
-for one lgrad and one gather stripe; `hls.vitis.netpkg` packages it with that map (`<name>_net.xo`).
+for its STRIPES lgrad and gather stripes (the offsets derived from the parameter, checked for 1, 2 and 8);
+`hls.vitis.netpkg` packages it with the map of sizing's stripes (`<name>_net.xo`).
 Nothing here claims a network bitstream. Addresses are numbers in network order (MAC 02:00:00:00:00:05:
 mac_hi 0x0200, mac_lo 0x00000005; IPv4 10.0.0.1: 0x0A000001). The counters are 32-bit saturating
 values in 64-bit words (high word 0).

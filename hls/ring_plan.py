@@ -198,8 +198,11 @@ def ring_streams(target: Target, assignments: list[CuAssignment], wire_bytes: in
 
 def ring_stream_stripes(target: Target, wire_bytes: int, demand: float) -> int:
     """Stripes of one ring stream (lgrad or gather): 2 x the goodput over usable channels, read and written
-    (the ring one way, the host's DMA the other)."""
-    return max(1, math.ceil(2.0 * wire_bytes * demand / channel_usable(target, mixed=True) - 1e-9))
+    (the ring one way, the host's DMA the other), rounded up to a power of two (at most
+    layout.RING_MAX_STRIPES): the network RTL maps a run's first beat to its stripe and index with a mask
+    and a shift (hls.layout.run_stripes)."""
+    need = max(1, math.ceil(2.0 * wire_bytes * demand / channel_usable(target, mixed=True) - 1e-9))
+    return min(layout.RING_MAX_STRIPES, 1 << (need - 1).bit_length())
 
 
 def rail_cu_limit(target: Target, a0: CuAssignment, streams: list[NetStream], cus: int) -> float:

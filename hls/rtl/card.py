@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hls import safe_io
+from hls import layout, safe_io
+from hls.errors import UserError
 from hls.generate import context, environment, write_project
 from hls.paths import RTL_DIR
 from hls.rtl_sources import read_filelist, static_sources
@@ -54,17 +55,21 @@ def check_card_spec(spec: KernelSpec) -> None:
         raise SpecError(f"out_dtype: {spec.out_dtype!r} is not a ring parameter dtype ({', '.join(WIRE_DTYPES)})")
 
 
-def render_card(spec: KernelSpec, target: Target | None = None) -> str:
-    """The card top's Verilog for `spec`'s Adam kernel (deterministic: same spec, same text)."""
+def render_card(spec: KernelSpec, target: Target | None = None, net_stripes: int = 1) -> str:
+    """The card top's Verilog for `spec`'s Adam kernel (deterministic: same spec, same text), the network
+    kernel's lgrad and gather buffers in `net_stripes` stripes each (ports m_axi_lgrad<k>, m_axi_gather<k>;
+    the benches run one)."""
     check_card_spec(spec)
+    if not layout.ring_stripes_ok(net_stripes):
+        raise UserError(f"net_stripes: {net_stripes} is not a power of two from 1 to {layout.RING_MAX_STRIPES}")
     target = target or get_target(spec.target)
     ctx = context(spec, target, size_spec(spec, target))
-    return environment().get_template("net/card.v.j2").render(**ctx, top=CARD_MODULE)
+    return environment().get_template("net/card.v.j2").render(**ctx, top=CARD_MODULE, net_stripes=net_stripes)
 
 
-def prepare_card(spec: KernelSpec, out_dir: Path, target: Target | None = None) -> CardProject:
+def prepare_card(spec: KernelSpec, out_dir: Path, target: Target | None = None, net_stripes: int = 1) -> CardProject:
     """Render the Adam kernel's project into `out_dir`/project and the card top beside it."""
-    text = render_card(spec, target)
+    text = render_card(spec, target, net_stripes)
     project = Path(out_dir) / "project"
     write_project(spec, project, target)
     top = Path(out_dir) / f"{CARD_MODULE}.v"

@@ -8,10 +8,13 @@ streams M_AXIS = received frames, S_AXIS = frames to transmit, as its config_fil
 The network kernel is the RTL top `sim/rtl/net/onic_net_kernel.v` as it is (its files in
 `net_kernel.f`), packaged as the Adam RTL kernel is: a thin generated wrapper `<name>_net.v` that
 names the module after the kernel and fixes its parameters (wire and parameter dtype, buffer sizes
-from sizing's payload and window), `kernel.xml` with every port of the top, `package_xo.tcl` in the
-lines of AMD's rtl_kernels examples (`vivado -mode batch` -> `<name>_net.xo`), and the rail link.cfg
-with the `stream_connect` lines. The package describes what the RTL has: ONE lgrad and ONE gather
-m_axi port, one ring port, one gradient and one parameter stream. What the RTL cannot run (the
+from sizing's payload and window, STRIPES from sizing's lgrad and gather stripes) and gives each
+stripe its own m_axi port (`m_axi_lgrad<k>`, `m_axi_gather<k>`: the top packs stripe k's signals at
+[k x W +: W] of its `m_axi_lgrad0_*` / `m_axi_gather0_*` ports), `kernel.xml` with every port of the
+wrapper, `package_xo.tcl` in the lines of AMD's rtl_kernels examples (`vivado -mode batch` ->
+`<name>_net.xo`), and the rail link.cfg with the `stream_connect` lines and one `sp=` line per stripe
+port on the bank sizing plans for it. The package describes what the RTL has: sizing's lgrad and
+gather stripes (a power of two), one ring port, one gradient and one parameter stream. What the RTL cannot run (the
 two-phase step, gradients from memory, no parameter stream, other dtypes, more ring ports) makes the
 link incomplete: the dry run shows everything with the reason, a real build stops in one line
 before any tool runs (`NetPackage.missing`). Nothing here claims a built network bitstream.
@@ -19,7 +22,6 @@ before any tool runs (`NetPackage.missing`). Nothing here claims a built network
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hls import generate, net_regmap, sizing
+from hls import generate, layout, net_regmap, sizing
 from hls.errors import UserError
 from hls.net import ring_bound
 from hls.paths import RTL_DIR
@@ -44,15 +46,17 @@ NET_RTL = RTL_DIR / "net"
 NET_TOP = "onic_net_kernel"
 NET_TOP_FILE = NET_RTL / f"{NET_TOP}.v"
 NET_LIST = NET_RTL / "net_kernel.f"
-# What the RTL top has (sim/rtl/net/README.md "Network kernel"): one port per stream, one ring port.
-RTL_STRIPES = 1
+# What the RTL top has (sim/rtl/net/README.md "Network kernel"): STRIPES lgrad and gather stripes (a power of
+# two up to layout.RING_MAX_STRIPES, as sizing plans them), one ring port.
 RTL_RING_PORTS = 1
 RTL_GRAD_STREAMS = 1
 WIRE_DTYPES = ("fp32", "bf16")  # WIRE_BF16 / PARAM_BF16: 0 fp32, 1 bf16
 # Receive slots (credit) of the packaged top: RX_SLOT_LOG2 of onic_net_kernel's defaults.
 RX_SLOT_LOG2 = ring_bound.PACKAGED_RX_SLOT_LOG2
 
-_PORT = re.compile(r"^\s*(input|output)\s+wire\s*(?:\[(\d+):0\])?\s*(\w+)\s*,?\s*(?://.*)?$")
+_PORT = re.compile(r"^\s*(input|output)\s+wire\s*(?:\[(?:(\d+)|STRIPES(?:\*(\d+))?-1):0\])?\s*(\w+)\s*,?\s*"
+                   r"(?://.*)?$")
+_STRIPED = re.compile(r"^(m_axi_(?:lgrad|gather))0_(\w+)$")
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,16 @@ class RtlPort:
     name: str
     direction: str  # "input" / "output"
     width: int
+    top: str = ""  # the top's port this one is (a stripe of); "" : the same name
+    stripe: int = 0  # which stripe of `top` (its bits [stripe x width +: width])
 
 
-def rtl_ports(path: Path = NET_TOP_FILE) -> list[RtlPort]:
+def rtl_ports(path: Path = NET_TOP_FILE, stripes: int = 1) -> list[RtlPort]:
     """The ANSI port list of a Verilog top (one `input|output wire [N:0] name` per line, as the
-    network RTL writes them); refused when the header has a line this reader does not follow."""
+    network RTL writes them), with STRIPES = `stripes`: a packed per-stripe port `m_axi_<s>0_<sig>`
+    ([STRIPES*W-1:0]) is one port per stripe, `m_axi_<s><k>_<sig>` of W bits, as the packaged wrapper
+    names them (with one stripe the top's own names); refused when the header has a line this reader
+    does not follow."""
     text = Path(path).read_text()
     head = re.search(r"\)\s*\(\s*\n(.*?)\n\s*\);", text, re.S)
     if head is None:
@@ -77,8 +86,28 @@ def rtl_ports(path: Path = NET_TOP_FILE) -> list[RtlPort]:
         m = _PORT.match(code)
         if m is None:
             raise UserError(f"{path}: port line not understood: {code!r}")
-        ports.append(RtlPort(m.group(3), m.group(1), int(m.group(2)) + 1 if m.group(2) else 1))
+        direction, fixed, each, name = m.group(1), m.group(2), m.group(3), m.group(4)
+        if fixed is not None or "STRIPES" not in code:
+            ports.append(RtlPort(name, direction, int(fixed) + 1 if fixed else 1))
+            continue
+        striped = _STRIPED.match(name)
+        if striped is None:
+            raise UserError(f"{path}: a STRIPES-wide port that is no lgrad/gather stripe: {code!r}")
+        for k in range(stripes):
+            ports.append(RtlPort(f"{striped.group(1)}{k}_{striped.group(2)}", direction, int(each or 1), top=name,
+                                 stripe=k))
     return ports
+
+
+def rtl_connections(ports: list[RtlPort]) -> list[tuple[str, str]]:
+    """(top port, the wrapper's expression for it): a packed port is the concatenation of its stripes'
+    ports, the highest stripe first."""
+    out: dict[str, list[RtlPort]] = {}
+    for p in ports:
+        out.setdefault(p.top or p.name, []).append(p)
+    return [(top, parts[0].name if len(parts) == 1 and not parts[0].top else
+             "{" + ", ".join(q.name for q in sorted(parts, key=lambda q: -q.stripe)) + "}")
+            for top, parts in out.items()]
 
 
 def bus_interfaces(ports: list[RtlPort]) -> dict[str, list[RtlPort]]:
@@ -91,10 +120,20 @@ def bus_interfaces(ports: list[RtlPort]) -> dict[str, list[RtlPort]]:
     return groups
 
 
+def ring_stripes(network: Any) -> int:
+    """The lgrad and gather stripes sizing plans (one count for both: the RTL's STRIPES)."""
+    counts = {s.stripes for s in network.streams}
+    if len(counts) != 1 or not layout.ring_stripes_ok(next(iter(counts))):
+        raise UserError(f"rail placement: lgrad and gather stripes {sorted(counts)}: the network RTL takes one "
+                        f"power of two from 1 to {layout.RING_MAX_STRIPES} for both")
+    return counts.pop()
+
+
 def rtl_generics(spec: KernelSpec, network: Any) -> dict[str, int]:
-    """onic_net_kernel's parameters for `spec` and sizing's ring plan (payload bytes, window)."""
+    """onic_net_kernel's parameters for `spec` and sizing's ring plan (payload bytes, window, stripes)."""
     frame_beats = math.ceil(network.payload_bytes / 64)
     return {
+        "STRIPES": ring_stripes(network),
         "WIRE_BF16": int(spec.grad_dtype == "bf16"),
         "PARAM_BF16": int(spec.out_dtype == "bf16"),
         "RX_PAYLOAD_DEPTH_LOG2": (2 ** RX_SLOT_LOG2 * frame_beats - 1).bit_length(),
@@ -171,19 +210,17 @@ def package(spec: KernelSpec, target: Target, kernel: str) -> NetPackage:
         raise UserError("rail placement: sizing planned no ring streams")
     side = sizing.size_spec(spec, target)  # the Adam kernel as the project builds it
     grad_streams = len(side.assignments) if spec.grad_source == "stream" else 0
-    # The RTL reads lgrad and writes gather through one port each: the map, the ports and the sp= lines
-    # are those of one stripe, on the first channel sizing planned for the stream.
-    rtl_plan = dataclasses.replace(network, streams=[
-        dataclasses.replace(s, stripes=RTL_STRIPES, channels=s.channels[:RTL_STRIPES], banks=s.banks[:RTL_STRIPES])
-        for s in network.streams])
+    # The RTL reads lgrad and writes gather through sizing's stripes: the map, the ports and the sp= lines
+    # are those of every stripe, each on the channel sizing planned for it.
+    rtl_plan = network
     manifest = net_regmap.to_manifest(spec.name, rtl_plan, RTL_GRAD_STREAMS, param_streams=1)
     name = str(manifest["kernel"])
-    ports = rtl_ports()
     generics = rtl_generics(spec, network)
+    ports = rtl_ports(stripes=generics["STRIPES"])
     env = generate.environment()
     ctx = generate.context(spec, target, side)
     net_ctx = {"kernel": name, "top": NET_TOP, "ports": ports, "busifs": bus_interfaces(ports),
-               "generics": generics, "list": f"net/{NET_LIST.name}"}
+               "connections": rtl_connections(ports), "generics": generics, "list": f"net/{NET_LIST.name}"}
     kernel_xml = env.get_template("net/kernel.xml.j2").render(**ctx, net=manifest, rtl=net_ctx)
     wrapper_v = env.get_template("net/wrapper.v.j2").render(**ctx, rtl=net_ctx)
     package_tcl = env.get_template("net/package_xo.tcl.j2").render(**ctx, net=manifest, rtl=net_ctx)
@@ -198,13 +235,12 @@ def package(spec: KernelSpec, target: Target, kernel: str) -> NetPackage:
     link_cfg = env.get_template("hls/link.cfg.j2").render(**ctx, network=link_ctx)
     macs = [f"{MAC_KERNEL}_{i}" for i in range(RTL_RING_PORTS)]
     notes = []
-    for s in network.streams:
-        if s.stripes > RTL_STRIPES:
-            notes.append(
-                f"rail placement: sizing plans {s.stripes} {s.name} stripes ({s.bytes_per_s / 1e9:.1f} GB/s: the ring "
-                f"and the host's DMA at the goodput together); {name} has one {s.name} port, m_axi_{s.name}0 on "
-                f"{s.banks[0]}: the ring's own {s.bytes_per_s / 2e9:.1f} GB/s, with no host DMA on that channel "
-                "during a step")
+    if generics["STRIPES"] > 1:
+        notes.append(
+            f"rail placement: {name} reads lgrad and writes gather through {generics['STRIPES']} stripes each "
+            f"(m_axi_lgrad0..{generics['STRIPES'] - 1}, m_axi_gather0..{generics['STRIPES'] - 1}: hls/layout.py's "
+            "rule over each whole buffer, the host writes lgrad with layout.split and reads gather with "
+            "layout.join); a two-phase step's sum (sum0) goes through m_axi_lgrad0 and m_axi_gather0 only")
     limit = ring_bound.params_bound(generics)
     max_chunk = ring_bound.max_chunk_elems_of_width(limit, network.payload_bytes,
                                                     max(DTYPE_BYTES[spec.grad_dtype], DTYPE_BYTES[spec.out_dtype]))

@@ -9,7 +9,9 @@
  * Beat b of an array comes from stripe b % STRIPES (hls/layout.py), so the array's beat stream
  * is the stripes' streams taken in turn: one beat from stripe 0, one from stripe 1, ... The
  * turn waits for its stripe (order is data, never skipped). One beat per clock through a
- * register; `clear` starts the next run at stripe 0. With one stripe it is a wire.
+ * register; `clear` starts the next run at stripe `start_turn` (0 for an array read whole, as
+ * the Adam kernel reads; the network kernel's runs start at any beat g0 of a striped buffer:
+ * g0 mod STRIPES). With one stripe it is a wire.
  */
 module onic_beat_merge #(
     // stripes of the array (1 to 32)
@@ -18,6 +20,7 @@ module onic_beat_merge #(
     input  wire                   clk,
     input  wire                   rst,
     input  wire                   clear,
+    input  wire [4:0]             start_turn,  // the first stripe of the run, < STRIPES; taken with clear
 
     /* one beat stream per stripe */
     input  wire [STRIPES*512-1:0] s_data,
@@ -42,11 +45,14 @@ module onic_beat_merge #(
             assign m_data  = s_data;
             assign m_valid = s_valid;
             assign s_ready = m_ready;
-            wire _unused_ok = &{1'b0, clk, rst, clear, 1'b0};
+            wire _unused_ok = &{1'b0, clk, rst, clear, start_turn, 1'b0};
         end else begin : g_turns
             localparam integer TB = $clog2(STRIPES);
             localparam integer LAST_I = STRIPES - 1;
             localparam [TB-1:0] LAST = LAST_I[TB-1:0];
+
+            wire [TB-1:0] first_turn = start_turn[TB-1:0];
+            wire _unused_turn = &{1'b0, start_turn, 1'b0};
 
             reg  [TB-1:0] turn_reg;
             reg  [511:0]  out_data_reg;
@@ -62,7 +68,7 @@ module onic_beat_merge #(
 
             always @(posedge clk) begin
                 if (rst || clear) begin
-                    turn_reg      <= {TB{1'b0}};
+                    turn_reg      <= rst ? {TB{1'b0}} : first_turn;
                     out_valid_reg <= 1'b0;
                 end else begin
                     if (m_ready) begin

@@ -9,7 +9,8 @@
  * The inverse of onic_beat_merge: beat b of the array goes to stripe b % STRIPES, so each
  * stripe's write engine gets its beats in order. The turn waits for its stripe's engine. No
  * register: the data bus is shared by every stripe, valid and ready pass through the turn.
- * `clear` starts the next run at stripe 0.
+ * `clear` starts the next run at stripe `start_turn` (0 for an array written whole; a run of a
+ * striped network buffer from beat g0: g0 mod STRIPES).
  */
 module onic_beat_split #(
     // stripes of the array (1 to 32)
@@ -18,6 +19,7 @@ module onic_beat_split #(
     input  wire                   clk,
     input  wire                   rst,
     input  wire                   clear,
+    input  wire [4:0]             start_turn,  // the first stripe of the run, < STRIPES; taken with clear
 
     /* the array's beats, in order */
     input  wire [511:0]           s_data,
@@ -43,11 +45,14 @@ module onic_beat_split #(
         if (STRIPES == 1) begin : g_pass
             assign m_valid = s_valid;
             assign s_ready = m_ready;
-            wire _unused_ok = &{1'b0, clk, rst, clear, 1'b0};
+            wire _unused_ok = &{1'b0, clk, rst, clear, start_turn, 1'b0};
         end else begin : g_turns
             localparam integer TB = $clog2(STRIPES);
             localparam integer LAST_I = STRIPES - 1;
             localparam [TB-1:0] LAST = LAST_I[TB-1:0];
+
+            wire [TB-1:0] first_turn = start_turn[TB-1:0];
+            wire _unused_turn = &{1'b0, start_turn, 1'b0};
 
             reg [TB-1:0] turn_reg;
 
@@ -55,7 +60,7 @@ module onic_beat_split #(
 
             always @(posedge clk) begin
                 if (rst || clear) begin
-                    turn_reg <= {TB{1'b0}};
+                    turn_reg <= rst ? {TB{1'b0}} : first_turn;
                 end else if (s_valid && s_ready) begin
                     turn_reg <= (turn_reg == LAST) ? {TB{1'b0}} : turn_reg + 1'b1;
                 end

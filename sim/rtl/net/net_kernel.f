@@ -7,8 +7,11 @@
 ../kernel/onic_dup_reg.v
 ../kernel/onic_axi_rd.v
 ../kernel/onic_axi_wr.v
+../kernel/onic_beat_merge.v
+../kernel/onic_beat_split.v
 onic_net_reduce.v
 onic_net_chunk_walk.v
+onic_net_stripe_run.v
 onic_net_rounds.v
 onic_net_grad_reader.v
 onic_net_packetize.v

@@ -6,26 +6,31 @@
 `default_nettype none
 
 /*
- * The register map of hls/net_regmap.py for one lgrad and one gather stripe (the ring datapath
- * reads the local gradient and writes the gathered parameters as one buffer each), laid out as
- * Vitis HLS lays out ap_ctrl_hs:
+ * The register map of hls/net_regmap.py for STRIPES lgrad and STRIPES gather stripes (the ring
+ * datapath reads the local gradient and writes the gathered parameters striped over STRIPES
+ * m_axi ports each), laid out as Vitis HLS lays out ap_ctrl_hs:
  *   0x00 CTRL  bit0 ap_start, bit1 ap_done (clear on read), bit2 ap_idle, bit3 ap_ready
  *              (clear on read), bit7 auto_restart
  *   0x04 GIE   bit0 global interrupt enable
  *   0x08 IER   bit0 done, bit1 ready
  *   0x0C ISR   bit0 done, bit1 ready (write 1 toggles)
- *   0x10 lgrad0 (low word; high word at 0x14), 0x1C gather0 (0x20)
- *   0x28 + 8k  scalar k of net_regmap.SCALARS: local_mac_lo, local_mac_hi, local_ip, local_port,
- *              succ_mac_lo, succ_mac_hi, succ_ip, succ_port, pred_mac_lo, pred_mac_hi, pred_ip,
- *              comm, rank, world, length, window, timeout, credit, payload_bytes, step, phase,
- *              sum0_lo, sum0_hi, entry, segment
- *   0xF0 STATUS (read only, sticky for a step: cleared when a step starts)
- *   0xF8 + 8k  counter k of net_regmap.counter_names(), then net_regmap.ENTRY_REGS (read only):
- *              low word, high word at + 4
- * Reserved words read 0 and ignore writes. The addresses are the localparams below;
- * tests/hls/rtl/test_net_kernel.py checks them against hls/net_regmap.py register by register.
+ *   0x10 + 12p pointer p (low word; high word at + 4): lgrad0 .. lgrad<K-1>, then gather0 ..
+ *              gather<K-1> (K = STRIPES; K = 1: lgrad0 at 0x10, gather0 at 0x1C)
+ *   0x10 + 24K + 8k  scalar k of net_regmap.SCALARS (K = 1: from 0x28): local_mac_lo,
+ *              local_mac_hi, local_ip, local_port, succ_mac_lo, succ_mac_hi, succ_ip, succ_port,
+ *              pred_mac_lo, pred_mac_hi, pred_ip, comm, rank, world, length, window, timeout,
+ *              credit, payload_bytes, step, phase, sum0_lo, sum0_hi, entry, segment
+ *   STATUS     right after the scalars (read only, sticky for a step: cleared when a step
+ *              starts; K = 1: 0xF0)
+ *   STATUS + 8 + 8k  counter k of net_regmap.counter_names(), then net_regmap.ENTRY_REGS (read
+ *              only): low word, high word at + 4
+ * Reserved words read 0 and ignore writes. The addresses are the localparams below, derived from
+ * STRIPES; tests/hls/rtl/test_net_kernel.py evaluates them for 1, 2 and 8 stripes and checks them
+ * against hls/net_regmap.py register by register.
  */
 module onic_net_control_s_axi #(
+    // lgrad and gather stripes (pointers lgrad0 .. and gather0 ..), 1 to 8
+    parameter integer STRIPES = 1,
     // AXI4-Lite address bits (net_regmap.address_range: 0x1000 bytes)
     parameter integer ADDR_BITS = 12,
     // counters after STATUS (len(net_regmap.counter_names()))
@@ -69,25 +74,31 @@ module onic_net_control_s_axi #(
     input  wire [64*(N_COUNTERS+N_EXTRA)-1:0] counters,  // counter k at [64k +: 64], then the extra words
 
     /* arguments */
-    output wire [63:0]               lgrad0,
-    output wire [63:0]               gather0,
+    output wire [64*STRIPES-1:0]     lgrad,        // lgrad<k> at [64k +: 64]
+    output wire [64*STRIPES-1:0]     gather,       // gather<k> at [64k +: 64]
     output wire [32*N_SCALARS-1:0]   scalars       // scalar k at [32k +: 32]
 );
+
+    localparam integer N_PTRS = 2 * STRIPES;   // lgrad0 .. lgrad<K-1>, gather0 .. gather<K-1>
+    localparam integer ADDR_PTRS32 = 'h10;        // pointer p at + 12p (low), + 12p + 4 (high)
+    localparam integer ADDR_SCALARS32 = 'h10 + 12 * N_PTRS;
+    localparam integer ADDR_STATUS32 = 'h10 + 12 * N_PTRS + 8 * N_SCALARS;
+    localparam integer ADDR_COUNTERS32 = 'h10 + 12 * N_PTRS + 8 * N_SCALARS + 8;
 
     localparam [ADDR_BITS-1:0] ADDR_AP_CTRL         = 'h00;
     localparam [ADDR_BITS-1:0] ADDR_GIE             = 'h04;
     localparam [ADDR_BITS-1:0] ADDR_IER             = 'h08;
     localparam [ADDR_BITS-1:0] ADDR_ISR             = 'h0C;
-    localparam [ADDR_BITS-1:0] ADDR_LGRAD0_DATA_0   = 'h10;
-    localparam [ADDR_BITS-1:0] ADDR_LGRAD0_DATA_1   = 'h14;
-    localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_0  = 'h1C;
-    localparam [ADDR_BITS-1:0] ADDR_GATHER0_DATA_1  = 'h20;
-    localparam [ADDR_BITS-1:0] ADDR_SCALARS         = 'h28;   // scalar k at + 8k
-    localparam [ADDR_BITS-1:0] ADDR_STATUS          = 'hF0;
-    localparam [ADDR_BITS-1:0] ADDR_COUNTERS        = 'hF8;   // counter k at + 8k (low), + 8k + 4 (high)
+    localparam [ADDR_BITS-1:0] ADDR_SCALARS         = ADDR_SCALARS32[ADDR_BITS-1:0];   // scalar k at + 8k
+    localparam [ADDR_BITS-1:0] ADDR_STATUS          = ADDR_STATUS32[ADDR_BITS-1:0];
+    localparam [ADDR_BITS-1:0] ADDR_COUNTERS        = ADDR_COUNTERS32[ADDR_BITS-1:0];  // counter k at + 8k (low), + 8k + 4 (high)
 
-    localparam integer ADDR_SCALARS32 = 'h28;
-    localparam integer ADDR_COUNTERS32 = 'hF8;
+    initial begin
+        if (STRIPES < 1 || STRIPES > 8) begin
+            $error("STRIPES must be 1..8 (instance %m)");
+            $finish;
+        end
+    end
 
     localparam [1:0] WR_IDLE = 2'd0, WR_DATA = 2'd1, WR_RESP = 2'd2;
     localparam [0:0] RD_IDLE = 1'd0, RD_DATA = 1'd1;
@@ -96,6 +107,7 @@ module onic_net_control_s_axi #(
     reg  [ADDR_BITS-1:0] waddr_reg;
     reg  [0:0]           rstate_reg;
     reg  [31:0]          rdata_reg;
+    reg  [31:0]          ptr_rdata;   // the pointer word at raddr (0 outside them)
 
     reg                  int_ap_start_reg;
     reg                  int_ap_done_reg;
@@ -104,8 +116,7 @@ module onic_net_control_s_axi #(
     reg                  int_gie_reg;
     reg  [1:0]           int_ier_reg;
     reg  [1:0]           int_isr_reg;
-    reg  [63:0]          int_lgrad0_reg;
-    reg  [63:0]          int_gather0_reg;
+    reg  [63:0]          int_ptr_reg [0:N_PTRS-1];
     reg  [31:0]          int_scalar_reg [0:N_SCALARS-1];
 
     wire                 aw_hs = s_axi_control_awvalid && s_axi_control_awready;
@@ -154,6 +165,17 @@ module onic_net_control_s_axi #(
         end
     end
 
+    /* the pointers' words, each by its own address compare */
+    wire [64*N_PTRS-1:0] ptr_bus;   // pointer p at [64p +: 64]
+    integer q;
+    always @(*) begin
+        ptr_rdata = 32'd0;
+        for (q = 0; q < N_PTRS; q = q + 1) begin
+            if (raddr32 == ADDR_PTRS32 + 12 * q) ptr_rdata = ptr_bus[64 * q +: 32];
+            if (raddr32 == ADDR_PTRS32 + 12 * q + 4) ptr_rdata = ptr_bus[64 * q + 32 +: 32];
+        end
+    end
+
     /* read channel: the value is taken when the address is accepted */
     always @(posedge clk) begin
         if (rst) begin
@@ -174,12 +196,8 @@ module onic_net_control_s_axi #(
                             ADDR_GIE:     rdata_reg <= {31'd0, int_gie_reg};
                             ADDR_IER:     rdata_reg <= {30'd0, int_ier_reg};
                             ADDR_ISR:     rdata_reg <= {30'd0, int_isr_reg};
-                            ADDR_LGRAD0_DATA_0:  rdata_reg <= int_lgrad0_reg[31:0];
-                            ADDR_LGRAD0_DATA_1:  rdata_reg <= int_lgrad0_reg[63:32];
-                            ADDR_GATHER0_DATA_0: rdata_reg <= int_gather0_reg[31:0];
-                            ADDR_GATHER0_DATA_1: rdata_reg <= int_gather0_reg[63:32];
                             ADDR_STATUS:  rdata_reg <= status;
-                            default:      rdata_reg <= 32'd0;
+                            default:      rdata_reg <= ptr_rdata;
                         endcase
                     end
                 end
@@ -244,18 +262,15 @@ module onic_net_control_s_axi #(
     integer k;
     always @(posedge clk) begin
         if (rst) begin
-            int_lgrad0_reg  <= 64'd0;
-            int_gather0_reg <= 64'd0;
+            for (k = 0; k < N_PTRS; k = k + 1) int_ptr_reg[k] <= 64'd0;
             for (k = 0; k < N_SCALARS; k = k + 1) int_scalar_reg[k] <= 32'd0;
         end else if (w_hs) begin
-            if (waddr_reg == ADDR_LGRAD0_DATA_0)
-                int_lgrad0_reg[31:0] <= (s_axi_control_wdata & wmask) | (int_lgrad0_reg[31:0] & ~wmask);
-            if (waddr_reg == ADDR_LGRAD0_DATA_1)
-                int_lgrad0_reg[63:32] <= (s_axi_control_wdata & wmask) | (int_lgrad0_reg[63:32] & ~wmask);
-            if (waddr_reg == ADDR_GATHER0_DATA_0)
-                int_gather0_reg[31:0] <= (s_axi_control_wdata & wmask) | (int_gather0_reg[31:0] & ~wmask);
-            if (waddr_reg == ADDR_GATHER0_DATA_1)
-                int_gather0_reg[63:32] <= (s_axi_control_wdata & wmask) | (int_gather0_reg[63:32] & ~wmask);
+            for (k = 0; k < N_PTRS; k = k + 1) begin
+                if (waddr32 == ADDR_PTRS32 + 12 * k)
+                    int_ptr_reg[k][31:0] <= (s_axi_control_wdata & wmask) | (int_ptr_reg[k][31:0] & ~wmask);
+                if (waddr32 == ADDR_PTRS32 + 12 * k + 4)
+                    int_ptr_reg[k][63:32] <= (s_axi_control_wdata & wmask) | (int_ptr_reg[k][63:32] & ~wmask);
+            end
             // scalar k by its own address compare (a computed index, waddr - ADDR_SCALARS, put a
             // subtraction and a decoder in front of every scalar's write)
             for (k = 0; k < N_SCALARS; k = k + 1)
@@ -273,8 +288,15 @@ module onic_net_control_s_axi #(
 
     assign interrupt = int_gie_reg && (int_isr_reg != 2'b00);
     assign ap_start  = int_ap_start_reg;
-    assign lgrad0    = int_lgrad0_reg;
-    assign gather0   = int_gather0_reg;
+    generate
+        for (g = 0; g < N_PTRS; g = g + 1) begin : g_ptr_bus
+            assign ptr_bus[64 * g +: 64] = int_ptr_reg[g];
+        end
+        for (g = 0; g < STRIPES; g = g + 1) begin : g_ptr
+            assign lgrad[64 * g +: 64]  = int_ptr_reg[g];
+            assign gather[64 * g +: 64] = int_ptr_reg[STRIPES + g];
+        end
+    endgenerate
 
     // registers are words: the byte address bits only matter through WSTRB
     wire _unused_ok = &{1'b0, s_axi_control_awaddr[1:0], s_axi_control_araddr[1:0], r_soff[2:0], r_soff[ADDR_BITS-1:8],

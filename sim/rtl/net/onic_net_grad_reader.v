@@ -14,15 +14,25 @@
  * TLAST on every run's last beat; `m_tchunk_last` with it when the run ends its chunk (the last
  * round).
  *
- * The gradient buffer is ONE stripe: chunk c at grad_addr + c x chunk_beats x 64 (every chunk
- * starts on a beat; with the bf16 wire and S / 16 odd the host pads each chunk's last beat).
- * One port reads at 64 bytes per clock, more than a 100 Gb/s ring port's goodput, so the ring
- * needs no striping. One onic_axi_rd runs per run; its FIFO prefetches up to 2^FIFO_LOG2 beats
- * ahead of the consumer, and the next run starts when the last beat of the current one has been
- * taken (the engine's FIFO clears on start): one memory round trip per run without beats, which
- * the receive side's buffer absorbs (runs of a round-major order are its segment's packets long).
+ * The gradient buffer is STRIPES stripes (hls/layout.py's rule over the WHOLE buffer: chunk c
+ * from beat c x chunk_beats, beat b on stripe b mod STRIPES at index b / STRIPES, stripe k at
+ * cfg_grad_addr[k x 64 +: 64]; every chunk starts on a beat; with the bf16 wire and S / 16 odd
+ * the host pads each chunk's last beat). STRIPES = 1 is one buffer, chunk c at grad_addr +
+ * c x chunk_beats x 64. Ring reads and the host's DMA writes of the same buffer together exceed
+ * one HBM pseudo-channel, so sizing plans several (hls.ring_plan, a power of two). A run of
+ * beats [g0, g0 + R) starts one onic_axi_rd per stripe at that stripe's first index and count
+ * (onic_net_stripe_run: a mask and a shift); a stripe with no beat in the run is not started
+ * (its engine stays idle; its FIFO holds nothing the run takes: the merge never turns to it).
+ * onic_beat_merge takes the stripes' beats round robin from stripe g0 mod STRIPES. Each FIFO
+ * prefetches up to 2^(FIFO_LOG2 - log2 STRIPES) beats (at least MAX_BURST) ahead of the
+ * consumer: each stripe carries 1 / STRIPES of the beats. The next run starts when the last beat
+ * of the current one has been taken (the engines' FIFOs clear on start): one memory round trip
+ * per run without beats, which the receive side's buffer absorbs (runs of a round-major order
+ * are its segment's packets long).
  */
 module onic_net_grad_reader #(
+    // stripes of the gradient buffer: 1, 2, 4 or 8 (onic_net_stripe_run)
+    parameter integer STRIPES = 1,
     // log2 of the read FIFO in beats (prefetch depth: latency x bandwidth)
     parameter integer FIFO_LOG2 = 8,
     // longest AXI burst in beats
@@ -35,7 +45,7 @@ module onic_net_grad_reader #(
 
     /* a step: arguments steady from start until done */
     input  wire          start,
-    input  wire [63:0]   cfg_grad_addr,
+    input  wire [STRIPES*64-1:0] cfg_grad_addr,  // stripe k's base at [k*64 +: 64], 64-byte aligned
     input  wire [7:0]    cfg_rank,
     input  wire [7:0]    cfg_world,
     input  wire [31:0]   cfg_chunk_beats,
@@ -50,25 +60,31 @@ module onic_net_grad_reader #(
     output wire          m_tvalid,
     input  wire          m_tready,
 
-    /* AXI4 master (read channels) */
-    output wire [ID_BITS-1:0] m_axi_arid,
-    output wire [63:0]   m_axi_araddr,
-    output wire [7:0]    m_axi_arlen,
-    output wire [2:0]    m_axi_arsize,
-    output wire [1:0]    m_axi_arburst,
-    output wire          m_axi_arlock,
-    output wire [3:0]    m_axi_arcache,
-    output wire [2:0]    m_axi_arprot,
-    output wire [3:0]    m_axi_arqos,
-    output wire          m_axi_arvalid,
-    input  wire          m_axi_arready,
-    input  wire [ID_BITS-1:0] m_axi_rid,
-    input  wire [511:0]  m_axi_rdata,
-    input  wire [1:0]    m_axi_rresp,
-    input  wire          m_axi_rlast,
-    input  wire          m_axi_rvalid,
-    output wire          m_axi_rready
+    /* AXI4 master per stripe (read channels), stripe k's signals at [k*W +: W] */
+    output wire [STRIPES*ID_BITS-1:0] m_axi_arid,
+    output wire [STRIPES*64-1:0] m_axi_araddr,
+    output wire [STRIPES*8-1:0] m_axi_arlen,
+    output wire [STRIPES*3-1:0] m_axi_arsize,
+    output wire [STRIPES*2-1:0] m_axi_arburst,
+    output wire [STRIPES-1:0] m_axi_arlock,
+    output wire [STRIPES*4-1:0] m_axi_arcache,
+    output wire [STRIPES*3-1:0] m_axi_arprot,
+    output wire [STRIPES*4-1:0] m_axi_arqos,
+    output wire [STRIPES-1:0] m_axi_arvalid,
+    input  wire [STRIPES-1:0] m_axi_arready,
+    input  wire [STRIPES*ID_BITS-1:0] m_axi_rid,
+    input  wire [STRIPES*512-1:0] m_axi_rdata,
+    input  wire [STRIPES*2-1:0] m_axi_rresp,
+    input  wire [STRIPES-1:0] m_axi_rlast,
+    input  wire [STRIPES-1:0] m_axi_rvalid,
+    output wire [STRIPES-1:0] m_axi_rready
 );
+
+    localparam integer SB = (STRIPES >= 8) ? 3 : (STRIPES >= 4) ? 2 : (STRIPES >= 2) ? 1 : 0;
+    localparam integer MB_LOG2 = (MAX_BURST > 32) ? 6 : (MAX_BURST > 16) ? 5 : (MAX_BURST > 8) ? 4 :
+                                 (MAX_BURST > 4) ? 3 : (MAX_BURST > 2) ? 2 : (MAX_BURST > 1) ? 1 : 0;
+    // each stripe's FIFO: its share of the prefetch, at least one burst
+    localparam integer ENG_FIFO_LOG2 = (FIFO_LOG2 - SB > MB_LOG2) ? FIFO_LOG2 - SB : MB_LOG2;
 
     localparam [2:0] S_IDLE = 3'd0, S_ROUND = 3'd1, S_SIZE = 3'd2, S_WAIT = 3'd3, S_RUN = 3'd4;
 
@@ -84,21 +100,26 @@ module onic_net_grad_reader #(
     reg         advance_reg;
     reg         done_reg;
     reg         err_reg;
-    reg  [63:0] run_addr_reg;      // the walker's chunk address + the round's offset
-    reg         addr_ok_reg;       // run_addr_reg follows a steady walker address
+    reg  [31:0] first_reg;         // the run's first beat in the buffer: the walker's chunk + the round's offset
+    reg  [3:0]  ok_sr;             // clocks the walker has been steady in S_WAIT (onic_net_stripe_run's latency)
 
     wire        walk_ready;
-    wire [63:0] walk_addr;
-    wire        rd_busy;
-    wire        rd_err;
+    wire [63:0] walk_addr;         // the chunk's first beat x 64 (the walker's base is 0)
+    wire [STRIPES-1:0] rd_busy_k, rd_err_k, eng_valid, eng_ready;
+    wire [STRIPES*512-1:0] eng_data;
+    wire        rd_busy = |rd_busy_k;
+    wire        rd_err = |rd_err_k;
     wire        rd_valid;
     wire [511:0] rd_data;
+    wire [STRIPES*64-1:0] st_addr;
+    wire [STRIPES*32-1:0] st_count;
+    wire [2:0]  st_turn, st_last;
 
     wire        beat = state_reg == S_RUN && rd_valid && m_tready;
 
     always @(posedge clk) begin
-        run_addr_reg <= walk_addr + {26'd0, off_reg, 6'd0};
-        addr_ok_reg  <= walk_ready && state_reg == S_WAIT && !rd_start_reg && !advance_reg;
+        first_reg <= walk_addr[37:6] + off_reg;
+        ok_sr     <= {ok_sr[2:0], walk_ready && state_reg == S_WAIT && !rd_start_reg && !advance_reg};
     end
 
     always @(posedge clk) begin
@@ -129,8 +150,9 @@ module onic_net_grad_reader #(
                     state_reg       <= S_WAIT;
                 end
                 S_WAIT: begin
-                    // the walker's address is current and the engine idle (its FIFO drained)
-                    if (addr_ok_reg && walk_ready && !rd_busy && !rd_start_reg && !advance_reg) begin
+                    // each stripe's address and count follow the walker's steady address, and
+                    // the engines are idle (their FIFOs drained)
+                    if (ok_sr == 4'hF && walk_ready && !rd_busy && !rd_start_reg && !advance_reg) begin
                         rd_start_reg <= 1'b1;
                         left_reg     <= round_beats_reg;
                         one_reg      <= round_beats_reg == 32'd1;
@@ -166,7 +188,7 @@ module onic_net_grad_reader #(
         .clk(clk),
         .rst(rst),
         .start(start),
-        .base(cfg_grad_addr),
+        .base(64'd0),
         .rank(cfg_rank),
         .world(cfg_world),
         .chunk_beats(cfg_chunk_beats),
@@ -175,38 +197,73 @@ module onic_net_grad_reader #(
         .addr(walk_addr)
     );
 
-    onic_axi_rd #(
-        .FIFO_LOG2(FIFO_LOG2),
-        .MAX_BURST(MAX_BURST),
-        .ID_BITS(ID_BITS)
-    ) rd_inst (
+    onic_net_stripe_run #(
+        .STRIPES(STRIPES)
+    ) run_inst (
+        .clk(clk),
+        .cfg_base(cfg_grad_addr),
+        .first(first_reg),
+        .beats(round_beats_reg),
+        .addr(st_addr),
+        .count(st_count),
+        .turn(st_turn),
+        .last(st_last)
+    );
+
+    genvar k;
+    generate
+        for (k = 0; k < STRIPES; k = k + 1) begin : g_rd
+            onic_axi_rd #(
+                .FIFO_LOG2(ENG_FIFO_LOG2),
+                .MAX_BURST(MAX_BURST),
+                .ID_BITS(ID_BITS)
+            ) rd_inst (
+                .clk(clk),
+                .rst(rst),
+                // a stripe with no beat in the run is not started
+                .start(rd_start_reg && st_count[k*32 +: 32] != 32'd0),
+                .addr(st_addr[k*64 +: 64]),
+                .beats(st_count[k*32 +: 32]),
+                .busy(rd_busy_k[k]),
+                .resp_err(rd_err_k[k]),
+                .m_data(eng_data[k*512 +: 512]),
+                .m_valid(eng_valid[k]),
+                .m_ready(eng_ready[k]),
+                .m_axi_arid(m_axi_arid[k*ID_BITS +: ID_BITS]),
+                .m_axi_araddr(m_axi_araddr[k*64 +: 64]),
+                .m_axi_arlen(m_axi_arlen[k*8 +: 8]),
+                .m_axi_arsize(m_axi_arsize[k*3 +: 3]),
+                .m_axi_arburst(m_axi_arburst[k*2 +: 2]),
+                .m_axi_arlock(m_axi_arlock[k]),
+                .m_axi_arcache(m_axi_arcache[k*4 +: 4]),
+                .m_axi_arprot(m_axi_arprot[k*3 +: 3]),
+                .m_axi_arqos(m_axi_arqos[k*4 +: 4]),
+                .m_axi_arvalid(m_axi_arvalid[k]),
+                .m_axi_arready(m_axi_arready[k]),
+                .m_axi_rid(m_axi_rid[k*ID_BITS +: ID_BITS]),
+                .m_axi_rdata(m_axi_rdata[k*512 +: 512]),
+                .m_axi_rresp(m_axi_rresp[k*2 +: 2]),
+                .m_axi_rlast(m_axi_rlast[k]),
+                .m_axi_rvalid(m_axi_rvalid[k]),
+                .m_axi_rready(m_axi_rready[k])
+            );
+        end
+    endgenerate
+
+    // the run's beats in order, from stripe g0 mod STRIPES
+    onic_beat_merge #(
+        .STRIPES(STRIPES)
+    ) merge_inst (
         .clk(clk),
         .rst(rst),
-        .start(rd_start_reg),
-        .addr(run_addr_reg),
-        .beats(round_beats_reg),
-        .busy(rd_busy),
-        .resp_err(rd_err),
+        .clear(rd_start_reg),
+        .start_turn({2'd0, st_turn}),
+        .s_data(eng_data),
+        .s_valid(eng_valid),
+        .s_ready(eng_ready),
         .m_data(rd_data),
         .m_valid(rd_valid),
-        .m_ready(state_reg == S_RUN && m_tready),
-        .m_axi_arid(m_axi_arid),
-        .m_axi_araddr(m_axi_araddr),
-        .m_axi_arlen(m_axi_arlen),
-        .m_axi_arsize(m_axi_arsize),
-        .m_axi_arburst(m_axi_arburst),
-        .m_axi_arlock(m_axi_arlock),
-        .m_axi_arcache(m_axi_arcache),
-        .m_axi_arprot(m_axi_arprot),
-        .m_axi_arqos(m_axi_arqos),
-        .m_axi_arvalid(m_axi_arvalid),
-        .m_axi_arready(m_axi_arready),
-        .m_axi_rid(m_axi_rid),
-        .m_axi_rdata(m_axi_rdata),
-        .m_axi_rresp(m_axi_rresp),
-        .m_axi_rlast(m_axi_rlast),
-        .m_axi_rvalid(m_axi_rvalid),
-        .m_axi_rready(m_axi_rready)
+        .m_ready(state_reg == S_RUN && m_tready)
     );
 
     assign m_tdata  = rd_data;
@@ -215,6 +272,8 @@ module onic_net_grad_reader #(
     assign m_tvalid = state_reg == S_RUN && rd_valid;
     assign done     = done_reg;
     assign resp_err = err_reg;
+
+    wire _unused_ok = &{1'b0, walk_addr[63:38], walk_addr[5:0], st_last, 1'b0};
 
 endmodule
 

@@ -87,6 +87,12 @@ module onic_net_kernel #(
     parameter integer TX_BEATS_LOG2 = 5,
     parameter integer TX_URAM = 1,
     parameter integer TX_FIFO_LOG2 = 9,
+    // stripes of the local-gradient and gathered-parameter buffers (1, 2, 4 or 8: hls/layout.py's
+    // rule over each whole buffer; onic_net_ring_dp). Stripe k's AXI signals are [k*W +: W] of the
+    // m_axi_lgrad0_* / m_axi_gather0_* ports (the packaged wrapper names them m_axi_lgrad<k>_*,
+    // m_axi_gather<k>_*); with 1 they are the one port each. The two-phase step's sum (phases 1-3)
+    // goes through stripe 0 only.
+    parameter integer STRIPES = 1,
     // datapath: gradient prefetch FIFO, gather write FIFO (log2 beats), longest AXI burst
     parameter integer RD_FIFO_LOG2 = 8,
     parameter integer WR_FIFO_LOG2 = 7,
@@ -125,45 +131,45 @@ module onic_net_kernel #(
     input  wire          s_axi_control_rready,
 
     /* AXI4 master: local gradient (read only) */
-    output wire [3:0]    m_axi_lgrad0_arid,
-    output wire [63:0]   m_axi_lgrad0_araddr,
-    output wire [7:0]    m_axi_lgrad0_arlen,
-    output wire [2:0]    m_axi_lgrad0_arsize,
-    output wire [1:0]    m_axi_lgrad0_arburst,
-    output wire          m_axi_lgrad0_arlock,
-    output wire [3:0]    m_axi_lgrad0_arcache,
-    output wire [2:0]    m_axi_lgrad0_arprot,
-    output wire [3:0]    m_axi_lgrad0_arqos,
-    output wire          m_axi_lgrad0_arvalid,
-    input  wire          m_axi_lgrad0_arready,
-    input  wire [3:0]    m_axi_lgrad0_rid,
-    input  wire [511:0]  m_axi_lgrad0_rdata,
-    input  wire [1:0]    m_axi_lgrad0_rresp,
-    input  wire          m_axi_lgrad0_rlast,
-    input  wire          m_axi_lgrad0_rvalid,
-    output wire          m_axi_lgrad0_rready,
+    output wire [STRIPES*4-1:0] m_axi_lgrad0_arid,
+    output wire [STRIPES*64-1:0] m_axi_lgrad0_araddr,
+    output wire [STRIPES*8-1:0] m_axi_lgrad0_arlen,
+    output wire [STRIPES*3-1:0] m_axi_lgrad0_arsize,
+    output wire [STRIPES*2-1:0] m_axi_lgrad0_arburst,
+    output wire [STRIPES-1:0] m_axi_lgrad0_arlock,
+    output wire [STRIPES*4-1:0] m_axi_lgrad0_arcache,
+    output wire [STRIPES*3-1:0] m_axi_lgrad0_arprot,
+    output wire [STRIPES*4-1:0] m_axi_lgrad0_arqos,
+    output wire [STRIPES-1:0] m_axi_lgrad0_arvalid,
+    input  wire [STRIPES-1:0] m_axi_lgrad0_arready,
+    input  wire [STRIPES*4-1:0] m_axi_lgrad0_rid,
+    input  wire [STRIPES*512-1:0] m_axi_lgrad0_rdata,
+    input  wire [STRIPES*2-1:0] m_axi_lgrad0_rresp,
+    input  wire [STRIPES-1:0] m_axi_lgrad0_rlast,
+    input  wire [STRIPES-1:0] m_axi_lgrad0_rvalid,
+    output wire [STRIPES-1:0] m_axi_lgrad0_rready,
 
     /* AXI4 master: gathered parameters (write only) */
-    output wire [3:0]    m_axi_gather0_awid,
-    output wire [63:0]   m_axi_gather0_awaddr,
-    output wire [7:0]    m_axi_gather0_awlen,
-    output wire [2:0]    m_axi_gather0_awsize,
-    output wire [1:0]    m_axi_gather0_awburst,
-    output wire          m_axi_gather0_awlock,
-    output wire [3:0]    m_axi_gather0_awcache,
-    output wire [2:0]    m_axi_gather0_awprot,
-    output wire [3:0]    m_axi_gather0_awqos,
-    output wire          m_axi_gather0_awvalid,
-    input  wire          m_axi_gather0_awready,
-    output wire [511:0]  m_axi_gather0_wdata,
-    output wire [63:0]   m_axi_gather0_wstrb,
-    output wire          m_axi_gather0_wlast,
-    output wire          m_axi_gather0_wvalid,
-    input  wire          m_axi_gather0_wready,
-    input  wire [3:0]    m_axi_gather0_bid,
-    input  wire [1:0]    m_axi_gather0_bresp,
-    input  wire          m_axi_gather0_bvalid,
-    output wire          m_axi_gather0_bready,
+    output wire [STRIPES*4-1:0] m_axi_gather0_awid,
+    output wire [STRIPES*64-1:0] m_axi_gather0_awaddr,
+    output wire [STRIPES*8-1:0] m_axi_gather0_awlen,
+    output wire [STRIPES*3-1:0] m_axi_gather0_awsize,
+    output wire [STRIPES*2-1:0] m_axi_gather0_awburst,
+    output wire [STRIPES-1:0] m_axi_gather0_awlock,
+    output wire [STRIPES*4-1:0] m_axi_gather0_awcache,
+    output wire [STRIPES*3-1:0] m_axi_gather0_awprot,
+    output wire [STRIPES*4-1:0] m_axi_gather0_awqos,
+    output wire [STRIPES-1:0] m_axi_gather0_awvalid,
+    input  wire [STRIPES-1:0] m_axi_gather0_awready,
+    output wire [STRIPES*512-1:0] m_axi_gather0_wdata,
+    output wire [STRIPES*64-1:0] m_axi_gather0_wstrb,
+    output wire [STRIPES-1:0] m_axi_gather0_wlast,
+    output wire [STRIPES-1:0] m_axi_gather0_wvalid,
+    input  wire [STRIPES-1:0] m_axi_gather0_wready,
+    input  wire [STRIPES*4-1:0] m_axi_gather0_bid,
+    input  wire [STRIPES*2-1:0] m_axi_gather0_bresp,
+    input  wire [STRIPES-1:0] m_axi_gather0_bvalid,
+    output wire [STRIPES-1:0] m_axi_gather0_bready,
 
     /* MAC receive (no TREADY; TUSER: FCS failed, on the last beat) */
     input  wire [511:0]  s_axis_mac0_tdata,
@@ -222,10 +228,11 @@ module onic_net_kernel #(
     reg           ap_done_reg, ap_idle_reg;
     reg  [31:0]   status_reg;
     wire [64*(N_COUNTERS+N_EXTRA)-1:0] counters;
-    wire [63:0]   arg_lgrad0, arg_gather0;
+    wire [64*STRIPES-1:0] arg_lgrad0, arg_gather0;   // stripe k's pointer at [64k +: 64]
     wire [32*N_SCALARS-1:0] scalars;
 
     onic_net_control_s_axi #(
+        .STRIPES(STRIPES),
         .ADDR_BITS(12),
         .N_COUNTERS(N_COUNTERS),
         .N_EXTRA(N_EXTRA),
@@ -243,11 +250,11 @@ module onic_net_kernel #(
         .s_axi_control_rready(s_axi_control_rready),
         .interrupt(interrupt), .ap_start(ap_start), .ap_done(ap_done_reg), .ap_ready(ap_done_reg),
         .ap_idle(ap_idle_reg), .status(status_reg), .counters(counters),
-        .lgrad0(arg_lgrad0), .gather0(arg_gather0), .scalars(scalars)
+        .lgrad(arg_lgrad0), .gather(arg_gather0), .scalars(scalars)
     );
 
     /* the arguments, latched at ap_start (the host may write the next step's while one runs) */
-    reg  [63:0] cfg_lgrad_reg, cfg_gather_reg;
+    reg  [64*STRIPES-1:0] cfg_lgrad_reg, cfg_gather_reg;
     reg  [47:0] cfg_local_mac_reg, cfg_succ_mac_reg, cfg_pred_mac_reg;
     reg  [31:0] cfg_local_ip_reg, cfg_succ_ip_reg, cfg_pred_ip_reg;
     reg  [15:0] cfg_local_port_reg, cfg_comm_reg;
@@ -773,7 +780,7 @@ module onic_net_kernel #(
      * old reset epoch in their IDs (onic_axi_rd / onic_axi_wr) and are taken and dropped. The
      * MAC's transmit stream is not gated: onic_net_tx_arb finishes a frame part-sent. */
     wire out_en = ap_rst_n && !rst_reg;
-    wire dp_grad_tvalid, dp_param_tready, dp_arvalid, dp_rready, dp_awvalid, dp_wvalid, dp_bready;
+    wire dp_grad_tvalid, dp_param_tready;
     wire [511:0] dp_grad_tdata, tp_grad_tdata;
     wire [63:0]  dp_grad_tkeep, tp_grad_tkeep;
     wire         dp_grad_tlast, tp_grad_tlast, tp_grad_tvalid, tp_sum_tready;
@@ -794,20 +801,26 @@ module onic_net_kernel #(
     assign m_axis_grad0_tkeep   = sel_p2 ? tp_grad_tkeep : dp_grad_tkeep;
     assign m_axis_grad0_tlast   = sel_p2 ? tp_grad_tlast : dp_grad_tlast;
     assign s_axis_param0_tready = out_en && dp_param_tready && !sel_p3;
-    assign m_axi_lgrad0_arvalid = out_en && (rd_tp ? tp_arvalid : dp_arvalid);
-    assign m_axi_lgrad0_rready  = out_en && (rd_tp ? tp_rready : dp_rready);
-    assign m_axi_gather0_awvalid = out_en && (sel_p1 ? tp_awvalid : dp_awvalid);
-    assign m_axi_gather0_wvalid  = out_en && (sel_p1 ? tp_wvalid : dp_wvalid);
-    assign m_axi_gather0_bready  = out_en && (sel_p1 ? tp_bready : dp_bready);
-    wire [3:0]   dp_arid, dp_awid;
-    wire [63:0]  dp_araddr, dp_awaddr;
-    wire [7:0]   dp_arlen, dp_awlen;
-    wire [2:0]   dp_arsize, dp_awsize, dp_arprot, dp_awprot;
-    wire [1:0]   dp_arburst, dp_awburst;
-    wire         dp_arlock, dp_awlock, dp_wlast;
-    wire [3:0]   dp_arcache, dp_awcache, dp_arqos, dp_awqos;
-    wire [511:0] dp_wdata;
-    wire [63:0]  dp_wstrb;
+    // stripe 0 is shared with onic_net_twophase (the sum, phases 1-3); stripes 1 .. STRIPES - 1 are
+    // the datapath's alone
+    localparam [STRIPES-1:0] STRIPE0 = 1;
+    wire [STRIPES-1:0] dp_arvalid, dp_rready, dp_awvalid, dp_wvalid, dp_bready;
+    wire [STRIPES-1:0] tp_rd0 = STRIPE0 & {STRIPES{rd_tp}};    // stripe 0's reads are the two-phase block's
+    wire [STRIPES-1:0] tp_wr0 = STRIPE0 & {STRIPES{sel_p1}};   // stripe 0's writes are the two-phase block's
+    assign m_axi_lgrad0_arvalid  = {STRIPES{out_en}} & ((dp_arvalid & ~tp_rd0) | (tp_rd0 & {STRIPES{tp_arvalid}}));
+    assign m_axi_lgrad0_rready   = {STRIPES{out_en}} & ((dp_rready & ~tp_rd0) | (tp_rd0 & {STRIPES{tp_rready}}));
+    assign m_axi_gather0_awvalid = {STRIPES{out_en}} & ((dp_awvalid & ~tp_wr0) | (tp_wr0 & {STRIPES{tp_awvalid}}));
+    assign m_axi_gather0_wvalid  = {STRIPES{out_en}} & ((dp_wvalid & ~tp_wr0) | (tp_wr0 & {STRIPES{tp_wvalid}}));
+    assign m_axi_gather0_bready  = {STRIPES{out_en}} & ((dp_bready & ~tp_wr0) | (tp_wr0 & {STRIPES{tp_bready}}));
+    wire [STRIPES*4-1:0]   dp_arid, dp_awid;
+    wire [STRIPES*64-1:0]  dp_araddr, dp_awaddr;
+    wire [STRIPES*8-1:0]   dp_arlen, dp_awlen;
+    wire [STRIPES*3-1:0]   dp_arsize, dp_awsize, dp_arprot, dp_awprot;
+    wire [STRIPES*2-1:0]   dp_arburst, dp_awburst;
+    wire [STRIPES-1:0]     dp_arlock, dp_awlock, dp_wlast;
+    wire [STRIPES*4-1:0]   dp_arcache, dp_awcache, dp_arqos, dp_awqos;
+    wire [STRIPES*512-1:0] dp_wdata;
+    wire [STRIPES*64-1:0]  dp_wstrb;
     wire [0:0]   tp_arid, tp_awid;
     wire [63:0]  tp_araddr, tp_awaddr;
     wire [7:0]   tp_arlen, tp_awlen;
@@ -817,27 +830,52 @@ module onic_net_kernel #(
     wire [3:0]   tp_arcache, tp_awcache, tp_arqos, tp_awqos;
     wire [511:0] tp_wdata;
     wire [63:0]  tp_wstrb;
-    assign m_axi_lgrad0_arid    = rd_tp  ? {3'd0, tp_arid} : dp_arid;
-    assign m_axi_lgrad0_araddr  = rd_tp  ? tp_araddr : dp_araddr;
-    assign m_axi_lgrad0_arlen   = rd_tp  ? tp_arlen : dp_arlen;
-    assign m_axi_lgrad0_arsize  = rd_tp  ? tp_arsize : dp_arsize;
-    assign m_axi_lgrad0_arburst = rd_tp  ? tp_arburst : dp_arburst;
-    assign m_axi_lgrad0_arlock  = rd_tp  ? tp_arlock : dp_arlock;
-    assign m_axi_lgrad0_arcache = rd_tp  ? tp_arcache : dp_arcache;
-    assign m_axi_lgrad0_arprot  = rd_tp  ? tp_arprot : dp_arprot;
-    assign m_axi_lgrad0_arqos   = rd_tp  ? tp_arqos : dp_arqos;
-    assign m_axi_gather0_awid    = sel_p1 ? {3'd0, tp_awid} : dp_awid;
-    assign m_axi_gather0_awaddr  = sel_p1 ? tp_awaddr : dp_awaddr;
-    assign m_axi_gather0_awlen   = sel_p1 ? tp_awlen : dp_awlen;
-    assign m_axi_gather0_awsize  = sel_p1 ? tp_awsize : dp_awsize;
-    assign m_axi_gather0_awburst = sel_p1 ? tp_awburst : dp_awburst;
-    assign m_axi_gather0_awlock  = sel_p1 ? tp_awlock : dp_awlock;
-    assign m_axi_gather0_awcache = sel_p1 ? tp_awcache : dp_awcache;
-    assign m_axi_gather0_awprot  = sel_p1 ? tp_awprot : dp_awprot;
-    assign m_axi_gather0_awqos   = sel_p1 ? tp_awqos : dp_awqos;
-    assign m_axi_gather0_wdata   = sel_p1 ? tp_wdata : dp_wdata;
-    assign m_axi_gather0_wstrb   = sel_p1 ? tp_wstrb : dp_wstrb;
-    assign m_axi_gather0_wlast   = sel_p1 ? tp_wlast : dp_wlast;
+    assign m_axi_lgrad0_arid[3:0]     = rd_tp  ? {3'd0, tp_arid} : dp_arid[3:0];
+    assign m_axi_lgrad0_araddr[63:0]  = rd_tp  ? tp_araddr : dp_araddr[63:0];
+    assign m_axi_lgrad0_arlen[7:0]    = rd_tp  ? tp_arlen : dp_arlen[7:0];
+    assign m_axi_lgrad0_arsize[2:0]   = rd_tp  ? tp_arsize : dp_arsize[2:0];
+    assign m_axi_lgrad0_arburst[1:0]  = rd_tp  ? tp_arburst : dp_arburst[1:0];
+    assign m_axi_lgrad0_arlock[0]     = rd_tp  ? tp_arlock : dp_arlock[0];
+    assign m_axi_lgrad0_arcache[3:0]  = rd_tp  ? tp_arcache : dp_arcache[3:0];
+    assign m_axi_lgrad0_arprot[2:0]   = rd_tp  ? tp_arprot : dp_arprot[2:0];
+    assign m_axi_lgrad0_arqos[3:0]    = rd_tp  ? tp_arqos : dp_arqos[3:0];
+    assign m_axi_gather0_awid[3:0]    = sel_p1 ? {3'd0, tp_awid} : dp_awid[3:0];
+    assign m_axi_gather0_awaddr[63:0] = sel_p1 ? tp_awaddr : dp_awaddr[63:0];
+    assign m_axi_gather0_awlen[7:0]   = sel_p1 ? tp_awlen : dp_awlen[7:0];
+    assign m_axi_gather0_awsize[2:0]  = sel_p1 ? tp_awsize : dp_awsize[2:0];
+    assign m_axi_gather0_awburst[1:0] = sel_p1 ? tp_awburst : dp_awburst[1:0];
+    assign m_axi_gather0_awlock[0]    = sel_p1 ? tp_awlock : dp_awlock[0];
+    assign m_axi_gather0_awcache[3:0] = sel_p1 ? tp_awcache : dp_awcache[3:0];
+    assign m_axi_gather0_awprot[2:0]  = sel_p1 ? tp_awprot : dp_awprot[2:0];
+    assign m_axi_gather0_awqos[3:0]   = sel_p1 ? tp_awqos : dp_awqos[3:0];
+    assign m_axi_gather0_wdata[511:0] = sel_p1 ? tp_wdata : dp_wdata[511:0];
+    assign m_axi_gather0_wstrb[63:0]  = sel_p1 ? tp_wstrb : dp_wstrb[63:0];
+    assign m_axi_gather0_wlast[0]     = sel_p1 ? tp_wlast : dp_wlast[0];
+    generate
+        if (STRIPES > 1) begin : g_stripes
+            assign m_axi_lgrad0_arid[STRIPES*4-1:4]      = dp_arid[STRIPES*4-1:4];
+            assign m_axi_lgrad0_araddr[STRIPES*64-1:64]  = dp_araddr[STRIPES*64-1:64];
+            assign m_axi_lgrad0_arlen[STRIPES*8-1:8]     = dp_arlen[STRIPES*8-1:8];
+            assign m_axi_lgrad0_arsize[STRIPES*3-1:3]    = dp_arsize[STRIPES*3-1:3];
+            assign m_axi_lgrad0_arburst[STRIPES*2-1:2]   = dp_arburst[STRIPES*2-1:2];
+            assign m_axi_lgrad0_arlock[STRIPES-1:1]      = dp_arlock[STRIPES-1:1];
+            assign m_axi_lgrad0_arcache[STRIPES*4-1:4]   = dp_arcache[STRIPES*4-1:4];
+            assign m_axi_lgrad0_arprot[STRIPES*3-1:3]    = dp_arprot[STRIPES*3-1:3];
+            assign m_axi_lgrad0_arqos[STRIPES*4-1:4]     = dp_arqos[STRIPES*4-1:4];
+            assign m_axi_gather0_awid[STRIPES*4-1:4]     = dp_awid[STRIPES*4-1:4];
+            assign m_axi_gather0_awaddr[STRIPES*64-1:64] = dp_awaddr[STRIPES*64-1:64];
+            assign m_axi_gather0_awlen[STRIPES*8-1:8]    = dp_awlen[STRIPES*8-1:8];
+            assign m_axi_gather0_awsize[STRIPES*3-1:3]   = dp_awsize[STRIPES*3-1:3];
+            assign m_axi_gather0_awburst[STRIPES*2-1:2]  = dp_awburst[STRIPES*2-1:2];
+            assign m_axi_gather0_awlock[STRIPES-1:1]     = dp_awlock[STRIPES-1:1];
+            assign m_axi_gather0_awcache[STRIPES*4-1:4]  = dp_awcache[STRIPES*4-1:4];
+            assign m_axi_gather0_awprot[STRIPES*3-1:3]   = dp_awprot[STRIPES*3-1:3];
+            assign m_axi_gather0_awqos[STRIPES*4-1:4]    = dp_awqos[STRIPES*4-1:4];
+            assign m_axi_gather0_wdata[STRIPES*512-1:512] = dp_wdata[STRIPES*512-1:512];
+            assign m_axi_gather0_wstrb[STRIPES*64-1:64]  = dp_wstrb[STRIPES*64-1:64];
+            assign m_axi_gather0_wlast[STRIPES-1:1]      = dp_wlast[STRIPES-1:1];
+        end
+    endgenerate
 
     wire [1:0]   rs_desc_dtype, ag_desc_dtype;
     wire [5:0]   rs_desc_flags, ag_desc_flags;
@@ -855,7 +893,8 @@ module onic_net_kernel #(
         .RD_FIFO_LOG2(RD_FIFO_LOG2),
         .WR_FIFO_LOG2(WR_FIFO_LOG2),
         .MAX_BURST(MAX_BURST),
-        .ID_BITS(4)
+        .ID_BITS(4),
+        .STRIPES(STRIPES)
     ) dp (
         .clk(ap_clk), .rst(rst_dp),
         .start(start_pulse_reg), .cfg_rank(cfg_rank_reg[7:0]), .cfg_world(cfg_world_reg[7:0]),
@@ -892,20 +931,20 @@ module onic_net_kernel #(
         .m_axi_grad_arburst(dp_arburst), .m_axi_grad_arlock(dp_arlock),
         .m_axi_grad_arcache(dp_arcache), .m_axi_grad_arprot(dp_arprot),
         .m_axi_grad_arqos(dp_arqos), .m_axi_grad_arvalid(dp_arvalid),
-        .m_axi_grad_arready(out_en && !rd_tp && m_axi_lgrad0_arready), .m_axi_grad_rid(m_axi_lgrad0_rid),
+        .m_axi_grad_arready({STRIPES{out_en}} & ~tp_rd0 & m_axi_lgrad0_arready), .m_axi_grad_rid(m_axi_lgrad0_rid),
         .m_axi_grad_rdata(m_axi_lgrad0_rdata), .m_axi_grad_rresp(m_axi_lgrad0_rresp),
-        .m_axi_grad_rlast(m_axi_lgrad0_rlast), .m_axi_grad_rvalid(out_en && !rd_tp && m_axi_lgrad0_rvalid),
+        .m_axi_grad_rlast(m_axi_lgrad0_rlast), .m_axi_grad_rvalid({STRIPES{out_en}} & ~tp_rd0 & m_axi_lgrad0_rvalid),
         .m_axi_grad_rready(dp_rready),
         .m_axi_gather_awid(dp_awid), .m_axi_gather_awaddr(dp_awaddr),
         .m_axi_gather_awlen(dp_awlen), .m_axi_gather_awsize(dp_awsize),
         .m_axi_gather_awburst(dp_awburst), .m_axi_gather_awlock(dp_awlock),
         .m_axi_gather_awcache(dp_awcache), .m_axi_gather_awprot(dp_awprot),
         .m_axi_gather_awqos(dp_awqos), .m_axi_gather_awvalid(dp_awvalid),
-        .m_axi_gather_awready(out_en && !sel_p1 && m_axi_gather0_awready), .m_axi_gather_wdata(dp_wdata),
+        .m_axi_gather_awready({STRIPES{out_en}} & ~tp_wr0 & m_axi_gather0_awready), .m_axi_gather_wdata(dp_wdata),
         .m_axi_gather_wstrb(dp_wstrb), .m_axi_gather_wlast(dp_wlast),
-        .m_axi_gather_wvalid(dp_wvalid), .m_axi_gather_wready(out_en && !sel_p1 && m_axi_gather0_wready),
+        .m_axi_gather_wvalid(dp_wvalid), .m_axi_gather_wready({STRIPES{out_en}} & ~tp_wr0 & m_axi_gather0_wready),
         .m_axi_gather_bid(m_axi_gather0_bid), .m_axi_gather_bresp(m_axi_gather0_bresp),
-        .m_axi_gather_bvalid(out_en && !sel_p1 && m_axi_gather0_bvalid), .m_axi_gather_bready(dp_bready)
+        .m_axi_gather_bvalid({STRIPES{out_en}} & ~tp_wr0 & m_axi_gather0_bvalid), .m_axi_gather_bready(dp_bready)
     );
 
     /* ---- the two-phase step's card-memory side and scalar exchange ---- */
@@ -955,18 +994,18 @@ module onic_net_kernel #(
         .m_axi_sum0_awid(tp_awid), .m_axi_sum0_awaddr(tp_awaddr), .m_axi_sum0_awlen(tp_awlen),
         .m_axi_sum0_awsize(tp_awsize), .m_axi_sum0_awburst(tp_awburst), .m_axi_sum0_awlock(tp_awlock),
         .m_axi_sum0_awcache(tp_awcache), .m_axi_sum0_awprot(tp_awprot), .m_axi_sum0_awqos(tp_awqos),
-        .m_axi_sum0_awvalid(tp_awvalid), .m_axi_sum0_awready(out_en && sel_p1 && m_axi_gather0_awready),
+        .m_axi_sum0_awvalid(tp_awvalid), .m_axi_sum0_awready(out_en && sel_p1 && m_axi_gather0_awready[0]),
         .m_axi_sum0_wdata(tp_wdata), .m_axi_sum0_wstrb(tp_wstrb), .m_axi_sum0_wlast(tp_wlast),
-        .m_axi_sum0_wvalid(tp_wvalid), .m_axi_sum0_wready(out_en && sel_p1 && m_axi_gather0_wready),
-        .m_axi_sum0_bid(m_axi_gather0_bid[0]), .m_axi_sum0_bresp(m_axi_gather0_bresp),
-        .m_axi_sum0_bvalid(out_en && sel_p1 && m_axi_gather0_bvalid), .m_axi_sum0_bready(tp_bready),
+        .m_axi_sum0_wvalid(tp_wvalid), .m_axi_sum0_wready(out_en && sel_p1 && m_axi_gather0_wready[0]),
+        .m_axi_sum0_bid(m_axi_gather0_bid[0]), .m_axi_sum0_bresp(m_axi_gather0_bresp[1:0]),
+        .m_axi_sum0_bvalid(out_en && sel_p1 && m_axi_gather0_bvalid[0]), .m_axi_sum0_bready(tp_bready),
         .m_axi_sum0_arid(tp_arid), .m_axi_sum0_araddr(tp_araddr), .m_axi_sum0_arlen(tp_arlen),
         .m_axi_sum0_arsize(tp_arsize), .m_axi_sum0_arburst(tp_arburst), .m_axi_sum0_arlock(tp_arlock),
         .m_axi_sum0_arcache(tp_arcache), .m_axi_sum0_arprot(tp_arprot), .m_axi_sum0_arqos(tp_arqos),
-        .m_axi_sum0_arvalid(tp_arvalid), .m_axi_sum0_arready(out_en && rd_tp && m_axi_lgrad0_arready),
-        .m_axi_sum0_rid(m_axi_lgrad0_rid[0]), .m_axi_sum0_rdata(m_axi_lgrad0_rdata),
-        .m_axi_sum0_rresp(m_axi_lgrad0_rresp), .m_axi_sum0_rlast(m_axi_lgrad0_rlast),
-        .m_axi_sum0_rvalid(out_en && rd_tp && m_axi_lgrad0_rvalid), .m_axi_sum0_rready(tp_rready)
+        .m_axi_sum0_arvalid(tp_arvalid), .m_axi_sum0_arready(out_en && rd_tp && m_axi_lgrad0_arready[0]),
+        .m_axi_sum0_rid(m_axi_lgrad0_rid[0]), .m_axi_sum0_rdata(m_axi_lgrad0_rdata[511:0]),
+        .m_axi_sum0_rresp(m_axi_lgrad0_rresp[1:0]), .m_axi_sum0_rlast(m_axi_lgrad0_rlast[0]),
+        .m_axi_sum0_rvalid(out_en && rd_tp && m_axi_lgrad0_rvalid[0]), .m_axi_sum0_rready(tp_rready)
     );
 
     /* the AG port of the transmit side: the scalar flow in phase one, the all-gather after it.

@@ -14,7 +14,7 @@
  *                     └ the rest ─> onic_net_reduce (b) ─┬ hops 1..N-2 (forward) ─> RS tx
  *   rx RS payload ──────────────> onic_net_reduce (a)    └ hop N-2's sum (owner) ─> m_grad_* (Adam kernel)
  *   s_param_* (Adam kernel out) ─> onic_net_packetize (AG hop 0, after ag_release) ─> AG tx
- *   rx AG payload ─┬─> onic_axi_wr: chunk c at gather_addr + c x beats(S) x 64
+ *   rx AG payload ─┬─> onic_beat_split ─> onic_axi_wr per stripe: chunk c from beat c x beats(S)
  *                  └─> AG tx (hop + 1), unless this rank is c - 1 (the chunk's last receiver)
  *
  * Both flows go in rounds (design.md 8.2, round-major order with a segment of B packets per
@@ -44,14 +44,21 @@
  * (the Adam kernel's input, a memory port, the transmit side) back up into onic_net_rx's buffer;
  * nothing is dropped.
  *
- * Card memory: the local gradient is one stripe, chunk c at grad_addr + c x beats(S) x 64 (wire
- * dtype); the gathered parameters one stripe, chunk c at gather_addr + c x beats(S) x 64 (param
- * dtype); each chunk starts on a 64-byte beat (see onic_net_grad_reader). One onic_axi_wr run per
- * received run (a hop's packets of a round); the last beat's bytes past the chunk are not written.
+ * Card memory: the local gradient (wire dtype) and the gathered parameters (param dtype) are
+ * STRIPES stripes each, hls/layout.py's rule over the whole buffer: chunk c from beat
+ * c x beats(S), beat b on stripe b mod STRIPES at index b / STRIPES, stripe k at
+ * cfg_grad_addr[k x 64 +: 64] / cfg_gather_addr[k x 64 +: 64] (STRIPES = 1: chunk c at
+ * addr + c x beats(S) x 64); each chunk starts on a 64-byte beat (see onic_net_grad_reader).
+ * One write run per received run (a hop's packets of a round): onic_net_stripe_run gives each
+ * stripe's first index and count, onic_beat_split deals the run's beats from stripe g0 mod
+ * STRIPES, one onic_axi_wr per stripe with beats (a stripe with none is not started); the last
+ * beat's bytes past the chunk are not written (the stripe holding the run's last beat).
  *
  * Configuration is steady from `start` until the step is done (rs_done and ag_done).
  */
 module onic_net_ring_dp #(
+    // stripes of the local-gradient and gathered-parameter buffers: 1, 2, 4 or 8
+    parameter integer STRIPES = 1,
     // wire dtype (the RS payload and the Adam kernel's gradient stream): 0 fp32, 1 bf16
     parameter integer WIRE_BF16 = 0,
     // parameter dtype (the Adam kernel's output, the AG payload, the gathered buffer): 0 fp32, 1 bf16
@@ -74,8 +81,8 @@ module onic_net_ring_dp #(
     input  wire [7:0]    cfg_world,          // N, 2 .. 255
     input  wire [31:0]   cfg_chunk_elems,    // S: a multiple of 16, > 0
     input  wire [15:0]   cfg_pkt_beats,      // payload bytes of a full packet / 64
-    input  wire [63:0]   cfg_grad_addr,
-    input  wire [63:0]   cfg_gather_addr,
+    input  wire [STRIPES*64-1:0] cfg_grad_addr,    // stripe k's base at [k*64 +: 64]
+    input  wire [STRIPES*64-1:0] cfg_gather_addr,  // stripe k's base at [k*64 +: 64]
     // round-major order (onic_net_rounds): per flow P packets per hop, B packets per round
     // (1 .. P; P: hop-major), B x beats per packet, B x elements per packet
     input  wire [31:0]   cfg_rs_packets,
@@ -153,46 +160,46 @@ module onic_net_ring_dp #(
     output wire          m_ag_axis_tvalid,
     input  wire          m_ag_axis_tready,
 
-    /* AXI4 master: local gradient (read) */
-    output wire [ID_BITS-1:0] m_axi_grad_arid,
-    output wire [63:0]   m_axi_grad_araddr,
-    output wire [7:0]    m_axi_grad_arlen,
-    output wire [2:0]    m_axi_grad_arsize,
-    output wire [1:0]    m_axi_grad_arburst,
-    output wire          m_axi_grad_arlock,
-    output wire [3:0]    m_axi_grad_arcache,
-    output wire [2:0]    m_axi_grad_arprot,
-    output wire [3:0]    m_axi_grad_arqos,
-    output wire          m_axi_grad_arvalid,
-    input  wire          m_axi_grad_arready,
-    input  wire [ID_BITS-1:0] m_axi_grad_rid,
-    input  wire [511:0]  m_axi_grad_rdata,
-    input  wire [1:0]    m_axi_grad_rresp,
-    input  wire          m_axi_grad_rlast,
-    input  wire          m_axi_grad_rvalid,
-    output wire          m_axi_grad_rready,
+    /* AXI4 master per stripe: local gradient (read), stripe k's signals at [k*W +: W] */
+    output wire [STRIPES*ID_BITS-1:0] m_axi_grad_arid,
+    output wire [STRIPES*64-1:0] m_axi_grad_araddr,
+    output wire [STRIPES*8-1:0] m_axi_grad_arlen,
+    output wire [STRIPES*3-1:0] m_axi_grad_arsize,
+    output wire [STRIPES*2-1:0] m_axi_grad_arburst,
+    output wire [STRIPES-1:0] m_axi_grad_arlock,
+    output wire [STRIPES*4-1:0] m_axi_grad_arcache,
+    output wire [STRIPES*3-1:0] m_axi_grad_arprot,
+    output wire [STRIPES*4-1:0] m_axi_grad_arqos,
+    output wire [STRIPES-1:0] m_axi_grad_arvalid,
+    input  wire [STRIPES-1:0] m_axi_grad_arready,
+    input  wire [STRIPES*ID_BITS-1:0] m_axi_grad_rid,
+    input  wire [STRIPES*512-1:0] m_axi_grad_rdata,
+    input  wire [STRIPES*2-1:0] m_axi_grad_rresp,
+    input  wire [STRIPES-1:0] m_axi_grad_rlast,
+    input  wire [STRIPES-1:0] m_axi_grad_rvalid,
+    output wire [STRIPES-1:0] m_axi_grad_rready,
 
-    /* AXI4 master: gathered parameters (write) */
-    output wire [ID_BITS-1:0] m_axi_gather_awid,
-    output wire [63:0]   m_axi_gather_awaddr,
-    output wire [7:0]    m_axi_gather_awlen,
-    output wire [2:0]    m_axi_gather_awsize,
-    output wire [1:0]    m_axi_gather_awburst,
-    output wire          m_axi_gather_awlock,
-    output wire [3:0]    m_axi_gather_awcache,
-    output wire [2:0]    m_axi_gather_awprot,
-    output wire [3:0]    m_axi_gather_awqos,
-    output wire          m_axi_gather_awvalid,
-    input  wire          m_axi_gather_awready,
-    output wire [511:0]  m_axi_gather_wdata,
-    output wire [63:0]   m_axi_gather_wstrb,
-    output wire          m_axi_gather_wlast,
-    output wire          m_axi_gather_wvalid,
-    input  wire          m_axi_gather_wready,
-    input  wire [ID_BITS-1:0] m_axi_gather_bid,
-    input  wire [1:0]    m_axi_gather_bresp,
-    input  wire          m_axi_gather_bvalid,
-    output wire          m_axi_gather_bready
+    /* AXI4 master per stripe: gathered parameters (write), stripe k's signals at [k*W +: W] */
+    output wire [STRIPES*ID_BITS-1:0] m_axi_gather_awid,
+    output wire [STRIPES*64-1:0] m_axi_gather_awaddr,
+    output wire [STRIPES*8-1:0] m_axi_gather_awlen,
+    output wire [STRIPES*3-1:0] m_axi_gather_awsize,
+    output wire [STRIPES*2-1:0] m_axi_gather_awburst,
+    output wire [STRIPES-1:0] m_axi_gather_awlock,
+    output wire [STRIPES*4-1:0] m_axi_gather_awcache,
+    output wire [STRIPES*3-1:0] m_axi_gather_awprot,
+    output wire [STRIPES*4-1:0] m_axi_gather_awqos,
+    output wire [STRIPES-1:0] m_axi_gather_awvalid,
+    input  wire [STRIPES-1:0] m_axi_gather_awready,
+    output wire [STRIPES*512-1:0] m_axi_gather_wdata,
+    output wire [STRIPES*64-1:0] m_axi_gather_wstrb,
+    output wire [STRIPES-1:0] m_axi_gather_wlast,
+    output wire [STRIPES-1:0] m_axi_gather_wvalid,
+    input  wire [STRIPES-1:0] m_axi_gather_wready,
+    input  wire [STRIPES*ID_BITS-1:0] m_axi_gather_bid,
+    input  wire [STRIPES*2-1:0] m_axi_gather_bresp,
+    input  wire [STRIPES-1:0] m_axi_gather_bvalid,
+    output wire [STRIPES-1:0] m_axi_gather_bready
 );
 
     localparam [3:0] OP_RS = 4'd1;
@@ -238,6 +245,7 @@ module onic_net_ring_dp #(
     reg  [7:0]   lg_run_reg;      // the reader's run within its round: 0 (chunk r - 1) .. N - 1 (chunk r)
 
     onic_net_grad_reader #(
+        .STRIPES(STRIPES),
         .FIFO_LOG2(RD_FIFO_LOG2),
         .MAX_BURST(MAX_BURST),
         .ID_BITS(ID_BITS)
@@ -491,8 +499,9 @@ module onic_net_ring_dp #(
     reg  [7:0]   ag_chunks_reg;    // received AG chunks completed
     reg  [31:0]  aw_left_reg;      // packets of the current received run still to come (0: a run starts)
     reg  [7:0]   aw_runs_reg;      // received runs of the round not yet complete, this one included
-    reg  [63:0]  wr_addr_reg;      // the walker's chunk address + the round's offset
-    reg          wr_addr_ok_reg;   // wr_addr_reg follows a steady walker address and round
+    reg  [31:0]  wr_first_reg;     // the run's first beat: the walker's chunk + the round's offset
+    reg  [3:0]   wr_ok_sr;         // clocks the walker and the round have been steady (onic_net_stripe_run)
+    wire         wr_addr_ok = wr_ok_sr == 4'hF;
     reg          err_op_reg;
     reg          rs_done_reg;
     wire         wr_busy, wr_err, wr_s_ready;
@@ -608,7 +617,7 @@ module onic_net_ring_dp #(
                 D_AG_WAIT: begin
                     // a run's first packet starts its write run (the previous run finished); a
                     // packet to forward waits for the round's own descriptors
-                    if ((aw_left_reg != 32'd0 || (wr_addr_ok_reg && walk_ready && awr_ready && !wr_busy
+                    if ((aw_left_reg != 32'd0 || (wr_addr_ok && walk_ready && awr_ready && !wr_busy
                                                   && !wr_start_reg && !walk_adv_reg && !awr_next_reg))
                         && (!h_fwd_reg || (ag_dm_reg == DM_FWD && ag_fwd_left_reg != 32'd0 && !af_valid_reg))) begin
                         if (aw_left_reg == 32'd0) begin
@@ -739,15 +748,25 @@ module onic_net_ring_dp #(
     assign m_ag_axis_tvalid = ag_fwd_mode_reg ? ag_t_valid : ao_tvalid;
 
     /* ---- received AG runs into card memory ---- */
+    wire [STRIPES-1:0]     wr_busy_k, wr_err_k, sw_valid, sw_ready;
+    wire [511:0]           sw_data;
+    wire [STRIPES*64-1:0]  wst_addr;
+    wire [STRIPES*32-1:0]  wst_count;
+    wire [2:0]             wst_turn, wst_last;
+
+    assign wr_busy = |wr_busy_k;
+    assign wr_err  = |wr_err_k;
+
     always @(posedge clk) begin
-        wr_addr_reg    <= walk_addr + {26'd0, awr_off_beats[31:0], 6'd0};
-        wr_addr_ok_reg <= walk_ready && awr_ready && !walk_adv_reg && !awr_next_reg;
+        wr_first_reg <= walk_addr[37:6] + awr_off_beats;
+        wr_ok_sr     <= {wr_ok_sr[2:0], walk_ready && awr_ready && !walk_adv_reg && !awr_next_reg};
     end
 
+    // the walker's base is 0: its address is the chunk's first beat x 64
     onic_net_chunk_walk ag_walk_inst (
         .clk(clk), .rst(rst),
         .start(go),
-        .base(cfg_gather_addr),
+        .base(64'd0),
         .rank(cfg_rank),
         .world(cfg_world),
         .chunk_beats(ag_beats_reg),
@@ -756,32 +775,78 @@ module onic_net_ring_dp #(
         .addr(walk_addr)
     );
 
-    onic_axi_wr #(
-        .FIFO_LOG2(WR_FIFO_LOG2),
-        .MAX_BURST(MAX_BURST),
-        .ID_BITS(ID_BITS)
-    ) wr_inst (
-        .clk(clk), .rst(rst),
-        .start(wr_start_reg),
-        .addr(wr_addr_reg),
+    onic_net_stripe_run #(
+        .STRIPES(STRIPES)
+    ) wr_run_inst (
+        .clk(clk),
+        .cfg_base(cfg_gather_addr),
+        .first(wr_first_reg),
         .beats(awr_run_beats),
-        .last_bytes(awr_last ? ag_last_bytes_reg : 7'd64),
-        .busy(wr_busy),
-        .suppress(1'b0),
-        .resp_err(wr_err),
+        .addr(wst_addr),
+        .count(wst_count),
+        .turn(wst_turn),
+        .last(wst_last)
+    );
+
+    // the run's beats dealt to the stripes from stripe g0 mod STRIPES
+    onic_beat_split #(
+        .STRIPES(STRIPES)
+    ) split_inst (
+        .clk(clk), .rst(rst),
+        .clear(wr_start_reg),
+        .start_turn({2'd0, wst_turn}),
         .s_data(s_pay_tdata),
         .s_valid(ag_w_valid),
         .s_ready(wr_s_ready),
-        .m_axi_awid(m_axi_gather_awid), .m_axi_awaddr(m_axi_gather_awaddr), .m_axi_awlen(m_axi_gather_awlen),
-        .m_axi_awsize(m_axi_gather_awsize), .m_axi_awburst(m_axi_gather_awburst),
-        .m_axi_awlock(m_axi_gather_awlock), .m_axi_awcache(m_axi_gather_awcache),
-        .m_axi_awprot(m_axi_gather_awprot), .m_axi_awqos(m_axi_gather_awqos),
-        .m_axi_awvalid(m_axi_gather_awvalid), .m_axi_awready(m_axi_gather_awready),
-        .m_axi_wdata(m_axi_gather_wdata), .m_axi_wstrb(m_axi_gather_wstrb), .m_axi_wlast(m_axi_gather_wlast),
-        .m_axi_wvalid(m_axi_gather_wvalid), .m_axi_wready(m_axi_gather_wready),
-        .m_axi_bid(m_axi_gather_bid), .m_axi_bresp(m_axi_gather_bresp), .m_axi_bvalid(m_axi_gather_bvalid),
-        .m_axi_bready(m_axi_gather_bready)
+        .m_data(sw_data),
+        .m_valid(sw_valid),
+        .m_ready(sw_ready)
     );
+
+    genvar k;
+    generate
+        for (k = 0; k < STRIPES; k = k + 1) begin : g_wr
+            localparam [2:0] KT = k;
+            onic_axi_wr #(
+                .FIFO_LOG2(WR_FIFO_LOG2),
+                .MAX_BURST(MAX_BURST),
+                .ID_BITS(ID_BITS)
+            ) wr_inst (
+                .clk(clk), .rst(rst),
+                // a stripe with no beat in the run is not started
+                .start(wr_start_reg && wst_count[k*32 +: 32] != 32'd0),
+                .addr(wst_addr[k*64 +: 64]),
+                .beats(wst_count[k*32 +: 32]),
+                .last_bytes((awr_last && wst_last == KT) ? ag_last_bytes_reg : 7'd64),
+                .busy(wr_busy_k[k]),
+                .suppress(1'b0),
+                .resp_err(wr_err_k[k]),
+                .s_data(sw_data),
+                .s_valid(sw_valid[k]),
+                .s_ready(sw_ready[k]),
+                .m_axi_awid(m_axi_gather_awid[k*ID_BITS +: ID_BITS]),
+                .m_axi_awaddr(m_axi_gather_awaddr[k*64 +: 64]),
+                .m_axi_awlen(m_axi_gather_awlen[k*8 +: 8]),
+                .m_axi_awsize(m_axi_gather_awsize[k*3 +: 3]),
+                .m_axi_awburst(m_axi_gather_awburst[k*2 +: 2]),
+                .m_axi_awlock(m_axi_gather_awlock[k]),
+                .m_axi_awcache(m_axi_gather_awcache[k*4 +: 4]),
+                .m_axi_awprot(m_axi_gather_awprot[k*3 +: 3]),
+                .m_axi_awqos(m_axi_gather_awqos[k*4 +: 4]),
+                .m_axi_awvalid(m_axi_gather_awvalid[k]),
+                .m_axi_awready(m_axi_gather_awready[k]),
+                .m_axi_wdata(m_axi_gather_wdata[k*512 +: 512]),
+                .m_axi_wstrb(m_axi_gather_wstrb[k*64 +: 64]),
+                .m_axi_wlast(m_axi_gather_wlast[k]),
+                .m_axi_wvalid(m_axi_gather_wvalid[k]),
+                .m_axi_wready(m_axi_gather_wready[k]),
+                .m_axi_bid(m_axi_gather_bid[k*ID_BITS +: ID_BITS]),
+                .m_axi_bresp(m_axi_gather_bresp[k*2 +: 2]),
+                .m_axi_bvalid(m_axi_gather_bvalid[k]),
+                .m_axi_bready(m_axi_gather_bready[k])
+            );
+        end
+    endgenerate
 
     /* ---- status ---- */
     reg rd_err_reg, wr_err_reg;
@@ -806,7 +871,7 @@ module onic_net_ring_dp #(
     assign ag_done = ag_done_reg;
     assign errors  = {wr_err_reg, rd_err_reg, rg_err, ag_err, err_op_reg};
 
-    wire _unused_ok = &{1'b0, lg_done, s_param_tkeep, cfg_chunk_elems[31:30], rg_d_dtype, ao_d_dtype, h_opcode_reg, h_length_reg,
+    wire _unused_ok = &{1'b0, walk_addr[63:38], walk_addr[5:0], lg_done, s_param_tkeep, cfg_chunk_elems[31:30], rg_d_dtype, ao_d_dtype, h_opcode_reg, h_length_reg,
                        h_seq_reg, rg_d_offset[0], rsr_bq, rsr_off_beats, rsr_run_beats, agr_bq, agr_off_beats,
                        agr_run_beats, awr_fwd, awr_off_elems, awr_run_bytes, 1'b0};
 

@@ -19,8 +19,14 @@ the gathered buffer holds every other owner's chunk at its address, bytes past e
 the own chunk's place untouched; rs_done, ag_done, no error bits; the AXI monitor saw no
 violation. Cases run one after another in one simulation (start restarts the datapath).
 
+Striped buffers (ONIC_STRIPES = K, the DUT the per-stripe wrapper tests/hls/rtl/test_net_ring_dp.py
+generates, ports m_axi_grad<k>_* / m_axi_gather<k>_*): hls/layout.py's rule over the WHOLE lgrad and
+gather buffers (chunk c from beat c x beats(S)). One AXI RAM model per port, all on one memory, each
+stripe on its own region: the host's view, lgrad written with layout.split and gather read back with
+layout.join, and the beat after each gather stripe's last checked untouched.
+
 Environment: ONIC_SEED, ONIC_CASES (see `cases`: hop-major and round-major cases), WIRE_BF16, PARAM_BF16,
-ONIC_IDLE, ONIC_STALL.
+ONIC_IDLE, ONIC_STALL, ONIC_STRIPES (unset: the unwrapped DUT, one stripe).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from cocotbext.axi import AxiReadBus, AxiWriteBus
 from hbm_memory import LatencyAxiRamRead, LatencyAxiRamWrite
 from ring_streams import Sink, Source
 
+from hls import layout
 from hls.golden import Hyper, to_bf16_bits
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
@@ -155,7 +162,7 @@ def chunk_beats(size: int, dtype: str) -> int:
 
 
 class TB:
-    def __init__(self, dut: Any, rng: random.Random, idle: float, stall: float) -> None:
+    def __init__(self, dut: Any, rng: random.Random, idle: float, stall: float, stripes: int | None) -> None:
         self.dut, self.rng = dut, rng
         self.hdr = Source(dut, "s_hdr_", HDR_FIELDS, rng, idle)
         self.pay = Source(dut, "s_pay_", AXIS, rng, idle, valid="tvalid", ready="tready")
@@ -167,15 +174,25 @@ class TB:
             "ag_axis": Sink(dut, "m_ag_axis_", AXIS, rng, stall, valid="tvalid", ready="tready"),
             "grad": Sink(dut, "m_grad_", AXIS, rng, stall, valid="tvalid", ready="tready"),
         }
-        self.rd = LatencyAxiRamRead(AxiReadBus.from_prefix(dut, "m_axi_grad"), dut.clk, dut.rst, size=MEM_BYTES,
-                                    latency=(5, 40), rng=random.Random(rng.random()), max_outstanding=8)
-        self.wr = LatencyAxiRamWrite(AxiWriteBus.from_prefix(dut, "m_axi_gather"), dut.clk, dut.rst,
-                                     size=MEM_BYTES, mem=self.rd.mem, latency=(2, 30),
-                                     rng=random.Random(rng.random()))
-        # memory back-pressure: AR and AW refused, R beats late, W refused, at random
-        for channel in (self.rd.ar_channel, self.rd.r_channel, self.wr.aw_channel, self.wr.w_channel):
-            channel.set_pause_generator(self._pauses(0.2))
-        self.monitor = AxiMonitor(dut, ["grad", "gather"], dut.clk, _NotReset(dut.rst))
+        # stripes: None is the unwrapped DUT (ports m_axi_grad_* / m_axi_gather_*, one stripe)
+        self.stripes = stripes or 1
+        suffix = [""] if stripes is None else [str(k) for k in range(stripes)]
+        self.rds, self.wrs = [], []
+        mem = None
+        for k in suffix:
+            rd = LatencyAxiRamRead(AxiReadBus.from_prefix(dut, f"m_axi_grad{k}"), dut.clk, dut.rst, size=MEM_BYTES,
+                                   mem=mem, latency=(5, 40), rng=random.Random(rng.random()), max_outstanding=8)
+            mem = rd.mem
+            wr = LatencyAxiRamWrite(AxiWriteBus.from_prefix(dut, f"m_axi_gather{k}"), dut.clk, dut.rst,
+                                    size=MEM_BYTES, mem=mem, latency=(2, 30), rng=random.Random(rng.random()))
+            # memory back-pressure: AR and AW refused, R beats late, W refused, at random
+            for channel in (rd.ar_channel, rd.r_channel, wr.aw_channel, wr.w_channel):
+                channel.set_pause_generator(self._pauses(0.2))
+            self.rds.append(rd)
+            self.wrs.append(wr)
+        self.rd = self.rds[0]
+        self.monitor = AxiMonitor(dut, [f"{a}{k}" for a in ("grad", "gather") for k in suffix], dut.clk,
+                                  _NotReset(dut.rst))
 
     def _pauses(self, p: float):  # noqa: ANN202 - a generator for cocotbext-axi
         rng = random.Random(self.rng.random())
@@ -197,24 +214,30 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
     dut, rng = tb.dut, tb.rng
     ref = reference_step(n, r, size, payload, wdt, pdt, np.random.default_rng(seed), segment)
     wb, pb = chunk_beats(size, wdt), chunk_beats(size, pdt)
-    grad_addr = 0x20000 - BEAT * rng.randrange(0, 40)   # bursts cross a 4 KiB page
-    gather_addr = 0x60000 + BEAT * rng.randrange(0, 40)
-    # card memory: the local gradient, each chunk from a beat, junk in the pad bytes
+    kk = tb.stripes
+    # stripe k of each buffer on its own 32 KiB region (bursts cross a 4 KiB page); 8 stripes at most
+    grad_addrs = [0x20000 + k * 0x8000 - BEAT * rng.randrange(0, 40) for k in range(kk)]
+    gather_addrs = [0x80000 + k * 0x8000 + BEAT * rng.randrange(0, 40) for k in range(kk)]
+    # card memory: the local gradient, each chunk from a beat, junk in the pad bytes, split over the stripes
     wbytes = wire.ELEMENT_BYTES[wdt]
+    whole = bytearray()
     for c in range(n):
         region = bytearray(rng.randrange(256) for _ in range(wb * BEAT))
         data = ref["grad"][c * size:(c + 1) * size].tobytes()
         region[:len(data)] = data
-        tb.rd.write(grad_addr + c * wb * BEAT, bytes(region))
-    fill = bytes([0xA5]) * (n * pb * BEAT)
-    tb.rd.write(gather_addr, fill)
+        whole += region
+    for addr, part in zip(grad_addrs, layout.split(np.frombuffer(bytes(whole), np.uint8), kk), strict=True):
+        tb.rd.write(addr, part.tobytes())
+    fill = bytes([0xA5]) * ((n * pb + 1) * BEAT)
+    for k, addr in enumerate(gather_addrs):  # each stripe and the beat after it
+        tb.rd.write(addr, fill[:(layout.stripe_beats(n * pb, kk, k) + 1) * BEAT])
 
     dut.cfg_rank.value = r
     dut.cfg_world.value = n
     dut.cfg_chunk_elems.value = size
     dut.cfg_pkt_beats.value = payload // BEAT
-    dut.cfg_grad_addr.value = grad_addr
-    dut.cfg_gather_addr.value = gather_addr
+    dut.cfg_grad_addr.value = sum(a << (64 * k) for k, a in enumerate(grad_addrs))
+    dut.cfg_gather_addr.value = sum(a << (64 * k) for k, a in enumerate(gather_addrs))
     for flow, dtype in (("rs", wdt), ("ag", pdt)):
         for key, value in flow_rounds(size, payload, dtype, segment).items():
             getattr(dut, f"cfg_{flow}_{key}").value = value
@@ -263,7 +286,7 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
         if finished:
             break
     await ClockCycles(dut.clk, 20)
-    tag = f"N={n} r={r} S={size} P={payload} B={segment} {wdt}/{pdt}"
+    tag = f"N={n} r={r} S={size} P={payload} B={segment} {wdt}/{pdt} K={kk}"
     assert finished, f"{tag}: not done in {limit} clocks (rs_done {dut.rs_done.value}, ag_done " \
                             f"{dut.ag_done.value}, sinks {[len(s.items) for s in tb.sinks.values()]}, " \
                             f"sent hdr {tb.hdr.sent}/{len(hdrs)} pay {tb.pay.sent}/{len(pays)})"
@@ -315,8 +338,14 @@ async def run_case(tb: TB, n: int, r: int, size: int, payload: int, wdt: str, pd
 
     # gathered chunks in card memory
     pbytes = size * wire.ELEMENT_BYTES[pdt]
+    parts = [np.frombuffer(tb.rd.read(a, layout.stripe_beats(n * pb, kk, k) * BEAT), np.uint8)
+             for k, a in enumerate(gather_addrs)]
+    gathered = layout.join(parts, n * pb * BEAT, np.uint8).tobytes()
+    for k, a in enumerate(gather_addrs):
+        after = tb.rd.read(a + layout.stripe_beats(n * pb, kk, k) * BEAT, BEAT)
+        assert after == fill[:BEAT], f"{tag}: the beat after gather stripe {k} was written"
     for c in range(n):
-        region = tb.rd.read(gather_addr + c * pb * BEAT, pb * BEAT)
+        region = gathered[c * pb * BEAT:(c + 1) * pb * BEAT]
         if c == r:
             assert region == fill[:pb * BEAT], f"{tag}: the own chunk's place was written"
             continue
@@ -359,7 +388,8 @@ async def test_ring_dp(dut: Any) -> None:
     dut.rst.value = 1
     dut.start.value = 0
     dut.ag_release.value = 0
-    tb = TB(dut, rng, float(os.environ.get("ONIC_IDLE", "0.3")), float(os.environ.get("ONIC_STALL", "0.3")))
+    stripes = int(os.environ["ONIC_STRIPES"]) if os.environ.get("ONIC_STRIPES") else None
+    tb = TB(dut, rng, float(os.environ.get("ONIC_IDLE", "0.3")), float(os.environ.get("ONIC_STALL", "0.3")), stripes)
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)

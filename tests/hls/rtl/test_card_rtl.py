@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from hls.errors import UserError
 from hls.paths import BUILD_DIR, TB_DIR
 from hls.rtl import simulators
 from hls.rtl.card import CARD_MODULE, prepare_card, render_card
@@ -57,6 +58,9 @@ def test_render_deterministic_and_checked() -> None:
     assert ".WIRE_BF16(0)" in text and ".PARAM_BF16(0)" in text
     for port in ("p0_rd", "p0_wr", "m0_rd", "m0_wr", "v0_rd", "v0_wr", "out0", "lgrad0", "gather0"):
         assert f"m_axi_{port}_" in text, port
+    assert "m_axi_lgrad1_" not in text and ".STRIPES(1)" in text  # one stripe unless asked
+    with pytest.raises(UserError):
+        render_card(spec, net_stripes=3)
     mixed = render_card(SPECS["bf16-fp32"])
     assert ".WIRE_BF16(1)" in mixed and ".PARAM_BF16(0)" in mixed
     for bad in (spec.with_(grad_source="memory"), spec.with_(out_sink="memory"), spec.with_(grad_dtype="fp16")):
@@ -67,10 +71,15 @@ def test_render_deterministic_and_checked() -> None:
             spec.with_(name=taken)
 
 
-@pytest.mark.parametrize("dtypes", ["fp32", pytest.param("bf16-fp32", marks=pytest.mark.slow)])
-def test_lint(dtypes: str, tmp_path: Path) -> None:
-    """The card top with every source: no Verilator -Wall warning, Icarus -Wall clean."""
-    card = prepare_card(SPECS[dtypes], tmp_path)
+@pytest.mark.parametrize(("dtypes", "stripes"), [
+    ("fp32", 1), ("fp32", 2), pytest.param("bf16-fp32", 1, marks=pytest.mark.slow)])
+def test_lint(dtypes: str, stripes: int, tmp_path: Path) -> None:
+    """The card top with every source: no Verilator -Wall warning, Icarus -Wall clean; also with the network
+    kernel's lgrad and gather in two stripes (ports m_axi_lgrad0/1, m_axi_gather0/1)."""
+    card = prepare_card(SPECS[dtypes], tmp_path, net_stripes=stripes)
+    if stripes > 1:
+        text = card.top.read_text()
+        assert f".STRIPES({stripes})" in text and f"m_axi_gather{stripes - 1}_wdata" in text
     sources = [str(s) for s in card.sources]
     if simulators.available("verilator"):
         env = {**os.environ, **simulators.simulator_env("verilator")}

@@ -38,25 +38,38 @@ DTYPES = {"fp32": (0, 0), "bf16": (1, 1), "bf16-fp32": (1, 0)}  # wire / paramet
 SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
               "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
               "MAX_BURST": 8}  # ACK coalescing at its default (ACK_EVERY 8): K = 2 with the window of 8
-PLAN = SimpleNamespace(streams=[SimpleNamespace(name="lgrad", stripes=1, what=""),
-                                SimpleNamespace(name="gather", stripes=1, what="")])
 
 
-def test_control_addresses_match_regmap() -> None:
-    """Every address the control block decodes is the one hls/net_regmap.py gives the register."""
+def control_addresses(stripes: int) -> tuple[dict[str, int], dict[str, int]]:
+    """The control block's address localparams evaluated for STRIPES = `stripes` (they are derived from it),
+    and its integer parameters' defaults."""
     text = (NET_RTL / "onic_net_control_s_axi.v").read_text()
-    local = {m[1]: int(m[2], 16) for m in re.finditer(r"localparam \[ADDR_BITS-1:0\] (ADDR_\w+)\s*= 'h(\w+);", text)}
-    params = {m[1]: int(m[2]) for m in re.finditer(r"parameter integer (N_\w+) = (\d+)", text)}
-    args = net_regmap.register_map(PLAN)  # type: ignore[arg-type]
+    params = {m[1]: int(m[2]) for m in re.finditer(r"parameter integer (\w+) = (\d+)", text)}
+    names: dict[str, int] = {**params, "STRIPES": stripes}
+    for m in re.finditer(r"localparam (?:integer|\[ADDR_BITS-1:0\]) (\w+)\s*= ([^;]+);", text):
+        expr = re.sub(r"'h([0-9A-Fa-f]+)", r"0x\1", m[2]).replace("[ADDR_BITS-1:0]", "")
+        assert re.fullmatch(r"[\w\s+*()x]+", expr), expr  # names, numbers, + and * only
+        names[m[1]] = int(eval(expr, {"__builtins__": {}}, dict(names)))  # noqa: S307 - checked above
+    return names, params
+
+
+@pytest.mark.parametrize("stripes", [1, 2, 8])
+def test_control_addresses_match_regmap(stripes: int) -> None:
+    """Every address the control block decodes is the one hls/net_regmap.py gives the register, for one,
+    two and eight lgrad and gather stripes (the pointers' count moves the scalars and read-only words)."""
+    local, params = control_addresses(stripes)
+    plan = SimpleNamespace(streams=[SimpleNamespace(name="lgrad", stripes=stripes, what=""),
+                                    SimpleNamespace(name="gather", stripes=stripes, what="")])
+    args = net_regmap.register_map(plan)  # type: ignore[arg-type]
     readonly = net_regmap.readonly_map(args)
     assert local["ADDR_AP_CTRL"] == net_regmap.CTRL and local["ADDR_GIE"] == net_regmap.GIE
     assert local["ADDR_IER"] == net_regmap.IER and local["ADDR_ISR"] == net_regmap.ISR
     pointers = [a for a in args if a.kind == "pointer"]
     scalars = [a for a in args if a.kind == "scalar"]
-    assert [a.name for a in pointers] == ["lgrad0", "gather0"]
-    for a in pointers:
-        assert local[f"ADDR_{a.name.upper()}_DATA_0"] == a.offset
-        assert local[f"ADDR_{a.name.upper()}_DATA_1"] == a.offset + 4
+    assert [a.name for a in pointers] == [f"{s}{k}" for s in ("lgrad", "gather") for k in range(stripes)]
+    assert local["N_PTRS"] == len(pointers)
+    for p, a in enumerate(pointers):  # pointer p's low word at ADDR_PTRS32 + 12p, its high word 4 above
+        assert local["ADDR_PTRS32"] + 12 * p == a.offset and a.size == 12, a.name
     assert params["N_SCALARS"] == len(scalars) == len(net_regmap.SCALARS)
     for k, a in enumerate(scalars):
         assert a.name == net_regmap.SCALARS[k][0]
@@ -68,7 +81,12 @@ def test_control_addresses_match_regmap() -> None:
     assert [r["name"] for r in counters] == [*net_regmap.counter_names(), *net_regmap.ENTRY_REGS]
     for k, reg in enumerate(counters):
         assert local["ADDR_COUNTERS"] + 8 * k == reg["offset"], reg["name"]
-    assert 2 ** 12 == net_regmap.address_range(args)
+    assert 2 ** params["ADDR_BITS"] == net_regmap.address_range(args)
+    if stripes == 1:  # today's map (docs/reference/register-map.md)
+        assert [a.offset for a in pointers] == [0x10, 0x1C] and local["ADDR_SCALARS"] == 0x28
+        assert local["ADDR_STATUS"] == 0xF0 and local["ADDR_COUNTERS"] == 0xF8
+    if stripes != 1:
+        return
     # the top's counter view names each counter of the map, in order
     top = (NET_RTL / "onic_net_kernel.v").read_text()
     assert f"localparam integer N_COUNTERS = {len(net_regmap.counter_names())};" in top

@@ -67,7 +67,9 @@ def test_network_register_map_has_no_overlaps_and_every_card_counter(target: str
                    "credit", "payload_bytes", "step"):
         assert wanted in names
     pointers = [a["name"] for a in man["args"] if a["kind"] == "pointer"]
-    assert pointers == ["lgrad0", "gather0"]  # the RTL top's ports, whatever sizing's striping
+    k = _package(target).generics["STRIPES"]  # sizing's lgrad and gather stripes: one m_axi port each
+    assert k in (1, 2, 4, 8)
+    assert pointers == [*(f"lgrad{i}" for i in range(k)), *(f"gather{i}" for i in range(k))]
 
 
 @pytest.mark.parametrize("grad_source", ["stream", "memory"])
@@ -106,13 +108,16 @@ def test_rail_dry_run_prints_stream_connect_and_the_mac(kernel: str, grad_port: 
     out = capsys.readouterr().out
     param_port = "param" if kernel == "hls" else "m_axis_param"
     pkg = _package(kernel=kernel)
-    lgrad, gather = (f"sp=optimusnic_adamw_net_1.m_axi_{p}:" for p in ("lgrad0", "gather0"))
+    k = pkg.generics["STRIPES"]
+    assert k == 4  # the U55C at one ring port: 3 channels' worth, to a power of two
+    stripes = [f"sp=optimusnic_adamw_net_1.m_axi_{s}{i}:" for s in ("lgrad", "gather") for i in range(k)]
+    lgrad, gather = stripes[0], stripes[k]
     for line in ("nk=optimusnic_adamw_net:1:optimusnic_adamw_net_1", "nk=cmac_0:1:cmac_0",
                  "stream_connect=cmac_0.M_AXIS:optimusnic_adamw_net_1.s_axis_mac0",
                  "stream_connect=optimusnic_adamw_net_1.m_axis_mac0:cmac_0.S_AXIS",
                  f"stream_connect=optimusnic_adamw_net_1.m_axis_grad0:optimusnic_adamw_1.{grad_port}",
                  f"stream_connect=optimusnic_adamw_1.{param_port}:optimusnic_adamw_net_1.s_axis_param0",
-                 lgrad, gather, "xup_vitis_network_example", "NOT BUILT", "no network bitstream is claimed",
+                 *stripes, "xup_vitis_network_example", "NOT BUILT", "no network bitstream is claimed",
                  "link complete", "package_net_xo: Vivado batch", f"cd {run / 'net'} && vivado -mode batch",
                  f"-tclargs {RTL_DIR} {run / 'net' / 'optimusnic_adamw_net.xo'}",
                  f"{run / 'net' / 'optimusnic_adamw_net.xo'}", f"{run / 'net' / 'cmac_0.xo'}",
@@ -120,7 +125,11 @@ def test_rail_dry_run_prints_stream_connect_and_the_mac(kernel: str, grad_port: 
                  *(str(f) for f in read_filelist(netpkg.NET_LIST))):
         assert line in out, line
     assert "INCOMPLETE" not in out and pkg.missing is None
-    assert sum(ln.startswith(lgrad) for ln in pkg.link_cfg.splitlines()) == 1  # one port, one bank
+    sp = [ln for ln in pkg.link_cfg.splitlines() if ln.startswith("sp=optimusnic_adamw_net_1.")]
+    assert sum(ln.startswith(lgrad) for ln in sp) == 1 and sum(ln.startswith(gather) for ln in sp) == 1
+    # every stripe port on its own bank, the banks sizing planned
+    assert len(sp) == 2 * k and len({ln.split(":", 1)[1] for ln in sp}) == 2 * k
+    assert "m_axi_lgrad0..3" in out and "layout.split" in out  # the package's note
     assert not run.exists() and not (tmp_path / "reg").exists()
 
 
@@ -311,28 +320,37 @@ def _yosys_ports(files: list[Path], top: str, tmp_path: Path) -> dict[str, tuple
 
 def test_kernel_xml_and_wrapper_have_every_port_of_the_rtl_top(tmp_path: Path) -> None:
     """kernel.xml's interfaces are the RTL top's (yosys's reading of onic_net_kernel.v), grouped as Vivado's
-    packager infers them: s_axi_control, m_axi_lgrad0 (read channels only), m_axi_gather0 (write channels
-    only), the four AXI4-Stream ports with the modes their TVALID direction gives; the wrapper has the same
-    ports, and the reader the package is rendered from agrees with yosys."""
+    packager infers them: s_axi_control, m_axi_lgrad<k> (read channels only) and m_axi_gather<k> (write
+    channels only) for each of sizing's stripes (the top packs stripe k at [k x W +: W] of its
+    m_axi_lgrad0_* / m_axi_gather0_*), the four AXI4-Stream ports with the modes their TVALID direction
+    gives; the wrapper has those ports, and the reader the package is rendered from agrees with yosys (one
+    stripe: the top's own ports)."""
     pkg = _package()
-    top = _yosys_ports([netpkg.NET_TOP_FILE], netpkg.NET_TOP, tmp_path)
+    k = pkg.generics["STRIPES"]
+    assert k == 4
+    top = _yosys_ports([netpkg.NET_TOP_FILE], netpkg.NET_TOP, tmp_path)  # STRIPES = 1, its default
     assert {p.name: (p.direction, p.width) for p in netpkg.rtl_ports()} == top
+    ports = netpkg.rtl_ports(stripes=k)
     wrapper = tmp_path / f"{pkg.kernel}.v"
     wrapper.write_text(pkg.wrapper_v)
-    assert _yosys_ports([wrapper], pkg.kernel, tmp_path) == top
-    groups = netpkg.bus_interfaces(netpkg.rtl_ports())
+    assert _yosys_ports([wrapper], pkg.kernel, tmp_path) == {p.name: (p.direction, p.width) for p in ports}
+    # a stripe's port has the width of the top's port at one stripe (the top packs K of them side by side)
+    packed = {p.top: p for p in ports if p.top}
+    assert {t: (p.direction, p.width) for t, p in packed.items()} == {t: top[t] for t in packed}
+    groups = netpkg.bus_interfaces(ports)
     kernel = ET.fromstring(pkg.kernel_xml).find("kernel")
     assert kernel is not None
     xml_ports = {p.get("name"): p for p in kernel.iter("port")}
     assert set(groups) == set(xml_ports) | {"ap_clk", "ap_rst_n", "interrupt"}
-    assert set(xml_ports) == {"s_axi_control", "m_axi_lgrad0", "m_axi_gather0", "s_axis_mac0", "m_axis_mac0",
-                              "m_axis_grad0", "s_axis_param0"}
+    assert set(xml_ports) == {"s_axi_control", *(f"m_axi_{s}{i}" for s in ("lgrad", "gather") for i in range(k)),
+                              "s_axis_mac0", "m_axis_mac0", "m_axis_grad0", "s_axis_param0"}
     width = {name: {p.name[len(name) + 1:]: p for p in ports} for name, ports in groups.items()}
     assert int(xml_ports["s_axi_control"].get("range"), 16) == 2 ** width["s_axi_control"]["awaddr"].width
     def channels(busif: str) -> set[str]:
         return {s[:2] if s.startswith(("ar", "aw")) else s[0] for s in width[busif]}
 
-    assert channels("m_axi_lgrad0") == {"ar", "r"} and channels("m_axi_gather0") == {"aw", "w", "b"}
+    for i in range(k):
+        assert channels(f"m_axi_lgrad{i}") == {"ar", "r"} and channels(f"m_axi_gather{i}") == {"aw", "w", "b"}
     for name, port in xml_ports.items():
         signals = width[name]
         if port.get("portType") == "stream":
@@ -371,7 +389,7 @@ def test_wrapper_lints_clean(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("payload,window", [(1408, 128), (8192, 64)])
 def test_generics_size_the_buffers_for_the_plan(payload: int, window: int) -> None:
-    net = SimpleNamespace(payload_bytes=payload, window_packets=window)
+    net = SimpleNamespace(payload_bytes=payload, window_packets=window, streams=[SimpleNamespace(stripes=2)] * 2)
     g = netpkg.rtl_generics(KernelSpec(grad_source="stream", out_sink="memory+stream"), net)
     beats = -(-payload // 64)
     assert g["RX_FRAME_BEATS"] == beats and 2 ** g["TX_BEATS_LOG2"] >= beats > 2 ** (g["TX_BEATS_LOG2"] - 1)
@@ -431,7 +449,7 @@ def test_package_xo_tcl_builds_the_manifest_map_and_reads_the_rtl(tmp_path: Path
     sources = [Path(r[1]) for r in recs if r[0] == "source"]
     assert sources == [*pkg.sources(), tmp_path / f"{pkg.kernel}.v"]
     busifs = {r[1]: r[2] for r in recs if r[0] == "busif"}
-    groups = netpkg.bus_interfaces(netpkg.rtl_ports())
+    groups = netpkg.bus_interfaces(netpkg.rtl_ports(stripes=pkg.generics["STRIPES"]))
     assert busifs == {g: "ap_clk" for g in groups if g not in ("ap_clk", "ap_rst_n", "interrupt")}
     props: dict[str, dict[str, str]] = {}
     for r in recs:
