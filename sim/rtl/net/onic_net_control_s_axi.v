@@ -101,11 +101,12 @@ module onic_net_control_s_axi #(
     end
 
     localparam [1:0] WR_IDLE = 2'd0, WR_DATA = 2'd1, WR_RESP = 2'd2;
-    localparam [0:0] RD_IDLE = 1'd0, RD_DATA = 1'd1;
+    localparam [1:0] RD_IDLE = 2'd0, RD_FETCH = 2'd1, RD_DATA = 2'd2;
 
     reg  [1:0]           wstate_reg;
     reg  [ADDR_BITS-1:0] waddr_reg;
-    reg  [0:0]           rstate_reg;
+    reg  [1:0]           rstate_reg;
+    reg  [ADDR_BITS-1:0] raddr_reg;   // the read address, registered when accepted
     reg  [31:0]          rdata_reg;
     reg  [31:0]          ptr_rdata;   // the pointer word at raddr (0 outside them)
 
@@ -122,10 +123,13 @@ module onic_net_control_s_axi #(
     wire                 aw_hs = s_axi_control_awvalid && s_axi_control_awready;
     wire                 w_hs  = s_axi_control_wvalid && s_axi_control_wready;
     wire                 ar_hs = s_axi_control_arvalid && s_axi_control_arready;
-    wire [ADDR_BITS-1:0] raddr = {s_axi_control_araddr[ADDR_BITS-1:2], 2'b00};
+    // the value is fetched a clock after the address is accepted, from the registered address: the
+    // word select is then register to register (7 LUT levels from the port's araddr otherwise)
+    wire [ADDR_BITS-1:0] raddr = raddr_reg;
+    wire                 fetch = rstate_reg == RD_FETCH;
     wire [31:0]          wmask = {{8{s_axi_control_wstrb[3]}}, {8{s_axi_control_wstrb[2]}},
                                   {8{s_axi_control_wstrb[1]}}, {8{s_axi_control_wstrb[0]}}};
-    wire                 ctrl_read = ar_hs && raddr == ADDR_AP_CTRL;
+    wire                 ctrl_read = fetch && raddr == ADDR_AP_CTRL;   // clears ap_done / ap_ready
 
     /* the scalar and counter windows: index and word of an address inside them */
     wire [ADDR_BITS-1:0] r_soff = raddr - ADDR_SCALARS;
@@ -176,34 +180,42 @@ module onic_net_control_s_axi #(
         end
     end
 
-    /* read channel: the value is taken when the address is accepted */
+    /* read channel: the address accepted, the value fetched the next clock, then RVALID */
     always @(posedge clk) begin
         if (rst) begin
             rstate_reg <= RD_IDLE;
-            rdata_reg  <= 32'd0;
         end else begin
             case (rstate_reg)
-                RD_IDLE: if (ar_hs) begin
-                    rstate_reg <= RD_DATA;
-                    if (r_in_scalars) begin
-                        rdata_reg <= int_scalar_reg[r_sidx];
-                    end else if (r_in_counters) begin
-                        rdata_reg <= counters[32 * r_cword +: 32];
-                    end else begin
-                        case (raddr)
-                            ADDR_AP_CTRL: rdata_reg <= {24'd0, int_auto_restart_reg, 3'd0, int_ap_ready_reg, ap_idle,
-                                                        int_ap_done_reg, int_ap_start_reg};
-                            ADDR_GIE:     rdata_reg <= {31'd0, int_gie_reg};
-                            ADDR_IER:     rdata_reg <= {30'd0, int_ier_reg};
-                            ADDR_ISR:     rdata_reg <= {30'd0, int_isr_reg};
-                            ADDR_STATUS:  rdata_reg <= status;
-                            default:      rdata_reg <= ptr_rdata;
-                        endcase
-                    end
-                end
+                RD_IDLE: if (ar_hs) rstate_reg <= RD_FETCH;
+                RD_FETCH: rstate_reg <= RD_DATA;
                 RD_DATA: if (s_axi_control_rready) rstate_reg <= RD_IDLE;
                 default: rstate_reg <= RD_IDLE;
             endcase
+        end
+    end
+
+    // the address and the data words need no reset: RVALID (rstate_reg) says when they hold a read
+    always @(posedge clk) begin
+        if (rstate_reg == RD_IDLE && ar_hs) raddr_reg <= {s_axi_control_araddr[ADDR_BITS-1:2], 2'b00};
+    end
+
+    always @(posedge clk) begin
+        if (fetch) begin
+            if (r_in_scalars) begin
+                rdata_reg <= int_scalar_reg[r_sidx];
+            end else if (r_in_counters) begin
+                rdata_reg <= counters[32 * r_cword +: 32];
+            end else begin
+                case (raddr)
+                    ADDR_AP_CTRL: rdata_reg <= {24'd0, int_auto_restart_reg, 3'd0, int_ap_ready_reg, ap_idle,
+                                                int_ap_done_reg, int_ap_start_reg};
+                    ADDR_GIE:     rdata_reg <= {31'd0, int_gie_reg};
+                    ADDR_IER:     rdata_reg <= {30'd0, int_ier_reg};
+                    ADDR_ISR:     rdata_reg <= {30'd0, int_isr_reg};
+                    ADDR_STATUS:  rdata_reg <= status;
+                    default:      rdata_reg <= ptr_rdata;
+                endcase
+            end
         end
     end
 
@@ -258,13 +270,14 @@ module onic_net_control_s_axi #(
         end
     end
 
-    /* arguments */
+    /* arguments: not reset. The host writes every argument before each ap_start (the driver's
+     * pynq_driver.net.net_kernel.step_arguments, XRT's launch) and the kernel latches them there; a
+     * reset of 25 scalars and 2 x STRIPES pointers (930 flops at one stripe) would put the control
+     * block's reset net over the 1,000-load goal from two stripes on. A reset keeps them, as it
+     * keeps card memory. */
     integer k;
     always @(posedge clk) begin
-        if (rst) begin
-            for (k = 0; k < N_PTRS; k = k + 1) int_ptr_reg[k] <= 64'd0;
-            for (k = 0; k < N_SCALARS; k = k + 1) int_scalar_reg[k] <= 32'd0;
-        end else if (w_hs) begin
+        if (w_hs) begin
             for (k = 0; k < N_PTRS; k = k + 1) begin
                 if (waddr32 == ADDR_PTRS32 + 12 * k)
                     int_ptr_reg[k][31:0] <= (s_axi_control_wdata & wmask) | (int_ptr_reg[k][31:0] & ~wmask);

@@ -40,6 +40,7 @@ from hls import golden
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
 from hls.ports import port_array
+from pynq_driver.net.net_kernel import RingArgs, step_arguments
 
 BEAT = 64
 
@@ -142,22 +143,12 @@ async def bench_card(dut: Any) -> None:
     await tb.adam.write_dword(ct.GIE, 1)
     await tb.adam.write_dword(ct.IER, 1)
     await tb.adam.write_dword(ct.CTRL, ct.AP_START)
-    me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
-    lo, hi = kt.mac_number(me.mac)
-    slo, shi = kt.mac_number(succ.mac)
-    plo, phi = kt.mac_number(pred.mac)
     step_id = 5
-    for name, value in (("lgrad0", lgrad), ("gather0", gather), ("local_mac_lo", lo), ("local_mac_hi", hi),
-                        ("local_ip", int.from_bytes(me.ip_bytes, "big")), ("local_port", me.port),
-                        ("succ_mac_lo", slo), ("succ_mac_hi", shi),
-                        ("succ_ip", int.from_bytes(succ.ip_bytes, "big")), ("succ_port", succ.port),
-                        ("pred_mac_lo", plo), ("pred_mac_hi", phi), ("pred_ip", int.from_bytes(pred.ip_bytes, "big")),
-                        ("comm", 0), ("rank", r), ("world", n), ("length", length), ("window", window),
-                        ("timeout", round(rto_s * 1e12 / CLOCK_PS)), ("credit", window), ("payload_bytes", payload),
-                        ("step", step_id)):
-        await tb.net_write(name, value)
-    await tb.net.write_dword(ct.GIE, 1)
-    await tb.net.write_dword(ct.IER, 1)
+    # the host's arguments as the driver computes and checks them (pynq_driver.net.net_kernel)
+    await tb.net_write_values(step_arguments(RingArgs(
+        local=eps[r], succ=eps[(r + 1) % n], pred=eps[(r - 1) % n], rank=r, world=n, length=length,
+        payload_bytes=payload, step=step_id, window=window, timeout_clocks=round(rto_s * 1e12 / CLOCK_PS),
+        credit=window, lgrad=[lgrad], gather=[gather]), ct.NET))
     before = await tb.net_counters()
 
     # as bench_onic_net_kernel: the peers start with the host's ap_start write to the network kernel
@@ -196,7 +187,7 @@ async def bench_card(dut: Any) -> None:
                 break
         after = await tb.net_counters()
         out["counters"] = {k: after[k] - before[k] for k in after}
-        out["status"] = await tb.net.read_dword(kt.READONLY["status"])
+        out["status"] = await tb.net.read_dword(ct.NET.readonly["status"])
         out["adam_status"] = await tb.adam.read_dword(tb.adam_status)
         out["mismatch"] = mismatches(tb, want, peers, n, r, size, pdt, (p_addr, m_addr, v_addr, out_addr, gather),
                                      pb, fill)

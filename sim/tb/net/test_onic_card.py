@@ -71,26 +71,22 @@ from eth_switch import EthSwitch, PortFaults, SwitchConfig
 from handshake_monitor import AxiLiteMonitor, StreamMonitor, watch
 from soft_peer import SoftPeer
 from test_onic_net_kernel import (
-    ARGS,
     MAX_NORM,
-    READONLY,
     WINDOW,
     cases,
     chunk_beats,
     differing,
     endpoints,
-    entry_value,
     local_gradient,
-    mac_number,
-    read_entries,
     reference,
     two_phase_gradients,
 )
 
-from hls import golden, net_regmap
+from hls import golden, layout, net_regmap
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
 from hls.ports import port_array
+from pynq_driver.net.net_kernel import RegisterMap, RingArgs, entry_value, step_arguments
 
 CLOCK_NS = 4
 CLOCK_S = CLOCK_NS * 1e-9
@@ -101,6 +97,13 @@ CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE = 1, 2, 4
 # card memory: the network kernel's buffers and the Adam kernel's stripes, page-spaced regions
 LGRAD, GATHER, P, M, V, OUT, SUM = 0x10000, 0x40000, 0x80000, 0xA0000, 0xC0000, 0xE0000, 0x100000
+# the network kernel's lgrad and gather stripes (the card rendered with net_stripes = ONIC_NET_STRIPES):
+# stripe k of each buffer at its base + k x the region / K (hls/layout.py's rule over the whole buffer)
+NET_STRIPES = int(os.environ.get("ONIC_NET_STRIPES", "1"))
+NET_REGION = 0x30000
+NET = RegisterMap.for_stripes(NET_STRIPES, NET_STRIPES)  # the network kernel's map at these stripes
+LGRADS = [LGRAD + k * (NET_REGION // NET_STRIPES) for k in range(NET_STRIPES)]
+GATHERS = [GATHER + k * (NET_REGION // NET_STRIPES) for k in range(NET_STRIPES)]
 
 
 def env_float(name: str) -> float:
@@ -117,7 +120,7 @@ class CardTB:
         self.adam_args = {a["name"]: a for a in manifest["register_map"]["args"]}
         self.adam_status = int(manifest["register_map"]["status"]["offset"])
         ports = [a["name"] for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
-        self.ports = [*ports, "lgrad0", "gather0"]
+        self.ports = [*ports, *(f"lgrad{k}" for k in range(NET_STRIPES)), *(f"gather{k}" for k in range(NET_STRIPES))]
         self.card = hbm_memory.card_memory(
             dut, [(p, 0) for p in self.ports], clock=dut.ap_clk, reset=dut.ap_rst_n, mode="ideal",
             mem_size=MEM_BYTES, seed=rng.randrange(1 << 30), max_outstanding=8)
@@ -186,15 +189,39 @@ class CardTB:
             await self.adam.write_dword(int(arg["offset"]) + 4, value >> 32)
 
     async def net_write(self, name: str, value: int) -> None:
-        await self.net.write_dword(ARGS[name], value & 0xFFFFFFFF)
-        if name in ("lgrad0", "gather0"):
-            await self.net.write_dword(ARGS[name] + 4, value >> 32)
+        await self.net_write_values({name: value})
+
+    async def net_write_values(self, values: dict[str, int]) -> None:
+        """The driver's register writes (pynq_driver.net.net_kernel), each awaited on the AXI4-Lite master."""
+        for offset, word in NET.writes(values):
+            await self.net.write_dword(offset, word)
+
+    async def net_read64(self, name: str) -> int:
+        return await self.net.read_dword(NET.readonly[name]) | await self.net.read_dword(NET.readonly[name] + 4) << 32
 
     async def net_counters(self) -> dict[str, int]:
-        out = {}
-        for name in net_regmap.counter_names():
-            out[name] = await self.net.read_dword(READONLY[name]) | await self.net.read_dword(READONLY[name] + 4) << 32
+        return {name: await self.net_read64(name) for name in net_regmap.counter_names()}
+
+    async def net_entries(self, n: int) -> list[tuple[int, bool]]:
+        """Every rank's scalar entry after phase one as the host reads it: (float64 bits, non-finite flag)."""
+        out = []
+        for k in range(n):
+            await self.net_write("entry", k)
+            out.append((await self.net_read64("entry_sumsq"),
+                        bool(await self.net.read_dword(NET.readonly["entry_flag"]) & 1)))
         return out
+
+    def write_striped(self, bases: list[int], data: bytes) -> None:
+        """A network-kernel buffer into card memory, its beats dealt to the stripes (hls.layout.split)."""
+        for base, part in zip(bases, layout.split(np.frombuffer(data, np.uint8), len(bases)), strict=True):
+            self.mem.write(base, part.tobytes())
+
+    def read_striped(self, bases: list[int], nbytes: int) -> bytes:
+        """`nbytes` of a network-kernel buffer read back from its stripes (hls.layout.join)."""
+        k = len(bases)
+        parts = [np.frombuffer(self.mem.read(b, layout.stripe_bytes(nbytes, 1, k, i)), np.uint8)
+                 for i, b in enumerate(bases)]
+        return layout.join(parts, nbytes, np.uint8).tobytes()
 
 
 @dataclasses.dataclass
@@ -305,13 +332,15 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     # card memory: the local gradient (chunk k from a beat, junk in the pad bytes), the gather
     # buffer and the Adam kernel's out buffer filled with a pattern nobody writes
     local = ring.pad(grads[r], n)
+    lgrad = bytearray()
     for k in range(n):
         region = bytearray(rng.randrange(256) for _ in range(wb * BEAT))
         data = local[k * size:(k + 1) * size].tobytes()
         region[:len(data)] = data
-        tb.mem.write(LGRAD + k * wb * BEAT, bytes(region))
+        lgrad += region
+    tb.write_striped(LGRADS, bytes(lgrad))
     fill = bytes([0xA5]) * (n * pb * BEAT)
-    tb.mem.write(GATHER, fill)
+    tb.write_striped(GATHERS, fill)
     if skip:  # the Adam kernel's last output: the current parameters (a card keeps them there)
         current = ring.output_params(c.shards[r].p, c.pdt).tobytes()
         tb.mem.write(OUT, current + bytes([0x5A]) * (pb * BEAT - len(current)))
@@ -336,22 +365,11 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     if not two_phase:
         await start_adam(scale)
     eps = endpoints(n)
-    me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
-    lo, hi = mac_number(me.mac)
-    slo, shi = mac_number(succ.mac)
-    plo, phi = mac_number(pred.mac)
-    for name, value in (("lgrad0", LGRAD), ("gather0", GATHER), ("local_mac_lo", lo), ("local_mac_hi", hi),
-                        ("local_ip", int.from_bytes(me.ip_bytes, "big")), ("local_port", me.port),
-                        ("succ_mac_lo", slo), ("succ_mac_hi", shi),
-                        ("succ_ip", int.from_bytes(succ.ip_bytes, "big")), ("succ_port", succ.port),
-                        ("pred_mac_lo", plo), ("pred_mac_hi", phi), ("pred_ip", int.from_bytes(pred.ip_bytes, "big")),
-                        ("comm", 0), ("rank", r), ("world", n), ("length", c.length), ("window", WINDOW),
-                        ("timeout", round(RTO_S / CLOCK_S)), ("credit", WINDOW), ("payload_bytes", c.payload),
-                        ("step", step_id), ("phase", 1 if two_phase else 0), ("sum0_lo", SUM & 0xFFFFFFFF),
-                        ("sum0_hi", SUM >> 32)):
-        await tb.net_write(name, value)
-    await tb.net.write_dword(GIE, 1)
-    await tb.net.write_dword(IER, 1)
+    # the host's arguments as the driver computes and checks them (pynq_driver.net.net_kernel)
+    await tb.net_write_values(step_arguments(RingArgs(
+        local=eps[r], succ=eps[(r + 1) % n], pred=eps[(r - 1) % n], rank=r, world=n, length=c.length,
+        payload_bytes=c.payload, step=step_id, window=WINDOW, timeout_clocks=round(RTO_S / CLOCK_S), credit=WINDOW,
+        lgrad=LGRADS, gather=GATHERS, phase=1 if two_phase else 0, sum0=SUM), NET))
     port_before = c.switch.core.ports[r].as_dict()
     assert tb.tx is not None
     sent_before = len(tb.tx.frames)
@@ -410,7 +428,7 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
         (tb.tx and tb.tx.errors, tb.rx and tb.rx.errors)
     assert await tb.adam.read_dword(CTRL) & AP_IDLE and await tb.net.read_dword(CTRL) & AP_IDLE, f"{tag}: not idle"
     assert await tb.adam.read_dword(tb.adam_status) == 0, f"{tag}: Adam kernel STATUS"
-    assert await tb.net.read_dword(READONLY["status"]) == 0, f"{tag}: network kernel STATUS"
+    assert await tb.net.read_dword(NET.readonly["status"]) == 0, f"{tag}: network kernel STATUS"
 
     # the owner's state and output, the gathered buffer, every peer
     mine = want.shards[r]
@@ -422,8 +440,9 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     out = tb.mem.read(OUT, pb * BEAT)
     assert not differing(out[:pbytes], own, c.pdt), f"{tag}: the Adam kernel's out buffer differs"
     assert out[pbytes:] == bytes([0x5A]) * (pb * BEAT - pbytes), f"{tag}: bytes past the out buffer written"
+    gather = tb.read_striped(GATHERS, n * pb * BEAT)
     for k in range(n):
-        region = tb.mem.read(GATHER + k * pb * BEAT, pb * BEAT)
+        region = gather[k * pb * BEAT:(k + 1) * pb * BEAT]
         if k == r:
             assert region == fill[:pb * BEAT], f"{tag}: the own chunk's place in the gather buffer was written"
             continue
@@ -476,7 +495,7 @@ async def phase_one_scale(tb: CardTB, c: Ring, tag: str, want: ring.StepResult, 
     it untouched), every rank's entry against the reference's chunk scalars; the scale from the
     entries the card holds, as the driver derives it."""
     n, r = c.n, c.r
-    status = await tb.net.read_dword(READONLY["status"])
+    status = await tb.net.read_dword(NET.readonly["status"])
     assert status == 0, f"{tag}: network kernel STATUS {status:#x} after phase one"
     data = want.reduced[r].tobytes()
     wb = chunk_beats(c.size, c.wdt)
@@ -484,7 +503,7 @@ async def phase_one_scale(tb: CardTB, c: Ring, tag: str, want: ring.StepResult, 
     assert not differing(region[:len(data)], data, c.wdt), f"{tag}: the sum in card memory differs"
     assert region[wb * BEAT:] == bytes([0x3C]) * BEAT, f"{tag}: the beat after the sum was written"
     entries = []
-    for k, (bits, flag) in enumerate(await read_entries(tb.net_write, tb.net.read_dword, n)):
+    for k, (bits, flag) in enumerate(await tb.net_entries(n)):
         want_sumsq, want_flag = ring.chunk_scalars(want.reduced[k], c.wdt)
         want_bits = int(np.array(want_sumsq, dtype=np.float64).view(np.uint64))
         assert flag == want_flag, f"{tag}: rank {k} flag {flag} != {want_flag}"
@@ -507,7 +526,7 @@ async def misprogrammed(tb: CardTB, c: Ring, tag: str, n_error: int) -> int:
         await ClockCycles(dut.ap_clk, 64)
         adam_done = adam_done or bool(int(dut.interrupt_adam.value))
         if not net_status:
-            net_status = await tb.net.read_dword(READONLY["status"])
+            net_status = await tb.net.read_dword(NET.readonly["status"])
             since = tb.cycle if net_status else None
         if net_status and (adam_done or tb.cycle - (since or 0) > 20_000):
             break

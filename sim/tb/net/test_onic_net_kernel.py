@@ -37,7 +37,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-from types import SimpleNamespace
 from typing import Any
 
 import cocotb
@@ -55,6 +54,7 @@ from hls import net_regmap
 from hls.golden import Hyper, to_bf16_bits
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
+from pynq_driver.net.net_kernel import RegisterMap, RingArgs, step_arguments
 
 MEM_BYTES = 1 << 20
 BEAT = 64
@@ -65,10 +65,9 @@ POLL = 4          # the switch runs every POLL clocks
 HOLD_LIMIT = 40_000  # clocks a `hold_sum` case holds card memory at most
 CURRENT_ADDR = 0xE0000  # a two-phase case's current parameters (read by phase 3 of a skip)
 
-_PLAN = SimpleNamespace(streams=[SimpleNamespace(name="lgrad", stripes=1, what=""),
-                                 SimpleNamespace(name="gather", stripes=1, what="")])
-ARGS = {a.name: int(a.offset) for a in net_regmap.register_map(_PLAN)}  # type: ignore[arg-type]
-READONLY = {str(r["name"]): int(r["offset"]) for r in net_regmap.readonly_map(net_regmap.register_map(_PLAN))}  # type: ignore[arg-type, call-overload]
+NET = RegisterMap.for_stripes(1, 1)  # the network kernel's map (pynq_driver.net.net_kernel): one stripe each
+ARGS = {name: offset for name, (_, offset) in NET.args.items()}
+READONLY = dict(NET.readonly)
 CTRL, GIE, IER, ISR = net_regmap.CTRL, net_regmap.GIE, net_regmap.IER, net_regmap.ISR
 
 
@@ -211,11 +210,6 @@ def kept(item: dict[str, int]) -> bytes:
     return item["tdata"].to_bytes(BEAT, "little")[:n]
 
 
-def mac_number(mac: bytes) -> tuple[int, int]:
-    value = int.from_bytes(mac, "big")
-    return value & 0xFFFFFFFF, value >> 32
-
-
 class TB:
     def __init__(self, dut: Any, rng: random.Random, grad_stall: float, macs: bool = True) -> None:
         self.dut, self.rng = dut, rng
@@ -266,10 +260,13 @@ class TB:
             yield held[0] or rng.random() < p
 
     async def write(self, name: str, value: int) -> None:
-        offset = ARGS[name] if name in ARGS else {"ctrl": CTRL, "gie": GIE, "ier": IER, "isr": ISR}[name]
-        await self.host.write_dword(offset, value & 0xFFFFFFFF)
-        if name in ("lgrad0", "gather0"):  # 64-bit pointers: the high word next
-            await self.host.write_dword(offset + 4, value >> 32)
+        await self.write_values({name: value})
+
+    async def write_values(self, values: dict[str, int]) -> None:
+        """The driver's register writes (pynq_driver.net.net_kernel: a pointer's low word, then its high
+        word), each awaited on the AXI4-Lite master; raw values, so a test can write what the kernel refuses."""
+        for offset, word in NET.writes(values):
+            await self.host.write_dword(offset, word)
 
     async def read(self, offset: int) -> int:
         return await self.host.read_dword(offset)
@@ -370,22 +367,12 @@ async def run_case(tb: TB, n: int, r: int, wdt: str, pdt: str, seed: int, step: 
     kernel_task = None if two_phase else cocotb.start_soon(reference_adam_streams(tb, own_kernel, wb, scale, got))
 
     # the host: arguments, interrupt on done, ap_start
-    me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
     before = await tb.counters()
-    lo, hi = mac_number(me.mac)
-    slo, shi = mac_number(succ.mac)
-    plo, phi = mac_number(pred.mac)
-    for name, value in (("lgrad0", lgrad_addr), ("gather0", gather_addr), ("local_mac_lo", lo), ("local_mac_hi", hi),
-                        ("local_ip", int.from_bytes(me.ip_bytes, "big")), ("local_port", me.port),
-                        ("succ_mac_lo", slo), ("succ_mac_hi", shi),
-                        ("succ_ip", int.from_bytes(succ.ip_bytes, "big")), ("succ_port", succ.port),
-                        ("pred_mac_lo", plo), ("pred_mac_hi", phi), ("pred_ip", int.from_bytes(pred.ip_bytes, "big")),
-                        ("comm", 0),
-                        ("rank", r), ("world", n), ("length", length), ("window", WINDOW), ("timeout", RTO),
-                        ("credit", WINDOW), ("payload_bytes", payload), ("step", step), ("gie", 1), ("ier", 1),
-                        ("phase", 1 if two_phase else 0), ("sum0_lo", sum_addr & 0xFFFFFFFF),
-                        ("sum0_hi", sum_addr >> 32), ("segment", segment)):
-        await tb.write(name, value)
+    # the host's arguments as the driver computes and checks them (pynq_driver.net.net_kernel)
+    await tb.write_values(step_arguments(RingArgs(
+        local=eps[r], succ=eps[(r + 1) % n], pred=eps[(r - 1) % n], rank=r, world=n, length=length,
+        payload_bytes=payload, step=step, window=WINDOW, timeout_clocks=RTO, credit=WINDOW, lgrad=[lgrad_addr],
+        gather=[gather_addr], phase=1 if two_phase else 0, sum0=sum_addr, segment=segment), NET))
     held = [hold_sum]
     if hold_sum:
         for channel in (tb.wr.aw_channel, tb.wr.w_channel):
@@ -728,21 +715,13 @@ async def test_registers(dut: Any) -> None:
 
 async def program(tb: TB, n: int, r: int, length: int, payload: int, step: int, lgrad_addr: int,
                   gather_addr: int, timeout: int) -> None:
-    """The host's arguments for rank r (hls/net_regmap.py offsets), the done interrupt enabled."""
+    """The host's arguments for rank r as the driver computes and checks them (pynq_driver.net.net_kernel), the
+    done interrupt enabled."""
     eps = endpoints(n)
-    me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
-    lo, hi = mac_number(me.mac)
-    slo, shi = mac_number(succ.mac)
-    plo, phi = mac_number(pred.mac)
-    for name, value in (("lgrad0", lgrad_addr), ("gather0", gather_addr), ("local_mac_lo", lo), ("local_mac_hi", hi),
-                        ("local_ip", int.from_bytes(me.ip_bytes, "big")), ("local_port", me.port),
-                        ("succ_mac_lo", slo), ("succ_mac_hi", shi),
-                        ("succ_ip", int.from_bytes(succ.ip_bytes, "big")), ("succ_port", succ.port),
-                        ("pred_mac_lo", plo), ("pred_mac_hi", phi), ("pred_ip", int.from_bytes(pred.ip_bytes, "big")),
-                        ("comm", 0), ("rank", r), ("world", n), ("length", length), ("window", WINDOW),
-                        ("timeout", timeout), ("credit", WINDOW), ("payload_bytes", payload), ("step", step),
-                        ("gie", 1), ("ier", 1)):
-        await tb.write(name, value)
+    await tb.write_values(step_arguments(RingArgs(
+        local=eps[r], succ=eps[(r + 1) % n], pred=eps[(r - 1) % n], rank=r, world=n, length=length,
+        payload_bytes=payload, step=step, window=WINDOW, timeout_clocks=timeout, credit=WINDOW, lgrad=[lgrad_addr],
+        gather=[gather_addr]), NET))
 
 
 @cocotb.test()

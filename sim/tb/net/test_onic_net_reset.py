@@ -129,10 +129,12 @@ class ResetTB:
             self.wire.cycle = self.cycle
 
     async def write(self, name: str, value: int) -> None:
-        offset = kb.ARGS[name] if name in kb.ARGS else {"ctrl": CTRL, "isr": ISR, "gie": 0x04, "ier": 0x08}[name]
-        await self.host.write_dword(offset, value & 0xFFFFFFFF)
-        if name in ("lgrad0", "gather0"):
-            await self.host.write_dword(offset + 4, value >> 32)
+        await self.write_values({name: value})
+
+    async def write_values(self, values: dict[str, int]) -> None:
+        """The driver's register writes (pynq_driver.net.net_kernel), each awaited on the AXI4-Lite master."""
+        for offset, word in kb.NET.writes(values):
+            await self.host.write_dword(offset, word)
 
     async def read(self, offset: int) -> int:
         return await self.host.read_dword(offset)

@@ -82,6 +82,7 @@ from hls import golden, net_regmap
 from hls.golden import Hyper, to_bf16_bits
 from hls.net import ring, ring_bound, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
+from pynq_driver.net.net_kernel import RegisterMap, RingArgs, step_arguments
 
 MEM_BYTES = 1 << 22  # the network kernel's memory; onic_card's card memory is twice that (the Adam stripes above)
 BEAT = 64
@@ -96,11 +97,8 @@ STRIPE_BYTES = 0x100000
 FILL = 0xA5
 AP_DONE, AP_IDLE = 0x2, 0x4
 
-_PLAN = dataclasses.make_dataclass("_Plan", ["streams"])(
-    [dataclasses.make_dataclass("_S", ["name", "stripes", "what"])("lgrad", 1, ""),
-     dataclasses.make_dataclass("_S", ["name", "stripes", "what"])("gather", 1, "")])
-ARGS = {a.name: int(a.offset) for a in net_regmap.register_map(_PLAN)}  # type: ignore[arg-type]
-READONLY = {str(r["name"]): int(r["offset"]) for r in net_regmap.readonly_map(net_regmap.register_map(_PLAN))}  # type: ignore[arg-type, call-overload]
+NET = RegisterMap.for_stripes(1, 1)  # the network kernel's map: one lgrad and one gather stripe here
+READONLY = NET.readonly
 CTRL, GIE, IER, ISR = net_regmap.CTRL, net_regmap.GIE, net_regmap.IER, net_regmap.ISR
 
 
@@ -141,11 +139,6 @@ def differing(got: bytes, want: bytes, dtype: str) -> list[int]:
     a, b = np.frombuffer(got, t), np.frombuffer(want, t)
     nan_a, nan_b = (a & exp == exp) & (a & man != 0), (b & exp == exp) & (b & man != 0)
     return [int(i) for i in np.flatnonzero((a != b) & ~(nan_a & nan_b))]
-
-
-def mac_number(mac: bytes) -> tuple[int, int]:
-    value = int.from_bytes(mac, "big")
-    return value & 0xFFFFFFFF, value >> 32
 
 
 class _View:
@@ -298,10 +291,12 @@ class RtlCard:
         await self.adam.write_dword(CTRL, 1)
 
     async def write(self, name: str, value: int) -> None:
-        offset = ARGS[name] if name in ARGS else {"ctrl": CTRL, "gie": GIE, "ier": IER, "isr": ISR}[name]
-        await self.host.write_dword(offset, value & 0xFFFFFFFF)
-        if name in ("lgrad0", "gather0"):
-            await self.host.write_dword(offset + 4, value >> 32)
+        await self.write_values({name: value})
+
+    async def write_values(self, values: dict[str, int]) -> None:
+        """The driver's register writes (pynq_driver.net.net_kernel), each awaited on the AXI4-Lite master."""
+        for offset, word in NET.writes(values):
+            await self.host.write_dword(offset, word)
 
     async def read(self, offset: int) -> int:
         return await self.host.read_dword(offset)
@@ -322,22 +317,12 @@ class RtlCard:
     async def program(self, cfg: RingConfig, step: int, phase: int = 0) -> None:
         eps = endpoints(cfg.world)
         r, n = self.k, cfg.world
-        me, succ, pred = eps[r], eps[(r + 1) % n], eps[(r - 1) % n]
-        lo, hi = mac_number(me.mac)
-        slo, shi = mac_number(succ.mac)
-        plo, phi = mac_number(pred.mac)
-        for name, value in (("lgrad0", LGRAD_ADDR), ("gather0", GATHER_ADDR), ("local_mac_lo", lo),
-                            ("local_mac_hi", hi), ("local_ip", int.from_bytes(me.ip_bytes, "big")),
-                            ("local_port", me.port), ("succ_mac_lo", slo), ("succ_mac_hi", shi),
-                            ("succ_ip", int.from_bytes(succ.ip_bytes, "big")), ("succ_port", succ.port),
-                            ("pred_mac_lo", plo), ("pred_mac_hi", phi),
-                            ("pred_ip", int.from_bytes(pred.ip_bytes, "big")), ("comm", cfg.comm), ("rank", r),
-                            ("world", n), ("length", cfg.length), ("window", cfg.window),
-                            ("timeout", cfg.rto_clocks), ("credit", cfg.window), ("payload_bytes", cfg.payload_bytes),
-                            ("step", step), ("gie", 1), ("ier", 1), ("phase", phase),
-                            ("sum0_lo", SUM_ADDR & 0xFFFFFFFF), ("sum0_hi", SUM_ADDR >> 32),
-                            ("segment", cfg.segment)):
-            await self.write(name, value)
+        # the host's arguments as the driver computes and checks them (pynq_driver.net.net_kernel)
+        await self.write_values(step_arguments(RingArgs(
+            local=eps[r], succ=eps[(r + 1) % n], pred=eps[(r - 1) % n], rank=r, world=n, length=cfg.length,
+            payload_bytes=cfg.payload_bytes, step=step, window=cfg.window, timeout_clocks=cfg.rto_clocks,
+            credit=cfg.window, lgrad=[LGRAD_ADDR], gather=[GATHER_ADDR], comm=cfg.comm, phase=phase, sum0=SUM_ADDR,
+            segment=cfg.segment), NET))
 
     async def entries(self, n: int) -> list[tuple[float, bool]]:
         """Every rank's scalar entry (sum of squares, non-finite flag) after phase one, as the host reads them."""

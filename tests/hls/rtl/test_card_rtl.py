@@ -13,7 +13,8 @@ generated Adam kernel joined as v++'s stream_connect joins them, on a ring of so
   the Adam kernel's n misprogrammed (both kernels flag it); two-phase steps (clipping), the Adam
   kernel started with the scale from the card's entries after phase one.
 The Adam kernel is reduced for CI (2 lanes, one stripe per array); the network kernel's buffers are
-the small ones of test_net_kernel.py.
+the small ones of test_net_kernel.py, its lgrad and gather buffers in 2 stripes each on the fp32 card
+(every default test here), one on the bf16 cards.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ SPECS = {
     "bf16-fp32": KernelSpec(optimizer="adamw", grad_dtype="bf16", out_dtype="fp32", grad_source="stream", lanes=2,
                             stripes=1, out_sink="memory+stream", name="onic_card_adamw"),
 }
+
+
+# The fp32 card's network kernel reads lgrad and writes gather through 2 stripes each (onic_card rendered
+# with net_stripes=2, the bench splitting and joining the buffers with hls.layout), so every default card
+# test runs the striped top; the bf16 cards (--full) keep one stripe, as do the N-card and rtlsim benches.
+NET_STRIPES = {"fp32": 2}
 
 
 def build_dir(dtypes: str) -> Path:
@@ -101,9 +108,10 @@ def run(dtypes: str, cases: str, seed: int, *, steps: int = 1, extra: dict[str, 
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed: `make {'deps-icarus' if simulator == 'icarus' else 'deps'}`")
     bdir = build_dir(dtypes)
-    card = prepare_card(SPECS[dtypes], bdir / "card")
+    stripes = NET_STRIPES.get(dtypes, 1)
+    card = prepare_card(SPECS[dtypes], bdir / "card", net_stripes=stripes)
     env = {"ONIC_MANIFEST": str(card.project / "manifest.json"), "ONIC_SEED": str(seed), "ONIC_CASES": cases,
-           "ONIC_STEPS": str(steps), **(extra or {})}
+           "ONIC_STEPS": str(steps), "ONIC_NET_STRIPES": str(stripes), **(extra or {})}
     # the bench touches the top's ports only: no VPI handles to every internal signal (Verilator;
     # Icarus takes the runner's -g2012, as the Adam kernel's own Icarus runs do)
     build_args = ["--no-public-flat-rw", "--public-depth", "1"] if simulator == "verilator" else []
