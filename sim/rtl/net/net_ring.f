@@ -4,6 +4,7 @@
 ../fp/fp32_add.v
 ../fp/fp32_to_bf16.v
 ../kernel/onic_fifo.v
+../kernel/onic_dup_reg.v
 ../kernel/onic_axi_rd.v
 ../kernel/onic_axi_wr.v
 ../kernel/onic_beat_merge.v

@@ -101,7 +101,7 @@ module onic_net_control_s_axi #(
     end
 
     localparam [1:0] WR_IDLE = 2'd0, WR_DATA = 2'd1, WR_RESP = 2'd2;
-    localparam [1:0] RD_IDLE = 2'd0, RD_FETCH = 2'd1, RD_DATA = 2'd2;
+    localparam [1:0] RD_IDLE = 2'd0, RD_DECODE = 2'd1, RD_FETCH = 2'd2, RD_DATA = 2'd3;
 
     reg  [1:0]           wstate_reg;
     reg  [ADDR_BITS-1:0] waddr_reg;
@@ -123,13 +123,22 @@ module onic_net_control_s_axi #(
     wire                 aw_hs = s_axi_control_awvalid && s_axi_control_awready;
     wire                 w_hs  = s_axi_control_wvalid && s_axi_control_wready;
     wire                 ar_hs = s_axi_control_arvalid && s_axi_control_arready;
-    // the value is fetched a clock after the address is accepted, from the registered address: the
-    // word select is then register to register (7 LUT levels from the port's araddr otherwise)
+    // A read in three clocks: the address registered when accepted, decoded (which window, which
+    // word), then the word selected. The decode and the select are each a few LUT levels register to
+    // register; from the port's araddr in one clock they were 7, and 7 from the address register in
+    // the top of four stripes (yosys).
     wire [ADDR_BITS-1:0] raddr = raddr_reg;
+    wire                 decode = rstate_reg == RD_DECODE;
     wire                 fetch = rstate_reg == RD_FETCH;
+    reg                  sel_scalar_reg, sel_counter_reg;
+    reg  [4:0]           sidx_reg;
+    reg  [ADDR_BITS-3:0] cword_reg;
+    reg  [2:0]           sel_word_reg;  // CTRL, GIE, IER, ISR, STATUS, or none (below)
+    reg  [31:0]          ptr_word_reg;  // the pointer word at the address (0 outside the pointers)
+    localparam [2:0] W_NONE = 3'd0, W_CTRL = 3'd1, W_GIE = 3'd2, W_IER = 3'd3, W_ISR = 3'd4, W_STATUS = 3'd5;
     wire [31:0]          wmask = {{8{s_axi_control_wstrb[3]}}, {8{s_axi_control_wstrb[2]}},
                                   {8{s_axi_control_wstrb[1]}}, {8{s_axi_control_wstrb[0]}}};
-    wire                 ctrl_read = fetch && raddr == ADDR_AP_CTRL;   // clears ap_done / ap_ready
+    wire                 ctrl_read = fetch && sel_word_reg == W_CTRL;   // clears ap_done / ap_ready
 
     /* the scalar and counter windows: index and word of an address inside them */
     wire [ADDR_BITS-1:0] r_soff = raddr - ADDR_SCALARS;
@@ -186,7 +195,8 @@ module onic_net_control_s_axi #(
             rstate_reg <= RD_IDLE;
         end else begin
             case (rstate_reg)
-                RD_IDLE: if (ar_hs) rstate_reg <= RD_FETCH;
+                RD_IDLE: if (ar_hs) rstate_reg <= RD_DECODE;
+                RD_DECODE: rstate_reg <= RD_FETCH;
                 RD_FETCH: rstate_reg <= RD_DATA;
                 RD_DATA: if (s_axi_control_rready) rstate_reg <= RD_IDLE;
                 default: rstate_reg <= RD_IDLE;
@@ -200,20 +210,35 @@ module onic_net_control_s_axi #(
     end
 
     always @(posedge clk) begin
+        if (decode) begin
+            sel_scalar_reg  <= r_in_scalars;
+            sel_counter_reg <= r_in_counters;
+            sidx_reg        <= r_sidx;
+            cword_reg       <= r_cword;
+            ptr_word_reg    <= ptr_rdata;
+            case (raddr)
+                ADDR_AP_CTRL: sel_word_reg <= W_CTRL;
+                ADDR_GIE:     sel_word_reg <= W_GIE;
+                ADDR_IER:     sel_word_reg <= W_IER;
+                ADDR_ISR:     sel_word_reg <= W_ISR;
+                ADDR_STATUS:  sel_word_reg <= W_STATUS;
+                default:      sel_word_reg <= W_NONE;
+            endcase
+        end
         if (fetch) begin
-            if (r_in_scalars) begin
-                rdata_reg <= int_scalar_reg[r_sidx];
-            end else if (r_in_counters) begin
-                rdata_reg <= counters[32 * r_cword +: 32];
+            if (sel_scalar_reg) begin
+                rdata_reg <= int_scalar_reg[sidx_reg];
+            end else if (sel_counter_reg) begin
+                rdata_reg <= counters[32 * cword_reg +: 32];
             end else begin
-                case (raddr)
-                    ADDR_AP_CTRL: rdata_reg <= {24'd0, int_auto_restart_reg, 3'd0, int_ap_ready_reg, ap_idle,
-                                                int_ap_done_reg, int_ap_start_reg};
-                    ADDR_GIE:     rdata_reg <= {31'd0, int_gie_reg};
-                    ADDR_IER:     rdata_reg <= {30'd0, int_ier_reg};
-                    ADDR_ISR:     rdata_reg <= {30'd0, int_isr_reg};
-                    ADDR_STATUS:  rdata_reg <= status;
-                    default:      rdata_reg <= ptr_rdata;
+                case (sel_word_reg)
+                    W_CTRL:   rdata_reg <= {24'd0, int_auto_restart_reg, 3'd0, int_ap_ready_reg, ap_idle,
+                                            int_ap_done_reg, int_ap_start_reg};
+                    W_GIE:    rdata_reg <= {31'd0, int_gie_reg};
+                    W_IER:    rdata_reg <= {30'd0, int_ier_reg};
+                    W_ISR:    rdata_reg <= {30'd0, int_isr_reg};
+                    W_STATUS: rdata_reg <= status;
+                    default:  rdata_reg <= ptr_word_reg;
                 endcase
             end
         end

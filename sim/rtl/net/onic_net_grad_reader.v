@@ -213,13 +213,22 @@ module onic_net_grad_reader #(
     genvar k;
     generate
         for (k = 0; k < STRIPES; k = k + 1) begin : g_rd
+            // with several stripes each engine has its own registered copy of the reset (a clock
+            // later in and out; the engine is idle then): on the one net, 8 engines' registers put the
+            // datapath's reset at 1,912 loads (yosys, 4 stripes; goal 1,000)
+            wire rst_eng;
+            if (STRIPES == 1) begin : g_rst
+                assign rst_eng = rst;
+            end else begin : g_rst_copy
+                onic_dup_reg rst_copy (.clk(clk), .d(rst), .q(rst_eng));
+            end
             onic_axi_rd #(
                 .FIFO_LOG2(ENG_FIFO_LOG2),
                 .MAX_BURST(MAX_BURST),
                 .ID_BITS(ID_BITS)
             ) rd_inst (
                 .clk(clk),
-                .rst(rst),
+                .rst(rst_eng),
                 // a stripe with no beat in the run is not started
                 .start(rd_start_reg && st_count[k*32 +: 32] != 32'd0),
                 .addr(st_addr[k*64 +: 64]),

@@ -807,12 +807,19 @@ module onic_net_ring_dp #(
     generate
         for (k = 0; k < STRIPES; k = k + 1) begin : g_wr
             localparam [2:0] KT = k;
+            // several stripes: each engine on its own registered copy of the reset (the reader's rule)
+            wire rst_eng;
+            if (STRIPES == 1) begin : g_rst
+                assign rst_eng = rst;
+            end else begin : g_rst_copy
+                onic_dup_reg rst_copy (.clk(clk), .d(rst), .q(rst_eng));
+            end
             onic_axi_wr #(
                 .FIFO_LOG2(WR_FIFO_LOG2),
                 .MAX_BURST(MAX_BURST),
                 .ID_BITS(ID_BITS)
             ) wr_inst (
-                .clk(clk), .rst(rst),
+                .clk(clk), .rst(rst_eng),
                 // a stripe with no beat in the run is not started
                 .start(wr_start_reg && wst_count[k*32 +: 32] != 32'd0),
                 .addr(wst_addr[k*64 +: 64]),
