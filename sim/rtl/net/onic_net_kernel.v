@@ -255,6 +255,12 @@ module onic_net_kernel #(
 
     /* the arguments, latched at ap_start (the host may write the next step's while one runs) */
     reg  [64*STRIPES-1:0] cfg_lgrad_reg, cfg_gather_reg;
+    /* The stripes' addresses are latched a clock after the other arguments, on a registered copy of
+     * the latch: on the one enable, four stripes' 512 address flops put it at 1,041 loads (yosys;
+     * goal 1,000). Still the values of the ap_start: the control port takes at least three clocks
+     * from that write to the next argument's, and the datapath reads them only after the step is
+     * sized (about 100 clocks). */
+    reg                   ptr_latch_reg;
     reg  [47:0] cfg_local_mac_reg, cfg_succ_mac_reg, cfg_pred_mac_reg;
     reg  [31:0] cfg_local_ip_reg, cfg_succ_ip_reg, cfg_pred_ip_reg;
     reg  [15:0] cfg_local_port_reg, cfg_comm_reg;
@@ -371,8 +377,6 @@ module onic_net_kernel #(
                     cfg_phase_reg      <= arg[20][1:0];
                     cfg_sum_reg        <= {arg[22], arg[21]};
                     p1_ok_reg          <= 1'b0;
-                    cfg_lgrad_reg      <= arg_lgrad0;
-                    cfg_gather_reg     <= arg_gather0;
                     cfg_local_mac_reg  <= {arg[1][15:0], arg[0]};
                     cfg_local_ip_reg   <= arg[2];
                     cfg_local_port_reg <= arg[3][15:0];
@@ -545,6 +549,15 @@ module onic_net_kernel #(
     wire        step_load   = !rst && state_reg == S_IDLE && ap_start && !ap_done_reg && !arg[20][1];
     wire [31:0] cfg_step_nx = step_load ? arg[19] : cfg_step_reg;
     always @(posedge ap_clk) cfg_step_reg <= cfg_step_nx;
+
+    // the stripes' addresses, a clock after step_load (see cfg_lgrad_reg)
+    always @(posedge ap_clk) begin
+        ptr_latch_reg <= step_load;
+        if (ptr_latch_reg) begin
+            cfg_lgrad_reg  <= arg_lgrad0;
+            cfg_gather_reg <= arg_gather0;
+        end
+    end
 
     wire         evt_now;   // evt_step == cfg_step_reg (registered compares in onic_net_rx_seq)
     // N - 2, the hop of each flow's final packet (the receive side repeats that packet's ACK)
