@@ -41,6 +41,8 @@ NET_LIST = RTL_DIR / "net" / "net_kernel.f"
 NET_UNITS: tuple[tuple[str, Path, str, dict[str, int]], ...] = (
     ("onic_net_kernel (fp32, deployable buffers)", NET_LIST, "onic_net_kernel", {}),
     ("onic_net_kernel (bf16, deployable buffers)", NET_LIST, "onic_net_kernel", {"WIRE_BF16": 1, "PARAM_BF16": 1}),
+    # the U55C rail build's lgrad and gather stripes (sizing: 4 each at one ring port)
+    ("onic_net_kernel (fp32, deployable buffers, 4 stripes)", NET_LIST, "onic_net_kernel", {"STRIPES": 4}),
 )
 
 
