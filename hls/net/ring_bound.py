@@ -91,9 +91,9 @@ def one_phase_refusal(chunk_elems: int, payload_bytes: int, wire_dtype: str, rx_
                       what: str = "ring of RTL cards") -> str | None:
     """The one-line reason a ring of `onic_card`s cannot run this chunk as a one-phase step (it runs only as
     the two phases), or None if it can."""
-    if one_phase_fits(chunk_elems, payload_bytes, wire_dtype, rx_slot_log2):
-        return None
     rs = flow_packets(chunk_elems, payload_bytes, wire_dtype, wire_dtype)["rs"]
+    if rs <= one_phase_packets(rx_slot_log2):  # one_phase_fits
+        return None
     return (f"{what}: a one-phase step of {rs} RS packets per hop is over the one-phase bound of "
             f"{one_phase_packets(rx_slot_log2)} (the receive slots): it runs only as the two phases "
             f"(at most {one_phase_max_elems(payload_bytes, wire_dtype, rx_slot_log2)} elements at "

@@ -58,7 +58,7 @@ def check_card_spec(spec: KernelSpec) -> None:
 def render_card(spec: KernelSpec, target: Target | None = None, net_stripes: int = 1) -> str:
     """The card top's Verilog for `spec`'s Adam kernel (deterministic: same spec, same text), the network
     kernel's lgrad and gather buffers in `net_stripes` stripes each (ports m_axi_lgrad<k>, m_axi_gather<k>;
-    the benches run one)."""
+    tests/hls/rtl/test_card_rtl.py's fp32 card has two)."""
     check_card_spec(spec)
     if not layout.ring_stripes_ok(net_stripes):
         raise UserError(f"net_stripes: {net_stripes} is not a power of two from 1 to {layout.RING_MAX_STRIPES}")

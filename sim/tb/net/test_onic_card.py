@@ -78,6 +78,7 @@ from test_onic_net_kernel import (
     differing,
     endpoints,
     local_gradient,
+    read_entries,
     reference,
     two_phase_gradients,
 )
@@ -201,15 +202,6 @@ class CardTB:
 
     async def net_counters(self) -> dict[str, int]:
         return {name: await self.net_read64(name) for name in net_regmap.counter_names()}
-
-    async def net_entries(self, n: int) -> list[tuple[int, bool]]:
-        """Every rank's scalar entry after phase one as the host reads it: (float64 bits, non-finite flag)."""
-        out = []
-        for k in range(n):
-            await self.net_write("entry", k)
-            out.append((await self.net_read64("entry_sumsq"),
-                        bool(await self.net.read_dword(NET.readonly["entry_flag"]) & 1)))
-        return out
 
     def write_striped(self, bases: list[int], data: bytes) -> None:
         """A network-kernel buffer into card memory, its beats dealt to the stripes (hls.layout.split)."""
@@ -503,7 +495,7 @@ async def phase_one_scale(tb: CardTB, c: Ring, tag: str, want: ring.StepResult, 
     assert not differing(region[:len(data)], data, c.wdt), f"{tag}: the sum in card memory differs"
     assert region[wb * BEAT:] == bytes([0x3C]) * BEAT, f"{tag}: the beat after the sum was written"
     entries = []
-    for k, (bits, flag) in enumerate(await tb.net_entries(n)):
+    for k, (bits, flag) in enumerate(await read_entries(tb.net_write, tb.net.read_dword, n, dict(NET.readonly))):
         want_sumsq, want_flag = ring.chunk_scalars(want.reduced[k], c.wdt)
         want_bits = int(np.array(want_sumsq, dtype=np.float64).view(np.uint64))
         assert flag == want_flag, f"{tag}: rank {k} flag {flag} != {want_flag}"

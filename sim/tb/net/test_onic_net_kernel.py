@@ -104,14 +104,16 @@ def two_phase_gradients(rng: np.random.Generator, n: int, length: int, dtype: st
     return [to_bf16_bits(g) for g in grads] if dtype == "bf16" else grads
 
 
-async def read_entries(write: Any, read: Any, n: int) -> list[tuple[int, bool]]:
+async def read_entries(write: Any, read: Any, n: int, readonly: dict[str, int] | None = None) -> list[tuple[int, bool]]:
     """Every rank's scalar entry after phase one as the host reads it through the network kernel's
-    registers (`write(name, value)`, `read(offset)`): (sum of squares as float64 bits, non-finite flag)."""
+    registers (`write(name, value)`, `read(offset)`; `readonly`: the map's read-only offsets, this
+    bench's one-stripe map by default): (sum of squares as float64 bits, non-finite flag)."""
+    ro = READONLY if readonly is None else readonly
     out = []
     for k in range(n):
         await write("entry", k)
-        bits = (await read(READONLY["entry_sumsq"] + 4)) << 32 | await read(READONLY["entry_sumsq"])
-        out.append((bits, bool(await read(READONLY["entry_flag"]) & 1)))
+        bits = (await read(ro["entry_sumsq"] + 4)) << 32 | await read(ro["entry_sumsq"])
+        out.append((bits, bool(await read(ro["entry_flag"]) & 1)))
     return out
 
 
