@@ -1,10 +1,12 @@
 """The frame codec of the ring protocol: design.md section 8.2, byte for byte.
 
 A frame is Ethernet II + IPv4 (20 bytes, no options, DF, TTL 64, protocol 17, checksum computed)
-+ UDP (destination port 0x4F4E, checksum 0) + our 22-byte header, so the payload starts at byte 64,
-the second 512-bit beat. Header fields are big-endian; the payload is little-endian elements, as
-in card memory. With `fcs=True` the Ethernet FCS (CRC-32, as the MAC computes it) follows the
-payload, little-endian.
++ UDP (destination port 0x4F4E, checksum computed, RFC 768) + our 22-byte header, so the payload
+starts at byte 64, the second 512-bit beat. The UDP checksum is the payload's only end-to-end
+check: the FCS is stripped at each MAC, and AMD's CMAC integration for Vitis (XUP VNx) passes no
+frame-check flag to the kernel, so a frame damaged past a MAC's check reaches the parser. Header
+fields are big-endian; the payload is little-endian elements, as in card memory. With `fcs=True`
+the Ethernet FCS (CRC-32, as the MAC computes it) follows the payload, little-endian.
 
 `build_frame(src, dst, header, payload)` returns the bytes; `parse_frame(frame, local=...)` returns
 a `Frame`, or a `Drop` naming why the frame is not ours or is damaged, so a card counts drops by
@@ -97,6 +99,7 @@ class Drop(enum.Enum):
     VERSION = "version"
     OPCODE = "opcode"
     DTYPE = "dtype"
+    UDP_CHECKSUM = "udp_checksum"  # the codec's last check: the datagram's bytes are damaged
 
 
 class WireError(ValueError):
@@ -228,9 +231,43 @@ def ipv4_checksum(header: bytes) -> int:
     return ~total & 0xFFFF
 
 
+def _ones_sum(data: bytes) -> int:
+    """The 16-bit one's-complement sum of big-endian words (RFC 1071), as 1 .. 0xFFFF (0 only for no
+    non-zero byte). Two to the 16 is 1 modulo 0xFFFF, so the whole buffer read as one big-endian
+    integer is congruent to its word sum: one C-level pass instead of a word loop."""
+    if len(data) % 2:
+        data += b"\0"
+    total = int.from_bytes(data, "big") % 0xFFFF
+    return total or (0xFFFF if any(data) else 0)
+
+
+def _pseudo_header(src_ip: bytes, dst_ip: bytes, udp_len: int) -> bytes:
+    return src_ip + dst_ip + struct.pack("!BBH", 0, IP_PROTO_UDP, udp_len)
+
+
+def udp_checksum(src_ip: bytes, dst_ip: bytes, datagram: bytes) -> int:
+    """RFC 768's checksum of a UDP datagram whose checksum field is zero: the complement of the
+    one's-complement sum over the pseudo-header (addresses, protocol, UDP length) and the datagram;
+    a computed 0 is sent as 0xFFFF (0 means "no checksum", which ring frames never send)."""
+    return (~_ones_sum(_pseudo_header(src_ip, dst_ip, len(datagram)) + datagram) & 0xFFFF) or 0xFFFF
+
+
 def fcs(frame: bytes) -> bytes:
     """The Ethernet FCS as it appears on the wire: CRC-32 of the frame, little-endian."""
     return struct.pack("<I", zlib.crc32(frame) & 0xFFFFFFFF)
+
+
+def flip_bit(frame: bytes, bit: int, *, behind_fcs: bool = False) -> bytes:
+    """`frame` (FCS included) with bit `bit` inverted; with `behind_fcs` the bit is taken modulo the
+    bytes before the FCS and the FCS is recomputed, so no frame check sees the damage (the fault
+    models' flip behind the FCS: a switch's buffer memory, a MAC's receive FIFO past its check)."""
+    raw = bytearray(frame)
+    if behind_fcs:
+        bit %= 8 * (len(raw) - FCS_BYTES)
+    raw[bit // 8] ^= 1 << (bit % 8)
+    if behind_fcs:
+        raw[-FCS_BYTES:] = fcs(bytes(raw[:-FCS_BYTES]))
+    return bytes(raw)
 
 
 def build_frame(src: Endpoint, dst: Endpoint, header: Header, payload: bytes = b"", *, with_fcs: bool = False) -> bytes:
@@ -243,8 +280,10 @@ def build_frame(src: Endpoint, dst: Endpoint, header: Header, payload: bytes = b
         raise WireError(f"payload of {len(payload)} bytes does not fit an IPv4 packet")
     ip = _IPV4.pack(0x45, 0, ip_len, 0, IP_FLAG_DF, IP_TTL, IP_PROTO_UDP, 0, src.ip_bytes, dst.ip_bytes)
     ip = ip[:10] + struct.pack("!H", ipv4_checksum(ip)) + ip[12:]
-    frame = b"".join((_ETH.pack(dst.mac, src.mac, ETHERTYPE_IPV4), ip,
-                      _UDP.pack(src.port, UDP_PORT, udp_len, 0), header.pack(), payload))
+    datagram = b"".join((_UDP.pack(src.port, UDP_PORT, udp_len, 0), header.pack(), payload))
+    checksum = udp_checksum(src.ip_bytes, dst.ip_bytes, datagram)
+    frame = b"".join((_ETH.pack(dst.mac, src.mac, ETHERTYPE_IPV4), ip, datagram[:6], struct.pack("!H", checksum),
+                      datagram[8:]))
     return frame + fcs(frame) if with_fcs else frame
 
 
@@ -252,7 +291,9 @@ def parse_frame(frame: bytes, *, local: Endpoint | None = None, with_fcs: bool =
     """Our frame, or the reason it is dropped. With `local`, frames for another MAC/IP are dropped.
 
     The checks run in the order a MAC and a parser pipeline meet them: FCS, Ethernet, IPv4, UDP,
-    our version, opcode and dtype, then the lengths.
+    our version, opcode and dtype, then the lengths; last the UDP checksum, the one check that
+    needs the frame's last byte. It is always verified: a zero field (RFC 768's "none") is not
+    exempt, since every ring frame carries one.
     """
     frame = bytes(frame)
     if with_fcs:
@@ -299,6 +340,9 @@ def parse_frame(frame: bytes, *, local: Endpoint | None = None, with_fcs: bool =
     payload = frame[HEADER_BYTES:]
     if length != len(payload):
         return Drop.TRUNCATED
+    # a datagram with its checksum sums to 0xFFFF (one's complement: the complement of the rest)
+    if _ones_sum(_pseudo_header(src_ip, dst_ip, udp_len) + frame[ETH_BYTES + IPV4_BYTES:]) != 0xFFFF:
+        return Drop.UDP_CHECKSUM
     header = Header(Opcode(vo & 0xF), _CODE_DTYPE[df >> 6], df & 0x3F, comm, src, hop, chunk, step, seq, offset, length)
     return Frame(src_mac, dst_mac, str(ipaddress.IPv4Address(src_ip)), str(ipaddress.IPv4Address(dst_ip)),
                  src_port, dst_port, header, payload)

@@ -3,8 +3,13 @@ and delay, each with its own probability per frame.
 
 A bit flip inverts one bit anywhere in the frame (headers, payload or the FCS itself), so the
 frame fails its check at the receiver (CRC-32 catches every single-bit error) and is dropped
-there as a real MAC would drop it. Reorder holds a frame back and sends it after the next one
-(or after `hold_s` when no next frame comes). Delay holds a frame for a uniform time in
+there as a real MAC would drop it. With `flip_behind_fcs` the flip lands where no frame check
+sees it: inside the frame before its FCS, and the FCS is recomputed over the damaged bytes (a
+store-and-forward switch's buffer memory does this; so does a flip past the receiving MAC's
+check, in the CMAC's receive clock-crossing FIFO, whose frame-check flag AMD's XUP VNx
+integration does not pass on). Only the UDP checksum catches those (`Drop.UDP_CHECKSUM`). Frames
+must then carry their FCS (cards with `fcs=True`, the default). Reorder holds a frame back and
+sends it after the next one (or after `hold_s` when no next frame comes). Delay holds a frame for a uniform time in
 [0, `delay_s`]. Every decision comes from one `random.Random(seed)`, so a run's faults repeat
 for a given seed and sequence of frames.
 
@@ -21,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hls.errors import UserError
+from hls.net.wire import FCS_BYTES, flip_bit
 
 Send = Callable[[bytes, Any], None]
 
@@ -36,6 +42,7 @@ class Faults:
     delay: float = 0.0
     delay_s: float = 0.002
     hold_s: float = 0.002  # a reordered frame waits at most this long for a frame to overtake it
+    flip_behind_fcs: bool = False  # a flip the FCS does not see (the FCS recomputed), see above
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -49,6 +56,8 @@ class Faults:
                 raise UserError(f"faults.{name}: {value!r} must be 0 .. 1 seconds")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise UserError(f"faults.seed: {self.seed!r} must be an integer")
+        if not isinstance(self.flip_behind_fcs, bool):
+            raise UserError(f"faults.flip_behind_fcs: {self.flip_behind_fcs!r} must be true or false")
 
     @property
     def any(self) -> bool:
@@ -100,11 +109,9 @@ class FaultLayer:
         if r_drop < f.drop:
             c.dropped += 1
             return
-        flipped = r_flip < f.bitflip and bool(frame)
+        flipped = r_flip < f.bitflip and len(frame) > (FCS_BYTES if f.flip_behind_fcs else 0)
         if flipped:
-            raw = bytearray(frame)
-            raw[bit // 8] ^= 1 << (bit % 8)
-            frame = bytes(raw)
+            frame = flip_bit(frame, bit, behind_fcs=f.flip_behind_fcs)
         copies = 2 if r_dup < f.duplicate else 1
         c.duplicated += copies - 1
         c.bitflipped += copies if flipped else 0  # corrupted frames handed to the wire

@@ -142,7 +142,8 @@ class RtlSimRing(SimLink):
                        "optimizer": spec.optimizer, "segment": self.segment},
             "faults": {} if faults is None else {"drop": faults.drop, "duplicate": faults.duplicate,
                                                  "reorder": faults.reorder, "bitflip": faults.bitflip,
-                                                 "hold_s": faults.hold_s, "seed": faults.seed},
+                                                 "hold_s": faults.hold_s, "seed": faults.seed,
+                                                 "flip_behind_fcs": faults.flip_behind_fcs},
             "seed": seed, "grad_stall": grad_stall, "buffer_bytes": buffer_bytes,
         }
         config = {"cards": top_cards, "spec": spec.to_dict(), "log": str(self.log_path),

@@ -18,7 +18,8 @@
  * exactly the flow's expected one: never a frame of the wrong step, never a duplicate or a frame
  * after a gap; and the frame passed every filter: none of the parser's check flags (MAC, EtherType,
  * IPv4 header, checksum and address, protocol, UDP port and length, version, opcode, dtype,
- * length, communicator) on its first beat, no FCS-failed flag (TUSER) on its last. Covers: several frames delivered in order in one flow, a frame of an unknown step
+ * length, communicator) on its first beat, no FCS-failed flag (TUSER) on its last, no failed
+ * UDP checksum (the parser's verdict, the clock after the last beat). Covers: several frames delivered in order in one flow, a frame of an unknown step
  * dropped, a previous-step frame dropped and re-ACKed, a NAK for a gap followed by the replay
  * being delivered, and a frame delivered in a step begun during its reception.
  */
@@ -38,6 +39,7 @@ module onic_net_rx_seq_formal #(
     input  wire [13:0]          s_bad,
     input  wire [10:0]          s_exp_beats,
     input  wire [63:0]          s_exp_keep,
+    input  wire                 s_bad_udp_csum,   // free: the UDP checksum verdict, at stage W
     input  wire                 buf_fits,
     input  wire                 hdr_ready,
     input  wire [SLOT_LOG2:0]   hdr_count,
@@ -58,7 +60,7 @@ module onic_net_rx_seq_formal #(
     wire [31:0]  frames_in, bytes_in, frames_accepted, dropped_truncated, dropped_fcs, dropped_mac,
                  dropped_ethertype, dropped_ip_header, dropped_ip_checksum, dropped_ip_address,
                  dropped_protocol, dropped_port, dropped_version, dropped_opcode, dropped_dtype,
-                 dropped_comm, dropped_step, dropped_previous_step, dropped_duplicate, dropped_gap,
+                 dropped_udp_checksum, dropped_comm, dropped_step, dropped_previous_step, dropped_duplicate, dropped_gap,
                  dropped_overflow;
 
     onic_net_rx_seq #(
@@ -75,7 +77,7 @@ module onic_net_rx_seq_formal #(
         .s_short_ip_len(s_bad[6]), .s_bad_port(s_bad[7]), .s_bad_udp_len(s_bad[8]),
         .s_bad_version(s_bad[9]), .s_bad_opcode(s_bad[10]), .s_bad_dtype(s_bad[11]),
         .s_bad_length(s_bad[12]), .s_bad_comm(s_bad[13]),
-        .s_exp_beats(s_exp_beats), .s_exp_keep(s_exp_keep),
+        .s_exp_beats(s_exp_beats), .s_exp_keep(s_exp_keep), .s_bad_udp_csum(s_bad_udp_csum),
         .buf_data(buf_data), .buf_keep(buf_keep), .buf_last(buf_last), .buf_valid(buf_valid),
         .buf_end(buf_end), .buf_commit(buf_commit), .buf_fits(buf_fits),
         .hdr_data(hdr_data), .hdr_push(hdr_push), .hdr_ready(hdr_ready), .hdr_count(hdr_count),
@@ -87,7 +89,8 @@ module onic_net_rx_seq_formal #(
         .dropped_ip_checksum(dropped_ip_checksum), .dropped_ip_address(dropped_ip_address),
         .dropped_protocol(dropped_protocol), .dropped_port(dropped_port),
         .dropped_version(dropped_version), .dropped_opcode(dropped_opcode),
-        .dropped_dtype(dropped_dtype), .dropped_comm(dropped_comm), .dropped_step(dropped_step),
+        .dropped_dtype(dropped_dtype), .dropped_udp_checksum(dropped_udp_checksum),
+        .dropped_comm(dropped_comm), .dropped_step(dropped_step),
         .dropped_previous_step(dropped_previous_step), .dropped_duplicate(dropped_duplicate),
         .dropped_gap(dropped_gap), .dropped_overflow(dropped_overflow)
     );
@@ -166,7 +169,7 @@ module onic_net_rx_seq_formal #(
 
         if (f_past_valid && !rst && hdr_push) begin
             assert(hdr_data[111:80] == f_step && hdr_data[79:48] == f_seq);
-            assert(!f_flagged && !f_fcs_bad);
+            assert(!f_flagged && !f_fcs_bad && !s_bad_udp_csum);
             if (f_data) begin
                 assert(f_step_valid);
                 assert(f_step == f_cur_step);

@@ -75,7 +75,7 @@ module onic_net_tx_credit_formal #(
         .s_ack_step(s_ack_step), .s_ack_seq(s_ack_seq), .s_ack_credit(s_ack_credit),
         .m_axis_tdata(m_axis_tdata), .m_axis_tkeep(m_axis_tkeep), .m_axis_tlast(m_axis_tlast),
         .m_axis_tvalid(m_axis_tvalid), .m_axis_tready(m_axis_tready),
-        .stat_base(base), .stat_next(next), .stat_sent_high(sent_high), .stat_provided(provided),
+        .stat_base(base), .stat_next(next), .stat_sent_high(sent_high), .stat_provided(provided), .stat_written(),
         .err_proto(err_proto), .err_long(err_long),
         .cnt_frames(cnt_frames), .cnt_bytes(cnt_bytes), .cnt_retx_frames(cnt_retx_frames),
         .cnt_retx_bytes(cnt_retx_bytes), .cnt_timeouts(cnt_timeouts), .cnt_acks(cnt_acks),

@@ -14,7 +14,7 @@
  * base <= next <= sent_high <= provided; never more than the window in flight (sent_high - base
  * <= cfg_window, and at every send next - base < cfg_window); a packet is only sent
  * once it is in the buffer (next < provided), and its slot is not overwritten while it may still
- * be resent (provided - base <= the slots). Covers: three packets sent (the window moved by an
+ * be resent (written - base <= the slots; provided, the packets whose UDP checksum is in, <= written). Covers: three packets sent (the window moved by an
  * ACK), a packet resent after a NAK, a packet resent after a timeout.
  */
 module onic_net_tx_retx_formal #(
@@ -44,7 +44,7 @@ module onic_net_tx_retx_formal #(
     wire [511:0] m_axis_tdata;
     wire [63:0]  m_axis_tkeep;
     wire         m_axis_tlast, m_axis_tvalid;
-    wire [31:0]  base, next, sent_high, provided;
+    wire [31:0]  base, next, sent_high, provided, written;
     wire         err_proto, err_long;
     wire [31:0]  cnt_frames, cnt_bytes, cnt_retx_frames, cnt_retx_bytes, cnt_timeouts, cnt_acks,
                  cnt_naks, cnt_stale;
@@ -64,7 +64,7 @@ module onic_net_tx_retx_formal #(
         .m_axis_tdata(m_axis_tdata), .m_axis_tkeep(m_axis_tkeep), .m_axis_tlast(m_axis_tlast),
         .m_axis_tvalid(m_axis_tvalid), .m_axis_tready(m_axis_tready),
         .stat_base(base), .stat_next(next), .stat_sent_high(sent_high), .stat_provided(provided),
-        .err_proto(err_proto), .err_long(err_long),
+        .stat_written(written), .err_proto(err_proto), .err_long(err_long),
         .cnt_frames(cnt_frames), .cnt_bytes(cnt_bytes), .cnt_retx_frames(cnt_retx_frames),
         .cnt_retx_bytes(cnt_retx_bytes), .cnt_timeouts(cnt_timeouts), .cnt_acks(cnt_acks),
         .cnt_naks(cnt_naks), .cnt_stale(cnt_stale)
@@ -107,7 +107,7 @@ module onic_net_tx_retx_formal #(
         if (f_past_valid && !rst) begin
             assert(base <= next && next <= sent_high && sent_high <= provided);
             assert(sent_high - base <= cfg_window);
-            assert(provided - base <= SLOTS);
+            assert(provided <= written && written - base <= SLOTS);
             if (f_sent) begin
                 assert(f_next_p < f_prov_p);
                 assert(f_next_p - f_base_p < cfg_window);

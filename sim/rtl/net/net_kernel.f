@@ -16,6 +16,7 @@ onic_net_rounds.v
 onic_net_grad_reader.v
 onic_net_packetize.v
 onic_net_ring_dp.v
+onic_net_csum_beat.v
 onic_net_rx_parse.v
 onic_net_rx_fifo.v
 onic_net_rx_seq.v

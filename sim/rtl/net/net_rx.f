@@ -1,4 +1,5 @@
 ../kernel/onic_fifo.v
+onic_net_csum_beat.v
 onic_net_rx_parse.v
 onic_net_rx_fifo.v
 onic_net_rx_seq.v

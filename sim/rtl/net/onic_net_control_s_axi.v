@@ -34,7 +34,7 @@ module onic_net_control_s_axi #(
     // AXI4-Lite address bits (net_regmap.address_range: 0x1000 bytes)
     parameter integer ADDR_BITS = 12,
     // counters after STATUS (len(net_regmap.counter_names()))
-    parameter integer N_COUNTERS = 33,
+    parameter integer N_COUNTERS = 34,
     // 64-bit read-only words after the counters (len(net_regmap.ENTRY_REGS))
     parameter integer N_EXTRA = 2,
     // scalar arguments after the pointers (len(net_regmap.SCALARS))

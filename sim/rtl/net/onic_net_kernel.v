@@ -201,7 +201,7 @@ module onic_net_kernel #(
 );
 
     localparam integer N_SCALARS  = 25;
-    localparam integer N_COUNTERS = 33;
+    localparam integer N_COUNTERS = 34;
     localparam integer N_EXTRA    = 2;    // net_regmap.ENTRY_REGS
     // the largest payload (beats) both the retransmit slot (header beat + payload) and the receive buffer hold
     localparam integer TX_MAX_BEATS = (1 << TX_BEATS_LOG2) - 1;
@@ -522,7 +522,7 @@ module onic_net_kernel #(
     wire         evt_valid, evt_ready, evt_nak;
     wire [1:0]   evt_flow;
     wire [31:0]  evt_step, evt_seq, evt_credit;
-    wire [31:0]  rx_cnt [0:20];     // frames_in, bytes_in, frames_accepted, then the 18 drop causes
+    wire [31:0]  rx_cnt [0:21];     // frames_in, bytes_in, frames_accepted, then the 19 drop causes
 
     /* ACK coalescing (onic_net_rx_seq): frames per cumulative ACK, K = min(ACK_EVERY, a quarter of
      * min(window, credit), at least 1), so the senders of the ring (the same window and credit)
@@ -593,8 +593,9 @@ module onic_net_kernel #(
         .dropped_ethertype(rx_cnt[6]), .dropped_ip_header(rx_cnt[7]), .dropped_ip_checksum(rx_cnt[8]),
         .dropped_ip_address(rx_cnt[9]), .dropped_protocol(rx_cnt[10]), .dropped_port(rx_cnt[11]),
         .dropped_version(rx_cnt[12]), .dropped_opcode(rx_cnt[13]), .dropped_dtype(rx_cnt[14]),
-        .dropped_comm(rx_cnt[15]), .dropped_step(rx_cnt[16]), .dropped_previous_step(rx_cnt[17]),
-        .dropped_duplicate(rx_cnt[18]), .dropped_gap(rx_cnt[19]), .dropped_overflow(rx_cnt[20])
+        .dropped_udp_checksum(rx_cnt[15]), .dropped_comm(rx_cnt[16]), .dropped_step(rx_cnt[17]),
+        .dropped_previous_step(rx_cnt[18]), .dropped_duplicate(rx_cnt[19]), .dropped_gap(rx_cnt[20]),
+        .dropped_overflow(rx_cnt[21])
     );
 
     /* header routing: ACK/NAKs to their flow's sender at once (a scalar flow's: dropped); data
@@ -1214,7 +1215,7 @@ module onic_net_kernel #(
     assign view[12] = ag_view_reg;          // ag_payload_bytes_out
     assign view[13] = sc_view_reg;          // scalar_payload_bytes_out
     generate
-        for (g = 0; g < 18; g = g + 1) begin : g_drop
+        for (g = 0; g < 19; g = g + 1) begin : g_drop
             assign view[14 + g] = rx_cnt[3 + g];   // dropped_truncated .. dropped_overflow
         end
         for (g = 0; g < N_COUNTERS; g = g + 1) begin : g_view

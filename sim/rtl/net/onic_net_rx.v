@@ -11,7 +11,7 @@
  * decoded header on m_axis_hdr_* and its payload beats (bytes 64.., beat-aligned as in card
  * memory, TLAST on the last; none for a frame without payload) on m_axis_payload_*, both
  * with back-pressure; the replies due (ACK/NAK/re-ACK with the credit) on evt_*; counters.
- *   onic_net_rx_parse  first beat: field checks, IPv4 checksum (5 stages)
+ *   onic_net_rx_parse  first beat: field checks, IPv4 checksum (5 stages); UDP checksum
  *   onic_net_rx_seq    drop causes in the codec's order, go-back-N per flow, replies, counters
  *   onic_net_rx_fifo   payload beats, committed or discarded whole at the frame's end
  *   onic_fifo          the headers of delivered frames (2^SLOT_LOG2 slots: the credit)
@@ -106,6 +106,7 @@ module onic_net_rx #(
     output wire [31:0]   dropped_version,
     output wire [31:0]   dropped_opcode,
     output wire [31:0]   dropped_dtype,
+    output wire [31:0]   dropped_udp_checksum,
     output wire [31:0]   dropped_comm,
     output wire [31:0]   dropped_step,
     output wire [31:0]   dropped_previous_step,
@@ -133,6 +134,7 @@ module onic_net_rx #(
     wire         p_bad_opcode, p_bad_dtype, p_bad_length, p_bad_comm;
     wire [10:0]  p_exp_beats;
     wire [63:0]  p_exp_keep;
+    wire         p_bad_udp_csum;
 
     onic_net_rx_parse #(
         .UDP_PORT(UDP_PORT),
@@ -149,7 +151,7 @@ module onic_net_rx #(
         .m_short_ip_len(p_short_ip_len), .m_bad_port(p_bad_port), .m_bad_udp_len(p_bad_udp_len),
         .m_bad_version(p_bad_version), .m_bad_opcode(p_bad_opcode), .m_bad_dtype(p_bad_dtype),
         .m_bad_length(p_bad_length), .m_bad_comm(p_bad_comm),
-        .m_exp_beats(p_exp_beats), .m_exp_keep(p_exp_keep)
+        .m_exp_beats(p_exp_beats), .m_exp_keep(p_exp_keep), .m_bad_udp_csum(p_bad_udp_csum)
     );
 
     wire [511:0]          b_data;
@@ -172,7 +174,7 @@ module onic_net_rx #(
         .s_short_ip_len(p_short_ip_len), .s_bad_port(p_bad_port), .s_bad_udp_len(p_bad_udp_len),
         .s_bad_version(p_bad_version), .s_bad_opcode(p_bad_opcode), .s_bad_dtype(p_bad_dtype),
         .s_bad_length(p_bad_length), .s_bad_comm(p_bad_comm),
-        .s_exp_beats(p_exp_beats), .s_exp_keep(p_exp_keep),
+        .s_exp_beats(p_exp_beats), .s_exp_keep(p_exp_keep), .s_bad_udp_csum(p_bad_udp_csum),
         .buf_data(b_data), .buf_keep(b_keep), .buf_last(b_last), .buf_valid(b_valid),
         .buf_end(b_end), .buf_commit(b_commit), .buf_fits(b_fits),
         .hdr_data(h_data), .hdr_push(h_push), .hdr_ready(h_ready), .hdr_count(h_count),
@@ -184,7 +186,8 @@ module onic_net_rx #(
         .dropped_ip_checksum(dropped_ip_checksum), .dropped_ip_address(dropped_ip_address),
         .dropped_protocol(dropped_protocol), .dropped_port(dropped_port),
         .dropped_version(dropped_version), .dropped_opcode(dropped_opcode),
-        .dropped_dtype(dropped_dtype), .dropped_comm(dropped_comm), .dropped_step(dropped_step),
+        .dropped_dtype(dropped_dtype), .dropped_udp_checksum(dropped_udp_checksum),
+        .dropped_comm(dropped_comm), .dropped_step(dropped_step),
         .dropped_previous_step(dropped_previous_step), .dropped_duplicate(dropped_duplicate),
         .dropped_gap(dropped_gap), .dropped_overflow(dropped_overflow)
     );

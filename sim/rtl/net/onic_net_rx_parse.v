@@ -19,6 +19,14 @@
  * (hls.net.wire.parse_frame). The length checks that need the frame's end (bytes received vs
  * the IPv4 total length) are left to the consumer: m_exp_beats / m_exp_keep say where the IPv4
  * packet ends (bytes after it are Ethernet padding). local_* are configuration: hold them steady while frames arrive.
+ *
+ * UDP checksum (RFC 768, the codec's last check): every beat's bytes within the IPv4 packet
+ * (TKEEP trimmed at stage 2 to the end the first beat's IPv4 length gives; on the first beat
+ * bytes 26..63: the addresses, the UDP header and ours) are summed in onic_net_csum_beat
+ * (stages 3, 4) with the pseudo-header's other words (protocol 17, the UDP length again), the
+ * frame's running sum is kept at stage 5, and m_bad_udp_csum, a register, says one clock after
+ * the frame's last beat left m_* (beside onic_net_rx_seq's stage W) whether the whole sum folds
+ * to anything but 0xFFFF. Meaningful only for a frame that passed the other checks.
  */
 module onic_net_rx_parse #(
     // UDP destination port of every ring frame (0x4F4E)
@@ -63,7 +71,8 @@ module onic_net_rx_parse #(
     output wire          m_bad_length,       // ring payload length != IPv4 total length - 50
     output wire          m_bad_comm,
     output wire [10:0]   m_exp_beats,        // beats up to the IPv4 packet's end: ceil((14 + ip_len) / 64)
-    output wire [63:0]   m_exp_keep          // TKEEP of the beat where the IPv4 packet ends
+    output wire [63:0]   m_exp_keep,         // TKEEP of the beat where the IPv4 packet ends
+    output wire          m_bad_udp_csum      // the clock after a frame's m_last: its UDP checksum failed
 );
 
     localparam integer NCHK = 14;
@@ -103,6 +112,10 @@ module onic_net_rx_parse #(
     reg [511:0]  d1_reg;
     reg [63:0]   k1_reg;
     reg          v1_reg, l1_reg, u1_reg, f1_reg;
+    /* verilator lint_off PROCASSINIT */
+    reg [10:0]   bcnt_reg = 11'd0;   // beats of the frame in progress so far (saturating)
+    /* verilator lint_on PROCASSINIT */
+    reg [10:0]   bn1_reg;            // the number of the beat in stage 1 (1: the first)
 
     always @(posedge clk) begin
         d1_reg <= s_axis_tdata;
@@ -110,8 +123,14 @@ module onic_net_rx_parse #(
         l1_reg <= s_axis_tlast;
         u1_reg <= s_axis_tuser;
         f1_reg <= !in_frame_reg;
+        bn1_reg <= bcnt_reg + 11'd1;
         if (s_axis_tvalid) begin
             in_frame_reg <= !s_axis_tlast;
+            if (s_axis_tlast) begin
+                bcnt_reg <= 11'd0;
+            end else if (bcnt_reg != 11'd2046) begin
+                bcnt_reg <= bcnt_reg + 11'd1;
+            end
         end
         if (rst) begin
             skip_reg <= s_axis_tvalid ? !s_axis_tlast : in_frame_reg;
@@ -152,6 +171,32 @@ module onic_net_rx_parse #(
     reg [NCHK-1:0]  c2_reg;
     reg [16:0]      p0_reg, p1_reg, p2_reg, p3_reg, p4_reg;
     reg [16:0]      end2_reg;
+
+    /* UDP checksum, stage 2: the bytes of the beat that the checksum covers. The first beat's
+       IPv4 end is latched as it passes (whole beats, the beat after them, the bytes in that beat)
+       for the beats after it, which reach stage 1 a clock later at the earliest. */
+    reg [10:0]  ue_full_reg;         // beats wholly within the IPv4 packet
+    reg [10:0]  ue_part_reg;         // the beat it ends in, when not on a beat boundary
+    reg [63:0]  ue_keep_reg;         // ... and its bytes within the packet (0: on a boundary)
+    reg [63:0]  tk2_reg;             // the beat in stage 2: bytes summed
+    reg [16:0]  x2_reg;              // ... and the pseudo-header's other words (first beat)
+    wire [63:0] first_keep = {{38{1'b1}}, 26'd0};   // bytes 26..63: addresses, UDP, ours
+
+    always @(posedge clk) begin
+        if (v1_reg && f1_reg) begin
+            ue_full_reg <= ip_end[16:6];
+            ue_part_reg <= ip_end[16:6] + 11'd1;
+            ue_keep_reg <= ip_end[5:0] == 6'd0 ? 64'd0 : keep_mask(ip_end[5:0]);
+        end
+        if (f1_reg) begin
+            tk2_reg <= k1_reg & first_keep;
+            x2_reg  <= {1'b0, be16(d1_reg, 38)} + 17'd17;
+        end else begin
+            tk2_reg <= bn1_reg <= ue_full_reg ? k1_reg :
+                       bn1_reg == ue_part_reg ? k1_reg & ue_keep_reg : 64'd0;
+            x2_reg  <= 17'd0;
+        end
+    end
 
     always @(posedge clk) begin
         d2_reg   <= d1_reg;
@@ -227,6 +272,31 @@ module onic_net_rx_parse #(
         v4_reg   <= rst ? 1'b0 : v3_reg;
     end
 
+    /* UDP checksum, stages 3 and 4: the beat's word sum */
+    wire [21:0] us4;
+    /* verilator lint_off PINCONNECTEMPTY */
+    onic_net_csum_beat ucsum (
+        .clk(clk), .rst(rst),
+        .s_data(d2_reg), .s_keep(tk2_reg), .s_extra(x2_reg), .s_valid(v2_reg),
+        .m_sum(us4), .m_valid()
+    );
+    /* verilator lint_on PINCONNECTEMPTY */
+
+    /* ... stage 5: the frame's sum so far (bytes past the IPv4 length count zero, so at most
+       1,025 beats of 32 x 0xFFFF count: under 2^31), then the flag: folded once
+       (tot[15:0] + tot[30:16] < 2 x 0xFFFF), a valid datagram's sum is 0xFFFF exactly; never 0,
+       since the first beat's protocol word is not */
+    reg [30:0] utot5_reg;
+    reg        ubad_reg;
+    wire [16:0] ufold = {1'b0, utot5_reg[15:0]} + {2'b0, utot5_reg[30:16]};
+
+    always @(posedge clk) begin
+        if (v4_reg) begin
+            utot5_reg <= (f4_reg ? 31'd0 : utot5_reg) + {9'd0, us4};
+        end
+        ubad_reg <= ufold != 17'h0FFFF;
+    end
+
     /* stage 5: the checksum verdict (the sum is k x 0xFFFF, k = 1 .. 10) */
     reg        csum_ok;
     reg [19:0] mult;
@@ -297,6 +367,7 @@ module onic_net_rx_parse #(
     assign m_bad_comm        = c5_reg[13];
     assign m_exp_beats       = eb5_reg;
     assign m_exp_keep        = ek5_reg;
+    assign m_bad_udp_csum    = ubad_reg;
 
 endmodule
 

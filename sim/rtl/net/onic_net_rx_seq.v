@@ -13,7 +13,9 @@
  *      beat), truncated (< 14 bytes), MAC, EtherType, truncated (< 34 bytes), IPv4 version/IHL,
  *      header checksum, IP address, protocol, truncated (IPv4 total length below our headers, or
  *      the frame shorter than 14 + IPv4 total length), port, truncated (UDP length), version,
- *      opcode, dtype, truncated (ring length != IPv4 length - 50); then the communicator.
+ *      opcode, dtype, truncated (ring length != IPv4 length - 50), the UDP checksum (its
+ *      verdict, s_bad_udp_csum, comes a clock after the last beat, at stage W); then the
+ *      communicator.
  *      Bytes after the IPv4 length (Ethernet padding) are not delivered, as parse_frame cuts them;
  *   2. for data frames (RS, AG, scalar): the step (current: go on; the previous step: dropped
  *      and re-ACKed with that step's final sequence number, design 8.3; anything else: dropped),
@@ -86,6 +88,7 @@ module onic_net_rx_seq #(
     input  wire                 s_bad_comm,
     input  wire [10:0]          s_exp_beats,
     input  wire [63:0]          s_exp_keep,
+    input  wire                 s_bad_udp_csum,   // at stage W of a frame's last beat (a clock after s_last)
 
     /* to the payload buffer (onic_net_rx_fifo) */
     output wire [511:0]         buf_data,
@@ -128,6 +131,7 @@ module onic_net_rx_seq #(
     output wire [31:0]          dropped_version,
     output wire [31:0]          dropped_opcode,
     output wire [31:0]          dropped_dtype,
+    output wire [31:0]          dropped_udp_checksum,
     output wire [31:0]          dropped_comm,
     output wire [31:0]          dropped_step,
     output wire [31:0]          dropped_previous_step,
@@ -147,12 +151,12 @@ module onic_net_rx_seq #(
         end
     end
 
-    // verdict codes; 1 .. 18 index the drop counters
+    // verdict codes; 1 .. 19 index the drop counters (19: the UDP checksum, added last)
     localparam [4:0] C_ACCEPT = 5'd0, C_TRUNC = 5'd1, C_FCS = 5'd2, C_MAC = 5'd3, C_ETYPE = 5'd4,
                      C_IPHDR = 5'd5, C_CSUM = 5'd6, C_IPADDR = 5'd7, C_PROTO = 5'd8, C_PORT = 5'd9,
                      C_VER = 5'd10, C_OPC = 5'd11, C_DTYPE = 5'd12, C_COMM = 5'd13, C_STEP = 5'd14,
-                     C_PREV = 5'd15, C_DUP = 5'd16, C_GAP = 5'd17, C_OVF = 5'd18;
-    localparam integer NCNT = 21;  // 18 causes, frames_in (19), bytes_in (20), frames_accepted (0)
+                     C_PREV = 5'd15, C_DUP = 5'd16, C_GAP = 5'd17, C_OVF = 5'd18, C_UCSUM = 5'd19;
+    localparam integer NCNT = 22;  // 19 causes, frames_in (20), bytes_in (21), frames_accepted (0)
     localparam [1:0] R_NONE = 2'd0, R_ACK = 2'd1, R_NAK = 2'd2;
 
     function [15:0] be16;
@@ -208,15 +212,15 @@ module onic_net_rx_seq #(
     reg [1:0]   flow_reg;           // 0 RS, 1 AG, 2 scalar
 
     /* the frame's header, latched at its first beat (cause parts A: before the frame-length
-       check, B: after it) */
+       check, B: after it, C: after the UDP checksum) */
     wire short14 = s_last && !s_keep[13];
     wire short34 = s_last && !s_keep[33];
     wire [4:0] cause_a = short14 ? C_TRUNC : s_bad_mac ? C_MAC : s_bad_ethertype ? C_ETYPE :
                          short34 ? C_TRUNC : s_bad_ip_header ? C_IPHDR : s_bad_ip_checksum ? C_CSUM :
                          s_bad_ip_address ? C_IPADDR : s_bad_protocol ? C_PROTO : C_ACCEPT;
     wire [4:0] cause_b = s_bad_port ? C_PORT : s_bad_udp_len ? C_TRUNC : s_bad_version ? C_VER :
-                         s_bad_opcode ? C_OPC : s_bad_dtype ? C_DTYPE : s_bad_length ? C_TRUNC :
-                         s_bad_comm ? C_COMM : C_ACCEPT;
+                         s_bad_opcode ? C_OPC : s_bad_dtype ? C_DTYPE : s_bad_length ? C_TRUNC : C_ACCEPT;
+    wire [4:0] cause_c = s_bad_comm ? C_COMM : C_ACCEPT;
     wire [3:0]  s_opcode = s_data[8*42 +: 4];
     wire [1:0]  s_flow   = s_opcode == 4'd1 ? 2'd0 : s_opcode == 4'd2 ? 2'd1 : 2'd2;
     wire [31:0] s_step   = be32(s_data, 50);
@@ -255,7 +259,7 @@ module onic_net_rx_seq #(
     wire        k_ok = s_first ? (s_keep & s_exp_keep) == s_exp_keep : (s_keep & exp_keep_reg) == exp_keep_reg;
 
     reg [271:0] hdr_reg;
-    reg [4:0]   cause_a_reg, cause_b_reg;
+    reg [4:0]   cause_a_reg, cause_b_reg, cause_c_reg;
     reg         short_ip_reg;
     reg [10:0]  exp_beats_reg;
     reg [63:0]  exp_keep_reg;
@@ -279,12 +283,13 @@ module onic_net_rx_seq #(
                               be16(s_data, 62)};                                          // length
             cause_a_reg   <= cause_a;
             cause_b_reg   <= cause_b;
+            cause_c_reg   <= cause_c;
             short_ip_reg  <= s_short_ip_len;
             exp_beats_reg <= s_exp_beats;
             exp_keep_reg  <= s_exp_keep;
             is_data_reg   <= s_opcode == 4'd1 || s_opcode == 4'd2 || s_opcode == 4'd5;
             flow_reg      <= s_flow;
-            hdr_ok_reg    <= cause_a == C_ACCEPT && cause_b == C_ACCEPT;
+            hdr_ok_reg    <= cause_a == C_ACCEPT && cause_b == C_ACCEPT && cause_c == C_ACCEPT;
             fin_hop_reg   <= s_data[8*47 +: 8] == cfg_last_hop;
             cur_match_reg <= m_cur_valid && s_step == m_cur_step;
             prv_match_reg <= m_prev_valid && s_step == m_prev_step;
@@ -352,6 +357,10 @@ module onic_net_rx_seq #(
             verdict = C_TRUNC;
         end else if (cause_b_reg != C_ACCEPT) begin
             verdict = cause_b_reg;
+        end else if (s_bad_udp_csum) begin
+            verdict = C_UCSUM;
+        end else if (cause_c_reg != C_ACCEPT) begin
+            verdict = cause_c_reg;
         end else if (!is_data_reg) begin
             verdict = fits ? C_ACCEPT : C_OVF;
         end else if (!cur_match) begin
@@ -657,15 +666,15 @@ module onic_net_rx_seq #(
             end
         end else begin
             if (cnt_end_reg) begin
-                for (c = 0; c < 19; c = c + 1) begin
+                for (c = 0; c < 20; c = c + 1) begin
                     if (cnt_cause_reg == c[4:0] && cnt_reg[c] != 32'hFFFFFFFF) begin
                         cnt_reg[c] <= cnt_reg[c] + 32'd1;
                     end
                 end
-                if (cnt_reg[19] != 32'hFFFFFFFF) begin
-                    cnt_reg[19] <= cnt_reg[19] + 32'd1;
+                if (cnt_reg[20] != 32'hFFFFFFFF) begin
+                    cnt_reg[20] <= cnt_reg[20] + 32'd1;
                 end
-                cnt_reg[20] <= sat_add(cnt_reg[20], frame_bytes);
+                cnt_reg[21] <= sat_add(cnt_reg[21], frame_bytes);
             end
         end
     end
@@ -683,14 +692,15 @@ module onic_net_rx_seq #(
     assign dropped_version       = cnt_reg[10];
     assign dropped_opcode        = cnt_reg[11];
     assign dropped_dtype         = cnt_reg[12];
+    assign dropped_udp_checksum  = cnt_reg[19];
     assign dropped_comm          = cnt_reg[13];
     assign dropped_step          = cnt_reg[14];
     assign dropped_previous_step = cnt_reg[15];
     assign dropped_duplicate     = cnt_reg[16];
     assign dropped_gap           = cnt_reg[17];
     assign dropped_overflow      = cnt_reg[18];
-    assign frames_in             = cnt_reg[19];
-    assign bytes_in              = cnt_reg[20];
+    assign frames_in             = cnt_reg[20];
+    assign bytes_in              = cnt_reg[21];
 
 endmodule
 

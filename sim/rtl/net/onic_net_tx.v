@@ -204,6 +204,7 @@ module onic_net_tx #(
     wire [63:0]  rs_tkeep, ag_tkeep;
     wire         rs_tlast, ag_tlast, rs_tvalid, ag_tvalid, rs_tready, ag_tready;
 
+    /* verilator lint_off PINCONNECTEMPTY */
     onic_net_tx_retx #(
         .SLOTS_LOG2(SLOTS_LOG2),
         .BEATS_LOG2(BEATS_LOG2),
@@ -220,13 +221,15 @@ module onic_net_tx #(
         .m_axis_tdata(rs_tdata), .m_axis_tkeep(rs_tkeep), .m_axis_tlast(rs_tlast),
         .m_axis_tvalid(rs_tvalid), .m_axis_tready(rs_tready),
         .stat_base(rs_state[31:0]), .stat_next(rs_state[63:32]), .stat_sent_high(rs_state[95:64]),
-        .stat_provided(rs_state[127:96]), .err_proto(errors[0]), .err_long(errors[1]),
+        .stat_provided(rs_state[127:96]), .stat_written(), .err_proto(errors[0]), .err_long(errors[1]),
         .cnt_frames(rs_counters[31:0]), .cnt_bytes(rs_counters[63:32]),
         .cnt_retx_frames(rs_counters[95:64]), .cnt_retx_bytes(rs_counters[127:96]),
         .cnt_timeouts(rs_counters[159:128]), .cnt_acks(rs_counters[191:160]),
         .cnt_naks(rs_counters[223:192]), .cnt_stale(rs_counters[255:224])
     );
+    /* verilator lint_on PINCONNECTEMPTY */
 
+    /* verilator lint_off PINCONNECTEMPTY */
     onic_net_tx_retx #(
         .SLOTS_LOG2(SLOTS_LOG2),
         .BEATS_LOG2(BEATS_LOG2),
@@ -243,12 +246,13 @@ module onic_net_tx #(
         .m_axis_tdata(ag_tdata), .m_axis_tkeep(ag_tkeep), .m_axis_tlast(ag_tlast),
         .m_axis_tvalid(ag_tvalid), .m_axis_tready(ag_tready),
         .stat_base(ag_state[31:0]), .stat_next(ag_state[63:32]), .stat_sent_high(ag_state[95:64]),
-        .stat_provided(ag_state[127:96]), .err_proto(errors[2]), .err_long(errors[3]),
+        .stat_provided(ag_state[127:96]), .stat_written(), .err_proto(errors[2]), .err_long(errors[3]),
         .cnt_frames(ag_counters[31:0]), .cnt_bytes(ag_counters[63:32]),
         .cnt_retx_frames(ag_counters[95:64]), .cnt_retx_bytes(ag_counters[127:96]),
         .cnt_timeouts(ag_counters[159:128]), .cnt_acks(ag_counters[191:160]),
         .cnt_naks(ag_counters[223:192]), .cnt_stale(ag_counters[255:224])
     );
+    /* verilator lint_on PINCONNECTEMPTY */
 
     /* the arbiter and frame FIFO */
     onic_net_tx_arb #(

@@ -16,6 +16,11 @@
  *   (header bytes 62-63) go to a small per-slot table. A packet is taken only while its slot is
  *   free (every packet 2^SLOTS_LOG2 back acknowledged and not being read). A packet longer than
  *   a slot is cut to the slot (err_long, sticky until the next start).
+ * - UDP checksum: the header beat's checksum field covers the header alone (onic_net_tx_header);
+ *   its complement (the header's one's-complement sum) and the payload beats as written go
+ *   through onic_net_csum_beat, and 5 clocks after a packet's last beat its checksum (RFC 768,
+ *   a computed 0 sent as 0xFFFF) is in a per-slot table, and the packet counts as provided:
+ *   sendable. Every send of the packet puts it into the header beat's bytes 40-41.
  * - Read side: the packet next_seq is sent (read from the buffer into a 16-beat output FIFO)
  *   while next_seq < provided and next_seq - base < min(cfg_window, credit).
  * - ACK/NAK on s_ack_* (one per 3 clocks; s_ack_ready drops meanwhile): stale (another step,
@@ -81,7 +86,8 @@ module onic_net_tx_retx #(
     output wire [31:0]  stat_base,       // oldest unacknowledged packet
     output wire [31:0]  stat_next,       // next packet to send
     output wire [31:0]  stat_sent_high,  // one past the highest packet sent
-    output wire [31:0]  stat_provided,   // packets written into the buffer
+    output wire [31:0]  stat_provided,   // packets in the buffer with their checksum: sendable
+    output wire [31:0]  stat_written,    // packets written into the buffer (>= stat_provided)
     output wire         err_proto,
     output wire         err_long,
 
@@ -140,14 +146,16 @@ module onic_net_tx_retx #(
     reg [BEATS_LOG2-1:0] meta_last [0:SLOTS-1];  // index of the last beat
     reg [63:0]         meta_keep [0:SLOTS-1];
     reg [15:0]         meta_bytes [0:SLOTS-1];
+    reg [15:0]         meta_csum [0:SLOTS-1];       // the UDP checksum, into bytes 40-41 at a send
 
     /* write side */
     reg                  wr_pay_reg;   // 0: waiting for a header beat, 1: payload beats
     reg [BEATS_LOG2:0]   wr_beat_reg;
     reg [15:0]           wr_bytes_reg;
     reg                  wr_hold_reg;  // a packet ended at the last edge: room_reg is stale
+    reg [31:0]           written_reg;  // packets written (provided_reg follows once each checksum is in)
 
-    wire [SLOTS_LOG2-1:0] wr_slot = provided_reg[SLOTS_LOG2-1:0];
+    wire [SLOTS_LOG2-1:0] wr_slot = written_reg[SLOTS_LOG2-1:0];
     wire hdr_fire = s_hdr_valid && s_hdr_ready;
     wire pay_fire = s_axis_tvalid && s_axis_tready;
     wire wr_end   = pay_fire && s_axis_tlast;
@@ -182,6 +190,61 @@ module onic_net_tx_retx #(
             end else if (pay_fire && wr_fits) begin
                 wr_beat_reg <= wr_beat_reg + 1'b1;
             end
+        end
+    end
+
+    /* UDP checksum: the header's sum (the complement of its field, bytes 40-41) enters with the
+       header beat as the first term, then the payload beats written (bytes beyond TKEEP as 0) */
+    wire [21:0] cs_sum;
+    /* verilator lint_off PINCONNECTEMPTY */
+    onic_net_csum_beat csum_beat (
+        .clk(clk), .rst(rst),
+        .s_data(s_axis_tdata),
+        .s_keep(pay_fire && wr_fits ? s_axis_tkeep : 64'd0),
+        .s_extra(hdr_fire ? {1'b0, ~s_hdr_data[8*40 +: 8], ~s_hdr_data[8*41 +: 8]} : 17'd0),
+        .s_valid(1'b1),
+        .m_sum(cs_sum), .m_valid()
+    );
+    /* verilator lint_on PINCONNECTEMPTY */
+
+    // beside the adder tree's two stages: a term's packet start / end and slot; then the sum
+    // (stage 3, a packet of 2^9 beats at most: under 2^30), folded once (4), the table (5)
+    reg [1:0]            cs_first_reg, cs_end_reg;
+    reg [2*SLOTS_LOG2-1:0] cs_slot_reg;
+    reg [29:0]           cs_acc_reg;
+    reg                  cs_end3_reg, cs_end4_reg, cs_done_reg;
+    reg [SLOTS_LOG2-1:0] cs_slot3_reg, cs_slot4_reg;
+    reg [16:0]           cs_fold_reg;
+    wire                 cs_done = cs_done_reg;
+
+    always @(posedge clk) begin
+        cs_slot_reg  <= {cs_slot_reg[SLOTS_LOG2-1:0], wr_slot};
+        cs_slot3_reg <= cs_slot_reg[2*SLOTS_LOG2-1:SLOTS_LOG2];
+        cs_slot4_reg <= cs_slot3_reg;
+        if (cs_first_reg[1]) begin
+            cs_acc_reg <= {8'd0, cs_sum};
+        end else begin
+            cs_acc_reg <= cs_acc_reg + {8'd0, cs_sum};
+        end
+        // cs_acc < 2^30: cs_fold <= 0xFFFF + 0x3FFF, so the second fold cannot carry and the
+        // sum is 0xFFFF (checksum 0, sent as 0xFFFF) exactly when cs_fold is
+        cs_fold_reg <= {1'b0, cs_acc_reg[15:0]} + {3'd0, cs_acc_reg[29:16]};
+        if (cs_end4_reg) begin
+            meta_csum[cs_slot4_reg] <= cs_fold_reg == 17'h0FFFF ? 16'hFFFF
+                                       : ~(cs_fold_reg[15:0] + {15'd0, cs_fold_reg[16]});
+        end
+        if (rst || start) begin
+            cs_first_reg <= 2'b00;
+            cs_end_reg   <= 2'b00;
+            cs_end3_reg  <= 1'b0;
+            cs_end4_reg  <= 1'b0;
+            cs_done_reg  <= 1'b0;
+        end else begin
+            cs_first_reg <= {cs_first_reg[0], hdr_fire};
+            cs_end_reg   <= {cs_end_reg[0], wr_end};
+            cs_end3_reg  <= cs_end_reg[1];
+            cs_end4_reg  <= cs_end3_reg;
+            cs_done_reg  <= cs_end4_reg;
         end
     end
 
@@ -227,6 +290,8 @@ module onic_net_tx_retx #(
     reg [BEATS_LOG2-1:0]  rd_last_reg;
     reg [63:0]            rd_keep_reg;
     reg                   q_valid_reg;  // the RAM's read register holds a beat
+    reg                   q_first_reg;  // ... the packet's header beat
+    reg [15:0]            rd_csum_reg;  // the packet's UDP checksum
     reg                   q_last_reg;
     reg [63:0]            q_keep_reg;
     wire [511:0]          q_data;       // the RAM's read register
@@ -251,8 +316,10 @@ module onic_net_tx_retx #(
             rd_seq_reg  <= next_reg;
             rd_last_reg <= meta_last[nx_slot];
             rd_keep_reg <= meta_keep[nx_slot];
+            rd_csum_reg <= meta_csum[nx_slot];
         end
         if (rd_issue) begin
+            q_first_reg <= rd_beat_reg == {BEATS_LOG2{1'b0}};
             q_last_reg <= rd_done;
             q_keep_reg <= rd_done ? rd_keep_reg : {64{1'b1}};
         end
@@ -283,7 +350,9 @@ module onic_net_tx_retx #(
         .clk(clk),
         .rst(rst),
         .clear(start),
-        .s_data({q_last_reg, q_keep_reg, q_data}),
+        .s_data({q_last_reg, q_keep_reg, q_data[511:8*42],
+                  q_first_reg ? rd_csum_reg[7:0] : q_data[8*41 +: 8],
+                  q_first_reg ? rd_csum_reg[15:8] : q_data[8*40 +: 8], q_data[8*40-1:0]}),
         .s_valid(q_valid_reg),
         .s_ready(fifo_s_ready),
         .m_data({m_axis_tlast, m_axis_tkeep, m_axis_tdata}),
@@ -376,6 +445,7 @@ module onic_net_tx_retx #(
             next_reg      <= 32'd0;
             sent_high_reg <= 32'd0;
             provided_reg  <= 32'd0;
+            written_reg   <= 32'd0;
             credit_reg    <= cfg_credit;
             limit_reg     <= 32'd0;
             sendable_reg  <= 1'b0;
@@ -392,7 +462,7 @@ module onic_net_tx_retx #(
         end else begin
             ev1_reg <= ev_take;
             ev2_reg <= ev1_reg;
-            chg1_reg <= send || fire || ev2_reg || wr_end;
+            chg1_reg <= send || fire || ev2_reg || cs_done;
             chg2_reg <= chg1_reg;
 
             /* registered comparisons */
@@ -400,10 +470,13 @@ module onic_net_tx_retx #(
             sendable_reg <= next_reg != provided_reg && inflight_count < limit_reg;
             inflight_reg <= next_reg != base_reg;
             low_reg      <= rd_busy_reg && rd_seq_reg < base_reg ? rd_seq_reg : base_reg;
-            room_reg     <= provided_reg - low_reg < SLOTS32;
+            room_reg     <= written_reg - low_reg < SLOTS32;
             timer_hit_reg <= timer_cnt_reg >= cfg_rto;
 
             if (wr_end) begin
+                written_reg <= written_reg + 1'b1;
+            end
+            if (cs_done) begin
                 provided_reg <= provided_reg + 1'b1;
             end
 
@@ -471,6 +544,7 @@ module onic_net_tx_retx #(
     assign stat_next       = next_reg;
     assign stat_sent_high  = sent_high_reg;
     assign stat_provided   = provided_reg;
+    assign stat_written    = written_reg;
     assign err_proto       = err_proto_reg;
     assign err_long        = err_long_reg;
     assign cnt_frames      = c_frames_reg;

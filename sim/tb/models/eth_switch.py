@@ -23,7 +23,10 @@ A frame's path::
   frame sequence meets the same faults as through `FaultLayer` with that seed (reorder depth 1,
   no delay fault, holds not expiring). A drop is a frame lost on the
   link; a flip inverts one bit anywhere (headers, payload or FCS), so the receiver's FCS check
-  fails (CRC-32 catches every single-bit error); a duplicate is queued twice (both copies flipped
+  fails (CRC-32 catches every single-bit error); with `flip_behind_fcs` the bit is one before the
+  FCS and the FCS is recomputed (damage in a switch's buffer memory, or past the receiving MAC's
+  check), so the frame reaches the card's parser and only the UDP checksum can catch it (as
+  `Faults.flip_behind_fcs`); a duplicate is queued twice (both copies flipped
   if the frame is); a reordered frame is held back until `reorder_depth` later frames to the same
   port have been queued, or `hold_s` passes (one held frame per port at a time).
 - Counters per port (`PortCounters`) and in total (`counters()`); they reconcile once the switch
@@ -43,6 +46,8 @@ import random
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+
+from hls.net.wire import flip_bit
 
 PREAMBLE_IFG_BYTES = 20  # 8 preamble + SFD, 12 inter-frame gap
 LINE_RATE_100G = 100e9
@@ -87,6 +92,7 @@ class PortFaults:
     bitflip: float = 0.0
     reorder_depth: int = 1  # a reordered frame goes out behind this many later frames
     hold_s: float = 2e-6  # ... or after this long, whichever comes first
+    flip_behind_fcs: bool = False  # the FCS recomputed over a flipped frame: no frame check sees it
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -98,6 +104,8 @@ class PortFaults:
             raise ValueError(f"faults.hold_s: {self.hold_s!r} must be in (0, 1] seconds")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"faults.seed: {self.seed!r} must be an integer")
+        if not isinstance(self.flip_behind_fcs, bool):
+            raise ValueError(f"faults.flip_behind_fcs: {self.flip_behind_fcs!r} must be true or false")
 
     @property
     def any(self) -> bool:
@@ -335,10 +343,8 @@ class SwitchCore:
             return
         flipped = r_flip < f.bitflip
         if flipped:
-            raw = bytearray(frame)
-            raw[bit // 8] ^= 1 << (bit % 8)
-            frame = bytes(raw)
-            self._log(t, "flip", port, frame, f"bit {bit}")
+            frame = flip_bit(frame, bit, behind_fcs=f.flip_behind_fcs)
+            self._log(t, "flip", port, frame, f"bit {bit}" + (" behind the FCS" if f.flip_behind_fcs else ""))
         copies = 2 if r_dup < f.duplicate else 1
         c.duplicated += copies - 1
         for _ in range(copies):

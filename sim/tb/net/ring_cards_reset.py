@@ -186,9 +186,10 @@ def reached(point: str, card: RtlCard, step: int, marks: tuple[int, int], writes
         adam_writes = {p: n for p, n in card.monitor.burst_counts().items()
                        if p.endswith("AW") and not p.startswith("gather0")}
         return not sent_ag and any(n > writes0.get(p, 0) for p, n in adam_writes.items())
-    if point == "ag":  # and a gathered chunk's write burst issued (its response held: owed at the reset)
+    if point == "ag":  # and a gathered chunk's write burst sent whole (its response held: owed at the reset)
         gather = card.monitor.burst_counts().get("gather0AW", 0) > writes0.get("gather0AW", 0)
-        return bool(sent_ag) and bool(got_ag) and gather
+        owed = any(p.b_wait for p in card.monitor.ports if p.name == "gather0" and p.has_aw)
+        return bool(sent_ag) and bool(got_ag) and gather and owed
     raise ValueError(point)
 
 

@@ -37,7 +37,8 @@ COMM = 0x1234
 LAST_HOP = 3  # cfg_last_hop: a LAST frame at this hop is its flow's final one (its ACK goes twice)
 COUNTERS = ("frames_in", "bytes_in", "frames_accepted") + tuple(
     f"dropped_{c}" for c in ("truncated", "fcs", "mac", "ethertype", "ip_header", "ip_checksum", "ip_address",
-                             "protocol", "port", "version", "opcode", "dtype", "comm", "step", "previous_step",
+                             "protocol", "port", "version", "opcode", "dtype", "udp_checksum", "comm", "step",
+                             "previous_step",
                              "duplicate", "gap", "overflow"))
 
 
@@ -180,7 +181,8 @@ def reply_frame(rng: random.Random, step: int) -> bytes:
 
 
 CORRUPTIONS = ("fcs", "mac", "ethertype", "ip_header", "ip_checksum", "ip_address", "protocol", "port", "udp_len",
-               "version", "opcode", "dtype", "length", "cut", "comm", "pad", "pad")
+               "version", "opcode", "dtype", "length", "cut", "comm", "pad", "pad", "payload", "header",
+               "udp_checksum")
 
 
 def corrupt(rng: random.Random, frame: bytes, how: str) -> tuple[bytes, bool]:
@@ -212,6 +214,12 @@ def corrupt(rng: random.Random, frame: bytes, how: str) -> tuple[bytes, bool]:
         f = f[: rng.randrange(1, len(f))]
     elif how == "pad":  # Ethernet padding after the IPv4 packet: not delivered, the frame is
         f += rng.randbytes(rng.randint(1, 130))
+    elif how == "payload":  # a flip behind the FCS (valid FCS, TUSER 0): only the UDP checksum sees it
+        f[rng.randrange(64, len(f))] ^= 1 << rng.randrange(8)
+    elif how == "header":  # ... in a ring header field no other check covers (step, sequence number, offset)
+        f[rng.randrange(50, 62)] ^= 1 << rng.randrange(8)
+    elif how == "udp_checksum":
+        f[40 + rng.randrange(2)] ^= 1 << rng.randrange(8)
     return bytes(f), False
 
 
@@ -280,6 +288,8 @@ async def test_random_traffic(dut: Any) -> None:
     got = tb.counters()
     assert got == tb.model.counters, f"counters {got} != model {tb.model.counters}"
     dut._log.info(f"{sent} frames, counters {got}")
+    if nframes >= 200:  # damage only the UDP checksum sees, in the payload, the header and the field itself
+        assert got["dropped_udp_checksum"] >= 3, got
 
 
 @cocotb.test()

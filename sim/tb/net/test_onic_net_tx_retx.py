@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 from typing import Any
 
 import cocotb
+import dpkt
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
@@ -27,6 +29,17 @@ from hls.net import reliability, wire
 RTO_OFF = 0xFFFFFFFF
 RTO_TEST = 24
 QUIET = 48  # clocks with TVALID low: the sender has nothing more to send
+
+
+def header_beat(frame: bytes) -> bytes:
+    """The frame's first beat as onic_net_tx_header emits it: its UDP checksum covers the header
+    alone (the pseudo-header and length fields as in the frame, no payload); the sender adds the
+    payload's sum."""
+    beat = bytearray(frame[:64])
+    beat[40:42] = b"\0\0"
+    pseudo = bytes(beat[26:34]) + b"\0\x11" + bytes(beat[38:40])
+    beat[40:42] = struct.pack("!H", dpkt.in_cksum(pseudo + bytes(beat[34:64])) or 0xFFFF)
+    return bytes(beat)
 
 
 def pause(rng: random.Random, p: float):  # noqa: ANN201 - a generator for cocotbext-axi
@@ -87,7 +100,7 @@ class TB:
             dut.s_hdr_valid.value = 0
 
     def provide(self, frame: bytes) -> None:
-        self.headers.append(frame[:64])
+        self.headers.append(header_beat(frame))
         self.src.send_nowait(AxiStreamFrame(frame[64:]))
 
     async def collect(self) -> None:

@@ -33,7 +33,9 @@ def test_header_layout_is_64_bytes_and_big_endian() -> None:
     assert len(frame) == 128 and frame[64:] == bytes(range(64))
     assert frame[42] == 0x11 and frame[43] == 0x41
     assert frame[44:64] == bytes.fromhex("1234 03 04 5678 01020304 0a0b0c0d 11121314 0040".replace(" ", ""))
-    assert frame[36:38] == b"\x4f\x4e" and frame[40:42] == b"\0\0"  # port 20302, UDP checksum 0
+    assert frame[36:38] == b"\x4f\x4e"  # port 20302
+    pseudo = src.ip_bytes + dst.ip_bytes + b"\0\x11" + frame[38:40]  # RFC 768's pseudo-header
+    assert frame[40:42] == struct.pack("!H", dpkt.in_cksum(pseudo + frame[34:40] + b"\0\0" + frame[42:]) or 0xFFFF)
     assert frame[20:22] == b"\x40\x00" and frame[22] == 64 and frame[23] == 17  # DF, TTL, UDP
 
 
@@ -54,7 +56,10 @@ def test_dpkt_reads_our_frames(payload_bytes: int) -> None:
         assert ip.len == 20 + 8 + 22 + n and ip.src == src.ip_bytes and ip.dst == dst.ip_bytes
         assert ip.sum == dpkt.in_cksum(bytes(frame[14:24]) + b"\0\0" + bytes(frame[26:34]))
         udp = ip.data
-        assert udp.dport == 0x4F4E and udp.sport == src.port and udp.ulen == 8 + 22 + n and udp.sum == 0
+        assert udp.dport == 0x4F4E and udp.sport == src.port and udp.ulen == 8 + 22 + n
+        checksum, udp.sum = udp.sum, 0
+        pseudo = src.ip_bytes + dst.ip_bytes + struct.pack("!BBH", 0, 17, udp.ulen)
+        assert checksum == (dpkt.in_cksum(pseudo + bytes(udp)) or 0xFFFF)  # RFC 768: 0 goes as 0xFFFF
         assert bytes(udp.data) == h.pack() + payload
         parsed = wire.parse_frame(frame, local=dst)
         assert isinstance(parsed, wire.Frame) and parsed.header == h and parsed.payload == payload
@@ -72,12 +77,10 @@ def test_dpkt_built_frames_parse() -> None:
         ip = dpkt.ip.IP(src=src.ip_bytes, dst=dst.ip_bytes, p=17, ttl=64, df=1, data=udp)
         ip.len = len(ip)
         raw = bytes(dpkt.ethernet.Ethernet(src=src.mac, dst=dst.mac, type=0x0800, data=ip))
-        udp_raw = bytearray(raw)
-        udp_raw[40:42] = b"\0\0"  # dpkt computes a UDP checksum; ours is 0 (the IPv4 checksum covers the header)
-        parsed = wire.parse_frame(bytes(udp_raw), local=dst)
+        parsed = wire.parse_frame(raw, local=dst)  # dpkt computes the UDP checksum, as we do
         assert isinstance(parsed, wire.Frame), parsed
         assert parsed.header == h and parsed.payload == payload and parsed.src_ip == src.ip
-        assert bytes(udp_raw) == wire.build_frame(src, dst, h, payload)  # the same bytes as ours
+        assert raw == wire.build_frame(src, dst, h, payload)  # the same bytes as ours
 
 
 def test_fcs_is_ethernet_crc32_little_endian() -> None:
@@ -117,6 +120,34 @@ def test_drop_reasons() -> None:
     assert wire.parse_frame(good[:50]) is Drop.TRUNCATED
     assert wire.parse_frame(good[:-1]) is Drop.TRUNCATED
     assert isinstance(wire.parse_frame(good + bytes(10)), wire.Frame)  # Ethernet padding is ignored
+    assert isinstance(wire.parse_frame(good + b"\xff" * 10), wire.Frame)  # ... and not summed
+
+
+def test_udp_checksum_catches_what_the_fcs_no_longer_sees() -> None:
+    """A frame damaged past a MAC's FCS check (the CMAC's receive CDC FIFO, a switch's buffer)
+    reaches the parser with a valid FCS: every single-bit error in the UDP datagram (our header or
+    the payload) is a UDP checksum drop. (A sum cannot see two 16-bit words swapped: it is no CRC.)"""
+    src, dst = wire.endpoint_for_rank(0), wire.endpoint_for_rank(1)
+    payload = bytes(range(256)) * 2
+    good = wire.build_frame(src, dst, Header(Opcode.AG, seq=7, length=len(payload)), payload)
+    for bit in range(8 * 42, 8 * len(good)):
+        bad = bytearray(good)
+        bad[bit // 8] ^= 1 << (bit % 8)
+        if 8 * 42 <= bit < 8 * 44 or 8 * 62 <= bit < 8 * 64:
+            continue  # version, opcode, dtype, length: those checks come first (test_drop_reasons)
+        assert wire.parse_frame(bytes(bad), local=dst) is Drop.UDP_CHECKSUM, bit
+    no_checksum = bytearray(good)
+    no_checksum[40:42] = b"\0\0"  # RFC 768's "none": ring frames always carry one
+    assert wire.parse_frame(bytes(no_checksum), local=dst) is Drop.UDP_CHECKSUM
+    # a computed zero goes as 0xFFFF: find a payload whose sum makes it so, by fixing one word
+    base = bytearray(good)
+    base[64:66] = b"\0\0"
+    base[40:42] = b"\0\0"
+    pseudo = src.ip_bytes + dst.ip_bytes + b"\0\x11" + base[38:40]
+    rest = dpkt.in_cksum(pseudo + bytes(base[34:]))  # the complement of the sum without word 32
+    base[64:66] = struct.pack("!H", rest)  # now the datagram sums to 0xFFFF: its checksum is 0
+    fixed = wire.build_frame(src, dst, Header(Opcode.AG, seq=7, length=len(payload)), bytes(base[64:]))
+    assert fixed[40:42] == b"\xff\xff" and isinstance(wire.parse_frame(fixed, local=dst), wire.Frame)
 
 
 def test_payload_bytes_and_goodput() -> None:

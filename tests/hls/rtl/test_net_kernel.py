@@ -183,11 +183,13 @@ def test_ring_faults() -> None:
 
 
 @pytest.mark.parametrize(("cases", "faults"), [
-    pytest.param("4:2", {"ONIC_DROP": "0.01", "ONIC_DUP": "0.01", "ONIC_REORDER": "0.01", "ONIC_BITFLIP": "0.01"},
-                 id="n4-all-faults"),
+    pytest.param("4:2", {"ONIC_DROP": "0.01", "ONIC_DUP": "0.01", "ONIC_REORDER": "0.01", "ONIC_BITFLIP": "0.03",
+                         "ONIC_FLIP_BEHIND_FCS": "1"}, id="n4-all-faults"),
 ])
 def test_ring_switch(cases: str, faults: dict[str, str]) -> None:
-    """Through the seeded faulty switch of sim/tb/models (drop, duplicate, reorder, bit flips)."""
+    """Through the seeded faulty switch of sim/tb/models (drop, duplicate, reorder, bit flips). The
+    flips pass the FCS, as a real CMAC integration lets them: the UDP checksum catches them (the
+    sweep under --full flips where the FCS sees it)."""
     run("fp32", cases, 61, testcase="test_ring_switch", extra=faults, tag="-switch")
 
 

@@ -31,7 +31,7 @@ NET_TB = TB_DIR / "net"
 SOURCES = read_filelist(NET_RTL / "net_tx.f")
 # each unit's bench builds only its own files, so an edit to one module rebuilds one model
 UNIT_FILES = {"onic_net_tx_header": ("onic_net_tx_header.v",),
-              "onic_net_tx_retx": ("onic_fifo.v", "onic_net_tx_retx.v"),
+              "onic_net_tx_retx": ("onic_fifo.v", "onic_net_csum_beat.v", "onic_net_tx_retx.v"),
               "onic_net_tx_arb": ("onic_fifo.v", "onic_net_tx_arb.v")}
 
 
