@@ -125,9 +125,9 @@ def run(dtypes: str, cases: str, seed: int, *, steps: int = 1, extra: dict[str, 
 
 
 def test_card_ring_fp32() -> None:
-    """fp32: a first, a middle and a last position of N = 2, 3, 4, one step each (every position,
+    """fp32: the last position of N = 2 and a middle one of N = 4, one step each (every position,
     two steps each, in test_card_ring_fp32_two_steps under --full)."""
-    run("fp32", "2:1,3:0,4:2", 3)
+    run("fp32", "2:1,4:2", 3)
 
 
 def test_card_ring_faults() -> None:
@@ -156,6 +156,7 @@ def test_card_two_phase() -> None:
     run("fp32", "3:1", 14, steps=3, tag="-two-phase", extra={"ONIC_TWO_PHASE": "clip,skip,noclip"})
 
 
+@pytest.mark.slow  # 56 s: make test budget (the network kernel's own Icarus run, test_net_kernel::test_icarus, stays)
 def test_card_icarus() -> None:
     """The card top on Icarus with every check of the Verilator runs (N = 3, rank 1): a one-phase
     step, then two-phase steps clip, skip (phase 3), no clip, m and v carried in card memory.

@@ -133,6 +133,7 @@ def same_on_both(extra: dict[str, str], seed: int, tag: str) -> list[dict[str, A
     return icarus
 
 
+@pytest.mark.slow  # 221 s in the fresh-clone run of session 12 (a 3-card Icarus build and run): make test budget
 def test_ring_cards_icarus() -> None:
     """The N-card top on Icarus: three onic_cards, one lossless one-phase step, bit-exact (p, m, v, out
     and gathered buffers, STATUS, exact counters), the same clocks and counters as on Verilator."""
@@ -225,11 +226,12 @@ def test_ring_cards_ag_deadlock() -> None:
 def test_ring_cards_rounds() -> None:
     """Round-major order (design.md 8.2) cures the deadlock above: three onic_cards, the same 400-element
     chunks of 64-byte packets (25 per hop, one more than a flow's 16 transmit plus 8 receive slots),
-    segments of 4 packets (2 x 4 < 24), two-phase steps whose clip triggers, which a non-finite
-    gradient skips (the Adam kernels not started, phase 3 gathers the current parameters) and whose
-    clip does not trigger: bit-exact, lossless counters exact."""
-    run(3, 18, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_SEGMENT": "4", "ONIC_STEPS": "3",
-                      "ONIC_TWO_PHASE": "clip,skip,noclip"}, tag="-rounds")
+    segments of 4 packets (2 x 4 < 24), a two-phase step whose clip triggers and one which a
+    non-finite gradient skips (the Adam kernels not started, phase 3 gathers the current
+    parameters): bit-exact, lossless counters exact (a clip that does not trigger: the faults test
+    under --full)."""
+    run(3, 18, extra={"ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "400", "ONIC_SEGMENT": "4", "ONIC_STEPS": "2",
+                      "ONIC_TWO_PHASE": "clip,skip"}, tag="-rounds")
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ def run(wire: str, worlds: str, seed: int, tag: str) -> None:
     assert ran == 1 and failed == 0, f"onic_net_twophase ({tag}): see {xml}"
 
 
+@pytest.mark.slow  # 56 s: make test budget; the blocks run by default inside the network kernel and the card
 def test_twophase() -> None:
     run("fp32", "2,3", 11, "default")
 
