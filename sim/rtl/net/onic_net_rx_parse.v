@@ -283,7 +283,7 @@ module onic_net_rx_parse #(
     /* verilator lint_on PINCONNECTEMPTY */
 
     /* ... stage 5: the frame's sum so far (bytes past the IPv4 length count zero, so at most
-       1,025 beats of 32 x 0xFFFF count: under 2^31), then the flag: folded once
+       32,762 words of 0xFFFF and the pseudo-header's 0x1FFFF count: under 2^31), then the flag: folded once
        (tot[15:0] + tot[30:16] < 2 x 0xFFFF), a valid datagram's sum is 0xFFFF exactly; never 0,
        since the first beat's protocol word is not */
     reg [30:0] utot5_reg;
