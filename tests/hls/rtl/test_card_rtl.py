@@ -124,6 +124,7 @@ def run(dtypes: str, cases: str, seed: int, *, steps: int = 1, extra: dict[str, 
     assert ran == 1 and failed == 0, f"onic_card ({dtypes}{tag}, {simulator}): see {xml}"
 
 
+@pytest.mark.slow  # 81 s: make test budget (the card's ring runs by default in test_card_ring_faults)
 def test_card_ring_fp32() -> None:
     """fp32: the last position of N = 2 and a middle one of N = 4, one step each (every position,
     two steps each, in test_card_ring_fp32_two_steps under --full)."""

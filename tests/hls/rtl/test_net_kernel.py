@@ -111,6 +111,7 @@ def run(dtypes: str, cases: str, seed: int, testcase: str = "test_ring",
     assert ran == 1 and failed == 0, f"onic_net_kernel ({dtypes}{tag}, {simulator}, {testcase}): see {xml}"
 
 
+@pytest.mark.slow  # 50 s: make test budget (the receive and transmit units run on Icarus by default)
 def test_icarus() -> None:
     """The whole network kernel top on Icarus, every check of the Verilator runs: ring steps at N = 2
     rank 0 and N = 3 rank 1; two-phase steps alternating between those two positions, so each of

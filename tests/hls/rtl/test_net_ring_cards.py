@@ -149,7 +149,8 @@ def test_ring_cards_icarus_steps() -> None:
     assert len(steps) == 4
 
 
-def test_ring_cards_reset() -> None:
+@pytest.mark.slow  # 226 s with the 3-card build (session 12's fresh-clone run): make test budget; a card's reset
+def test_ring_cards_reset() -> None:  # mid-step stays default (test_net_reset), N RTL cards through rtlsim
     """Three onic_cards: a lossless step, then card 1 reset during the reduce-scatter and card 2
     during the all-gather while the others run, every other card's host aborting with its own reset,
     every shard restored from its host's copy, the step restarted as the next step number: bit-exact,
@@ -223,6 +224,7 @@ def test_ring_cards_ag_deadlock() -> None:
                       "ONIC_ALLOW_DEADLOCK": "1"}, tag="-agdeadlock")
 
 
+@pytest.mark.slow  # 142 s: make test budget (round-major on one RTL card stays default: test_two_phase_rounds)
 def test_ring_cards_rounds() -> None:
     """Round-major order (design.md 8.2) cures the deadlock above: three onic_cards, the same 400-element
     chunks of 64-byte packets (25 per hop, one more than a flow's 16 transmit plus 8 receive slots),

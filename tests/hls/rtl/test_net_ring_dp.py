@@ -171,8 +171,9 @@ def test_ring_dp_stripes_sweep(stripes: int, dtypes: str) -> None:
 
 
 @pytest.mark.parametrize("dtypes", [
-    pytest.param("fp32", id="fp32"),
-    pytest.param("bf16", marks=pytest.mark.slow, id="bf16"),  # by default on Icarus below
+    # both --full (make test budget): by default the two-stripe run on Verilator, bf16 on Icarus
+    pytest.param("fp32", marks=pytest.mark.slow, id="fp32"),
+    pytest.param("bf16", marks=pytest.mark.slow, id="bf16"),
 ])
 def test_ring_dp(dtypes: str) -> None:
     """N = 2, 3, 4 at every rank, hop-major and round-major order (segments of 1 to 3 packets):
