@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import os
 import random
-import struct
 from typing import Any
 
 import cocotb
-import dpkt
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
@@ -33,13 +31,11 @@ QUIET = 48  # clocks with TVALID low: the sender has nothing more to send
 
 def header_beat(frame: bytes) -> bytes:
     """The frame's first beat as onic_net_tx_header emits it: its UDP checksum covers the header
-    alone (the pseudo-header and length fields as in the frame, no payload); the sender adds the
-    payload's sum."""
-    beat = bytearray(frame[:64])
-    beat[40:42] = b"\0\0"
-    pseudo = bytes(beat[26:34]) + b"\0\x11" + bytes(beat[38:40])
-    beat[40:42] = struct.pack("!H", dpkt.in_cksum(pseudo + bytes(beat[34:64])) or 0xFFFF)
-    return bytes(beat)
+    alone, which is the frame's with a zero payload (the sender adds the payload's sum)."""
+    p = wire.parse_frame(frame)
+    assert isinstance(p, wire.Frame), p
+    src, dst = wire.Endpoint(p.src_mac, p.src_ip, p.src_port), wire.Endpoint(p.dst_mac, p.dst_ip, p.dst_port)
+    return wire.build_frame(src, dst, p.header, bytes(len(p.payload)))[:64]
 
 
 def pause(rng: random.Random, p: float):  # noqa: ANN201 - a generator for cocotbext-axi
