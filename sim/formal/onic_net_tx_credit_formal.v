@@ -14,8 +14,8 @@
  * cfg_window 2, no timeout within the depth (cfg_rto >= 64), one payload beat per packet;
  * credits (cfg_credit, each ACK/NAK's) below 4: the RTL uses a credit only as
  * min(cfg_window, credit), so 0 .. 3 stand for every value (below, at and above the window);
- * ACK/NAK sequence numbers below 16: compared only with base, next and the highest sent, all
- * below 8 within the depth.
+ * ACK/NAK sequence numbers below 16: compared only with base, next and the highest sent, and
+ * within the proof's 24 steps at most 12 frames leave (a frame is two beats on the output).
  *
  * From the ports alone, a shadow takes each ACK/NAK at its handshake and applies it as the
  * protocol says (ignored if of another step, below the last ACK or beyond the highest packet
