@@ -11,9 +11,16 @@
  * end-around carry is left to the consumer, which accumulates a frame's beats and folds once:
  * a sum of 16-bit words is congruent to its folded value modulo 0xFFFF.
  * Two register stages, a beat per clock, no back-pressure: stage 1 masks the words and adds them
- * in eight groups of four (s_extra joins group 0), stage 2 adds the eight groups; m_sum and
- * m_valid are registers. Used by the receive parser (onic_net_rx_parse) and each flow's
- * retransmit buffer (onic_net_tx_retx).
+ * in pairs (one adder level: the retransmit buffer's payload source mux lies in front of it in
+ * the kernel top), and registers s_extra; stage 2 adds the sixteen pairs and s_extra in a tree
+ * of two-input sums, each part only if its enable (s_sum_data, s_sum_extra) was high with the
+ * beat: the enables are applied a stage late so that a user's handshake (valid, ready, a slot
+ * check) is not in front of stage 1's adders either. In the kernel top (yosys 0.23) the paths
+ * into stage 1 were 8 LUT levels with four words a group and the enables there, 7 with the
+ * enables moved; now stage 2 is the top's longest path, 7 LUT levels (goal 6): yosys merges
+ * the tree into one multi-operand sum of full-adder LUTs (sim/rtl/net/README.md, Packaging).
+ * m_sum and m_valid are registers. Used by the receive parser (onic_net_rx_parse) and each
+ * flow's retransmit buffer (onic_net_tx_retx).
  */
 module onic_net_csum_beat (
     input  wire          clk,
@@ -22,6 +29,8 @@ module onic_net_csum_beat (
     input  wire [511:0]  s_data,     // frame byte i of the beat at [8i +: 8]
     input  wire [63:0]   s_keep,     // bytes summed (1) or taken as zero (0)
     input  wire [16:0]   s_extra,    // added to the beat's sum (pseudo-header words)
+    input  wire          s_sum_data, // the beat's kept words count (else the beat adds 0)
+    input  wire          s_sum_extra,// s_extra counts (else it adds 0)
     input  wire          s_valid,
 
     output wire [21:0]   m_sum,      // 32 x 0xFFFF + 0x1FFFF at most
@@ -38,20 +47,51 @@ module onic_net_csum_beat (
         end
     endfunction
 
-    reg [18:0] g_reg [0:7];   // stage 1: four words each (group 0 also s_extra)
+    reg [16:0] g_reg [0:15];  // stage 1: two words each
+    reg [16:0] x_reg;
+    reg        sd_reg, sx_reg;   // the enables, applied at stage 2
     reg        v1_reg;
     reg [21:0] sum_reg;       // stage 2
     reg        v2_reg;
 
+    // stage 2's terms: the pairs and the extra word, each zero when not enabled
+    wire [21:0] t [0:16];
+    genvar i;
+    generate
+        for (i = 0; i < 16; i = i + 1) begin : g_term
+            assign t[i] = {5'd0, g_reg[i] & {17{sd_reg}}};
+        end
+    endgenerate
+    assign t[16] = {5'd0, x_reg & {17{sx_reg}}};
+
+    // the pairs of pairs (l1), three levels of their tree, then the extra word; `keep` holds the
+    // first level as two-input adders in yosys, which still merges the levels after it
+    (* keep *) wire [21:0] l1 [0:7];
+    (* keep *) wire [21:0] l2 [0:3];
+    (* keep *) wire [21:0] l3 [0:1];
+    (* keep *) wire [21:0] l4;
+    generate
+        for (i = 0; i < 8; i = i + 1) begin : g_l1
+            assign l1[i] = t[2*i] + t[2*i + 1];
+        end
+        for (i = 0; i < 4; i = i + 1) begin : g_l2
+            assign l2[i] = l1[2*i] + l1[2*i + 1];
+        end
+        for (i = 0; i < 2; i = i + 1) begin : g_l3
+            assign l3[i] = l2[2*i] + l2[2*i + 1];
+        end
+    endgenerate
+    assign l4 = l3[0] + l3[1];
+
     integer g;
     always @(posedge clk) begin
-        for (g = 0; g < 8; g = g + 1) begin
-            g_reg[g] <= {3'd0, word(s_data, s_keep, 4*g)} + {3'd0, word(s_data, s_keep, 4*g + 1)}
-                      + {3'd0, word(s_data, s_keep, 4*g + 2)} + {3'd0, word(s_data, s_keep, 4*g + 3)}
-                      + (g == 0 ? {2'd0, s_extra} : 19'd0);
+        for (g = 0; g < 16; g = g + 1) begin
+            g_reg[g] <= {1'b0, word(s_data, s_keep, 2*g)} + {1'b0, word(s_data, s_keep, 2*g + 1)};
         end
-        sum_reg <= (({3'd0, g_reg[0]} + {3'd0, g_reg[1]}) + ({3'd0, g_reg[2]} + {3'd0, g_reg[3]}))
-                 + (({3'd0, g_reg[4]} + {3'd0, g_reg[5]}) + ({3'd0, g_reg[6]} + {3'd0, g_reg[7]}));
+        x_reg   <= s_extra;
+        sd_reg  <= s_sum_data;
+        sx_reg  <= s_sum_extra;
+        sum_reg <= l4 + t[16];
         v1_reg  <= !rst && s_valid;
         v2_reg  <= !rst && v1_reg;
     end

@@ -277,7 +277,8 @@ module onic_net_rx_parse #(
     /* verilator lint_off PINCONNECTEMPTY */
     onic_net_csum_beat ucsum (
         .clk(clk), .rst(rst),
-        .s_data(d2_reg), .s_keep(tk2_reg), .s_extra(x2_reg), .s_valid(v2_reg),
+        .s_data(d2_reg), .s_keep(tk2_reg), .s_extra(x2_reg), .s_sum_data(1'b1), .s_sum_extra(1'b1),
+        .s_valid(v2_reg),
         .m_sum(us4), .m_valid()
     );
     /* verilator lint_on PINCONNECTEMPTY */

@@ -199,9 +199,9 @@ module onic_net_tx_retx #(
     /* verilator lint_off PINCONNECTEMPTY */
     onic_net_csum_beat csum_beat (
         .clk(clk), .rst(rst),
-        .s_data(s_axis_tdata),
-        .s_keep(pay_fire && wr_fits ? s_axis_tkeep : 64'd0),
-        .s_extra(hdr_fire ? {1'b0, ~s_hdr_data[8*40 +: 8], ~s_hdr_data[8*41 +: 8]} : 17'd0),
+        .s_data(s_axis_tdata), .s_keep(s_axis_tkeep),
+        .s_extra({1'b0, ~s_hdr_data[8*40 +: 8], ~s_hdr_data[8*41 +: 8]}),
+        .s_sum_data(pay_fire && wr_fits), .s_sum_extra(hdr_fire),
         .s_valid(1'b1),
         .m_sum(cs_sum), .m_valid()
     );
