@@ -67,11 +67,17 @@ def _sby(tmp_path: Path, sby: str, *tasks: str,
 SBYS = sorted(p.name for p in FORMAL.glob("*.sby"))
 
 
+def _assert_passes(proc: subprocess.CompletedProcess) -> str:
+    """sby ended in PASS with no task failing; returns the output's tail for further messages."""
+    out = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0 and "DONE (PASS" in proc.stdout and "FAIL" not in proc.stdout, out
+    return out
+
+
 @pytest.mark.parametrize("sby", SBYS)
 def test_formal_prove(sby: str, tmp_path: Path) -> None:
     proc = _sby(tmp_path, sby, "prove")
-    out = proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert proc.returncode == 0 and "DONE (PASS" in proc.stdout and "FAIL" not in proc.stdout, out
+    out = _assert_passes(proc)
     depth = re.search(r"^prove: depth (\d+)$", (FORMAL / sby).read_text(), re.M)
     assert depth and f"No output asserted in {depth.group(1)} frames" in proc.stdout, out
 
@@ -80,8 +86,7 @@ def test_formal_prove(sby: str, tmp_path: Path) -> None:
                                  for name in SBYS])
 def test_formal_cover(sby: str, tmp_path: Path) -> None:
     proc = _sby(tmp_path, sby, "cover")
-    out = proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert proc.returncode == 0 and "DONE (PASS" in proc.stdout and "FAIL" not in proc.stdout, out
+    out = _assert_passes(proc)
     # sby's summary lists at most five covers: count the engine's reports, one per cover reached
     covers = len(set(re.findall(r"Reached cover statement in step \d+ at .*\((\S+)\)", proc.stdout)))
     expected = (FORMAL / sby.replace(".sby", "_formal.v")).read_text().count("cover(")
