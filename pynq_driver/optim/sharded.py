@@ -74,6 +74,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
+import faulthandler
 import functools
 import math
 import os
@@ -774,7 +775,9 @@ def _rank_main(rank: int, fn: Callable[..., None], *args: Any) -> None:
     called without an active exception" (the message of a rank that aborted once in CI, under load,
     after its work was done). fn's results are written and its collectives complete when it
     returns; only the finalization is skipped. An exception still goes to torch's handler (its
-    traceback to the parent)."""
+    traceback to the parent). A native crash (a signal: SIGABRT, SIGSEGV) prints every thread's Python
+    stack to stderr first (faulthandler), which the parent's test log keeps."""
+    faulthandler.enable(all_threads=True)
     fn(rank, *args)
     sys.stdout.flush()
     sys.stderr.flush()

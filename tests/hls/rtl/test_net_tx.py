@@ -98,7 +98,7 @@ def test_arb(simulator: str) -> None:
     """A 256-beat FIFO (two jumbo frames) so the FIFO fills and empties often; an ACK/NAK waits
     behind at most one data frame. Its receives are time-limited: a stall fails, it cannot hang."""
     params = {"FIFO_LOG2": 8, "MAX_FRAME_BEATS": 129}
-    run("onic_net_tx_arb", simulator, params, {"ONIC_SEED": "9", "ONIC_FRAMES": "40", "ONIC_MAX_BEATS": "129"},
+    run("onic_net_tx_arb", simulator, params, {"ONIC_SEED": "9", "ONIC_FRAMES": "24", "ONIC_MAX_BEATS": "129"},
         "f8")
 
 

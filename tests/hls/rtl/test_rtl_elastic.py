@@ -43,7 +43,7 @@ def test_core_backpressure_bit_exact(lanes: int) -> None:
         sources=sources, toplevel=CORE_MODULE, test_module="test_onic_adam_core", test_dir=rtlsim.KERNEL_TB,
         build_dir=BUILD_DIR / "sim" / "kernel" / f"adam_core-{lanes}-{simulator}", simulator=simulator,
         parameters={"LANES": lanes, "ADAMW": 1, "GRAD_FMT": 0, "OUT_BF16": 0},
-        extra_env={"LANES": str(lanes), "ONIC_SEED": "7", "ONIC_VECTORS": "1200"},
+        extra_env={"LANES": str(lanes), "ONIC_SEED": "7", "ONIC_VECTORS": "600"},
     )
     ran, failed = simulators.check_results(xml)
     assert ran == 1 and failed == 0, f"onic_adam_core LANES={lanes} under back-pressure: see {xml}"

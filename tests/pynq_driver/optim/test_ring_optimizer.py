@@ -253,7 +253,8 @@ def _same_bits(results: list[dict]) -> bool:
     return all(torch.equal(first, r["params"].view(torch.int32)) for r in results)
 
 
-@pytest.mark.parametrize("nproc", [2, 3, 4])
+# 4 ranks on 2 cores: 33 s (CI, 2026-12-04), under --full for the make test budget; 2 and 3 (even, odd) stay
+@pytest.mark.parametrize("nproc", [2, 3, pytest.param(4, marks=pytest.mark.slow)])
 def test_torchrun_example_matches_ddp(nproc, tmp_path):
     code, logs, seconds = _torchrun(tmp_path, "run", nproc, "--steps", "12", "--compare", "--out", "run")
     assert code == 0, [_log(logs, r, "stderr")[-2000:] for r in range(nproc)]
