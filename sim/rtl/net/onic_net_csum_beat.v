@@ -10,15 +10,18 @@
  * counted as zero, plus `s_extra`: the UDP checksum's per-beat part (RFC 768, RFC 1071). The
  * end-around carry is left to the consumer, which accumulates a frame's beats and folds once:
  * a sum of 16-bit words is congruent to its folded value modulo 0xFFFF.
- * Two register stages, a beat per clock, no back-pressure: stage 1 masks the words and adds them
- * in pairs (one adder level: the retransmit buffer's payload source mux lies in front of it in
- * the kernel top), and registers s_extra; stage 2 adds the sixteen pairs and s_extra in a tree
- * of two-input sums, each part only if its enable (s_sum_data, s_sum_extra) was high with the
- * beat: the enables are applied a stage late so that a user's handshake (valid, ready, a slot
- * check) is not in front of stage 1's adders either. In the kernel top (yosys 0.23) the paths
- * into stage 1 were 8 LUT levels with four words a group and the enables there, 7 with the
- * enables moved; now stage 2 is the top's longest path, 7 LUT levels (goal 6): yosys merges
- * the tree into one multi-operand sum of full-adder LUTs (sim/rtl/net/README.md, Packaging).
+ * Three register stages, a beat per clock, no back-pressure:
+ * - stage 1 masks the words and adds them in pairs (one adder level: the retransmit buffer's
+ *   payload source mux lies in front of it in the kernel top), and registers s_extra;
+ * - stage 2 applies the enables (s_sum_data, s_sum_extra: a stage late, so that a user's
+ *   handshake, valid, ready, a slot check, is not in front of stage 1's adders either) and adds
+ *   the sixteen pairs in two levels of two-input sums, to four;
+ * - stage 3 adds the four and the extra word.
+ * Why three: with the sixteen pairs and the extra word summed in one stage, yosys (0.23) merges
+ * the tree into one multi-operand sum of full-adder LUTs, 7 LUT levels in the kernel top (goal
+ * 6; sim/rtl/net/README.md, Packaging). `keep` on the first level's wires holds it as two-input
+ * adders (yosys honours it on that level only), so stage 2 is two adder levels; stage 3's five
+ * operands are at most four levels as one merged sum.
  * m_sum and m_valid are registers. Used by the receive parser (onic_net_rx_parse) and each
  * flow's retransmit buffer (onic_net_tx_retx).
  */
@@ -51,25 +54,24 @@ module onic_net_csum_beat (
     reg [16:0] x_reg;
     reg        sd_reg, sx_reg;   // the enables, applied at stage 2
     reg        v1_reg;
-    reg [21:0] sum_reg;       // stage 2
+    reg [18:0] q_reg [0:3];   // stage 2: eight words each
+    reg [16:0] x2_reg;        // s_extra, or 0 when not enabled
     reg        v2_reg;
+    reg [21:0] sum_reg;       // stage 3
+    reg        v3_reg;
 
-    // stage 2's terms: the pairs and the extra word, each zero when not enabled
-    wire [21:0] t [0:16];
+    // stage 2's terms: the pairs, each zero when not enabled
+    wire [18:0] t [0:15];
     genvar i;
     generate
         for (i = 0; i < 16; i = i + 1) begin : g_term
-            assign t[i] = {5'd0, g_reg[i] & {17{sd_reg}}};
+            assign t[i] = {2'd0, g_reg[i] & {17{sd_reg}}};
         end
     endgenerate
-    assign t[16] = {5'd0, x_reg & {17{sx_reg}}};
 
-    // the pairs of pairs (l1), three levels of their tree, then the extra word; `keep` holds the
-    // first level as two-input adders in yosys, which still merges the levels after it
-    (* keep *) wire [21:0] l1 [0:7];
-    (* keep *) wire [21:0] l2 [0:3];
-    (* keep *) wire [21:0] l3 [0:1];
-    (* keep *) wire [21:0] l4;
+    // the pairs of pairs (l1, `keep`: two-input adders in yosys), then their pairs (l2)
+    (* keep *) wire [18:0] l1 [0:7];
+    wire [18:0] l2 [0:3];
     generate
         for (i = 0; i < 8; i = i + 1) begin : g_l1
             assign l1[i] = t[2*i] + t[2*i + 1];
@@ -77,11 +79,7 @@ module onic_net_csum_beat (
         for (i = 0; i < 4; i = i + 1) begin : g_l2
             assign l2[i] = l1[2*i] + l1[2*i + 1];
         end
-        for (i = 0; i < 2; i = i + 1) begin : g_l3
-            assign l3[i] = l2[2*i] + l2[2*i + 1];
-        end
     endgenerate
-    assign l4 = l3[0] + l3[1];
 
     integer g;
     always @(posedge clk) begin
@@ -91,13 +89,18 @@ module onic_net_csum_beat (
         x_reg   <= s_extra;
         sd_reg  <= s_sum_data;
         sx_reg  <= s_sum_extra;
-        sum_reg <= l4 + t[16];
+        for (g = 0; g < 4; g = g + 1) begin
+            q_reg[g] <= l2[g];
+        end
+        x2_reg  <= x_reg & {17{sx_reg}};
+        sum_reg <= {3'd0, q_reg[0]} + {3'd0, q_reg[1]} + {3'd0, q_reg[2]} + {3'd0, q_reg[3]} + {5'd0, x2_reg};
         v1_reg  <= !rst && s_valid;
         v2_reg  <= !rst && v1_reg;
+        v3_reg  <= !rst && v2_reg;
     end
 
     assign m_sum   = sum_reg;
-    assign m_valid = v2_reg;
+    assign m_valid = v3_reg;
 
 endmodule
 

@@ -23,8 +23,9 @@
  * UDP checksum (RFC 768, the codec's last check): every beat's bytes within the IPv4 packet
  * (TKEEP trimmed at stage 2 to the end the first beat's IPv4 length gives; on the first beat
  * bytes 26..63: the addresses, the UDP header and ours) are summed in onic_net_csum_beat
- * (stages 3, 4) with the pseudo-header's other words (protocol 17, the UDP length again), the
- * frame's running sum is kept at stage 5, and m_bad_udp_csum, a register, says one clock after
+ * (stages 3 to 5) with the pseudo-header's other words (protocol 17, the UDP length again); the
+ * frame's running sum with stage 5's beat is registered, and m_bad_udp_csum, a register beside
+ * it (the sum, its fold and the compare in one clock), says one clock after
  * the frame's last beat left m_* (beside onic_net_rx_seq's stage W) whether the whole sum folds
  * to anything but 0xFFFF. Meaningful only for a frame that passed the other checks.
  */
@@ -116,6 +117,10 @@ module onic_net_rx_parse #(
     reg [10:0]   bcnt_reg = 11'd0;   // beats of the frame in progress so far (saturating)
     /* verilator lint_on PROCASSINIT */
     reg [10:0]   bn1_reg;            // the number of the beat in stage 1 (1: the first)
+    // 14 + the beat's bytes 16-17 (a first beat's IPv4 total length): the frame bytes the IPv4
+    // length says, added here so that stage 2's checksum keep masks start from a register (yosys
+    // mapped the add and the masks' compares behind it to 7 LUT levels in the kernel top)
+    reg [16:0]   ie1_reg;
 
     always @(posedge clk) begin
         d1_reg <= s_axis_tdata;
@@ -124,6 +129,7 @@ module onic_net_rx_parse #(
         u1_reg <= s_axis_tuser;
         f1_reg <= !in_frame_reg;
         bn1_reg <= bcnt_reg + 11'd1;
+        ie1_reg <= {1'b0, s_axis_tdata[8*16 +: 8], s_axis_tdata[8*17 +: 8]} + 17'd14;
         if (s_axis_tvalid) begin
             in_frame_reg <= !s_axis_tlast;
             if (s_axis_tlast) begin
@@ -146,7 +152,7 @@ module onic_net_rx_parse #(
     wire        dtype_hi = d1_reg[8*43 + 7];        // dtype codes 2, 3 are not defined
     wire [15:0] ip_len_m20 = ip_len - 16'd20;
     wire [15:0] ip_len_m50 = ip_len - 16'd50;
-    wire [16:0] ip_end  = {1'b0, ip_len} + 17'd14;   // frame bytes the IPv4 length says
+    wire [16:0] ip_end  = ie1_reg;                   // frame bytes the IPv4 length says
 
     wire [NCHK-1:0] chk2 = {
         be16(d1_reg, 44) != local_comm,                                  // 13 comm
@@ -272,31 +278,16 @@ module onic_net_rx_parse #(
         v4_reg   <= rst ? 1'b0 : v3_reg;
     end
 
-    /* UDP checksum, stages 3 and 4: the beat's word sum */
-    wire [21:0] us4;
+    /* UDP checksum, stages 3 to 5: the beat's word sum */
+    wire [21:0] us5;
     /* verilator lint_off PINCONNECTEMPTY */
     onic_net_csum_beat ucsum (
         .clk(clk), .rst(rst),
         .s_data(d2_reg), .s_keep(tk2_reg), .s_extra(x2_reg), .s_sum_data(1'b1), .s_sum_extra(1'b1),
         .s_valid(v2_reg),
-        .m_sum(us4), .m_valid()
+        .m_sum(us5), .m_valid()
     );
     /* verilator lint_on PINCONNECTEMPTY */
-
-    /* ... stage 5: the frame's sum so far (bytes past the IPv4 length count zero, so at most
-       32,762 words of 0xFFFF and the pseudo-header's 0x1FFFF count: under 2^31), then the flag: folded once
-       (tot[15:0] + tot[30:16] < 2 x 0xFFFF), a valid datagram's sum is 0xFFFF exactly; never 0,
-       since the first beat's protocol word is not */
-    reg [30:0] utot5_reg;
-    reg        ubad_reg;
-    wire [16:0] ufold = {1'b0, utot5_reg[15:0]} + {2'b0, utot5_reg[30:16]};
-
-    always @(posedge clk) begin
-        if (v4_reg) begin
-            utot5_reg <= (f4_reg ? 31'd0 : utot5_reg) + {9'd0, us4};
-        end
-        ubad_reg <= ufold != 17'h0FFFF;
-    end
 
     /* stage 5: the checksum verdict (the sum is k x 0xFFFF, k = 1 .. 10) */
     reg        csum_ok;
@@ -344,6 +335,21 @@ module onic_net_rx_parse #(
             eb5_reg            <= eb5_reg;
             ek5_reg            <= ek5_reg;
         end
+    end
+
+    /* ... beside stage 5 (the beat at m_*): the frame's sum with it (bytes past the IPv4 length count
+       zero, so at most 32,762 words of 0xFFFF and the pseudo-header's 0x1FFFF count: under 2^31),
+       registered, and its flag, in the same clock: folded once (tot[15:0] + tot[30:16] < 2 x
+       0xFFFF), a valid datagram's sum is 0xFFFF exactly; never 0, since the first beat's protocol
+       word is not */
+    reg [30:0]  utot_reg;
+    reg         ubad_reg;
+    wire [30:0] utot = v5_reg ? (f5_reg ? 31'd0 : utot_reg) + {9'd0, us5} : utot_reg;
+    wire [16:0] ufold = {1'b0, utot[15:0]} + {2'b0, utot[30:16]};
+
+    always @(posedge clk) begin
+        utot_reg <= utot;
+        ubad_reg <= ufold != 17'h0FFFF;
     end
 
     assign m_data            = d5_reg;

@@ -207,43 +207,40 @@ module onic_net_tx_retx #(
     );
     /* verilator lint_on PINCONNECTEMPTY */
 
-    // beside the adder tree's two stages: a term's packet start / end and slot; then the sum
-    // (stage 3, a packet of 2^9 beats at most: under 2^30), folded once (4), the table (5)
-    reg [1:0]            cs_first_reg, cs_end_reg;
-    reg [2*SLOTS_LOG2-1:0] cs_slot_reg;
+    // beside the adder tree's three stages: a term's packet start / end and slot; then the sum
+    // (clock 4 after the beat, a packet of 2^9 beats at most: under 2^30), folded and written to the
+    // table (5): a packet stays sendable 5 clocks after its last beat, as with a two-stage tree
+    reg [2:0]            cs_first_reg, cs_end_reg;
+    reg [3*SLOTS_LOG2-1:0] cs_slot_reg;
     reg [29:0]           cs_acc_reg;
-    reg                  cs_end3_reg, cs_end4_reg, cs_done_reg;
-    reg [SLOTS_LOG2-1:0] cs_slot3_reg, cs_slot4_reg;
-    reg [16:0]           cs_fold_reg;
+    reg                  cs_end4_reg, cs_done_reg;
+    reg [SLOTS_LOG2-1:0] cs_slot4_reg;
     wire                 cs_done = cs_done_reg;
+    // cs_acc < 2^30: cs_fold <= 0xFFFF + 0x3FFF, so the second fold cannot carry and the sum is
+    // 0xFFFF (checksum 0, sent as 0xFFFF) exactly when cs_fold is
+    wire [16:0]          cs_fold = {1'b0, cs_acc_reg[15:0]} + {3'd0, cs_acc_reg[29:16]};
 
     always @(posedge clk) begin
-        cs_slot_reg  <= {cs_slot_reg[SLOTS_LOG2-1:0], wr_slot};
-        cs_slot3_reg <= cs_slot_reg[2*SLOTS_LOG2-1:SLOTS_LOG2];
-        cs_slot4_reg <= cs_slot3_reg;
-        if (cs_first_reg[1]) begin
+        cs_slot_reg  <= {cs_slot_reg[2*SLOTS_LOG2-1:0], wr_slot};
+        cs_slot4_reg <= cs_slot_reg[3*SLOTS_LOG2-1:2*SLOTS_LOG2];
+        if (cs_first_reg[2]) begin
             cs_acc_reg <= {8'd0, cs_sum};
         end else begin
             cs_acc_reg <= cs_acc_reg + {8'd0, cs_sum};
         end
-        // cs_acc < 2^30: cs_fold <= 0xFFFF + 0x3FFF, so the second fold cannot carry and the
-        // sum is 0xFFFF (checksum 0, sent as 0xFFFF) exactly when cs_fold is
-        cs_fold_reg <= {1'b0, cs_acc_reg[15:0]} + {3'd0, cs_acc_reg[29:16]};
         if (cs_end4_reg) begin
-            meta_csum[cs_slot4_reg] <= cs_fold_reg == 17'h0FFFF ? 16'hFFFF
-                                       : ~(cs_fold_reg[15:0] + {15'd0, cs_fold_reg[16]});
+            meta_csum[cs_slot4_reg] <= cs_fold == 17'h0FFFF ? 16'hFFFF
+                                       : ~(cs_fold[15:0] + {15'd0, cs_fold[16]});
         end
         if (rst || start) begin
-            cs_first_reg <= 2'b00;
-            cs_end_reg   <= 2'b00;
-            cs_end3_reg  <= 1'b0;
+            cs_first_reg <= 3'b000;
+            cs_end_reg   <= 3'b000;
             cs_end4_reg  <= 1'b0;
             cs_done_reg  <= 1'b0;
         end else begin
-            cs_first_reg <= {cs_first_reg[0], hdr_fire};
-            cs_end_reg   <= {cs_end_reg[0], wr_end};
-            cs_end3_reg  <= cs_end_reg[1];
-            cs_end4_reg  <= cs_end3_reg;
+            cs_first_reg <= {cs_first_reg[1:0], hdr_fire};
+            cs_end_reg   <= {cs_end_reg[1:0], wr_end};
+            cs_end4_reg  <= cs_end_reg[2];
             cs_done_reg  <= cs_end4_reg;
         end
     end
