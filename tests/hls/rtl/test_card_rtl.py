@@ -157,7 +157,8 @@ def test_card_two_phase() -> None:
     run("fp32", "3:1", 14, steps=3, tag="-two-phase", extra={"ONIC_TWO_PHASE": "clip,skip,noclip"})
 
 
-# 56 s: make test budget (by default Icarus runs the receive and transmit paths, the ring datapath, the scalar exchange)
+# 56 s: make test budget (by default Icarus runs the receive path, the retransmit buffer, the ring datapath,
+# the scalar exchange)
 @pytest.mark.slow
 def test_card_icarus() -> None:
     """The card top on Icarus with every check of the Verilator runs (N = 3, rank 1): a one-phase

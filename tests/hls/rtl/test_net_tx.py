@@ -9,8 +9,8 @@
 - onic_net_tx: end to end through cocotbext-eth's EthMacTx at 100 Gb/s with a lossy peer.
 - yosys synth_xilinx (UltraScale+): at most 6 LUT levels between registers, no non-clock net above
   1,000 loads, the retransmit buffer and the frame FIFO in block RAM.
-Verilator always; Icarus marked `icarus`: by default the whole transmit path at 1408 bytes and the
-retransmit buffer's UltraRAM branch, every other case with --full. Longer sweeps (more seeds) are
+Verilator always; Icarus marked `icarus`: by default the retransmit buffer's UltraRAM branch, every
+other case (the whole transmit path too, since session 14) with --full. Longer sweeps (more seeds) are
 marked slow.
 """
 
@@ -111,7 +111,8 @@ TOP_CASES = {
 }
 
 
-@pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"], icarus_slow=("p8192",)))
+# both on Icarus under --full (make test budget, since session 14); test_retx[p8192-icarus] runs Icarus by default
+@pytest.mark.parametrize(("case", "simulator"), cases(["p1408", "p8192"], icarus_slow=("p1408", "p8192")))
 def test_top(case: str, simulator: str) -> None:
     """onic_net_tx end to end: EthMacTx at 100 Gb/s, a lossy peer, frames equal build_frame."""
     params, env = TOP_CASES[case]
