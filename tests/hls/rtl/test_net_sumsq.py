@@ -46,7 +46,7 @@ def test_sumsq(wire: str) -> None:
 
 @pytest.mark.icarus
 def test_sumsq_icarus() -> None:
-    run("fp32", "icarus", 3, 6)  # 3 chunks (was 6; 70 s in a loaded CI run): make test budget
+    run("fp32", "icarus", 6, 6)
 
 
 @pytest.mark.slow
