@@ -21,7 +21,7 @@
  * the tree into one multi-operand sum of full-adder LUTs, 7 LUT levels in the kernel top (goal
  * 6; sim/rtl/net/README.md, Packaging). `keep` on the first level's wires holds it as two-input
  * adders (yosys honours it on that level only), so stage 2 is two adder levels; stage 3's five
- * operands are at most four levels as one merged sum.
+ * operands, one merged sum, are not the top's longest path (session 14: 6 levels, elsewhere).
  * m_sum and m_valid are registers. Used by the receive parser (onic_net_rx_parse) and each
  * flow's retransmit buffer (onic_net_tx_retx).
  */
