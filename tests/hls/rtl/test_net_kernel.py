@@ -129,6 +129,10 @@ def test_icarus_rounds() -> None:
         extra={"ONIC_SEGMENT": "2", "ONIC_SIZE": "208"})
 
 
+# 52 s (fresh-clone CI, session 14): make test budget. By default the two-phase step runs on RTL cards
+# in test_card_two_phase (N = 3, rank 1: clip, skip, no clip) and test_rtlsim_equals_golden (N = 2:
+# clip, skip)
+@pytest.mark.slow
 def test_two_phase() -> None:
     """Two-phase steps, one RTL card and software peers: a clip that triggers (N = 2, rank 0), one that
     does not (N = 3, rank 1), a non-finite gradient (N = 3, rank 2): bit for bit against hls.net.card."""

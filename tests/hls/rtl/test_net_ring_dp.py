@@ -13,8 +13,9 @@
 - onic_net_ring_dp with its buffers in STRIPES stripes (hls/layout.py's rule over the whole
   lgrad and gather buffers): a wrapper generated here gives each stripe's packed AXI signals
   their own port, each stripe on its own region of the bench's one memory; the host side of the
-  bench writes lgrad with layout.split and reads gather with layout.join. Two stripes by default
-  (round-major runs that start on odd beats, hop-major chunks of odd beat counts), four with --full.
+  bench writes lgrad with layout.split and reads gather with layout.join. Two stripes
+  (round-major runs that start on odd beats, hop-major chunks of odd beat counts) and four with --full
+  (two stripes run by default in the card, tests/hls/rtl/test_card_rtl.py).
 - yosys synth_xilinx (UltraScale+): <= 6 LUT levels, no non-clock net above 1,000 loads (slow).
 Verilator always; Icarus marked `icarus`; wider sweeps, the fp32 adder lanes (fp32_add as
 test_fp_units checks it) and the bf16 datapath on Verilator marked slow.
@@ -155,6 +156,9 @@ def ring_dp_striped(stripes: int, dtypes: str, simulator: str, cases: str, seed:
         test_module="test_onic_net_ring_dp")
 
 
+# 43 s (fresh-clone CI, session 14): make test budget. By default two stripes run in the card
+# (tests/hls/rtl/test_card_rtl.py: fp32, lgrad and gather in 2 stripes each)
+@pytest.mark.slow
 def test_ring_dp_two_stripes() -> None:
     """Two stripes: every rank of N = 3 in hop-major order (chunks of odd beat counts start on odd beats)
     and in round-major order (segments of 1 to 3 one-beat packets: runs start on any beat), bf16 wire
