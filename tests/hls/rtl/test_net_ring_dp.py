@@ -14,8 +14,8 @@
   lgrad and gather buffers): a wrapper generated here gives each stripe's packed AXI signals
   their own port, each stripe on its own region of the bench's one memory; the host side of the
   bench writes lgrad with layout.split and reads gather with layout.join. Two stripes
-  (round-major runs that start on odd beats, hop-major chunks of odd beat counts) and four with --full
-  (two stripes run by default in the card, tests/hls/rtl/test_card_rtl.py).
+  (round-major runs that start on odd beats, hop-major chunks of odd beat counts) and four, both
+  with --full (two stripes run by default in the card, tests/hls/rtl/test_card_rtl.py).
 - yosys synth_xilinx (UltraScale+): <= 6 LUT levels, no non-clock net above 1,000 loads (slow).
 Verilator always; Icarus marked `icarus`; wider sweeps, the fp32 adder lanes (fp32_add as
 test_fp_units checks it) and the bf16 datapath on Verilator marked slow.
