@@ -110,19 +110,21 @@ class RingBuild:
 
 
 def prepare_cards(cards: int, spec: KernelSpec, *, params: dict[str, int] | None = None,
-                  as_given: bool = False) -> RingBuild:
+                  as_given: bool = False, net_stripes: int = 1) -> RingBuild:
     """`cards` `onic_card`s (network kernel + the generated Adam RTL kernel of `card_spec(spec)`)
-    in one top, rendered under BUILD_DIR; one build per (cards, spec), shared by tests and driver.
-    `params` (the network kernel's buffers, default SIM_PARAMS) and `as_given` (the Adam kernel is
-    `spec` itself, not reduced) are the bench's (`optimusnic bench rtlnet`: line-rate buffers and
-    lanes); such a build has its own folder."""
+    in one top, rendered under BUILD_DIR; one build per (cards, spec, net_stripes), shared by tests
+    and driver. `net_stripes`: each network kernel's lgrad and gather buffers in that many stripes
+    (ports m_axi_lgrad<k>, m_axi_gather<k> of every card; `hls.rtl.card.render_card`). `params` (the
+    network kernel's buffers, default SIM_PARAMS) and `as_given` (the Adam kernel is `spec` itself,
+    not reduced) are the bench's (`optimusnic bench rtlnet`: line-rate buffers and lanes); such a
+    build has its own folder."""
     from hls.rtl.card import CARD_MODULE, prepare_card
 
     aspec = spec if as_given else card_spec(spec)
     params = dict(params or SIM_PARAMS)
-    tag = "" if params == SIM_PARAMS else "-bench"
+    tag = ("" if params == SIM_PARAMS else "-bench") + ("" if net_stripes == 1 else f"-s{net_stripes}")
     build = BUILD_DIR / "sim" / "net" / f"ringcards{cards}-{aspec.name}{tag}-verilator"
-    card = prepare_card(aspec, build / "card")
+    card = prepare_card(aspec, build / "card", net_stripes=net_stripes)
     top, sources = write(build / "src", cards, CARD_MODULE, card.sources)
     return RingBuild(top=top, sources=sources, parameters=params, build_dir=build,
                      manifest=card.project / "manifest.json")

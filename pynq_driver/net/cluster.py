@@ -37,11 +37,12 @@ class NetCluster:
     slots, rto_s, peer_timeout_s, comm, faults: each card draws its own seeded faults). rtlsim
     takes wire_dtype, payload_bytes, window (slots, if given, equal to it), rto_s, comm, faults (on
     the simulated switch's egress links, same seeded draws; no delay fault), and RtlSimRing's
-    seed, grad_stall, buffer_bytes, timeout_s, start_timeout_s.
+    seed, grad_stall, buffer_bytes, timeout_s, start_timeout_s, stripes (the network kernels'
+    lgrad and gather stripes).
     """
 
     RTLSIM_OPTIONS = ("payload_bytes", "window", "rto_s", "comm", "seed", "grad_stall", "buffer_bytes",
-                      "timeout_s", "start_timeout_s", "simulator")
+                      "timeout_s", "start_timeout_s", "simulator", "stripes")
 
     def __init__(self, backend: str, spec: KernelSpec | None, world: int, params: np.ndarray | int, *,
                  faults: Faults | None = None, host: str = "127.0.0.1", **node_options: Any) -> None:

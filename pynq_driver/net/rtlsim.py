@@ -2,15 +2,18 @@
 
 The simulation is sim/tb/net/ring_server.py: N `onic_card`s (`hls.rtl.ring_top.prepare_cards`:
 each the network kernel and the generated Adam RTL kernel of the spec, reduced to 2 lanes and one
-stripe), each MAC port on cocotbext-eth's MAC model, on the bench's seeded switch, card memory
-(p, m, v, the out, local gradient and gather buffers) in cocotbext-axi RAM models under the AXI
-protocol monitor. The host side programs both kernels per step as the driver does.
+stripe per Adam array; the network kernel's lgrad and gather buffers in `stripes` stripes each, 1
+by default; `hls.ring_plan` plans 4 for a U55C card), each MAC port on cocotbext-eth's MAC model, on
+the bench's seeded switch, card memory (p, m, v, the out, local gradient and gather buffers) in
+cocotbext-axi RAM models under the AXI protocol monitor. The host side programs both kernels per
+step as the driver does (with stripes, the local gradient written with `hls.layout.split` and the
+gathered buffer read with `layout.join`).
 
 How it runs is `pynq_driver.backends.rtlsim`'s mechanism (a simulator that dies or hangs never
 hangs the host): this process listens on a Unix socket and starts a child
 (`python -m pynq_driver.net.rtlsim CONFIG`) in its own session; the child builds the top with
 Verilator (once per spec and top size: at least 3 cards, so rings of 2 and 3 share a build) and
-runs the serving cocotb test, which connects back. Each `step` is one request (every rank's
+runs the serving cocotb test, which connects back (a build per stripe count). Each `step` is one request (every rank's
 gradient in, every rank's gathered parameters out). Every receive has a timeout; a child that
 exits or does not answer becomes a `RingError` naming its log, and `close()` kills the child's
 process group.
@@ -43,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from hls import layout
 from hls.errors import UserError
 from hls.golden import Hyper
 from hls.net import ring, wire
@@ -83,7 +87,7 @@ class RtlSimRing(SimLink):
                  window: int = MAX_WINDOW, rto_s: float = 4e-6, comm: int = 0, faults: Faults | None = None,
                  seed: int = 1, grad_stall: float = 0.3, buffer_bytes: int | None = None,
                  timeout_s: float = 600.0, start_timeout_s: float = START_TIMEOUT_S,
-                 simulator: str = "verilator") -> None:
+                 simulator: str = "verilator", stripes: int = 1) -> None:
         from hls.rtl import ring_top, simulators
 
         if simulator != "verilator":
@@ -98,6 +102,9 @@ class RtlSimRing(SimLink):
                 or not 64 <= payload_bytes <= MAX_PAYLOAD_BYTES):
             raise UserError(f"payload_bytes: {payload_bytes!r}: the rtlsim ring takes a multiple of 64 up to "
                             f"{MAX_PAYLOAD_BYTES} (its receive buffer)")
+        if isinstance(stripes, bool) or not isinstance(stripes, int) or not layout.ring_stripes_ok(stripes):
+            raise UserError(f"stripes: {stripes!r}: the network kernel's lgrad and gather stripes are a power of "
+                            f"two from 1 to {layout.RING_MAX_STRIPES}")
         if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_WINDOW:
             raise UserError(f"window: {window!r}: the rtlsim ring takes 1..{MAX_WINDOW} (its receive slots)")
         if not isinstance(rto_s, (int, float)) or not 0 < rto_s < 1:
@@ -118,6 +125,7 @@ class RtlSimRing(SimLink):
         self.segment = ring_segment(ring.chunk_elems(int(params.size), world), payload_bytes, spec.grad_dtype,
                                     spec.out_dtype)
         self.spec, self.world, self.length = spec, world, int(params.size)
+        self.stripes = stripes
         self.wire_dtype, self.param_dtype = spec.grad_dtype, spec.out_dtype
         self.chunk_elems = ring.chunk_elems(self.length, world)
         self.timeout_s = float(timeout_s)
@@ -146,7 +154,7 @@ class RtlSimRing(SimLink):
                                                  "flip_behind_fcs": faults.flip_behind_fcs},
             "seed": seed, "grad_stall": grad_stall, "buffer_bytes": buffer_bytes,
         }
-        config = {"cards": top_cards, "spec": spec.to_dict(), "log": str(self.log_path),
+        config = {"cards": top_cards, "spec": spec.to_dict(), "stripes": stripes, "log": str(self.log_path),
                   "env": {"ONIC_DRIVER_SOCKET": str(sock_path), "ONIC_RING": json.dumps(opts),
                           "ONIC_RING_PARAMS": str(self._tmp / "params.npy")}}
         (self._tmp / "config.json").write_text(json.dumps(config))
@@ -239,7 +247,8 @@ def _child_main(config_path: str) -> int:
     from hls.rtl import ring_top, simulators
 
     cfg = json.loads(Path(config_path).read_text())
-    made = ring_top.prepare_cards(int(cfg["cards"]), KernelSpec.from_dict(cfg["spec"]))
+    made = ring_top.prepare_cards(int(cfg["cards"]), KernelSpec.from_dict(cfg["spec"]),
+                                  net_stripes=int(cfg.get("stripes", 1)))
     sys.path[:0] = [str(TB_DIR / "net"), str(TB_MODELS_DIR), str(REPO_ROOT)]
     xml = simulators.run_cocotb(
         sources=made.sources, toplevel=made.top, test_module="ring_server", test_dir=TB_DIR / "net",

@@ -220,6 +220,7 @@ async def reset_case(dut: Any, ring_: Ring, refring: ReferenceRing, point: str, 
     aborts, the restart as `step + 1`, checked. The restarted step's clocks."""
     cfg, n = ring_.cfg, ring_.cfg.world
     assert ring_.adam is not None, "the reset cases run on onic_cards (ONIC_MANIFEST)"
+    assert ring_.stripes == 1, "the reset cases watch the network kernel's stripe-0 ports: a one-stripe build"
     tag = f"reset at {point}@{k}: N={n} step {step}"
     size = ring.chunk_elems(cfg.length, n)
     wb = -(-size * wire.ELEMENT_BYTES[cfg.wire_dtype] // BEAT)

@@ -78,7 +78,7 @@ from hbm_memory import LatencyAxiRamRead, LatencyAxiRamWrite
 from ring_streams import Sink, Source
 from test_onic_net_kernel import MAX_NORM, entry_value, read_entries, two_phase_gradients
 
-from hls import golden, net_regmap
+from hls import golden, layout, net_regmap
 from hls.golden import Hyper, to_bf16_bits
 from hls.net import ring, ring_bound, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
@@ -97,8 +97,8 @@ STRIPE_BYTES = 0x100000
 FILL = 0xA5
 AP_DONE, AP_IDLE = 0x2, 0x4
 
-NET = RegisterMap.for_stripes(1, 1)  # the network kernel's map: one lgrad and one gather stripe here
-READONLY = NET.readonly
+NET = RegisterMap.for_stripes(1, 1)  # the network kernel's map at one lgrad and one gather stripe
+READONLY = NET.readonly  # (a card's own map, `RtlCard.net`, follows the top's stripes)
 CTRL, GIE, IER, ISR = net_regmap.CTRL, net_regmap.GIE, net_regmap.IER, net_regmap.ISR
 
 
@@ -174,15 +174,39 @@ class CardReset:
         return int(self._ring.value) & int(self._card.value)  # X or Z: ValueError, as a signal's int()
 
 
+def top_stripes(dut: Any) -> int:
+    """The network kernel's lgrad and gather stripes in the top's cards (ports m_axi_lgrad<k>)."""
+    k = 0
+    while hasattr(dut, f"c0_m_axi_lgrad{k}_arvalid"):
+        k += 1
+    return k
+
+
+def stripe_bases(base: int, room: int, stripes: int) -> list[int]:
+    """Stripe k of a buffer region of `room` bytes at base + k x room / K (page-aligned for K <= 8)."""
+    return [base + k * (room // stripes) for k in range(stripes)]
+
+
 class RtlCard:
     """One RTL card of the top with its host(s), memory and MAC port. With `adam` (the Adam
     kernel's manifest) the card is `onic_card`: the generated Adam RTL kernel on the network
     kernel's streams, p, m, v and its out buffer in card memory, its own control port; without,
-    the card is the network kernel alone and the Adam kernel a stand-in on its streams."""
+    the card is the network kernel alone and the Adam kernel a stand-in on its streams.
+    `stripes`: the network kernel's lgrad and gather buffers, each in that many stripes of card
+    memory (onic_card only: the stand-in top packs a stripe's signals and is built with one), the
+    host writing lgrad with `layout.split` and reading gather with `layout.join` as the driver does."""
 
     def __init__(self, dut: Any, k: int, switch: EthSwitch, rng: random.Random, grad_stall: float,
-                 adam: dict[str, Any] | None = None) -> None:
+                 adam: dict[str, Any] | None = None, stripes: int = 1) -> None:
         self.k, self.dut = k, dut
+        if adam is None and stripes != 1:
+            raise ValueError(f"{stripes} stripes: the stand-in top's network kernel has one")
+        self.stripes = stripes
+        self.net = RegisterMap.for_stripes(stripes, stripes)  # the network kernel's map at these stripes
+        self.readonly = self.net.readonly
+        self.lgrad_bases = stripe_bases(LGRAD_ADDR, GATHER_ADDR - LGRAD_ADDR, stripes)
+        self.gather_bases = stripe_bases(GATHER_ADDR, SUM_ADDR - GATHER_ADDR, stripes)
+        net_ports = [*(f"lgrad{j}" for j in range(stripes)), *(f"gather{j}" for j in range(stripes))]
         logging.getLogger(f"cocotb.card{k}").setLevel(logging.WARNING)
         v = self.view = _View(dut, k)
         self.adam_manifest = adam
@@ -216,7 +240,7 @@ class RtlCard:
             self.adam_args = {a["name"]: a for a in adam["register_map"]["args"]}
             self.adam_status = int(adam["register_map"]["status"]["offset"])
             pointers = [a["name"] for a in adam["register_map"]["args"] if a["kind"] == "pointer"]
-            self.ports = [*pointers, "lgrad0", "gather0"]
+            self.ports = [*pointers, *net_ports]
             self.card = hbm_memory.card_memory(v, [(p, 0) for p in self.ports], clock=dut.ap_clk,
                                                reset=dut.ap_rst_n, mode="ideal", mem_size=2 * MEM_BYTES,
                                                seed=rng.randrange(1 << 30), max_outstanding=8)
@@ -273,6 +297,17 @@ class RtlCard:
             return self.kernel.shard
         return ring.Shard(*(np.frombuffer(self.mem.read(a, size * 4), "<f4").copy() for a in (P_ADDR, M_ADDR, V_ADDR)))
 
+    def write_striped(self, bases: list[int], data: bytes) -> None:
+        """A network-kernel buffer into card memory, its beats dealt to the stripes (hls.layout.split)."""
+        for base, part in zip(bases, layout.split(np.frombuffer(data, np.uint8), len(bases)), strict=True):
+            self.mem.write(base, part.tobytes())
+
+    def read_striped(self, bases: list[int], nbytes: int) -> bytes:
+        """`nbytes` of a network-kernel buffer read back from its stripes (hls.layout.join)."""
+        parts = [np.frombuffer(self.mem.read(b, layout.stripe_bytes(nbytes, 1, len(bases), i)), np.uint8)
+                 for i, b in enumerate(bases)]
+        return layout.join(parts, nbytes, np.uint8).tobytes()
+
     async def start_adam(self, size: int, hyper: Hyper, scale: float, optimizer: str) -> None:
         """The Adam kernel's arguments (as the driver writes them) and ap_start: it waits on its stream."""
         regs = {"n": size, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
@@ -295,7 +330,7 @@ class RtlCard:
 
     async def write_values(self, values: dict[str, int]) -> None:
         """The driver's register writes (pynq_driver.net.net_kernel), each awaited on the AXI4-Lite master."""
-        for offset, word in NET.writes(values):
+        for offset, word in self.net.writes(values):
             await self.host.write_dword(offset, word)
 
     async def read(self, offset: int) -> int:
@@ -304,12 +339,12 @@ class RtlCard:
     async def counters(self) -> dict[str, int]:
         out = {}
         for name in net_regmap.counter_names():
-            out[name] = (await self.read(READONLY[name] + 4)) << 32 | await self.read(READONLY[name])
+            out[name] = (await self.read(self.readonly[name] + 4)) << 32 | await self.read(self.readonly[name])
         return out
 
     async def status_and_counters(self) -> tuple[int, dict[str, int]]:
         """STATUS (the Adam kernel's in bits 16..) and the counters."""
-        st = await self.read(READONLY["status"])
+        st = await self.read(self.readonly["status"])
         if self.adam_manifest is not None:
             st |= await self.adam.read_dword(self.adam_status) << 16
         return st, await self.counters()
@@ -321,12 +356,13 @@ class RtlCard:
         await self.write_values(step_arguments(RingArgs(
             local=eps[r], succ=eps[(r + 1) % n], pred=eps[(r - 1) % n], rank=r, world=n, length=cfg.length,
             payload_bytes=cfg.payload_bytes, step=step, window=cfg.window, timeout_clocks=cfg.rto_clocks,
-            credit=cfg.window, lgrad=[LGRAD_ADDR], gather=[GATHER_ADDR], comm=cfg.comm, phase=phase, sum0=SUM_ADDR,
-            segment=cfg.segment), NET))
+            credit=cfg.window, lgrad=self.lgrad_bases, gather=self.gather_bases, comm=cfg.comm, phase=phase,
+            sum0=SUM_ADDR, segment=cfg.segment), self.net))
 
     async def entries(self, n: int) -> list[tuple[float, bool]]:
         """Every rank's scalar entry (sum of squares, non-finite flag) after phase one, as the host reads them."""
-        return [(entry_value(bits), flag) for bits, flag in await read_entries(self.write, self.read, n)]
+        return [(entry_value(bits), flag) for bits, flag in await read_entries(self.write, self.read, n,
+                                                                                 self.readonly)]
 
     async def stand_in(self, beats: int, scale: float, got: dict[str, Any]) -> None:
         """The Adam kernel stand-in: the reduced chunk in, ReferenceKernel's updated chunk out."""
@@ -361,12 +397,14 @@ class StepResult:
     as_two_phases: bool = False      # a one-phase step the host ran as the two phases (round-major, or large)
 
 
-def memory_map_problem(cfg: RingConfig, onic_card: bool) -> str | None:
-    """Why a chunk of this ring does not fit the bench's card memory map (None: it fits)."""
+def memory_map_problem(cfg: RingConfig, onic_card: bool, stripes: int = 1) -> str | None:
+    """Why a chunk of this ring does not fit the bench's card memory map (None: it fits); with
+    `stripes`, stripe 0 (the largest) of each network-kernel buffer in its share of the region."""
     n, size = cfg.world, ring.chunk_elems(cfg.length, cfg.world)
     wbytes = -(-size * wire.ELEMENT_BYTES[cfg.wire_dtype] // BEAT) * BEAT
     pbytes = -(-size * wire.ELEMENT_BYTES[cfg.param_dtype] // BEAT) * BEAT
-    need = {"local gradient": (n * wbytes, GATHER_ADDR - LGRAD_ADDR), "gather": (n * pbytes, SUM_ADDR - GATHER_ADDR),
+    need = {"local gradient": (layout.stripe_bytes(n * wbytes, 1, stripes), (GATHER_ADDR - LGRAD_ADDR) // stripes),
+            "gather": (layout.stripe_bytes(n * pbytes, 1, stripes), (SUM_ADDR - GATHER_ADDR) // stripes),
             "sum": (wbytes + BEAT, CURRENT_ADDR - SUM_ADDR), "current": (pbytes + BEAT, MEM_BYTES - CURRENT_ADDR)}
     if onic_card:
         need |= {"p, m, v": (size * 4, STRIPE_BYTES), "out": (pbytes, STRIPE_BYTES)}
@@ -413,8 +451,9 @@ class Ring:
         # clock_ps, poll (clocks between interrupt polls): the bench's 300 MHz and exact done clocks
         self.dut, self.cfg = dut, cfg
         self.bound = top_bound(dut)
+        self.stripes = top_stripes(dut)
         size = ring.chunk_elems(cfg.length, cfg.world)
-        problem = memory_map_problem(cfg, adam is not None)
+        problem = memory_map_problem(cfg, adam is not None, self.stripes)
         if problem:
             raise ValueError(problem)
         # a one-phase step of this chunk on onic_cards runs as the two phases (ring_bound.one_phase_fits)
@@ -436,7 +475,7 @@ class Ring:
                                              faults=faults or PortFaults(), buffer_bytes=buffer_bytes))
         self.switch.start()
         self.adam = adam
-        self.cards = [RtlCard(dut, k, self.switch, self.rng, grad_stall, adam) for k in range(n)]
+        self.cards = [RtlCard(dut, k, self.switch, self.rng, grad_stall, adam, self.stripes) for k in range(n)]
         self.shards = [ring.Shard.from_params(params, k, n) for k in range(n)]
         for k, card in enumerate(self.cards):
             card.kernel = ReferenceKernel(self.shards[k].copy(), Hyper(), optimizer=cfg.optimizer,
@@ -503,11 +542,12 @@ class Ring:
         tasks = []
         for k, card in enumerate(self.cards):
             local = ring.pad(np.asarray(grads[k]), n)
+            lgrad = b""
             for c in range(n):  # chunk c from a beat, junk in the pad bytes
                 data = local[c * size:(c + 1) * size].tobytes()
-                card.mem.write(LGRAD_ADDR + c * wb * BEAT, data + bytes(self.rng.randrange(256)
-                                                                       for _ in range(wb * BEAT - len(data))))
-            card.mem.write(GATHER_ADDR, fill)
+                lgrad += data + bytes(self.rng.randrange(256) for _ in range(wb * BEAT - len(data)))
+            card.write_striped(card.lgrad_bases, lgrad)
+            card.write_striped(card.gather_bases, fill)
             if self.adam is None:
                 assert card.kernel is not None and card.grad is not None
                 card.kernel.hyper = hyper
@@ -581,8 +621,9 @@ class Ring:
                 own = got[k]["own_out"].tobytes() if "own_out" in got[k] else current[k]
             if scales[k] is None and own != current[k]:
                 bad.append("the own chunk gathered in a skipped step is not the current parameters")
+            whole = card.read_striped(card.gather_bases, n * pb * BEAT)
             for c in range(n):
-                region = card.mem.read(GATHER_ADDR + c * pb * BEAT, pb * BEAT)
+                region = whole[c * pb * BEAT:(c + 1) * pb * BEAT]
                 if c == k:
                     if region != fill[:pb * BEAT]:
                         bad.append("own chunk's place written")
@@ -633,7 +674,7 @@ class Ring:
         """Each card's control words, STATUS and nonzero counters (a step that does not finish)."""
         out = []
         for c in self.cards:
-            d: dict[str, Any] = {"net_ctrl": await c.read(CTRL), "net_status": await c.read(READONLY["status"])}
+            d: dict[str, Any] = {"net_ctrl": await c.read(CTRL), "net_status": await c.read(c.readonly["status"])}
             if self.adam is not None:
                 d |= {"adam_ctrl": await c.adam.read_dword(CTRL), "adam_status": await c.adam.read_dword(c.adam_status)}
             d |= {k: v for k, v in (await c.counters()).items() if v}

@@ -2,10 +2,12 @@
 cocotbext-eth's MAC model, through the seeded faulty switch (sim/tb/net/test_onic_ring_cards.py).
 
 The cards are `onic_card`s (the network kernel and the generated Adam RTL kernel, 2 lanes, one
-stripe): every owner's p, m, v and out buffer, every card's gathered buffer bit for bit against a
-lossless reference ring of `hls.net.card.Card`s over several steps; STATUS of both kernels 0;
-counters against the switch ports; the AXI monitor on every m_axi port; no MAC transmit underflow.
-One three-card build serves the default rings of 2 and 3 cards (and NetCluster's rtlsim test).
+stripe per array; the network kernel's lgrad and gather buffers in one stripe, four in
+test_ring_cards_stripes): every owner's p, m, v and out buffer, every card's gathered buffer bit for
+bit against a lossless reference ring of `hls.net.card.Card`s over several steps; STATUS of both
+kernels 0; counters against the switch ports; the AXI monitor on every m_axi port; no MAC transmit
+underflow. One three-card build serves the rings of 2 and 3 cards (and NetCluster's bf16 rtlsim test;
+its default fp32 test runs two stripes, a build of its own).
 A card reset alone mid-step and the ring's restart (`ONIC_RESET`, sim/tb/net/ring_cards_reset.py),
 and the top on Icarus against Verilator (same clocks and counters per step), also run on it.
 
@@ -40,23 +42,27 @@ class RingHung(AssertionError):
 
 
 def run(cards: int, seed: int, *, top_cards: int = 3, spec: str = "fp32",
-        extra: dict[str, str] | None = None, tag: str = "", simulator: str = "verilator") -> list[dict[str, Any]]:
+        extra: dict[str, str] | None = None, tag: str = "", simulator: str = "verilator",
+        net_stripes: int = 1) -> list[dict[str, Any]]:
     """A ring of `cards` of the `top_cards` onic_cards (network kernel + Adam RTL kernel of SPECS[spec])
-    of one build; spec "stand-in": network kernels alone, the Adam update the bench's stand-in. Each
+    of one build; spec "stand-in": network kernels alone, the Adam update the bench's stand-in.
+    `net_stripes`: the network kernels' lgrad and gather stripes (onic_cards; a build of its own). Each
     step's clocks and counters, as the bench recorded them."""
     if not simulators.available(simulator):
         pytest.skip(f"{simulator} not installed")
     sim = "-icarus" if simulator == "icarus" else ""
-    log = BUILD_DIR / "sim" / "net" / f"ringcards{top_cards}-{spec}-n{cards}{tag}{sim}.log"
+    striped = "" if net_stripes == 1 else f"-s{net_stripes}"
+    log = BUILD_DIR / "sim" / "net" / f"ringcards{top_cards}-{spec}{striped}-n{cards}{tag}{sim}.log"
     clocks = log.with_suffix(".json")
     clocks.unlink(missing_ok=True)
     env = {"ONIC_SEED": str(seed), "ONIC_CARDS": str(cards), "ONIC_CLOCKS_OUT": str(clocks), **(extra or {})}
     if spec == "stand-in":
+        assert net_stripes == 1, "the stand-in top is built with one stripe"
         build = ring_top.sim_build_dir(top_cards, 0, 0)
         top, sources = ring_top.write(build / "src", top_cards)
         parameters = {"WIRE_BF16": 0, "PARAM_BF16": 0, **ring_top.SIM_PARAMS}
     else:
-        made = ring_top.prepare_cards(top_cards, SPECS[spec])
+        made = ring_top.prepare_cards(top_cards, SPECS[spec], net_stripes=net_stripes)
         build, top, sources, parameters = made.build_dir, made.top, made.sources, made.parameters
         env["ONIC_MANIFEST"] = str(made.manifest)
     try:
@@ -177,6 +183,19 @@ def test_ring_cards_faults() -> None:
     run(3, 18, extra={"ONIC_DROP": "0.05", "ONIC_DUP": "0.05", "ONIC_REORDER": "0.05",
                                    "ONIC_BITFLIP": "0.03", "ONIC_GRAD_STALL": "0.6", "ONIC_SIZE": "160"},
         tag="-faults")
+
+
+@pytest.mark.slow
+def test_ring_cards_stripes() -> None:
+    """Three onic_cards whose network kernels keep lgrad and gather in four stripes each (the U55C
+    plan's count; a build of its own): one-phase, clipped and skipped two-phase steps under switch
+    faults, then round-major steps (segments of 4 one-beat packets, so runs start on every stripe).
+    By default NetCluster's rtlsim test runs two stripes."""
+    stall = {"ONIC_GRAD_STALL": "0.6"}
+    run(3, 61, net_stripes=4, extra={**FAULTS, **stall, "ONIC_STEPS": "3", "ONIC_TWO_PHASE": ",clip,skip",
+                                     "ONIC_SIZE": "160"}, tag="-faults")
+    run(3, 62, net_stripes=4, extra={**stall, "ONIC_STEPS": "2", "ONIC_TWO_PHASE": "clip,skip", "ONIC_SIZE": "600",
+                                     "ONIC_PAYLOAD": "64", "ONIC_SEGMENT": "4"}, tag="-rounds")
 
 
 @pytest.mark.slow

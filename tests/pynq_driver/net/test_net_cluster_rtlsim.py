@@ -5,8 +5,10 @@ two-phase with a clip, two-phase skipped for an inf), through the same API; bad 
 a simulator starts; no Verilator is a one-line error.
 
 Each RTL card is `onic_card` (the network kernel and the generated Adam RTL kernel, 2 lanes, one
-stripe); fp32 shares the three-card build of tests/hls/rtl/test_net_ring_cards.py, bf16 (its own
-build) runs with --full."""
+stripe per Adam array). The default fp32 case runs the network kernels' lgrad and gather buffers in
+two stripes each (`stripes=2`: the host splits and joins them as a card's driver does; its own
+three-card build); bf16 (one stripe, the three-card build of tests/hls/rtl/test_net_ring_cards.py)
+runs with --full."""
 
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ def _steps(cluster: NetCluster, params: np.ndarray, kinds: tuple[str, ...], firs
     return outs, cluster.state_dicts()
 
 
-@pytest.mark.parametrize("wire_dtype", ["fp32", pytest.param("bf16", marks=pytest.mark.slow)])
-def test_rtlsim_equals_golden(wire_dtype: str) -> None:
+@pytest.mark.parametrize(("wire_dtype", "stripes"), [("fp32", 2), pytest.param("bf16", 1, marks=pytest.mark.slow)])
+def test_rtlsim_equals_golden(wire_dtype: str, stripes: int) -> None:
     if not simulators.available("verilator"):
         pytest.skip("verilator not installed")
     params = np.random.default_rng(3).standard_normal(LENGTH).astype(np.float32)
@@ -56,8 +58,9 @@ def test_rtlsim_equals_golden(wire_dtype: str) -> None:
         assert gold.nodes[0].last_step_skipped
     faults = Faults(drop=0.02, duplicate=0.02, reorder=0.02, bitflip=0.02, seed=4) if wire_dtype == "fp32" else None
     with NetCluster("rtlsim", spec, 2, params, wire_dtype=wire_dtype, payload_bytes=128, window=8,
-                    faults=faults) as sim:
+                    faults=faults, stripes=stripes) as sim:
         assert (sim.wire_dtype, sim.param_dtype, sim.length) == (wire_dtype, wire_dtype, LENGTH)
+        assert sim.sim.stripes == stripes
         got, got_sd = _steps(sim, params, KINDS[:2])
         before_skip = sim.counters()
         more, got_sd = _steps(sim, params, KINDS[2:], first=3)
@@ -119,6 +122,8 @@ def test_rtlsim_round_major_equals_golden() -> None:
 @pytest.mark.parametrize(("options", "match"), [
     ({"payload_bytes": 1408}, "payload_bytes"),
     ({"window": 64}, "window"),
+    ({"stripes": 3}, "stripes"),
+    ({"stripes": 16}, "stripes"),
     ({"slots": 4, "window": 8}, "slots"),
     ({"faults": Faults(delay=0.1)}, "delay"),
     ({"peers": 3}, "unknown option"),
