@@ -78,8 +78,12 @@ module onic_net_kernel #(
     parameter integer WIRE_BF16 = 0,
     // parameter dtype (the Adam kernel's output, AG payload, gathered buffer): 0 fp32, 1 bf16
     parameter integer PARAM_BF16 = 0,
-    // receive buffer: log2 payload beats, log2 frame slots (the credit), largest payload in beats
-    parameter integer RX_PAYLOAD_DEPTH_LOG2 = 10,
+    // receive buffer: log2 payload beats, log2 frame slots (the credit), largest payload in beats.
+    // The payload RAM holds at least 2 x 2^RX_SLOT_LOG2 frames of RX_FRAME_BEATS (checked below):
+    // every flow's first credit is the slot count, granted against an empty buffer, and two flows
+    // of the predecessor run at once (RS with AG in a one-phase step, RS with the scalar flow in
+    // phase one), so frames within their senders' credits occupy up to twice the slots
+    parameter integer RX_PAYLOAD_DEPTH_LOG2 = 11,
     parameter integer RX_SLOT_LOG2 = 5,
     parameter integer RX_FRAME_BEATS = 22,
     // transmit side: log2 packets per retransmit buffer, log2 beats per slot, UltraRAM, frame FIFO
@@ -537,6 +541,10 @@ module onic_net_kernel #(
             $error("ACK_EVERY must be 1..255, ACK_HOLD 2..65535 (instance %m)");
             $finish;
         end
+        if ((1 << RX_PAYLOAD_DEPTH_LOG2) < 2 * (1 << RX_SLOT_LOG2) * RX_FRAME_BEATS) begin
+            $error("2^RX_PAYLOAD_DEPTH_LOG2 must hold 2 x 2^RX_SLOT_LOG2 frames of RX_FRAME_BEATS (instance %m)");
+            $finish;
+        end
     end
     always @(posedge ap_clk) begin
         ack_every_reg <= co_q == 32'd0 ? 8'd1 : co_q < ACK_EVERY ? co_q[7:0] : ACK_EVERY[7:0];
@@ -603,8 +611,8 @@ module onic_net_kernel #(
      * in front of the datapath. Without it an ACK waits behind data headers the datapath cannot
      * take yet: AG packets to forward wait for the own chunk, which waits for ag_release, which
      * waits for that very ACK (the RS sender's last) - a deadlock. The credit advertised counts
-     * the queued headers as taken (their payload is still in the receive buffer), so a peer
-     * within its credit never overflows the buffer. The queue holds as many headers as the receive
+     * the queued headers as taken (their payload is still in the receive buffer), so the frames
+     * of peers within their credits fit the buffer (twice the slots: RX_PAYLOAD_DEPTH_LOG2). The queue holds as many headers as the receive
      * buffer holds frames (a data frame has at least one payload beat there until it is consumed),
      * so a data header at the head of the receive side's FIFO can always move on and no ACK waits
      * behind one even if a peer ran past the credit: with a queue of only the header slots, a hang
@@ -677,7 +685,7 @@ module onic_net_kernel #(
     // free slots = the receive side's free header slots less the headers queued here, registered (the
     // header counts are a carry chain and a compare away from the reply state otherwise): the value of the
     // clock before, less one, since the slots in use grow by at most one frame a clock; so never more
-    // than the slots free now (a peer within its credit never overflows the buffer), at most two fewer.
+    // than the slots free now (a peer within its credit never takes more), at most two fewer.
     localparam integer CW = RX_SLOT_LOG2 + 1;
     localparam integer UW = DQ_LOG2 + 2;   // DQ_LOG2 >= RX_SLOT_LOG2: both counts fit
     wire [UW-1:0] rx_free    = {{(UW-CW){1'b0}}, evt_credit[CW-1:0]};
