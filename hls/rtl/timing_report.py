@@ -33,10 +33,10 @@ UNIT_PARAMS: dict[str, dict[str, int]] = {CORE_MODULE: {"LANES": 1}}
 _MODULE = re.compile(r"^\s*module\s+(\w+)", re.M)
 # The network kernel top synthesized whole (label, file list, top, parameters): its defaults are the buffers a
 # rail build packages for the default plan (hls.vitis.netpkg.rtl_generics: 1408-byte payloads, a 128-packet
-# window: 32 receive slots of 22 beats in 1,024 beats of block RAM, 128 retransmit slots of 32 beats in
-# UltraRAM per flow), fp32 wire and parameters; and the same with a bf16 wire and bf16 parameters. The
-# parameters are set as the top's defaults in a copy of its source (synth.with_defaults): yosys 0.23 aborts
-# on `hierarchy -chparam` of this top (an internal assertion).
+# window: 32 receive slots of 22 beats in 2,048 beats of block RAM (two flows' credits), 128 retransmit
+# slots of 32 beats in UltraRAM per flow), fp32 wire and parameters; and the same with a bf16 wire and bf16
+# parameters. The parameters are set as the top's defaults in a copy of its source (synth.with_defaults):
+# yosys 0.23 aborts on `hierarchy -chparam` of this top (an internal assertion).
 NET_LIST = RTL_DIR / "net" / "net_kernel.f"
 NET_UNITS: tuple[tuple[str, Path, str, dict[str, int]], ...] = (
     ("onic_net_kernel (fp32, deployable buffers)", NET_LIST, "onic_net_kernel", {}),
