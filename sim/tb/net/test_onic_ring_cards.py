@@ -451,9 +451,9 @@ class Ring:
         # clock_ps, poll (clocks between interrupt polls): the bench's 300 MHz and exact done clocks
         self.dut, self.cfg = dut, cfg
         self.bound = top_bound(dut)
-        self.stripes = top_stripes(dut)
+        self.stripes = top_stripes(dut)  # 0: a top without card ports, refused below (fewer cards)
         size = ring.chunk_elems(cfg.length, cfg.world)
-        problem = memory_map_problem(cfg, adam is not None, self.stripes)
+        problem = memory_map_problem(cfg, adam is not None, max(1, self.stripes))
         if problem:
             raise ValueError(problem)
         # a one-phase step of this chunk on onic_cards runs as the two phases (ring_bound.one_phase_fits)
@@ -469,6 +469,8 @@ class Ring:
         n = cfg.world
         if top_cards(dut) < n:
             raise ValueError(f"a ring of {n}: the top has fewer cards")
+        if not self.stripes:
+            raise ValueError("the top's card 0 has no m_axi_lgrad0 port")
         self.rng = random.Random(seed)
         eps = endpoints(n)
         self.switch = EthSwitch(SwitchConfig(ports=n, table={e.mac: k for k, e in enumerate(eps)}, flood=False,
