@@ -21,9 +21,9 @@ from hls.spec import KernelSpec
 MAX_CARDS = 8  # the ring simulations' largest world; the protocol allows 255, a build of 8 is minutes
 CARDS: dict[str, Path] = {"onic_net_kernel": RTL_DIR / "net" / "net_kernel.f"}
 CHECKER = TB_DIR / "net" / "onic_mac_tx_check.v"
-# the CI simulation's buffers (as the one-card bench): 8 receive slots of up to 4 payload beats,
-# 16-beat retransmit slots in block RAM
-SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
+# the CI simulation's buffers (as the one-card bench): 8 receive slots of up to 4 payload beats in 128
+# beats (2 x 8 + 1 frames: onic_net_kernel's rule), 16-beat retransmit slots in block RAM
+SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 7, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
               "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
               "MAX_BURST": 8}
 

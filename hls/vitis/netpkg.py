@@ -136,8 +136,8 @@ def rtl_generics(spec: KernelSpec, network: Any) -> dict[str, int]:
         "STRIPES": ring_stripes(network),
         "WIRE_BF16": int(spec.grad_dtype == "bf16"),
         "PARAM_BF16": int(spec.out_dtype == "bf16"),
-        # twice the slots' frames: two flows of a peer at once, each granted the slots (onic_net_kernel)
-        "RX_PAYLOAD_DEPTH_LOG2": (2 * 2 ** RX_SLOT_LOG2 * frame_beats - 1).bit_length(),
+        # 2 x the slots + 1 frames: two flows of a peer at once, each granted the slots (onic_net_kernel)
+        "RX_PAYLOAD_DEPTH_LOG2": ((2 * 2 ** RX_SLOT_LOG2 + 1) * frame_beats - 1).bit_length(),
         "RX_SLOT_LOG2": RX_SLOT_LOG2,
         "RX_FRAME_BEATS": frame_beats,
         "TX_SLOTS_LOG2": ring_bound.packaged_slots_log2(network.window_packets)[0],

@@ -101,9 +101,9 @@ PACKETS_PER_CHUNK = 32  # per hop: long enough that filling the ring pipeline is
 STEP_PACKETS_PER_CHUNK = 16
 GOAL_OF_CAP = 0.98  # the line-rate fraction within 2 % of the framing cap
 # The card's buffers for payloads up to 8192 bytes (128 beats) and a window of 32 packets per flow:
-# 32 receive slots of up to 128 payload beats in a RAM of 2 x 32 x 128 beats (onic_net_kernel.v's rule:
-# two flows' credits), 32 retransmit slots of 256 beats per flow.
-BENCH_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 13, "RX_SLOT_LOG2": 5, "RX_FRAME_BEATS": 128, "TX_SLOTS_LOG2": 5,
+# 32 receive slots of up to 128 payload beats in a RAM of 16,384 beats ((2 x 32 + 1) x 128 needed:
+# onic_net_kernel.v's rule, two flows' credits), 32 retransmit slots of 256 beats per flow.
+BENCH_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 14, "RX_SLOT_LOG2": 5, "RX_FRAME_BEATS": 128, "TX_SLOTS_LOG2": 5,
                 "TX_BEATS_LOG2": 8, "TX_URAM": 0, "TX_FIFO_LOG2": 9, "RD_FIFO_LOG2": 8, "WR_FIFO_LOG2": 7,
                 "MAX_BURST": 64}
 # The bench card's Adam kernel: 16 fp32 lanes take 16 elements a clock, above the line's 10.4 (100 Gb/s at

@@ -24,7 +24,7 @@ from optimusnic.cli.bench import BENCHES
 
 # tests/hls/rtl/test_net_kernel.py's parameters and model folder: 8 receive slots of up to 4 payload
 # beats, 16-beat retransmit slots (a window of 8 packets of at most 192 bytes here)
-SMALL = {"RX_PAYLOAD_DEPTH_LOG2": 6, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
+SMALL = {"RX_PAYLOAD_DEPTH_LOG2": 7, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
          "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
          "MAX_BURST": 8}
 SMALL_BUILD = "onic_net_kernel-fp32-verilator"

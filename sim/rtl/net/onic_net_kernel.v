@@ -79,10 +79,11 @@ module onic_net_kernel #(
     // parameter dtype (the Adam kernel's output, AG payload, gathered buffer): 0 fp32, 1 bf16
     parameter integer PARAM_BF16 = 0,
     // receive buffer: log2 payload beats, log2 frame slots (the credit), largest payload in beats.
-    // The payload RAM holds at least 2 x 2^RX_SLOT_LOG2 frames of RX_FRAME_BEATS (checked below):
-    // every flow's first credit is the slot count, granted against an empty buffer, and two flows
+    // The payload RAM holds at least 2 x 2^RX_SLOT_LOG2 + 1 frames of RX_FRAME_BEATS (checked below):
+    // a flow's first credit is the slot count S, granted against an empty buffer, a later one leaves
+    // its flow at most S + 1 frames (the one the datapath is reading is not counted), and two flows
     // of the predecessor run at once (RS with AG in a one-phase step, RS with the scalar flow in
-    // phase one), so frames within their senders' credits occupy up to twice the slots
+    // phase one, AG with the scalar flow's last frames in phase two): sim/rtl/net/README.md
     parameter integer RX_PAYLOAD_DEPTH_LOG2 = 11,
     parameter integer RX_SLOT_LOG2 = 5,
     parameter integer RX_FRAME_BEATS = 22,
@@ -541,8 +542,8 @@ module onic_net_kernel #(
             $error("ACK_EVERY must be 1..255, ACK_HOLD 2..65535 (instance %m)");
             $finish;
         end
-        if ((1 << RX_PAYLOAD_DEPTH_LOG2) < 2 * (1 << RX_SLOT_LOG2) * RX_FRAME_BEATS) begin
-            $error("2^RX_PAYLOAD_DEPTH_LOG2 must hold 2 x 2^RX_SLOT_LOG2 frames of RX_FRAME_BEATS (instance %m)");
+        if ((1 << RX_PAYLOAD_DEPTH_LOG2) < (2 * (1 << RX_SLOT_LOG2) + 1) * RX_FRAME_BEATS) begin
+            $error("2^RX_PAYLOAD_DEPTH_LOG2 must hold 2 x 2^RX_SLOT_LOG2 + 1 frames of RX_FRAME_BEATS (instance %m)");
             $finish;
         end
     end
@@ -612,7 +613,7 @@ module onic_net_kernel #(
      * take yet: AG packets to forward wait for the own chunk, which waits for ag_release, which
      * waits for that very ACK (the RS sender's last) - a deadlock. The credit advertised counts
      * the queued headers as taken (their payload is still in the receive buffer), so the frames
-     * of peers within their credits fit the buffer (twice the slots: RX_PAYLOAD_DEPTH_LOG2). The queue holds as many headers as the receive
+     * of peers within their credits fit the buffer (twice the slots and one: RX_PAYLOAD_DEPTH_LOG2). The queue holds as many headers as the receive
      * buffer holds frames (a data frame has at least one payload beat there until it is consumed),
      * so a data header at the head of the receive side's FIFO can always move on and no ACK waits
      * behind one even if a peer ran past the credit: with a queue of only the header slots, a hang

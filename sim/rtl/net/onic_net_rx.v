@@ -17,8 +17,8 @@
  *   onic_fifo          the headers of delivered frames (2^SLOT_LOG2 slots: the credit)
  * A frame is delivered only whole: a failed FCS, any check, or no room (payload beats or a
  * header slot; the MAC cannot wait) drops it and counts it by cause. The credit counts frames,
- * each flow's first one against an empty buffer: with the payload RAM at least 2 x 2^SLOT_LOG2 x
- * FRAME_BEATS beats (two flows of a peer at once: onic_net_kernel), peers within their credits
+ * each flow's first one against an empty buffer: with the payload RAM at least (2 x 2^SLOT_LOG2 + 1)
+ * x FRAME_BEATS beats (two flows of a peer at once: onic_net_kernel), peers within their credits
  * never overflow it.
  */
 module onic_net_rx #(

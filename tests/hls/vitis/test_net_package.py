@@ -394,7 +394,7 @@ def test_generics_size_the_buffers_for_the_plan(payload: int, window: int) -> No
     beats = -(-payload // 64)
     assert g["RX_FRAME_BEATS"] == beats and 2 ** g["TX_BEATS_LOG2"] >= beats > 2 ** (g["TX_BEATS_LOG2"] - 1)
     assert 2 ** g["TX_SLOTS_LOG2"] >= window > 2 ** (g["TX_SLOTS_LOG2"] - 1)
-    assert 2 ** g["RX_PAYLOAD_DEPTH_LOG2"] >= 2 * 2 ** g["RX_SLOT_LOG2"] * beats  # two flows' credits
+    assert 2 ** g["RX_PAYLOAD_DEPTH_LOG2"] >= (2 * 2 ** g["RX_SLOT_LOG2"] + 1) * beats  # two flows' credits
 
 
 # TEST DOUBLE for the Vivado commands package_xo.tcl calls: records, creates nothing.
