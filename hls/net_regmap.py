@@ -55,7 +55,7 @@ SCALARS = (
     ("length", "L: elements of the flat parameter vector"),
     ("window", "go-back-N window: packets past the last ACK"),
     ("timeout", "retransmission timeout in kernel clock cycles"),
-    ("credit", "receive slots advertised to the predecessor"),
+    ("credit", "the successor's receive slots: each sender's first credit"),
     ("payload_bytes", "payload bytes per data frame"),
     ("step", "the step number of the next ring step"),
     ("phase", "0: a one-phase step; two-phase step: 1 phase one (the owner's sum to sum0, the scalar "

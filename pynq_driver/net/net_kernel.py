@@ -108,7 +108,7 @@ class RingArgs:
     step: int
     window: int
     timeout_clocks: int       # the retransmission timeout in kernel clocks
-    credit: int               # receive slots advertised to the predecessor
+    credit: int               # the successor's receive slots (2^RX_SLOT_LOG2): each sender's first credit
     lgrad: Sequence[int]      # one 64-byte aligned address per lgrad stripe
     gather: Sequence[int]     # one per gather stripe
     comm: int = 0
