@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cocotb
+import numpy as np
 from cocotb.queue import Queue
 from cocotb.triggers import FallingEdge, Timer
 from cocotb.utils import get_sim_time
@@ -48,6 +49,7 @@ from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
 from cocotbext.axi.constants import AxiBurstType, AxiResp
 from cocotbext.axi.memory import Memory
 
+from hls import layout
 from hls.bursts import HBM_LATENCY_NS
 
 MODES = ("hbm", "ideal")
@@ -414,6 +416,20 @@ def stall_generator(rng: random.Random, probability: float) -> Iterator[bool]:
                 yield True
         else:
             yield False
+
+
+def write_striped(mem: Any, bases: Sequence[int], data: bytes) -> None:
+    """A buffer into memory `mem` in len(bases) stripes, its beats dealt as hls.layout.split deals them
+    (stripe k at bases[k]): how a host writes a network kernel's striped lgrad buffer."""
+    for base, part in zip(bases, layout.split(np.frombuffer(data, np.uint8), len(bases)), strict=True):
+        mem.write(base, part.tobytes())
+
+
+def read_striped(mem: Any, bases: Sequence[int], nbytes: int) -> bytes:
+    """`nbytes` of a buffer read back from its stripes at `bases` (hls.layout.join)."""
+    parts = [np.frombuffer(mem.read(b, layout.stripe_bytes(nbytes, 1, len(bases), i)), np.uint8)
+             for i, b in enumerate(bases)]
+    return layout.join(parts, nbytes, np.uint8).tobytes()
 
 
 def _has(dut: Any, prefix: str, signal: str) -> bool:

@@ -83,7 +83,7 @@ from test_onic_net_kernel import (
     two_phase_gradients,
 )
 
-from hls import golden, layout, net_regmap
+from hls import golden, net_regmap
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
 from hls.ports import port_array
@@ -203,18 +203,6 @@ class CardTB:
     async def net_counters(self) -> dict[str, int]:
         return {name: await self.net_read64(name) for name in net_regmap.counter_names()}
 
-    def write_striped(self, bases: list[int], data: bytes) -> None:
-        """A network-kernel buffer into card memory, its beats dealt to the stripes (hls.layout.split)."""
-        for base, part in zip(bases, layout.split(np.frombuffer(data, np.uint8), len(bases)), strict=True):
-            self.mem.write(base, part.tobytes())
-
-    def read_striped(self, bases: list[int], nbytes: int) -> bytes:
-        """`nbytes` of a network-kernel buffer read back from its stripes (hls.layout.join)."""
-        k = len(bases)
-        parts = [np.frombuffer(self.mem.read(b, layout.stripe_bytes(nbytes, 1, k, i)), np.uint8)
-                 for i, b in enumerate(bases)]
-        return layout.join(parts, nbytes, np.uint8).tobytes()
-
 
 @dataclasses.dataclass
 class Ring:
@@ -330,9 +318,9 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
         data = local[k * size:(k + 1) * size].tobytes()
         region[:len(data)] = data
         lgrad += region
-    tb.write_striped(LGRADS, bytes(lgrad))
+    hbm_memory.write_striped(tb.mem, LGRADS, bytes(lgrad))
     fill = bytes([0xA5]) * (n * pb * BEAT)
-    tb.write_striped(GATHERS, fill)
+    hbm_memory.write_striped(tb.mem, GATHERS, fill)
     if skip:  # the Adam kernel's last output: the current parameters (a card keeps them there)
         current = ring.output_params(c.shards[r].p, c.pdt).tobytes()
         tb.mem.write(OUT, current + bytes([0x5A]) * (pb * BEAT - len(current)))
@@ -432,7 +420,7 @@ async def run_step(tb: CardTB, c: Ring, step_id: int, t: int, seed: int, lossles
     out = tb.mem.read(OUT, pb * BEAT)
     assert not differing(out[:pbytes], own, c.pdt), f"{tag}: the Adam kernel's out buffer differs"
     assert out[pbytes:] == bytes([0x5A]) * (pb * BEAT - pbytes), f"{tag}: bytes past the out buffer written"
-    gather = tb.read_striped(GATHERS, n * pb * BEAT)
+    gather = hbm_memory.read_striped(tb.mem, GATHERS, n * pb * BEAT)
     for k in range(n):
         region = gather[k * pb * BEAT:(k + 1) * pb * BEAT]
         if k == r:

@@ -297,17 +297,6 @@ class RtlCard:
             return self.kernel.shard
         return ring.Shard(*(np.frombuffer(self.mem.read(a, size * 4), "<f4").copy() for a in (P_ADDR, M_ADDR, V_ADDR)))
 
-    def write_striped(self, bases: list[int], data: bytes) -> None:
-        """A network-kernel buffer into card memory, its beats dealt to the stripes (hls.layout.split)."""
-        for base, part in zip(bases, layout.split(np.frombuffer(data, np.uint8), len(bases)), strict=True):
-            self.mem.write(base, part.tobytes())
-
-    def read_striped(self, bases: list[int], nbytes: int) -> bytes:
-        """`nbytes` of a network-kernel buffer read back from its stripes (hls.layout.join)."""
-        parts = [np.frombuffer(self.mem.read(b, layout.stripe_bytes(nbytes, 1, len(bases), i)), np.uint8)
-                 for i, b in enumerate(bases)]
-        return layout.join(parts, nbytes, np.uint8).tobytes()
-
     async def start_adam(self, size: int, hyper: Hyper, scale: float, optimizer: str) -> None:
         """The Adam kernel's arguments (as the driver writes them) and ap_start: it waits on its stream."""
         regs = {"n": size, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
@@ -548,8 +537,8 @@ class Ring:
             for c in range(n):  # chunk c from a beat, junk in the pad bytes
                 data = local[c * size:(c + 1) * size].tobytes()
                 lgrad += data + bytes(self.rng.randrange(256) for _ in range(wb * BEAT - len(data)))
-            card.write_striped(card.lgrad_bases, lgrad)
-            card.write_striped(card.gather_bases, fill)
+            hbm_memory.write_striped(card.mem, card.lgrad_bases, lgrad)
+            hbm_memory.write_striped(card.mem, card.gather_bases, fill)
             if self.adam is None:
                 assert card.kernel is not None and card.grad is not None
                 card.kernel.hyper = hyper
@@ -623,7 +612,7 @@ class Ring:
                 own = got[k]["own_out"].tobytes() if "own_out" in got[k] else current[k]
             if scales[k] is None and own != current[k]:
                 bad.append("the own chunk gathered in a skipped step is not the current parameters")
-            whole = card.read_striped(card.gather_bases, n * pb * BEAT)
+            whole = hbm_memory.read_striped(card.mem, card.gather_bases, n * pb * BEAT)
             for c in range(n):
                 region = whole[c * pb * BEAT:(c + 1) * pb * BEAT]
                 if c == k:
