@@ -12,6 +12,8 @@ on a ring of `hls.net.card.Card` software peers in cocotb (sim/tb/net/test_onic_
 - Seeded drops and duplicates on every link (the bench's own switch, 5 %), and the faulty switch
   of sim/tb/models (drop, duplicate, reorder, bit flip), recovering bit-exact; a stalled Adam
   kernel (its gradient input refusing 90 % of clocks) without loss or deadlock.
+- The receive buffer's rule: a payload RAM under (2 x slots + 1) frames refused when the top
+  elaborates (Icarus), the CI and deployable sizes taken.
 Verilator; the simulation sizes are small (8 receive slots, 16-beat retransmit slots).
 """
 
@@ -20,6 +22,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -91,6 +95,27 @@ def test_control_addresses_match_regmap(stripes: int) -> None:
     top = (NET_RTL / "onic_net_kernel.v").read_text()
     assert f"localparam integer N_COUNTERS = {len(net_regmap.counter_names())};" in top
     assert f"localparam integer N_SCALARS  = {len(scalars)};" in top
+
+
+@pytest.mark.icarus
+@pytest.mark.parametrize(("depth_log2", "slot_log2", "frame_beats", "ok"), [
+    (7, 3, 4, True),     # the CI simulation's buffers: 128 beats, (2 x 8 + 1) x 4 = 68 needed
+    (6, 3, 4, False),    # 64: what they were, one frame short of the rule
+    (11, 5, 22, True),   # the deployable defaults: 2,048 beats, (2 x 32 + 1) x 22 = 1,430 needed
+    (10, 5, 22, False),  # 1,024: the old default (the slots' frames only)
+])
+def test_receive_buffer_holds_two_flows_credits(tmp_path: Path, depth_log2: int, slot_log2: int, frame_beats: int,
+                                                ok: bool) -> None:
+    """The top refuses, when it elaborates, a payload RAM smaller than (2 x 2^RX_SLOT_LOG2 + 1) frames of
+    RX_FRAME_BEATS: two flows of a predecessor each within their credit (design.md 8.3) fit it."""
+    top = "onic_net_kernel"
+    params = {"RX_PAYLOAD_DEPTH_LOG2": depth_log2, "RX_SLOT_LOG2": slot_log2, "RX_FRAME_BEATS": frame_beats}
+    out = tmp_path / "top.vvp"
+    subprocess.run(["iverilog", "-g2005", "-s", top, "-o", str(out), *(f"-P{top}.{k}={v}" for k, v in params.items()),
+                    *map(str, SOURCES)], check=True, capture_output=True, text=True)
+    ran = subprocess.run(["vvp", "-n", str(out)], capture_output=True, text=True, timeout=60)
+    refused = "must hold 2 x 2^RX_SLOT_LOG2 + 1 frames" in ran.stdout + ran.stderr
+    assert refused != ok, ran.stdout + ran.stderr
 
 
 def run(dtypes: str, cases: str, seed: int, testcase: str = "test_ring",
