@@ -189,13 +189,13 @@ def test_ring_cards_faults() -> None:
 def test_ring_cards_stripes() -> None:
     """Three onic_cards whose network kernels keep lgrad and gather in four stripes each (the U55C
     plan's count; a build of its own): one-phase, clipped and skipped two-phase steps under switch
-    faults, then round-major steps (segments of 4 one-beat packets, so runs start on every stripe).
+    faults, then round-major steps (segments of 3 one-beat packets: runs start on every stripe).
     By default NetCluster's rtlsim test runs two stripes."""
     stall = {"ONIC_GRAD_STALL": "0.6"}
     run(3, 61, net_stripes=4, extra={**FAULTS, **stall, "ONIC_STEPS": "3", "ONIC_TWO_PHASE": ",clip,skip",
                                      "ONIC_SIZE": "160"}, tag="-faults")
     run(3, 62, net_stripes=4, extra={**stall, "ONIC_STEPS": "2", "ONIC_TWO_PHASE": "clip,skip", "ONIC_SIZE": "600",
-                                     "ONIC_PAYLOAD": "64", "ONIC_SEGMENT": "4"}, tag="-rounds")
+                                     "ONIC_PAYLOAD": "64", "ONIC_SEGMENT": "3"}, tag="-rounds")
 
 
 @pytest.mark.slow
