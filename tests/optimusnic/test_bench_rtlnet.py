@@ -16,7 +16,7 @@ import math
 
 import pytest
 
-from hls.rtl import simulators
+from hls.rtl import ring_top, simulators
 from hls.spec import KernelSpec
 from optimusnic.bench import report as bench_report
 from optimusnic.bench import rtlnet
@@ -24,9 +24,7 @@ from optimusnic.cli.bench import BENCHES
 
 # tests/hls/rtl/test_net_kernel.py's parameters and model folder: 8 receive slots of up to 4 payload
 # beats, 16-beat retransmit slots (a window of 8 packets of at most 192 bytes here)
-SMALL = {"RX_PAYLOAD_DEPTH_LOG2": 7, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
-         "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
-         "MAX_BURST": 8}
+SMALL = ring_top.SIM_PARAMS
 SMALL_BUILD = "onic_net_kernel-fp32-verilator"
 # tests/hls/rtl/test_card_rtl.py's fp32 card and its model's folder (same spec, same parameters)
 CARD = KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream", lanes=2, stripes=1,

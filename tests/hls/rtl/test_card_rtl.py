@@ -28,14 +28,12 @@ import pytest
 
 from hls.errors import UserError
 from hls.paths import BUILD_DIR, TB_DIR
-from hls.rtl import simulators
+from hls.rtl import ring_top, simulators
 from hls.rtl.card import CARD_MODULE, prepare_card, render_card
 from hls.spec import KernelSpec, SpecError
 
 NET_TB = TB_DIR / "net"
-SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 7, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
-              "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
-              "MAX_BURST": 8}
+SIM_PARAMS = ring_top.SIM_PARAMS  # the network kernel's CI simulation buffers
 # the wire dtype is the Adam kernel's gradient dtype, the gathered parameters' its output dtype
 SPECS = {
     "fp32": KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream", lanes=2,

@@ -31,17 +31,16 @@ import pytest
 from hls import net_regmap
 from hls.paths import BUILD_DIR, RTL_DIR, TB_DIR
 from hls.rtl import netlist as timing
-from hls.rtl import simulators, timing_report
+from hls.rtl import ring_top, simulators, timing_report
 from hls.rtl_sources import read_filelist
 
 NET_RTL = RTL_DIR / "net"
 NET_TB = TB_DIR / "net"
 SOURCES = read_filelist(NET_RTL / "net_kernel.f")
 DTYPES = {"fp32": (0, 0), "bf16": (1, 1), "bf16-fp32": (1, 0)}  # wire / parameter dtype
-# small buffers: 8 receive slots of up to 4 payload beats, 16-beat retransmit slots
-SIM_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 7, "RX_SLOT_LOG2": 3, "RX_FRAME_BEATS": 4, "TX_SLOTS_LOG2": 4,
-              "TX_BEATS_LOG2": 4, "TX_URAM": 0, "TX_FIFO_LOG2": 6, "RD_FIFO_LOG2": 5, "WR_FIFO_LOG2": 5,
-              "MAX_BURST": 8}  # ACK coalescing at its default (ACK_EVERY 8): K = 2 with the window of 8
+# the CI simulation's buffers (hls.rtl.ring_top): 8 receive slots of up to 4 payload beats, 16-beat
+# retransmit slots; ACK coalescing at its default (ACK_EVERY 8): K = 2 with the window of 8
+SIM_PARAMS = ring_top.SIM_PARAMS
 
 
 def control_addresses(stripes: int) -> tuple[dict[str, int], dict[str, int]]:
