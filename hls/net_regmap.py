@@ -125,8 +125,10 @@ def address_range(args: list[Arg]) -> int:
     return size
 
 
-def to_manifest(spec_name: str, network: NetworkPlan, grad_streams: int, param_streams: int = 0) -> dict[str, object]:
-    """The network manifest section: kernel name, its register map and its stream ports."""
+def to_manifest(spec_name: str, network: NetworkPlan, grad_streams: int, param_streams: int = 0,
+                rx_slots: int | None = None) -> dict[str, object]:
+    """The network manifest section: kernel name, its register map and its stream ports; `rx_slots` the
+    build's receive slots (2^RX_SLOT_LOG2), the most `credit` a card of this build may be given."""
     args = register_map(network)
     return {
         "kernel": kernel_name(spec_name),
@@ -140,6 +142,7 @@ def to_manifest(spec_name: str, network: NetworkPlan, grad_streams: int, param_s
         "ring_ports": network.ring_ports,
         "payload_bytes": network.payload_bytes,
         "window_packets": network.window_packets,
+        **({} if rx_slots is None else {"rx_slots": rx_slots}),
         "streams": stream_ports(network.ring_ports, grad_streams, param_streams),
     }
 

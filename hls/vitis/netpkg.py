@@ -214,9 +214,10 @@ def package(spec: KernelSpec, target: Target, kernel: str) -> NetPackage:
     # The RTL reads lgrad and writes gather through sizing's stripes: the map, the ports and the sp= lines
     # are those of every stripe, each on the channel sizing planned for it.
     rtl_plan = network
-    manifest = net_regmap.to_manifest(spec.name, rtl_plan, RTL_GRAD_STREAMS, param_streams=1)
-    name = str(manifest["kernel"])
     generics = rtl_generics(spec, network)
+    manifest = net_regmap.to_manifest(spec.name, rtl_plan, RTL_GRAD_STREAMS, param_streams=1,
+                                      rx_slots=2 ** generics["RX_SLOT_LOG2"])
+    name = str(manifest["kernel"])
     ports = rtl_ports(stripes=generics["STRIPES"])
     env = generate.environment()
     ctx = generate.context(spec, target, side)

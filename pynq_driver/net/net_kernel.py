@@ -12,7 +12,8 @@ cannot be built here (the alveo backend's `join_ring` says so): `NetKernel` itse
 
 Arguments are checked as the kernel checks them at ap_start (its STATUS `config_error`: world 2..255,
 rank below world, length 1 .. 0xF0000000, payload_bytes a multiple of 64 from 64, window and credit
-at least 1) and as the register file can hold them (ports and
+at least 1), credit at most the build's receive slots when the map knows them (the manifest's
+`rx_slots`: the kernel itself cannot tell), and as the register file can hold them (ports and
 communicator 16 bits, pointers 64-byte aligned and one per stripe of the map), before anything is
 written: a bad value is a `NetConfigError` naming it, and the card's registers are left as they were.
 """
@@ -53,26 +54,32 @@ class RegisterMap:
 
     args: Mapping[str, tuple[str, int]]  # name -> (kind "pointer" | "scalar", offset)
     readonly: Mapping[str, int]          # status, every counter, entry_sumsq, entry_flag -> offset
+    # The build's receive slots (2^RX_SLOT_LOG2; the manifest's `rx_slots`), None when not known. A ring's
+    # cards run one build, so they are also the successor's: `credit` may not exceed them.
+    rx_slots: int | None = None
 
     @classmethod
     def from_manifest(cls, network: Mapping[str, Any]) -> RegisterMap:
         """The manifest's `network` section (`hls.net_regmap.to_manifest`)."""
+        slots = network.get("rx_slots")
         return cls(args={str(a["name"]): (str(a["kind"]), int(a["offset"])) for a in network["args"]},
-                   readonly={str(r["name"]): int(r["offset"]) for r in network["readonly"]})
+                   readonly={str(r["name"]): int(r["offset"]) for r in network["readonly"]},
+                   rx_slots=None if slots is None else int(slots))
 
     @classmethod
-    def from_plan(cls, plan: NetworkPlan) -> RegisterMap:
-        """The map of a sizing plan's network kernel (the benches' builds)."""
+    def from_plan(cls, plan: NetworkPlan, rx_slots: int | None = None) -> RegisterMap:
+        """The map of a sizing plan's network kernel (the benches' builds), of a build with `rx_slots`."""
         args = register_map(plan)
         return cls(args={a.name: (a.kind, int(a.offset)) for a in args if a.offset is not None},
-                   readonly={str(r["name"]): int(r["offset"]) for r in readonly_map(args)})  # type: ignore[call-overload]
+                   readonly={str(r["name"]): int(r["offset"]) for r in readonly_map(args)},  # type: ignore[call-overload]
+                   rx_slots=rx_slots)
 
     @classmethod
-    def for_stripes(cls, lgrad: int = 1, gather: int = 1) -> RegisterMap:
+    def for_stripes(cls, lgrad: int = 1, gather: int = 1, rx_slots: int | None = None) -> RegisterMap:
         """The map of a network kernel with these stripe counts (what `from_plan` reads of a plan)."""
         plan = SimpleNamespace(streams=[SimpleNamespace(name="lgrad", stripes=lgrad, what=""),
                                         SimpleNamespace(name="gather", stripes=gather, what="")])
-        return cls.from_plan(plan)  # type: ignore[arg-type]
+        return cls.from_plan(plan, rx_slots)  # type: ignore[arg-type]
 
     def stripes(self, stream: str) -> int:
         """Pointers of a memory stream (`lgrad`, `gather`) in this map."""
@@ -154,6 +161,10 @@ def _check(args: RingArgs, regs: RegisterMap) -> None:
         fail(f"step {args.step} must be 0 .. 2^32 - 1")
     if args.timeout_clocks > 0xFFFFFFFF or args.window > 0xFFFFFFFF or args.credit > 0xFFFFFFFF:
         fail("window, credit and timeout_clocks must fit 32 bits")
+    if regs.rx_slots is not None and args.credit > regs.rx_slots:
+        fail(f"credit {args.credit} is more than the {regs.rx_slots} receive slots of this network kernel build "
+             "(the successor's too: a ring runs one build); a larger first credit lets a predecessor's frames "
+             "overflow the receive buffer (design.md 8.3)")
     for stream in ("lgrad", "gather"):
         addrs = list(getattr(args, stream))
         want = regs.stripes(stream)

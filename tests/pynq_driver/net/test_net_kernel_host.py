@@ -150,3 +150,27 @@ def test_manifest_map_is_the_plan_map() -> None:
     plan_map = RegisterMap.for_stripes(lgrad=2, gather=2)
     section = net_regmap.to_manifest("k", plan(2), grad_streams=1, param_streams=1)  # type: ignore[arg-type]
     assert RegisterMap.from_manifest(section) == plan_map
+
+
+def test_credit_above_the_builds_receive_slots_is_refused() -> None:
+    """The packaged kernel's manifest names its receive slots; a credit above them (a larger first credit than
+    the successor's buffer holds, design.md 8.3) is refused before any write, the slots themselves accepted."""
+    from hls.spec import KernelSpec
+    from hls.targets import get_target
+    from hls.vitis import netpkg
+
+    spec = KernelSpec(target="u55c", grad_source="stream", out_sink="memory+stream")
+    pkg = netpkg.package(spec, get_target("u55c"), "hls")
+    slots = pkg.manifest["rx_slots"]
+    assert slots == 2 ** pkg.generics["RX_SLOT_LOG2"]
+    regs = RegisterMap.from_manifest(pkg.manifest)
+    assert regs.rx_slots == slots
+    k = regs.stripes("lgrad")
+    args = ring_args(lgrad=[0x10000 * (i + 1) for i in range(k)], gather=[0x100000 * (i + 1) for i in range(k)])
+    port = RegisterFileDouble()
+    kernel = NetKernel(port, regs)
+    with pytest.raises(NetConfigError, match=f"credit {slots + 1} is more than the {slots} receive slots") as err:
+        kernel.program(dataclasses.replace(args, credit=slots + 1))
+    assert port.log == [] and "\n" not in str(err.value)
+    kernel.program(dataclasses.replace(args, credit=slots, window=slots))
+    assert (regs.args["credit"][1], slots) in port.log
