@@ -383,6 +383,17 @@ def size_spec(spec: KernelSpec, target: Target, params: int | None = None) -> Si
     )
 
 
+def size_rail(spec: KernelSpec, target: Target, payload_bytes: int = PAYLOAD_BYTES) -> SizingReport:
+    """Sizing for an exact spec on a card that runs the ring (`placement="rail"` at `payload_bytes`): its
+    `network` plan places the ring's lgrad and gather stripes beside the kernel's."""
+    return size(
+        target, None, grad_dtype=spec.grad_dtype, out_dtype=spec.out_dtype, grad_source=spec.grad_source,
+        lanes=spec.lanes, compute_units=spec.compute_units, clock_mhz=spec.clock_mhz, optimizer=spec.optimizer,
+        stripes=spec.stripes, rate=spec.rate_gps * 1e9 if spec.rate_gps is not None else None, placement="rail",
+        payload_bytes=payload_bytes,
+    )
+
+
 def stripe_counts(spec: KernelSpec, target: Target) -> StripeCounts:
     """The stripes `spec`'s kernel has on `target`: what the register map and the driver follow."""
     return size_spec(spec, target).stripes

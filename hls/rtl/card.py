@@ -23,7 +23,7 @@ from hls.errors import UserError
 from hls.generate import context, environment, write_project
 from hls.paths import RTL_DIR
 from hls.rtl_sources import read_filelist, static_sources
-from hls.sizing import size_spec
+from hls.sizing import size_rail, size_spec
 from hls.spec import KernelSpec, SpecError
 from hls.targets import Target, get_target
 
@@ -39,6 +39,50 @@ class CardProject:
     project: Path
     top: Path
     sources: list[Path]
+
+
+@dataclass(frozen=True)
+class PortChannel:
+    """One m_axi port of the card top on its memory channel, as the rail sizing plans it."""
+
+    port: str                  # m_axi_<port> of onic_card: an Adam kernel pointer, lgrad<k> or gather<k>
+    channel: int               # HBM pseudo-channel (DDR channel) index
+    usable_bytes_per_s: float  # the channel's usable bandwidth, reads and writes together
+    host_bytes_per_s: float    # what the host's DMA moves on it meanwhile (the ring buffers' other halves)
+
+    def beats_per_clock(self, clock_mhz: float) -> float:
+        """512-bit beats a kernel clock the channel leaves the card's ports: usable less the host's share."""
+        return (self.usable_bytes_per_s - self.host_bytes_per_s) / (64 * clock_mhz * 1e6)
+
+
+def card_memory_plan(spec: KernelSpec, payload_bytes: int, net_stripes: int,
+                     target: Target | None = None) -> tuple[list[PortChannel], float]:
+    """Every m_axi port of the card top for `spec` on the channel the rail sizing at `payload_bytes` gives it,
+    and sizing's kernel clock: the Adam kernel's ports from its memory plan, the network kernel's lgrad<k>
+    and gather<k> from the ring streams'. A ring stream's channel also carries the host's DMA (it fills the
+    other half of lgrad's double buffer and drains gather's at the goodput, hls.ring_plan), so its share is
+    the stream's traffic / 2 per stripe. Refused when the card is not built as planned (the Adam kernel's
+    stripes, `net_stripes`)."""
+    check_card_spec(spec)
+    target = target or get_target(spec.target)
+    rail = size_rail(spec, target, payload_bytes)
+    if rail.network is None:  # sizing always plans the ring for placement="rail"
+        raise UserError("card memory plan: sizing planned no ring streams")
+    if rail.stripes != size_spec(spec, target).stripes:
+        raise UserError(f"card memory plan: at {payload_bytes}-byte payloads the rail plan stripes the Adam kernel "
+                        f"{rail.stripes}, the card's kernel is built {size_spec(spec, target).stripes}")
+    [cu] = rail.assignments
+    usable = {load.channel: load.usable_bytes_per_s for load in cu.loads}
+    plan = [PortChannel(port, chans[0], usable[chans[0]], 0.0) for port, chans in cu.channels.items()]
+    ring = {load.channel: load.usable_bytes_per_s for load in rail.network.loads}
+    for stream in rail.network.streams:
+        if stream.stripes != net_stripes:
+            raise UserError(f"card memory plan: at {payload_bytes}-byte payloads the rail plan has {stream.stripes} "
+                            f"{stream.name} stripes, the card is built with {net_stripes}")
+        host = stream.bytes_per_s / 2 / stream.stripes
+        plan += [PortChannel(f"{stream.name}{k}", c, ring.get(c, usable.get(c, 0.0)), host)
+                 for k, c in enumerate(stream.channels)]
+    return plan, rail.clock_mhz
 
 
 def check_card_spec(spec: KernelSpec) -> None:
@@ -83,4 +127,5 @@ def prepare_card(spec: KernelSpec, out_dir: Path, target: Target | None = None, 
     return CardProject(project=project, top=top, sources=sources)
 
 
-__all__ = ["CARD_MODULE", "CardProject", "check_card_spec", "prepare_card", "render_card"]
+__all__ = ["CARD_MODULE", "CardProject", "PortChannel", "card_memory_plan", "check_card_spec", "prepare_card",
+           "render_card"]

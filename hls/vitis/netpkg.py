@@ -201,11 +201,7 @@ def package(spec: KernelSpec, target: Target, kernel: str) -> NetPackage:
     """Size the rail placement for `spec` and render the network kernel's package and the rail link.cfg."""
     if not target.has_xrt_flow:
         raise UserError(f"{target.name}: the rail placement links with v++ and XUP VNx; {target.name} has no XRT flow")
-    rail = sizing.size(
-        target, None, grad_dtype=spec.grad_dtype, out_dtype=spec.out_dtype, grad_source=spec.grad_source,
-        lanes=spec.lanes, compute_units=spec.compute_units, clock_mhz=spec.clock_mhz, optimizer=spec.optimizer,
-        stripes=spec.stripes, rate=spec.rate_gps * 1e9 if spec.rate_gps is not None else None, placement="rail",
-    )
+    rail = sizing.size_rail(spec, target)
     network = rail.network
     if network is None:  # sizing always plans the ring for placement="rail"
         raise UserError("rail placement: sizing planned no ring streams")

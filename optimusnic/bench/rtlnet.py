@@ -45,6 +45,14 @@ Figures (simulated time; only the simulation speed depends on the machine):
   switch, peers, monitors).
 - with the card (`card-drops`): goodput and retransmitted bytes at the same drop rates, as the
   stand-in's.
+- the card bandwidth-true (`card-hbm`): the card rows again (step times, latencies, line-rate fractions)
+  with `hbm_card_spec()` (the Adam kernel at the stripes sizing plans: 3 per state array and 1 out for
+  fp32 on a U55C) and the network kernel's lgrad and gather in the rail plan's stripes (4), every
+  m_axi port on the HBM channel the rail sizing gives it (`hls.rtl.card.card_memory_plan`), each
+  channel limited to its usable bandwidth less the host DMA's steady share on the ring buffers'
+  channels (the goodput over the stripes), 100..250 ns a burst (sim/tb/models/hbm_memory.py); and
+  per kind of channel its use over the step and the clocks it paused for lack of budget. The `card`
+  rows are on ideal memory (5..40 clocks, no bandwidth limit).
 - N RTL cards (`ring`): every card of the ring an onic_card (the bench card: `card_spec()`,
   BENCH_PARAMS) in one Verilator build of RING_CARDS cards (hls.rtl.ring_top), each MAC port on
   cocotbext-eth's MAC model through the same switch (sim/tb/net/bench_onic_ring_cards.py, the
@@ -72,6 +80,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -111,7 +120,7 @@ BENCH_PARAMS = {"RX_PAYLOAD_DEPTH_LOG2": 14, "RX_SLOT_LOG2": 5, "RX_FRAME_BEATS"
 CARD_LANES = 16
 OPCODES = {1: "rs", 2: "ag", 3: "ack", 4: "nak"}
 # What one run measures (`--parts`); a run of some parts keeps the others' figures from bench/results.json.
-PARTS = ("card", "stand-in", "card-drops", "ring", "bf16", "rounds")
+PARTS = ("card", "stand-in", "card-drops", "card-hbm", "ring", "bf16", "rounds")
 # N RTL cards in one Verilator build (hls.rtl.ring_top): one top of RING_CARDS onic_cards serves the rings of
 # 2 .. RING_CARDS (the others stay idle), each card the bench card (BENCH_PARAMS, `card_spec()`).
 RING_CARDS = 4
@@ -192,11 +201,35 @@ def card_spec(lanes: int = CARD_LANES) -> KernelSpec:
                       stripes=1, out_sink="memory+stream", name=f"onic_card_bench{lanes}")
 
 
+def hbm_card_spec(lanes: int = CARD_LANES) -> KernelSpec:
+    """The card of the HBM rows: `card_spec`'s Adam kernel at the stripes sizing plans for it (fp32 on a U55C:
+    3 per state array, 1 out), so that each array's traffic fits its channels."""
+    return KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream", lanes=lanes,
+                      stripes=None, out_sink="memory+stream", name=f"onic_card_hbm{lanes}")
+
+
+def planned_net_stripes(card: KernelSpec, payloads: tuple[int, ...]) -> int:
+    """The network kernel's lgrad and gather stripes the rail sizing plans for `card` at these payloads: one
+    card build serves them all, so they must agree."""
+    from hls.errors import UserError
+    from hls.sizing import size_rail
+    from hls.targets import get_target
+
+    counts = {}
+    for payload in payloads:
+        network = size_rail(card, get_target(card.target), payload).network
+        counts[payload] = network.streams[0].stripes if network else 0
+    if len(set(counts.values())) != 1:
+        raise UserError(f"bench rtlnet: the rail plan stripes lgrad and gather differently at payloads {counts}: "
+                        "one card build cannot serve them; measure them in separate runs")
+    return next(iter(counts.values()))
+
+
 def simulate(case: dict[str, Any], params: dict[str, int] | None = None, build: str | None = None,
-             card: KernelSpec | None = None) -> dict[str, Any]:
+             card: KernelSpec | None = None, net_stripes: int = 1) -> dict[str, Any]:
     """One ring step of `case` in cocotb; its raw record. Without `card`: the network kernel alone with the
     stand-in Adam kernel (sim/tb/net/bench_onic_net_kernel.py); with `card`: the card top `onic_card` with
-    that Adam RTL kernel (sim/tb/net/bench_onic_card.py)."""
+    that Adam RTL kernel (sim/tb/net/bench_onic_card.py), its network kernel's buffers in `net_stripes`."""
     if not simulators.available("verilator"):
         from hls.errors import ToolMissing
 
@@ -208,11 +241,13 @@ def simulate(case: dict[str, Any], params: dict[str, int] | None = None, build: 
         from hls.rtl.card import CARD_MODULE, prepare_card
 
         # tests/hls/rtl/test_card_rtl.py's layout: `build` shares its model (same spec and parameters)
-        folder = bdir.parent / (build or f"onic_card-bench-{card.name}")
-        project = prepare_card(card, folder / "card")
+        folder = bdir.parent / (build or f"onic_card-bench-{card.name}" + (f"-s{net_stripes}" if net_stripes > 1
+                                                                             else ""))
+        project = prepare_card(card, folder / "card", net_stripes=net_stripes)
         bdir = folder / "verilator"
         sources, top, module, test = project.sources, CARD_MODULE, "bench_onic_card", "bench_card"
         extra["ONIC_MANIFEST"] = str(project.project / "manifest.json")
+        extra["ONIC_NET_STRIPES"] = str(net_stripes)
         build_args = ["--no-public-flat-rw", "--public-depth", "1"]  # as tests/hls/rtl/test_card_rtl.py
         parameters: dict[str, int] = dict(params)
     else:
@@ -378,30 +413,55 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
         "sim_clocks": raw["end_cycle"] - raw["start_cycle"], "sim_wall_s": raw["wall_s"],
         "sim_clocks_per_s": (raw["end_cycle"] - raw["start_cycle"]) / raw["wall_s"],
         "run_s": raw["run_s"], "log": raw["log"], "clock_ps": raw["clock_ps"], "rto_us": case["rto_s"] * 1e6,
+        "adam_stripes": raw.get("adam_stripes"), "net_stripes": raw.get("net_stripes"),
+        # the card's memory channels over the step (bench_onic_card; the HBM model's budgets), by what they hold
+        "memory_channels": [{"channel": c["channel"], "kind": _channel_kind(c["ports"]), "budget": c["budget"],
+                             "beats": c["beats"], "clocks": c["clocks"], "paused_clocks": c["paused_clocks"]}
+                            for c in (raw.get("memory") or {}).get("channels", [])],
     }
+
+
+def _channel_kind(ports: list[str]) -> str:
+    """What a card memory channel holds, from its ports: "state" (p, m, v), "out", "lgrad" or "gather"."""
+    name = re.sub(r"\d+(_rd|_wr)?$", "", ports[0]) if ports else ""
+    return "state" if name in ("p", "m", "v") else name
 
 
 def measure_case(n: int, payload: int, packets: int, drop: float = 0.0, seed: int = 1, log: Log = None,
                  params: dict[str, int] | None = None, window: int = WINDOW,
                  build: str | None = None, rto_s: float | None = None,
                  card: KernelSpec | None = None, wire_dtype: str = "fp32", param_dtype: str = "fp32",
-                 part: str | None = None) -> dict[str, Any]:
-    """One step's figures; `card`: with that Adam RTL kernel in the card (`onic_card`), not the stand-in;
-    `wire_dtype`, `param_dtype`: the stand-in's (the card's are its spec's)."""
+                 part: str | None = None, memory: str = "ideal", net_stripes: int = 1) -> dict[str, Any]:
+    """One step's figures; `card`: with that Adam RTL kernel in the card (`onic_card`), not the stand-in,
+    its network kernel's buffers in `net_stripes`, its memory ideal or (`memory` "hbm") every port on the
+    channel the rail sizing plans (`hls.rtl.card.card_memory_plan`); `wire_dtype`, `param_dtype`: the
+    stand-in's (the card's are its spec's)."""
     case = {"n": n, "rank": min(RANK, n - 1), "payload": payload, "size": chunk_size(payload, packets, wire_dtype),
             "drop": drop, "seed": seed, "window": window, "rto_s": rto_s or rto_for(payload, window),
             "latency_s": LATENCY_S}
     if (wire_dtype, param_dtype) != ("fp32", "fp32"):
         case |= {"wire_dtype": wire_dtype, "param_dtype": param_dtype}
-    what = f"card ({card.lanes} lanes)" if card else f"stand-in {wire_dtype}/{param_dtype}"
+    if memory == "hbm":
+        from hls.rtl.card import card_memory_plan
+
+        if card is None:
+            raise ValueError("the HBM model is the card's memory: give `card`")
+        plan, clock_mhz = card_memory_plan(card, payload, net_stripes)
+        case["memory_plan"] = {"clock_mhz": clock_mhz, "ports": [
+            {"port": x.port, "channel": x.channel, "beats_per_clock": x.beats_per_clock(clock_mhz)} for x in plan]}
+    elif memory != "ideal":
+        raise ValueError(f"memory {memory!r}: 'ideal' or 'hbm'")
+    what = (f"card ({card.lanes} lanes{', HBM model' if memory == 'hbm' else ''})" if card
+            else f"stand-in {wire_dtype}/{param_dtype}")
     _log(log, f"[bench rtlnet] {what} N={n} P={payload} S={case['size']} drop={drop:g} seed={seed} ...")
-    raw = simulate(case, params, build, card)
+    raw = simulate(case, params, build, card, net_stripes)
     if raw.get("error"):  # a step that never finished has no figures: say which case, and where its log is
         raise BenchFailed(f"bench rtlnet: {what} N={n} P={payload} S={case['size']} drop={drop:g} seed={seed}: "
                           f"{raw['error']}; see {raw['log']}")
     row = figures(raw)
     row["adam"] = f"rtl{card.lanes}" if card else "stand-in"
     row["part"] = part or ("card" if card else "stand-in")
+    row["memory"] = memory
     _log(log, f"[bench rtlnet]   {row['step_clocks']:,} clocks = {row['step_s'] * 1e6:.2f} us "
               f"({row['step_over_model']:.3f}x the wire model), exact {row['exact']}, "
               f"{row['sim_clocks_per_s']:,.0f} clocks/s, {row['run_s']:.0f} s")
@@ -560,7 +620,8 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
             log: Log = None, params: dict[str, int] | None = None, window: int = WINDOW,
             build: str | None = None, card: KernelSpec | None = None, card_build: str | None = None,
             stand_in: bool = True, parts: tuple[str, ...] = PARTS, ring_cards: int = RING_CARDS,
-            ring_card: KernelSpec | None = None, bf16_build: str | None = BF16_BUILD) -> dict[str, Any]:
+            ring_card: KernelSpec | None = None, bf16_build: str | None = BF16_BUILD,
+            hbm_card: KernelSpec | None = None, hbm_build: str | None = None) -> dict[str, Any]:
     """Every figure in one run; repeated cases (seeds 1..repeats) report medians.
 
     `card` (default `card_spec()`): the card rows, the network kernel with that Adam RTL kernel
@@ -573,10 +634,12 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
 
     `parts` (PARTS) picks what is measured: "card" (the rows above with the Adam RTL kernel), "stand-in"
     (`stand_in` False drops it too), "card-drops" (goodput under loss with the Adam RTL kernel, as the
-    stand-in's), "ring" (step time and simulation speed of N RTL cards, every card an onic_card, one
-    build of `ring_cards`), "bf16" (the stand-in with a bf16 wire and bf16 parameters: line rate at the
-    step payload and step times; model folder `bf16_build`). The report's `measured` says, per part,
-    the commit, the load and the wall time."""
+    stand-in's), "card-hbm" (the card rows again with `hbm_card`, default `hbm_card_spec()`, its memory on
+    the HBM model: every port on the channel the rail sizing plans, the network kernel's buffers in the
+    planned stripes; model folder `hbm_build`), "ring" (step time and simulation speed of N RTL cards, every
+    card an onic_card, one build of `ring_cards`), "bf16" (the stand-in with a bf16 wire and bf16
+    parameters: line rate at the step payload and step times; model folder `bf16_build`). The report's
+    `measured` says, per part, the commit, the load and the wall time."""
     unknown = set(parts) - set(PARTS)
     if unknown:
         from hls.errors import UserError
@@ -595,6 +658,8 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
                             c["segment"], c["two_phase"])
     t0 = time.perf_counter()
     card = card or card_spec()
+    hbm_card = hbm_card or hbm_card_spec()
+    hbm_stripes = planned_net_stripes(hbm_card, payloads) if "card-hbm" in parts else 1  # refused before any run
     kw = {"log": log, "params": params, "window": window}
     rows: list[dict[str, Any]] = []
 
@@ -628,6 +693,20 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
     drop_cases = [{"n": drop_world, "payload": step_payload, "packets": packets, "drop": d, "seed": s}
                   for d in drops for s in range(1, repeats + 1)]
     card_drops = group(drop_cases, card, "card-drops") if "card-drops" in parts else []
+    hbm: dict[str, Any] | None = None
+    if "card-hbm" in parts:
+        on_hbm = {"memory": "hbm", "net_stripes": hbm_stripes}
+        h_hop = group([c | on_hbm for c in hop_cases], hbm_card, "card-hbm", hbm_build)
+        h_line = group([{"n": line_world, "payload": p, "packets": packets, "seed": 1} | on_hbm for p in payloads],
+                       hbm_card, "card-hbm", hbm_build)
+        h_steps = group([c | on_hbm for c in step_cases], hbm_card, "card-hbm", hbm_build)
+        hbm = {"spec": {k: getattr(hbm_card, k) for k in ("optimizer", "grad_dtype", "out_dtype", "lanes")}
+               | {"stripes": h_line[0]["adam_stripes"], "net_stripes": hbm_stripes},
+               "line": [_line_summary(r) for r in h_line],
+               "steps": _by(h_steps, "n", lambda rs: _step_summary(rs)),
+               "latency": _latency_summary(h_hop, h_line),
+               "channels": [_channel_summary(r) for r in h_line],
+               "speed": _by(h_steps, "n", lambda rs: {"clocks_per_s": _median([r["sim_clocks_per_s"] for r in rs])})}
     report: dict[str, Any] = {
         "line_rate_gbps": LINE_RATE / 1e9, "latency_ns": LATENCY_S * 1e9, "window": window,
         "rank": RANK, "line_world": line_world, "step_payload": step_payload, "drop_world": drop_world,
@@ -641,6 +720,7 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
                  "drops": _by(card_drops, "drop", lambda rs: _drop_summary(rs))},
         "adam": "reference stand-in on the card's streams (not the Adam RTL kernel)",
         "line": [], "steps": [], "drops": [], "latency": [], "speed": [], "ring": None, "bf16": None, "rounds": None,
+        "card_hbm": hbm,
         "ag_packets_bound": ag_packets_bound(params),
     }
     if "ring" in parts:
@@ -712,7 +792,8 @@ def _mismatches(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _meets_goal(report: dict[str, Any]) -> bool:
-    line = report["line"] + report["card"]["line"] + ((report.get("bf16") or {}).get("line") or [])
+    line = (report["line"] + report["card"]["line"] + ((report.get("bf16") or {}).get("line") or [])
+            + ((report.get("card_hbm") or {}).get("line") or []))
     return bool(line) and all(x["meets_goal"] for x in line)
 
 
@@ -763,6 +844,18 @@ def _rounds_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                 if r["phase_one_over_rs_model"] is not None]) if ones else None,
             "rs_model_us": rs[0]["model"]["rs_s"] * 1e6,
             "clocks_per_s": _median([r["sim_clocks_per_s"] for r in done if r["sim_clocks_per_s"]]) if done else None})
+    return out
+
+
+def _channel_summary(r: dict[str, Any]) -> dict[str, Any]:
+    """Per kind of card memory channel (state, out, lgrad, gather) in one step: the busiest channel's beats a
+    clock over its budget, and the most clocks any of them was paused for lack of budget."""
+    out: dict[str, Any] = {"payload": r["payload"], "n": r["n"], "size": r["size"]}
+    for kind in ("state", "out", "lgrad", "gather"):
+        cs = [c for c in r["memory_channels"] if c["kind"] == kind and c["budget"] and c["clocks"]]
+        out[kind] = {"channels": len(cs), "budget": max((c["budget"] for c in cs), default=None),
+                     "use": max((c["beats"] / c["clocks"] / c["budget"] for c in cs), default=None),
+                     "paused_share": max((c["paused_clocks"] / c["clocks"] for c in cs), default=None)}
     return out
 
 
@@ -832,7 +925,10 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         f"The card is `onic_card` (the network kernel and the generated Adam RTL kernel, {cs['optimizer']} "
         f"{cs['grad_dtype']}, {cs['lanes']} lanes, {cs['stripes']} stripe per array: {cs['lanes']} elements a clock "
         f"against the line's {LINE_RATE / 8 / (rep['clock_mhz'] * 1e6) / 4:.1f} fp32 a clock), card memory "
-        "cocotbext-axi RAM with 5..40 clocks of read latency (bench_onic_card.py); the rows marked stand-in are "
+        "IDEAL: cocotbext-axi RAM with 5..40 clocks of read latency, no bandwidth limit (bench_onic_card.py; "
+        + ("the rows marked HBM model put it on the planned channels of the HBM model); " if rep.get("card_hbm")
+           else "no row here has the HBM model); ")
+        + "the rows marked stand-in are "
         "the network kernel alone with a reference STAND-IN for the Adam kernel on its streams "
         "(bench_onic_net_kernel.py: no kernel latency), kept for the line-rate and loss figures and to show what "
         "the Adam kernel adds. Every step checked bit for bit against a lossless reference ring (card: p, m, v and "
@@ -871,6 +967,7 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         f"Payload line-rate fraction with the Adam RTL kernel (N = {rep['line_world']}, one step), as below:",
         "",
         *_line_table(card["line"]),
+        *_hbm_lines(rep, ns),
         "",
         f"Stand-in rows. Payload line-rate fraction per port (N = {rep['line_world']}, one step each): payload "
         "bytes of the RS (AG) data frames, first transmissions, over the line time from the first such frame's "
@@ -979,6 +1076,74 @@ def _card_drops_lines(rep: dict[str, Any]) -> list[str]:
             f"{rows[0]['n']}, payload {rows[0]['payload']}, S = {rows[0]['size']:,}), defined as the stand-in's "
             "above: the same seeded drops on every egress link; each step bit-exact (p, m, v, out, the gathered "
             "buffer, every peer) after its retransmissions.", "", *_drop_table(rows)]
+
+
+def _hbm_lines(rep: dict[str, Any], ns: float) -> list[str]:
+    """The card with its memory on the HBM model (`card-hbm`), beside the same figures on ideal memory."""
+    h = rep.get("card_hbm")
+    if not h:
+        return []
+    cs = h["spec"]
+    st = cs["stripes"]
+    ideal = rep.get("card") or {}
+    lines = [
+        "",
+        f"Bandwidth-true: the card with its memory on the HBM model (`card-hbm`). The card is `onic_card` with "
+        f"the Adam RTL kernel at the stripes sizing plans for it ({cs['optimizer']} {cs['grad_dtype']}, "
+        f"{cs['lanes']} lanes, p/m/v {st['p']}/{st['m']}/{st['v']} stripes, out {st['out']}) and the network "
+        f"kernel's lgrad and gather in {cs['net_stripes']} stripes each. Every m_axi port is on the HBM "
+        "pseudo-channel the rail sizing gives it at the case's payload (`hls.rtl.card.card_memory_plan`: "
+        "each stripe on a channel of its own). Each channel is limited to its usable bandwidth in sizing "
+        "(reads and writes together; the lower mixed figure for a channel both read and written), with a burst "
+        "allowance of a few beats and 100..250 ns per burst (sim/tb/models/hbm_memory.py). The channels of lgrad "
+        "and gather also lose the host DMA's share: a steady stream at the goodput over the stripes, filling "
+        "lgrad's other half and draining gather's (hls.ring_plan). The budgets left to the card's ports are in "
+        "the channel table below. The ideal columns are the card rows above: the 1-stripe Adam kernel on ideal "
+        "memory. Cases, seeds and checks are as above.",
+        "",
+        "| N | S elements | step, HBM model | step / model | step, ideal memory | wire model | clocks |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for x in h["steps"]:
+        i = next((y for y in ideal.get("steps") or [] if y["n"] == x["n"]), None)
+        lines.append(f"| {x['n']} | {x['size']:,} | {x['step_us']:.2f} us | {x['over_model']:.3f}x | "
+                     f"{'-' if i is None else format(i['step_us'], '.2f') + ' us'} | {x['model_us']:.2f} us | "
+                     f"{x['step_clocks']:,.0f} |")
+    lines += [
+        "",
+        f"Latency on the HBM model (clocks of {ns:.3f} ns), defined as for the card above; ideal memory in "
+        "parentheses:",
+        "",
+        "| payload | RS hop, idle line | AG hop, idle line | update turnaround, idle line | update turnaround "
+        "streaming | per packet streaming, median (max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for x in h["latency"]:
+        i = next((y for y in ideal.get("latency") or [] if y["payload"] == x["payload"]), {})
+        lines.append(f"| {x['payload']} | {_num(x['hop_rs_clocks'])} ({_num(i.get('hop_rs_clocks'))}) | "
+                     f"{_num(x['hop_ag_clocks'])} ({_num(i.get('hop_ag_clocks'))}) | "
+                     f"{_num(x['turnaround_clocks'])} ({_num(i.get('turnaround_clocks'))}) | "
+                     f"{_num(x['streaming_turnaround_clocks'])} ({_num(i.get('streaming_turnaround_clocks'))}) | "
+                     f"{_num(x['streaming_update_packet_clocks'])} "
+                     f"({_num(x['streaming_update_packet_max_clocks'])}) "
+                     f"({_num(i.get('streaming_update_packet_clocks'))}) |")
+    lines += ["", f"Payload line-rate fraction on the HBM model (N = {rep['line_world']}, one step), as above:", "",
+              *_line_table(h["line"]), "",
+              "Card memory in those steps, per kind of channel: the busiest channel's beats over the step (ap_start "
+              "to the last done) against its budget, and the largest share of the step's clocks a channel was "
+              "paused for lack of budget. The state channels work only during the update hop, one of the N - 1 "
+              "reduce-scatter hops.", "",
+              "| payload | state (p, m, v) | out | lgrad | gather | paused, most |",
+              "|---|---|---|---|---|---|"]
+    for c in h["channels"]:
+        cells = []
+        for kind in ("state", "out", "lgrad", "gather"):
+            k = c[kind]
+            cells.append("-" if k["use"] is None else
+                         f"{k['channels']} x {k['budget']:.3f} beats/clock, {k['use']:.1%} used")
+        paused = max((c[k]["paused_share"] or 0.0 for k in ("state", "out", "lgrad", "gather")), default=0.0)
+        lines.append(f"| {c['payload']} | " + " | ".join(cells) + f" | {paused:.2%} of the clocks |")
+    return lines
 
 
 def _ring_lines(rep: dict[str, Any], ns: float) -> list[str]:
@@ -1114,7 +1279,8 @@ def format_report(rep: dict[str, Any]) -> str:
 PART_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "card": (("card", "spec"), ("card", "line"), ("card", "steps"), ("card", "latency"), ("card", "speed")),
     "stand-in": (("line",), ("steps",), ("drops",), ("latency",), ("speed",)),
-    "card-drops": (("card", "drops"),), "ring": (("ring",),), "bf16": (("bf16",),), "rounds": (("rounds",),)}
+    "card-drops": (("card", "drops"),), "card-hbm": (("card_hbm",),), "ring": (("ring",),), "bf16": (("bf16",),),
+    "rounds": (("rounds",),)}
 _RUN_KEYS = ("line_rate_gbps", "latency_ns", "window", "rank", "line_world", "step_payload", "drop_world", "params",
              "repeats", "goal_of_cap", "ag_packets_bound", "clock_mhz", "load_average", "wall_s", "command")
 

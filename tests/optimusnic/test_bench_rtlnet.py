@@ -16,8 +16,10 @@ import math
 
 import pytest
 
+from hls.memory_plan import channel_usable
 from hls.rtl import ring_top, simulators
 from hls.spec import KernelSpec
+from hls.targets import get_target
 from optimusnic.bench import report as bench_report
 from optimusnic.bench import rtlnet
 from optimusnic.cli.bench import BENCHES
@@ -26,10 +28,12 @@ from optimusnic.cli.bench import BENCHES
 # beats, 16-beat retransmit slots (a window of 8 packets of at most 192 bytes here)
 SMALL = ring_top.SIM_PARAMS
 SMALL_BUILD = "onic_net_kernel-fp32-verilator"
-# tests/hls/rtl/test_card_rtl.py's fp32 card and its model's folder (same spec, same parameters)
+# tests/hls/rtl/test_card_rtl.py's fp32 card, in folders of its own: that test renders the card with two
+# network stripes into its folder outside the build lock, so sharing it would race with a concurrent run
 CARD = KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream", lanes=2, stripes=1,
                   out_sink="memory+stream", name="onic_card_adamw")
-CARD_BUILD = "onic_card-fp32"
+CARD_BUILD = "onic_card-fp32-bench"
+HBM_BUILD = "onic_card-fp32-bench-hbm"  # the same card at the rail plan's 2 network stripes (192-byte payloads)
 
 
 def test_wire_model_and_caps() -> None:
@@ -207,12 +211,15 @@ def test_cli_parts_option() -> None:
 def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN001
     rep = rtlnet.collect(worlds=(3,), payloads=(192,), drops=(1e-2,), repeats=1, packets=4, step_packets=4,
                          line_world=3, drop_world=3, params=SMALL, window=8, build=SMALL_BUILD, card=CARD,
-                         card_build=CARD_BUILD, parts=("card", "stand-in", "card-drops"))
+                         card_build=CARD_BUILD, parts=("card", "stand-in", "card-drops", "card-hbm"), hbm_card=CARD,
+                         hbm_build=HBM_BUILD)
     assert rep["exact"] is True and rep["mismatches"] == [], rep["mismatches"]
-    assert len(rep["rows"]) == 8 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
-    assert [r["adam"] for r in rep["rows"]] == ["rtl2"] * 4 + ["stand-in"] * 4
-    assert [r["part"] for r in rep["rows"]][2:5] == ["card", "card-drops", "stand-in"]
-    assert set(rep["measured"]) == {"card", "stand-in", "card-drops"} and rep["ring"] is None and rep["bf16"] is None
+    assert len(rep["rows"]) == 11 and all(r["exact"] and r["status"] == 0 for r in rep["rows"])
+    assert [r["adam"] for r in rep["rows"]] == ["rtl2"] * 7 + ["stand-in"] * 4
+    assert [r["part"] for r in rep["rows"]][2:8] == ["card", "card-drops", *["card-hbm"] * 3, "stand-in"]
+    assert [r["memory"] for r in rep["rows"]] == ["ideal"] * 4 + ["hbm"] * 3 + ["ideal"] * 4
+    assert set(rep["measured"]) == {"card", "stand-in", "card-drops", "card-hbm"}
+    assert rep["ring"] is None and rep["bf16"] is None
     for r in rep["rows"]:
         assert not r["adapter_errors"] and not r["axi_errors"] and r["tx_underflows"] == 0
         assert r["dropped_overflow"] == 0 and r["dropped_step"] == 0
@@ -227,7 +234,7 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     [lat] = rep["latency"]  # one-packet chunks: one RS and one AG partial forwarded at N = 3
     assert lat["hop_rs_clocks"] > 0 and lat["hop_ag_clocks"] > 0 and lat["turnaround_clocks"] > 0
     assert lat["streaming_hop_rs_min_clocks"] > 0 and lat["streaming_turnaround_clocks"] > 0
-    assert rep["rows"][5]["size"] == 48 and rep["rows"][5]["hop_samples"] == 2
+    assert rep["rows"][8]["size"] == 48 and rep["rows"][8]["hop_samples"] == 2
     assert rep["rto_us"] == [20.0]
     [drop] = rep["drops"]
     assert drop["drop"] == 1e-2 and drop["exact"] and drop["goodput_gbps"] > 0
@@ -244,6 +251,19 @@ def test_tiny_run_reports_every_figure_bit_exact(tmp_path) -> None:  # noqa: ANN
     assert 0 < line["tx"] <= cap * (1 + 1e-9) and line["dropped_overflow"] == 0 and line["tx_underflows"] == 0
     [cdrop] = card["drops"]  # goodput under loss with the Adam RTL kernel, as the stand-in's
     assert cdrop["drop"] == 1e-2 and cdrop["exact"] and cdrop["goodput_gbps"] > 0
+    # the same card on the HBM model: every port on its planned channel, every channel within its budget
+    hbm = rep["card_hbm"]
+    assert hbm["spec"]["net_stripes"] == 2 and hbm["spec"]["stripes"] == {"p": 1, "m": 1, "v": 1, "out": 1}
+    assert hbm["steps"][0]["n"] == 3 and hbm["steps"][0]["exact"] and hbm["line"][0]["dropped_overflow"] == 0
+    [use] = hbm["channels"]
+    assert [use[k]["channels"] for k in ("state", "out", "lgrad", "gather")] == [3, 1, 2, 2]
+    for k in ("state", "out", "lgrad", "gather"):
+        assert 0 < use[k]["use"] <= 1 and use[k]["budget"] > 0, (k, use[k])
+    host = 192 * 100e9 / 8 / (192 + 88) / 2  # the host DMA's share a stripe: the goodput over 2 stripes, bytes/s
+    usable = channel_usable(get_target("u55c"), mixed=True)  # a U55C pseudo-channel, read and written
+    assert math.isclose(use["lgrad"]["budget"], (usable - host) / (64 * 300e6), rel_tol=1e-9)
+    hbm_rows = [r for r in rep["rows"] if r["memory"] == "hbm"]
+    assert all(r["memory_channels"] and not r["axi_errors"] and r["tx_underflows"] == 0 for r in hbm_rows)
 
     md = rtlnet.markdown(rep)
     assert md[0] == rtlnet.HEADING and "all exact." in md[2]

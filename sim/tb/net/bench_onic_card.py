@@ -12,8 +12,13 @@ against `hls.net.ring.ring_step` (p, m, v of the owner's shard and the Adam kern
 card memory, the gathered buffer, every peer's gathered vector), as test_onic_card.py checks it.
 
 Card memory is test_onic_card's: one flat cocotbext-axi memory behind every m_axi port of both
-kernels (`hbm_memory.card_memory`, ideal mode, 5..40 clocks of read latency per burst, 2..30 of
-write response, no channel pauses), the AXI protocol monitor on every port.
+kernels, the AXI protocol monitor on every port. Ideal by default (`hbm_memory.card_memory`, ideal
+mode, 5..40 clocks of read latency per burst, 2..30 of write response, no channel pauses); with the
+case's `memory_plan` (`hls.rtl.card.card_memory_plan`, the HBM rows) every port on the channel the
+rail sizing gives it, each channel limited to its usable bandwidth less the host DMA's share (the
+ring buffers' channels), 100..250 ns per burst. Every buffer is in its stripes (the Adam kernel's
+arrays as its manifest has them, lgrad and gather in ONIC_NET_STRIPES), written with `layout.split`
+and read back with `layout.join`; the record carries each channel's beats over the step.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import time
 from typing import Any
 
 import cocotb
+import hbm_memory
 import numpy as np
 import test_onic_card as ct
 import test_onic_net_kernel as kt
@@ -36,7 +42,7 @@ from cocotb.utils import get_sim_time
 from eth_switch import EthSwitch, PortFaults, SwitchConfig
 from soft_peer import SoftPeer
 
-from hls import golden
+from hls import golden, layout
 from hls.net import ring, wire
 from hls.net.card import Card, CardConfig, ReferenceKernel
 from hls.ports import port_array
@@ -44,6 +50,10 @@ from pynq_driver.net.net_kernel import RingArgs, step_arguments
 
 BEAT = 64
 
+
+def page(x: int) -> int:
+    """`x` rounded up to a 64 KiB page (each buffer stripe its own page-aligned region)."""
+    return -(-x // 0x10000) * 0x10000
 
 
 @cocotb.test()
@@ -60,19 +70,26 @@ async def bench_card(dut: Any) -> None:
     spec = manifest["spec"]
     wdt, pdt, optimizer = spec["grad_dtype"], spec["out_dtype"], spec["optimizer"]
     wb, pb = kt.chunk_beats(size, wdt), kt.chunk_beats(size, pdt)
-    # card memory, page-aligned regions sized from the case
-    def page(x: int) -> int:
-        return -(-x // 0x10000) * 0x10000
-    lgrad = 0x10000
-    gather = lgrad + page(n * wb * BEAT)
-    state = size * 4
-    p_addr = gather + page(n * pb * BEAT)
-    m_addr, v_addr = p_addr + page(state), p_addr + 2 * page(state)
-    out_addr = p_addr + 3 * page(state)
-    ct.MEM_BYTES = 1 << max(21, (out_addr + page(pb * BEAT)).bit_length())  # CardTB sizes its memory from it
+    # card memory: page-aligned regions sized from the case, one per stripe of each buffer (the network
+    # kernel's lgrad and gather in ct.NET_STRIPES stripes, the Adam kernel's arrays in its manifest's)
+    adam_stripes: dict[str, int] = {}
+    for a in manifest["register_map"]["args"]:
+        if a["kind"] == "pointer":
+            array, index = port_array(a["name"])
+            adam_stripes[array] = max(adam_stripes.get(array, 0), index + 1)
+    sizes = {"lgrad": (n * wb * BEAT, ct.NET_STRIPES), "gather": (n * pb * BEAT, ct.NET_STRIPES),
+             **{a: (size * 4, adam_stripes[a]) for a in ("p", "m", "v")}, "out": (pb * BEAT, adam_stripes["out"])}
+    bases: dict[str, list[int]] = {}
+    at = 0x10000
+    for name, (nbytes, stripes) in sizes.items():
+        bases[name] = []
+        for k in range(stripes):
+            bases[name].append(at)
+            at += page(layout.stripe_bytes(nbytes, 1, stripes, k))
+    ct.MEM_BYTES = 1 << max(21, at.bit_length())  # CardTB sizes its memory from it
 
     cocotb.start_soon(Clock(dut.ap_clk, CLOCK_PS, unit="ps").start())
-    tb = ct.CardTB(dut, manifest, rng)
+    tb = ct.CardTB(dut, manifest, rng, case.get("memory_plan"))
     for port in tb.card.ports.values():  # latencies are drawn in clocks: this clock's period
         for side in (port.read_if, port.write_if):
             if side is not None:
@@ -110,14 +127,13 @@ async def bench_card(dut: Any) -> None:
     assert scale is not None
 
     local = ring.pad(grads[r], n)
-    for c in range(n):
-        tb.mem.write(lgrad + c * wb * BEAT, local[c * size:(c + 1) * size].tobytes().ljust(wb * BEAT, b"\x5a"))
+    hbm_memory.write_striped(tb.mem, bases["lgrad"], b"".join(
+        local[c * size:(c + 1) * size].tobytes().ljust(wb * BEAT, b"\x5a") for c in range(n)))
     fill = bytes([0xA5]) * (n * pb * BEAT)
-    tb.mem.write(gather, fill)
-    tb.mem.write(out_addr, bytes([0x5A]) * (pb * BEAT))
-    tb.mem.write(p_addr, shards[r].p.tobytes())
-    tb.mem.write(m_addr, shards[r].m.tobytes())
-    tb.mem.write(v_addr, shards[r].v.tobytes())
+    hbm_memory.write_striped(tb.mem, bases["gather"], fill)
+    hbm_memory.write_striped(tb.mem, bases["out"], bytes([0x5A]) * (pb * BEAT))
+    for name in ("p", "m", "v"):
+        hbm_memory.write_striped(tb.mem, bases[name], getattr(shards[r], name).tobytes())
 
     peers: dict[int, SoftPeer] = {}
     for k in range(n):
@@ -130,14 +146,12 @@ async def bench_card(dut: Any) -> None:
         peers[k].start()
 
     # the host: the Adam kernel first (it waits on its gradient stream), then the network kernel
-    base = {"p": p_addr, "m": m_addr, "v": v_addr, "out": out_addr}
     regs = {"n": size, **golden.prepare_scalars(dataclasses.replace(hyper, grad_scale=scale),
                                                 optimizer).registers(optimizer)}
     for name, arg in tb.adam_args.items():
         if arg["kind"] == "pointer":
             array, index = port_array(name)
-            assert index == 0, f"{name}: one stripe per array expected"
-            regs[name] = base[array]
+            regs[name] = bases[array][index]
     for name, value in regs.items():
         await tb.adam_write(name, value)
     await tb.adam.write_dword(ct.GIE, 1)
@@ -148,12 +162,13 @@ async def bench_card(dut: Any) -> None:
     await tb.net_write_values(step_arguments(RingArgs(
         local=eps[r], succ=eps[(r + 1) % n], pred=eps[(r - 1) % n], rank=r, world=n, length=length,
         payload_bytes=payload, step=step_id, window=window, timeout_clocks=round(rto_s * 1e12 / CLOCK_PS),
-        credit=window, lgrad=[lgrad], gather=[gather]), ct.NET))
+        credit=window, lgrad=bases["lgrad"], gather=bases["gather"]), ct.NET))
     before = await tb.net_counters()
 
     # as bench_onic_net_kernel: the peers start with the host's ap_start write to the network kernel
     await tb.net.write_dword(ct.CTRL, ct.AP_START)
     start_cycle, start_ps = mon.cycle, int(get_sim_time("ps"))
+    tb.card.reset_counters()  # the memory channels' figures cover the step
     for k, peer in peers.items():
         peer.start_step(step_id, grads[k], grad_scale=hyper.grad_scale)
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -171,13 +186,15 @@ async def bench_card(dut: Any) -> None:
             error = error or f"not done in {limit} clocks (card {sorted(mon.done)}, peers {sorted(peer_done)})"
             break
     end_cycle = mon.cycle
+    channels = tb.card.stats()  # over the step: ap_start (counters reset just before) to the last done
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     out: dict[str, Any] = {"case": case, "clock_ps": CLOCK_PS, "start_cycle": start_cycle, "start_ps": start_ps,
                            "rtl_done_cycle": max(mon.done.values()) if len(mon.done) == 2 else None,
                            "net_done_cycle": mon.done.get("net"), "adam_done_cycle": mon.done.get("adam"),
                            "peer_done_cycle": {str(k): v for k, v in peer_done.items()},
                            "end_cycle": end_cycle, "wall_s": wall, "cpu_s": cpu, "error": error,
-                           "length": length, "chunk_beats": wb, "adam": {k: spec[k] for k in ("lanes", "stripes")}}
+                           "length": length, "chunk_beats": wb, "adam": {k: spec[k] for k in ("lanes", "stripes")},
+                           "adam_stripes": adam_stripes, "net_stripes": ct.NET_STRIPES}
     if error is None:
         await tb.net.write_dword(ct.ISR, 1)
         await tb.adam.write_dword(ct.ISR, 1)
@@ -189,8 +206,7 @@ async def bench_card(dut: Any) -> None:
         out["counters"] = {k: after[k] - before[k] for k in after}
         out["status"] = await tb.net.read_dword(ct.NET.readonly["status"])
         out["adam_status"] = await tb.adam.read_dword(tb.adam_status)
-        out["mismatch"] = mismatches(tb, want, peers, n, r, size, pdt, (p_addr, m_addr, v_addr, out_addr, gather),
-                                     pb, fill)
+        out["mismatch"] = mismatches(tb, want, peers, n, r, size, pdt, bases, pb, fill)
         if out["adam_status"]:
             out["mismatch"].append(f"Adam kernel STATUS {out['adam_status']:#x}")
     out["exact"] = error is None and not out["mismatch"] and out["status"] == 0
@@ -199,6 +215,8 @@ async def bench_card(dut: Any) -> None:
     out["tx_adapter"], out["rx_adapter"] = dict(tx.counters), dict(rx.counters)
     out["adapter_errors"] = tx.errors + rx.errors
     out["axi_errors"] = list(tb.monitor.errors)
+    # every channel over the step: beats moved, of its budget (HBM model), clocks paused for lack of it
+    out["memory"] = {"mode": tb.card.mode, "channels": channels}
     out["switch"] = switch.core.counters()
     out["peer_counters"] = {str(k): p.counters for k, p in peers.items()}
     with open(os.environ["ONIC_BENCH_OUT"], "w") as f:
@@ -208,21 +226,21 @@ async def bench_card(dut: Any) -> None:
 
 
 def mismatches(tb: Any, want: ring.StepResult, peers: dict[int, SoftPeer], n: int, r: int, size: int, pdt: str,
-               addrs: tuple[int, int, int, int, int], pb: int, fill: bytes) -> list[str]:
-    """What differs from `ring.ring_step` (empty: bit-exact)."""
-    p_addr, m_addr, v_addr, out_addr, gather = addrs
+               bases: dict[str, list[int]], pb: int, fill: bytes) -> list[str]:
+    """What differs from `ring.ring_step` (empty: bit-exact); `bases`: each buffer's stripes."""
     bad: list[str] = []
     mine = want.shards[r]
-    for name, arr, addr in (("p", mine.p, p_addr), ("m", mine.m, m_addr), ("v", mine.v, v_addr)):
-        if kt.differing(tb.mem.read(addr, size * 4), arr.tobytes(), "fp32"):
+    for name in ("p", "m", "v"):
+        if kt.differing(hbm_memory.read_striped(tb.mem, bases[name], size * 4), getattr(mine, name).tobytes(), "fp32"):
             bad.append(name)
     gathered = ring.pad(want.gathered, n)
     pbytes = size * wire.ELEMENT_BYTES[pdt]
-    out = tb.mem.read(out_addr, pb * BEAT)
+    out = hbm_memory.read_striped(tb.mem, bases["out"], pb * BEAT)
     if kt.differing(out[:pbytes], gathered[r * size:(r + 1) * size].tobytes(), pdt):
         bad.append("out buffer")
+    gather = hbm_memory.read_striped(tb.mem, bases["gather"], n * pb * BEAT)
     for c in range(n):
-        region = tb.mem.read(gather + c * pb * BEAT, pb * BEAT)
+        region = gather[c * pb * BEAT:(c + 1) * pb * BEAT]
         if c == r:
             if region != fill[:pb * BEAT]:
                 bad.append("own chunk's place written")

@@ -114,7 +114,11 @@ def env_float(name: str) -> float:
 class CardTB:
     """Clock, reset, both hosts, card memory behind every m_axi port, the AXI monitor on each."""
 
-    def __init__(self, dut: Any, manifest: dict[str, Any], rng: random.Random) -> None:
+    def __init__(self, dut: Any, manifest: dict[str, Any], rng: random.Random,
+                 memory_plan: dict[str, Any] | None = None) -> None:
+        """`memory_plan` ({"clock_mhz", "ports": [{"port", "channel", "beats_per_clock"}]}, from
+        `hls.rtl.card.card_memory_plan`): every port on its channel of the HBM model (bench_onic_card's
+        HBM rows); None: one ideal memory with 5..40 clocks of read latency."""
         self.dut, self.rng = dut, rng
         self.manifest = manifest
         self.spec = manifest["spec"]
@@ -122,10 +126,20 @@ class CardTB:
         self.adam_status = int(manifest["register_map"]["status"]["offset"])
         ports = [a["name"] for a in manifest["register_map"]["args"] if a["kind"] == "pointer"]
         self.ports = [*ports, *(f"lgrad{k}" for k in range(NET_STRIPES)), *(f"gather{k}" for k in range(NET_STRIPES))]
-        self.card = hbm_memory.card_memory(
-            dut, [(p, 0) for p in self.ports], clock=dut.ap_clk, reset=dut.ap_rst_n, mode="ideal",
-            mem_size=MEM_BYTES, seed=rng.randrange(1 << 30), max_outstanding=8)
-        self.card.set_latency((5, 40), (2, 30))
+        if memory_plan is None:
+            self.card = hbm_memory.card_memory(
+                dut, [(p, 0) for p in self.ports], clock=dut.ap_clk, reset=dut.ap_rst_n, mode="ideal",
+                mem_size=MEM_BYTES, seed=rng.randrange(1 << 30), max_outstanding=8)
+            self.card.set_latency((5, 40), (2, 30))
+        else:
+            planned = {str(x["port"]): x for x in memory_plan["ports"]}
+            if sorted(planned) != sorted(self.ports):
+                raise ValueError(f"memory plan ports {sorted(planned)} are not the card's {sorted(self.ports)}")
+            self.card = hbm_memory.card_memory(
+                dut, [(p, int(planned[p]["channel"])) for p in self.ports], clock=dut.ap_clk, reset=dut.ap_rst_n,
+                mode="hbm", beats_per_clock={int(x["channel"]): float(x["beats_per_clock"]) for x in planned.values()},
+                mem_size=MEM_BYTES, clock_mhz=float(memory_plan["clock_mhz"]), sim_clock_ns=CLOCK_NS,
+                seed=rng.randrange(1 << 30), max_outstanding=8)
         stall = env_float("ONIC_MEM_STALL")
         if stall:
             self.card.set_stalls(random.Random(rng.random()), stall)
