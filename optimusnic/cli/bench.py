@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="net, rtlnet: ring sizes N, comma-separated (default 2,3,4)")
     p.add_argument("--parts", type=lambda t: [x.strip() for x in t.split(",")], default=None,
                    help="rtlnet: what to measure, comma-separated of card, stand-in, card-drops (goodput under loss "
-                        "with the Adam RTL kernel), ring (N RTL cards in one build), bf16 (bf16 wire and parameters, "
+                        "with the Adam RTL kernel), card-hbm (the card on the HBM model, every port on its planned "
+                        "channel), ring (N RTL cards in one build), bf16 (bf16 wire and parameters, "
                         "stand-in), rounds (round-major order on N RTL cards); default all; the other parts' "
                         "figures are kept from bench/results.json")
     p.add_argument("--net-backends", type=lambda t: [x.strip() for x in t.split(",")], default=None,
