@@ -911,10 +911,14 @@ def markdown(rep: dict[str, Any]) -> list[str]:
     p = rep["params"]
     card = rep["card"]
     cs = card["spec"]
+    commands = {m.get("command") for m in (rep.get("measured") or {}).values()}
+    command = (f"`{rep.get('command', 'optimusnic bench rtlnet')}`" if len(commands) <= 1 else
+               "`optimusnic bench rtlnet`, its parts measured in separate runs (each part's command and commit "
+               "at the end of this section)")
     lines = [
         HEADING,
         "",
-        f"`{rep.get('command', 'optimusnic bench rtlnet')}`: ONE RTL card (rank {rep['rank']}) "
+        f"{command}: ONE RTL card (rank {rep['rank']}) "
         "beside N - 1 software peers (`hls.net.card.Card`, the same bytes) through the seeded switch of "
         f"sim/tb/models ({rep['line_rate_gbps']:g} Gb/s links, {rep['latency_ns']:g} ns latency), cocotb on "
         f"Verilator, kernel clock {rep['clock_mhz']:.2f} MHz, 512-bit MAC streams on the `eth_port` adapters; window "
@@ -936,7 +940,8 @@ def markdown(rep: dict[str, Any]) -> list[str]:
         "kernels; stand-in: the reduced chunk, the gathered buffer, the peers): "
         + ("all exact." if rep["exact"] else "MISMATCHES: " + "; ".join(rep["mismatches"]) + "."),
         "Times are simulated (exact, independent of the machine); only the simulation speed depends on the load "
-        f"(load average {', '.join(f'{x:.1f}' for x in rep['load_average'])} at the end, 2 shared cores). "
+        f"(load average {', '.join(f'{x:.1f}' for x in rep['load_average'])} at the end of the last run, 2 shared "
+        "cores). "
         f"Repeated cases: seeds 1..{rep['repeats']}, medians.",
         "",
         f"With the Adam RTL kernel ({cs['lanes']} lanes). Step time (payload {rep['step_payload']}): the host's "

@@ -1,10 +1,12 @@
 """SymbiYosys bounded proofs (sim/formal/*.sby, the same as `make formal`): the kernel's AXI read and
-write engines and its skid buffer, the receive filter (onic_net_rx_seq), the go-back-N sender's
+write engines and its skid buffer, the receive filter (onic_net_rx_parse's field checks against the
+wire format, onic_net_rx_seq's verdict), the go-back-N sender's
 window (onic_net_tx_retx) and credit (onic_net_tx_credit) bounds, the ring datapath's beat adder
 (onic_net_reduce) and its packetizer (onic_net_packetize). Each proof's cover task must reach every
 cover statement (a proof whose assumptions or depth never let the interesting case happen passes
 vacuously otherwise). Mutants the proofs must reject: the sender's window check off by one, the
-sender ignoring the credit, the filter not comparing the step or ignoring the communicator check,
+sender ignoring the credit, the parser's IPv4 checksum test missing a valid sum or its communicator
+read at the wrong bytes, the filter not comparing the step or ignoring the communicator check,
 the FCS flag or the UDP checksum verdict, the packetizer's LAST flag off by
 one, the adder's output FIFO reservation off by one, a FIFO that drops a beat when its head is
 stalled, the last beat's WSTRB one byte too wide, a skid buffer that drops a word when its output
@@ -138,6 +140,18 @@ def test_formal_skid_drop_mutant_fails(tmp_path: Path) -> None:
 def test_formal_filter_mutant_fails(tmp_path: Path, what: str, old: str, new: str) -> None:
     """The receive filter delivering a flagged frame is caught by the proof's every-filter assertion."""
     _assert_fails(_sby(tmp_path, "onic_net_rx_seq.sby", "prove", patch=("net/onic_net_rx_seq.v", old, new)))
+
+
+@pytest.mark.parametrize(("what", "old", "new"), [
+    ("an IPv4 checksum test that misses a header of ten 0xFFFF words (its sum 10 x 0xFFFF)",
+     "for (m = 1; m <= 10; m = m + 1)", "for (m = 1; m <= 9; m = m + 1)"),
+    ("the communicator read two bytes off (the source rank and hop)", "be16(d1_reg, 44) != local_comm",
+     "be16(d1_reg, 46) != local_comm"),
+])
+def test_formal_parse_mutant_fails(tmp_path: Path, what: str, old: str, new: str) -> None:
+    """The parser's field checks are proven against the wire format's table: a check that differs from it
+    is caught."""
+    _assert_fails(_sby(tmp_path, "onic_net_rx_parse.sby", "prove", patch=("net/onic_net_rx_parse.v", old, new)))
 
 
 def test_formal_step_mutant_fails(tmp_path: Path) -> None:
