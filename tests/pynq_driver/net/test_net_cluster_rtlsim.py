@@ -5,8 +5,8 @@ two-phase with a clip, two-phase skipped for an inf), through the same API; bad 
 a simulator starts; no Verilator is a one-line error.
 
 Each RTL card is `onic_card` (the network kernel and the generated Adam RTL kernel, 2 lanes, one
-stripe per Adam array). The default fp32 case runs the network kernels' lgrad and gather buffers in
-two stripes each (`stripes=2`: the host splits and joins them as a card's driver does; its own
+stripe per Adam array). The default fp32 case is a ring of three (N = 2 has no card that forwards) and runs the network
+kernels' lgrad and gather buffers in two stripes each (`stripes=2`: the host splits and joins them as a card's driver does; its own
 three-card build); bf16 (one stripe, the three-card build of tests/hls/rtl/test_net_ring_cards.py)
 runs with --full."""
 
@@ -23,7 +23,10 @@ from hls.spec import KernelSpec
 from pynq_driver.net.cluster import NetCluster
 from pynq_driver.net.faults import Faults
 
-LENGTH = 301  # 151 elements a chunk at N = 2: the last chunk padded, several packets a hop
+LENGTH = 301  # 101 elements a chunk at N = 3 (151 at N = 2): the last chunk padded, several packets a hop
+# The default case is a ring of three: the middle card of each chunk's reduce-scatter adds and forwards,
+# and the all-gather forwards a hop (N = 2 has no forwarding card)
+WORLD = {"fp32": 3, "bf16": 2}
 
 
 # per step: one-phase, two-phase with a clip that triggers, two-phase skipped (an inf on rank 1)
@@ -53,11 +56,12 @@ def test_rtlsim_equals_golden(wire_dtype: str, stripes: int) -> None:
         pytest.skip("verilator not installed")
     params = np.random.default_rng(3).standard_normal(LENGTH).astype(np.float32)
     spec = KernelSpec(out_dtype=wire_dtype)
-    with NetCluster("golden", spec, 2, params, wire_dtype=wire_dtype, payload_bytes=128) as gold:
+    world = WORLD[wire_dtype]
+    with NetCluster("golden", spec, world, params, wire_dtype=wire_dtype, payload_bytes=128) as gold:
         want, want_sd = _steps(gold, params, KINDS)
         assert gold.nodes[0].last_step_skipped
     faults = Faults(drop=0.02, duplicate=0.02, reorder=0.02, bitflip=0.02, seed=4) if wire_dtype == "fp32" else None
-    with NetCluster("rtlsim", spec, 2, params, wire_dtype=wire_dtype, payload_bytes=128, window=8,
+    with NetCluster("rtlsim", spec, world, params, wire_dtype=wire_dtype, payload_bytes=128, window=8,
                     faults=faults, stripes=stripes) as sim:
         assert (sim.wire_dtype, sim.param_dtype, sim.length) == (wire_dtype, wire_dtype, LENGTH)
         assert sim.sim.stripes == stripes
@@ -67,11 +71,11 @@ def test_rtlsim_equals_golden(wire_dtype: str, stripes: int) -> None:
         got += more
         assert sim.sim.last_step_skipped
         with pytest.raises(UserError, match="max_norm needs the two-phase step"):
-            sim.step([np.zeros(LENGTH, np.float32)] * 2, hyper(4), max_norm=1.0)
+            sim.step([np.zeros(LENGTH, np.float32)] * world, hyper(4), max_norm=1.0)
         counters = sim.counters()
         clocks = sim.sim.clocks
     for step, (g, w) in enumerate(zip(got, want, strict=True)):
-        for rank in range(2):
+        for rank in range(world):
             assert g[rank].dtype == w[rank].dtype and g[rank].shape == w[rank].shape
             assert np.array_equal(bits(g[rank]), bits(w[rank])), f"step {step + 1} rank {rank}: gathered differs"
     assert np.array_equal(bits(got[2][0]), bits(got[1][0])), "the skipped step changed the parameters"
@@ -83,12 +87,13 @@ def test_rtlsim_equals_golden(wire_dtype: str, stripes: int) -> None:
     for c in counters:
         assert c["frames_in"] > 0 and c["frames_out"] > 0 and c["rs_payload_bytes_out"] > 0
         assert c["scalar_payload_bytes_out"] > 0
-    # the skipped step gathered too (phase 3), as the golden cards do: each card sent at least its
-    # chunk's parameters in the all-gather of that step (the golden counters are no reference: over
-    # real UDP they include timing-dependent retransmissions)
+    # the skipped step gathered too (phase 3), as the golden cards do: each card sent N - 1 chunks'
+    # parameters in the all-gather of that step (its own and the ones it forwards), at least L less the
+    # largest chunk (the golden counters are no reference: over real UDP they include timing-dependent
+    # retransmissions)
     for rank, (c3, c2) in enumerate(zip(counters, before_skip, strict=True)):
         sent = c3["ag_payload_bytes_out"] - c2["ag_payload_bytes_out"]
-        least = (LENGTH - ring.chunk_elems(LENGTH, 2)) * wire.ELEMENT_BYTES[wire_dtype]  # the shorter chunk
+        least = (LENGTH - ring.chunk_elems(LENGTH, world)) * wire.ELEMENT_BYTES[wire_dtype]
         assert sent >= least, f"rank {rank}: {sent} all-gather bytes in the skipped step"
 
 
