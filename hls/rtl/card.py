@@ -48,7 +48,7 @@ class PortChannel:
     port: str                  # m_axi_<port> of onic_card: an Adam kernel pointer, lgrad<k> or gather<k>
     channel: int               # HBM pseudo-channel (DDR channel) index
     usable_bytes_per_s: float  # the channel's usable bandwidth, reads and writes together
-    host_bytes_per_s: float    # what the host's DMA moves on it meanwhile (the ring buffers' other halves)
+    host_bytes_per_s: float    # what the host's DMA moves on the channel meanwhile (ring buffers' other halves)
 
     def beats_per_clock(self, clock_mhz: float) -> float:
         """512-bit beats a kernel clock the channel leaves the card's ports: usable less the host's share."""
@@ -61,8 +61,9 @@ def card_memory_plan(spec: KernelSpec, payload_bytes: int, net_stripes: int,
     and sizing's kernel clock: the Adam kernel's ports from its memory plan, the network kernel's lgrad<k>
     and gather<k> from the ring streams'. A ring stream's channel also carries the host's DMA (it fills the
     other half of lgrad's double buffer and drains gather's at the goodput, hls.ring_plan), so its share is
-    the stream's traffic / 2 per stripe. Refused when the card is not built as planned (the Adam kernel's
-    stripes, `net_stripes`)."""
+    the stream's traffic / 2 per stripe. Every port of a channel carries the channel's figures (the lower
+    usable figure and the sum of the host's shares, should sizing have had to share a channel). Refused
+    when the card is not built as planned (the Adam kernel's stripes, `net_stripes`)."""
     check_card_spec(spec)
     target = target or get_target(spec.target)
     rail = size_rail(spec, target, payload_bytes)
@@ -72,17 +73,19 @@ def card_memory_plan(spec: KernelSpec, payload_bytes: int, net_stripes: int,
         raise UserError(f"card memory plan: at {payload_bytes}-byte payloads the rail plan stripes the Adam kernel "
                         f"{rail.stripes}, the card's kernel is built {size_spec(spec, target).stripes}")
     [cu] = rail.assignments
-    usable = {load.channel: load.usable_bytes_per_s for load in cu.loads}
-    plan = [PortChannel(port, chans[0], usable[chans[0]], 0.0) for port, chans in cu.channels.items()]
-    ring = {load.channel: load.usable_bytes_per_s for load in rail.network.loads}
+    ports = [(port, chans[0]) for port, chans in cu.channels.items()]
+    usable: dict[int, float] = {}
+    for load in [*cu.loads, *rail.network.loads]:
+        usable[load.channel] = min(usable.get(load.channel, load.usable_bytes_per_s), load.usable_bytes_per_s)
+    host: dict[int, float] = {}
     for stream in rail.network.streams:
         if stream.stripes != net_stripes:
             raise UserError(f"card memory plan: at {payload_bytes}-byte payloads the rail plan has {stream.stripes} "
                             f"{stream.name} stripes, the card is built with {net_stripes}")
-        host = stream.bytes_per_s / 2 / stream.stripes
-        plan += [PortChannel(f"{stream.name}{k}", c, ring.get(c, usable.get(c, 0.0)), host)
-                 for k, c in enumerate(stream.channels)]
-    return plan, rail.clock_mhz
+        for k, c in enumerate(stream.channels):
+            ports.append((f"{stream.name}{k}", c))
+            host[c] = host.get(c, 0.0) + stream.bytes_per_s / 2 / stream.stripes
+    return [PortChannel(port, c, usable[c], host.get(c, 0.0)) for port, c in ports], rail.clock_mhz
 
 
 def check_card_spec(spec: KernelSpec) -> None:

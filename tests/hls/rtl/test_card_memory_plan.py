@@ -54,3 +54,20 @@ def test_a_card_not_built_as_planned_is_refused() -> None:
     # at 192-byte payloads the demand is lower: the rail plan stripes the state twice, the kernel has 3
     with pytest.raises(UserError, match="stripes the Adam kernel"):
         card_memory_plan(PLANNED, 192, 2)
+
+
+def test_a_channel_shared_with_the_ring_has_one_budget() -> None:
+    """On a DDR card (U250: 4 channels) sizing puts the ring's stripes on the kernel's channels: every port of
+    a channel then carries the channel's figures, so the memory model has one budget per channel."""
+    spec = KernelSpec(target="u250", optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream",
+                      lanes=16, stripes=None, out_sink="memory+stream", name="onic_card_ddr16")
+    rail = size_rail(spec, get_target("u250"), 1408)
+    assert all(s.shares_kernel_channel for s in rail.network.streams)
+    k = rail.network.streams[0].stripes
+    plan, clock_mhz = card_memory_plan(spec, 1408, k)
+    assert {x.port for x in plan} == card_ports(spec, k)
+    goodput = 100e9 / 8 * 1408 / (1408 + 88)
+    for channel in {x.channel for x in plan}:
+        on = [x for x in plan if x.channel == channel]
+        assert len({(x.usable_bytes_per_s, x.host_bytes_per_s) for x in on}) == 1, on
+        assert on[0].host_bytes_per_s == pytest.approx(goodput / k)  # one stripe of lgrad or gather each here

@@ -5,10 +5,10 @@ two-phase with a clip, two-phase skipped for an inf), through the same API; bad 
 a simulator starts; no Verilator is a one-line error.
 
 Each RTL card is `onic_card` (the network kernel and the generated Adam RTL kernel, 2 lanes, one
-stripe per Adam array). The default fp32 case is a ring of three (N = 2 has no card that forwards) and runs the network
-kernels' lgrad and gather buffers in two stripes each (`stripes=2`: the host splits and joins them as a card's driver does; its own
-three-card build); bf16 (one stripe, the three-card build of tests/hls/rtl/test_net_ring_cards.py)
-runs with --full."""
+stripe per Adam array). The default fp32 case is a ring of three (N = 2 has no card that forwards)
+and runs the network kernels' lgrad and gather buffers in two stripes each (`stripes=2`: the host
+splits and joins them as a card's driver does; its own three-card build); bf16 (N = 2, one stripe,
+the three-card build of tests/hls/rtl/test_net_ring_cards.py) runs with --full."""
 
 from __future__ import annotations
 
