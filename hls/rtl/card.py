@@ -69,9 +69,10 @@ def card_memory_plan(spec: KernelSpec, payload_bytes: int, net_stripes: int,
     rail = size_rail(spec, target, payload_bytes)
     if rail.network is None:  # sizing always plans the ring for placement="rail"
         raise UserError("card memory plan: sizing planned no ring streams")
-    if rail.stripes != size_spec(spec, target).stripes:
+    built = size_spec(spec, target).stripes
+    if rail.stripes != built:
         raise UserError(f"card memory plan: at {payload_bytes}-byte payloads the rail plan stripes the Adam kernel "
-                        f"{rail.stripes}, the card's kernel is built {size_spec(spec, target).stripes}")
+                        f"{rail.stripes}, the card's kernel is built {built}")
     [cu] = rail.assignments
     ports = [(port, chans[0]) for port, chans in cu.channels.items()]
     usable: dict[int, float] = {}

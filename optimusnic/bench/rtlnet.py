@@ -77,6 +77,7 @@ report says per part at which commit it was measured.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -204,8 +205,7 @@ def card_spec(lanes: int = CARD_LANES) -> KernelSpec:
 def hbm_card_spec(lanes: int = CARD_LANES) -> KernelSpec:
     """The card of the HBM rows: `card_spec`'s Adam kernel at the stripes sizing plans for it (fp32 on a U55C:
     3 per state array, 1 out), so that each array's traffic fits its channels."""
-    return KernelSpec(optimizer="adamw", grad_dtype="fp32", out_dtype="fp32", grad_source="stream", lanes=lanes,
-                      stripes=None, out_sink="memory+stream", name=f"onic_card_hbm{lanes}")
+    return dataclasses.replace(card_spec(lanes), stripes=None, name=f"onic_card_hbm{lanes}")
 
 
 def planned_net_stripes(card: KernelSpec, payloads: tuple[int, ...]) -> int:
@@ -683,12 +683,14 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
     # one packet per chunk: a partial arrives when the card's line is idle (its own frame of the hop
     # before has gone), so first beat in to first beat out is the card's own forwarding latency
     hop_cases = [{"n": line_world, "payload": p, "packets": 1, "seed": 1} for p in payloads]
+    # the line-rate steps, one per payload (streaming: also the streaming latencies)
+    line_cases = [{"n": line_world, "payload": p, "packets": packets, "seed": 1} for p in payloads]
     step_cases = [{"n": n, "payload": step_payload, "packets": step_packets, "seed": s}
                   for n in worlds for s in range(1, repeats + 1)]
     card_hop = card_line = card_steps = []
     if "card" in parts:
         card_hop = group(hop_cases, card)
-        card_line = group([{"n": line_world, "payload": p, "packets": packets, "seed": 1} for p in payloads], card)
+        card_line = group(line_cases, card)
         card_steps = group(step_cases, card)
     drop_cases = [{"n": drop_world, "payload": step_payload, "packets": packets, "drop": d, "seed": s}
                   for d in drops for s in range(1, repeats + 1)]
@@ -697,8 +699,7 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
     if "card-hbm" in parts:
         on_hbm = {"memory": "hbm", "net_stripes": hbm_stripes}
         h_hop = group([c | on_hbm for c in hop_cases], hbm_card, "card-hbm", hbm_build)
-        h_line = group([{"n": line_world, "payload": p, "packets": packets, "seed": 1} | on_hbm for p in payloads],
-                       hbm_card, "card-hbm", hbm_build)
+        h_line = group([c | on_hbm for c in line_cases], hbm_card, "card-hbm", hbm_build)
         h_steps = group([c | on_hbm for c in step_cases], hbm_card, "card-hbm", hbm_build)
         hbm = {"spec": {k: getattr(hbm_card, k) for k in ("optimizer", "grad_dtype", "out_dtype", "lanes")}
                | {"stripes": h_line[0]["adam_stripes"], "net_stripes": hbm_stripes},
@@ -759,7 +760,7 @@ def collect(worlds: tuple[int, ...] = WORLDS, payloads: tuple[int, ...] = PAYLOA
         report["bf16"] = {"line": [_line_summary(r) for r in b_line],
                           "steps": _by(b_steps, "n", lambda rs: _step_summary(rs))}
     if "stand-in" in parts:
-        line_rows = group([{"n": line_world, "payload": p, "packets": packets, "seed": 1} for p in payloads], None)
+        line_rows = group(line_cases, None)
         hop_rows = group(hop_cases, None)
         step_rows = group(step_cases, None)
         drop_rows = group(drop_cases, None)
